@@ -1,0 +1,24 @@
+# Installs the libraries, public headers and the qmesh CMake package:
+#   find_package(qmesh) ; target_link_libraries(app PRIVATE qmesh::qmesh)
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+get_property(_qmesh_targets GLOBAL PROPERTY QMESH_EXPORTED_TARGETS)
+install(TARGETS ${_qmesh_targets} EXPORT qmeshTargets
+        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
+        INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(DIRECTORY include/qmesh DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(FILES ${PROJECT_BINARY_DIR}/include/qmesh/config.h
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/qmesh)
+install(EXPORT qmeshTargets NAMESPACE qmesh::
+        DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/qmesh)
+configure_package_config_file(cmake/qmeshConfig.cmake.in
+  ${PROJECT_BINARY_DIR}/qmeshConfig.cmake
+  INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/qmesh)
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/qmeshConfigVersion.cmake
+  COMPATIBILITY SameMinorVersion)
+install(FILES ${PROJECT_BINARY_DIR}/qmeshConfig.cmake
+              ${PROJECT_BINARY_DIR}/qmeshConfigVersion.cmake
+        DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/qmesh)

@@ -1,0 +1,35 @@
+# Shared settings for every qmesh target: warnings, sanitizers, include paths.
+
+if(QMESH_SANITIZE)
+  add_compile_options($<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined>
+                      $<$<COMPILE_LANGUAGE:CXX>:-fno-sanitize-recover=undefined>
+                      $<$<COMPILE_LANGUAGE:CXX>:-fno-omit-frame-pointer>)
+  add_link_options(-fsanitize=address,undefined)
+endif()
+
+# qmesh_target_defaults(<target>): warnings (as errors with QMESH_WERROR) for C++ and CUDA.
+function(qmesh_target_defaults target)
+  target_compile_options(${target} PRIVATE
+    $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor>
+    $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${QMESH_WERROR}>>:-Werror>
+    $<$<COMPILE_LANGUAGE:CUDA>:-std=c++20 -Xcompiler=-Wall,-Wextra>
+    $<$<AND:$<COMPILE_LANGUAGE:CUDA>,$<BOOL:${QMESH_WERROR}>>:-Werror=all-warnings>)
+endfunction()
+
+# qmesh_add_library(<name> ALIAS <alias> SOURCES ... ): a library with the project defaults,
+# public headers from include/ and the generated config.h.
+function(qmesh_add_library name)
+  cmake_parse_arguments(ARG "" "ALIAS" "SOURCES" ${ARGN})
+  add_library(${name} ${ARG_SOURCES})
+  add_library(qmesh::${ARG_ALIAS} ALIAS ${name})
+  set_target_properties(${name} PROPERTIES EXPORT_NAME ${ARG_ALIAS}
+                                           VERSION ${PROJECT_VERSION}
+                                           SOVERSION ${PROJECT_VERSION_MAJOR})
+  target_include_directories(${name} PUBLIC
+    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
+    $<BUILD_INTERFACE:${PROJECT_BINARY_DIR}/include>
+    $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
+  target_compile_features(${name} PUBLIC cxx_std_20)
+  qmesh_target_defaults(${name})
+  set_property(GLOBAL APPEND PROPERTY QMESH_EXPORTED_TARGETS ${name})
+endfunction()

@@ -1,0 +1,19 @@
+// Copies between host and CUDA memory in any direction.
+#pragma once
+
+#include <cstddef>
+
+#include "qmesh/device.h"
+#include "qmesh/export.h"
+#include "qmesh/tensor.h"
+
+namespace qmesh {
+
+// Copies `bytes` from src (on src_device) to dst (on dst_device). Blocking: returns when
+// the data has arrived. Error if a CUDA device is involved in a build without CUDA.
+QMESH_API void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device,
+                          size_t bytes);
+// Copies a whole tensor; dtype and shape must match (Error naming both otherwise).
+QMESH_API void copy_tensor(const TensorView& dst, const TensorView& src);
+
+}  // namespace qmesh

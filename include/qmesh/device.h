@@ -1,0 +1,31 @@
+// Where a tensor's memory lives: host memory, or the memory of CUDA device `index`.
+#pragma once
+
+#include <string>
+
+#include "qmesh/export.h"
+
+namespace qmesh {
+
+struct QMESH_API Device {
+  enum class Kind { kHost, kCuda };
+  Kind kind = Kind::kHost;
+  int index = 0;  // CUDA ordinal; 0 for the host
+
+  static Device host() { return {}; }
+  static Device cuda(int index) { return {Kind::kCuda, index}; }
+  bool is_host() const { return kind == Kind::kHost; }
+  bool is_cuda() const { return kind == Kind::kCuda; }
+  bool operator==(const Device&) const = default;
+  // "host" or "cuda:N"
+  std::string str() const;
+};
+
+// Number of usable CUDA devices: 0 when qmesh was built without CUDA, when the machine has no
+// GPU, or when no driver is loaded (never throws, never aborts).
+QMESH_API int cuda_device_count();
+
+// Throws qmesh::Error if `device` is a CUDA device that this process cannot use.
+QMESH_API void require_device(const Device& device);
+
+}  // namespace qmesh

@@ -1,0 +1,10 @@
+// QMESH_SIMD_CLONES: compile a hot loop for AVX-512, AVX2 and the baseline, dispatched at
+// load time (GCC/Clang function multi-versioning on x86-64; a no-op elsewhere or under
+// sanitizers, whose instrumentation does not mix with ifunc resolvers).
+#pragma once
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_ADDRESS__)
+#define QMESH_SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define QMESH_SIMD_CLONES
+#endif
