@@ -11,6 +11,7 @@ packages=(
   libopenblas-dev                   # CPU GEMMs
   libboost-program-options-dev      # example CLIs
   libgtest-dev libgmock-dev googletest libbenchmark-dev
+  zlib1g-dev                        # checkpoint checksums
   clang-format                      # format check
   gnuplot-nox                       # loss-curve plots
 )
