@@ -91,9 +91,9 @@ void cast_flat(const CastJob& job) {
   const float scale = job.out ? *job.scale : 0.0f;
   std::vector<uint32_t> partial(parallel_chunks(n, kGrainElements), 0);
   parallel_for(n, kGrainElements, [&](int64_t begin, int64_t end, int chunk) {
-    partial[chunk] = job.out ? encode_span<Load, Encode>(in + begin, job.out + begin, end - begin,
-                                                         scale)
-                             : amax_span<Load>(in + begin, end - begin);
+    partial[chunk] =
+        job.out ? encode_span<Load, Encode>(in + begin, job.out + begin, end - begin, scale)
+                : amax_span<Load>(in + begin, end - begin);
   });
   write_scalars(job, *std::max_element(partial.begin(), partial.end()));
 }

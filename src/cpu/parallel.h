@@ -24,8 +24,7 @@ inline int cpu_threads() {
 
 // The number of chunks parallel_for will use for (n, grain).
 inline int parallel_chunks(int64_t n, int64_t grain) {
-  return static_cast<int>(
-      std::clamp<int64_t>(n / std::max<int64_t>(grain, 1), 1, cpu_threads()));
+  return static_cast<int>(std::clamp<int64_t>(n / std::max<int64_t>(grain, 1), 1, cpu_threads()));
 }
 
 // Calls fn(begin, end, chunk) on up to cpu_threads() chunks of [0, n), each at least `grain`

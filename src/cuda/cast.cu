@@ -134,8 +134,8 @@ __global__ void __launch_bounds__(kThreads) cast_flat_kernel(FlatParams p) {
   while (g + 1 < p.count && p.groups[g + 1].first_block <= int64_t(blockIdx.x)) ++g;
   const FlatGroup& grp = p.groups[g];
   const T* in = static_cast<const T*>(grp.in);
-  const bool vec = reinterpret_cast<uintptr_t>(in) % 16 == 0 &&
-                   reinterpret_cast<uintptr_t>(grp.out) % 16 == 0;
+  const bool vec =
+      reinterpret_cast<uintptr_t>(in) % 16 == 0 && reinterpret_cast<uintptr_t>(grp.out) % 16 == 0;
   const float scale = grp.out ? *grp.scale : 0.0f;
   const int64_t base = (int64_t(blockIdx.x) - grp.first_block) * kFlatChunk;
   uint32_t m = 0;
@@ -163,8 +163,8 @@ __global__ void __launch_bounds__(kThreads) cast_flat_kernel(FlatParams p) {
 struct TileParams {
   const void* in;
   uint8_t* out;
-  uint8_t* out_t;    // null: no columnwise copy
-  float* partials;   // null: no dbias; else fp32 [row_tiles, cols] column sums per row tile
+  uint8_t* out_t;   // null: no columnwise copy
+  float* partials;  // null: no dbias; else fp32 [row_tiles, cols] column sums per row tile
   const float* scale;
   float* scale_inv;
   float* amax;
@@ -339,8 +339,8 @@ void cast_flat(const CastSpec& spec, std::span<const CastJob> jobs, cudaStream_t
 void cast_tiled(const CastSpec& spec, const CastJob& job, cudaStream_t stream) {
   const int64_t row_tiles = (job.rows + kTile - 1) / kTile;
   const int64_t tiles = row_tiles * ((job.cols + kTile - 1) / kTile);
-  TileParams p{job.in,  job.out,       job.out_t, nullptr,  job.scale,
-               job.scale_inv, job.amax, job.rows, job.cols, false};
+  TileParams p{job.in,        job.out,  job.out_t, nullptr,  job.scale,
+               job.scale_inv, job.amax, job.rows,  job.cols, false};
   p.vec = aligned16(job.in) && aligned16(job.out) && (!job.out_t || aligned16(job.out_t)) &&
           job.rows % kVec == 0 && job.cols % kVec == 0;
   if (job.dbias) {
@@ -359,7 +359,7 @@ void cast_tiled(const CastSpec& spec, const CastJob& job, cudaStream_t stream) {
   if (p.partials) {
     const auto col_blocks = static_cast<unsigned>((job.cols + kThreads - 1) / kThreads);
     sum_partials_kernel<<<col_blocks, kThreads, 0, stream>>>(p.partials, row_tiles, job.cols,
-                                                              job.dbias);
+                                                             job.dbias);
     QMESH_CHECK_CUDA(cudaGetLastError());
     QMESH_CHECK_CUDA(cudaFreeAsync(p.partials, stream));
   }
@@ -380,8 +380,8 @@ void cast(const CastSpec& spec, std::span<const CastJob> jobs, Stream stream) {
 void dequantize(const uint8_t* in, DType fp8, const float* scale_inv, void* out, DType out_dtype,
                 int64_t n, Stream stream) {
   auto s = static_cast<cudaStream_t>(stream.handle);
-  const auto blocks = static_cast<unsigned>(
-      std::min<int64_t>((n + kThreads - 1) / kThreads, resident_blocks()));
+  const auto blocks =
+      static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, resident_blocks()));
   dispatch(out_dtype, fp8, [&](auto type, auto fmt) {
     using T = typename decltype(type)::type;
     dequantize_kernel<T, decltype(fmt)::value>

@@ -53,8 +53,7 @@ CastJob make_job(const TensorView& x, const QuantizedTensorView& out) {
   return job;
 }
 
-void run(const Device& device, const CastSpec& spec, std::span<const CastJob> jobs,
-         Stream stream) {
+void run(const Device& device, const CastSpec& spec, std::span<const CastJob> jobs, Stream stream) {
   if (device.is_host()) {
     detail::cpu::cast(spec, jobs);
     return;

@@ -73,9 +73,8 @@ TensorView ScalingStates::current_amax() const {
 
 void ScalingStates::bind(int i, QuantizedTensorView& q) const {
   const DType expected = dtype(i);
-  QMESH_CHECK(q.data.dtype == expected, "operand ", i, " is quantized to ",
-              dtype_name(expected), " by this recipe, but the tensor bound to it holds ",
-              dtype_name(q.data.dtype));
+  QMESH_CHECK(q.data.dtype == expected, "operand ", i, " is quantized to ", dtype_name(expected),
+              " by this recipe, but the tensor bound to it holds ", dtype_name(q.data.dtype));
   check_device(q.data, device_, "tensor bound to operand " + std::to_string(i));
   q.amax = history_.data_as<float>() + i;
   q.scale = scale_.data_as<float>() + i;

@@ -211,8 +211,7 @@ TEST(GroupedQuantize, EqualsPerTensorQuantize) {
     grouped_quantize(x, views);
     int64_t offset = 0;
     for (size_t g = 0; g < shapes.size(); ++g) {
-      const TensorView part(static_cast<char*>(x.data()) + offset * dtype_size(in), in,
-                            shapes[g]);
+      const TensorView part(static_cast<char*>(x.data()) + offset * dtype_size(in), in, shapes[g]);
       offset += shapes[g].numel();
       quantize(part, single[g].view());
       EXPECT_EQ(std::memcmp(grouped[g].data().data(), single[g].data().data(),

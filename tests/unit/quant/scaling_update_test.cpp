@@ -73,7 +73,8 @@ float next_amax(std::mt19937& rng, bool adversarial) {
                             1.0f};
   std::uniform_int_distribution<int> pick(0, 2 * int(std::size(specials)));
   const int k = pick(rng);
-  return k < int(std::size(specials)) ? specials[k] : static_cast<float>(std::exp2(log2_value(rng)));
+  return k < int(std::size(specials)) ? specials[k]
+                                      : static_cast<float>(std::exp2(log2_value(rng)));
 }
 
 // (margin, history length, algorithm, adversarial)
