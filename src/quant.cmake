@@ -4,6 +4,7 @@
 target_sources(qmesh PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/cpu/cast.cpp
   ${CMAKE_CURRENT_LIST_DIR}/ops/cast_ops.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/scaling/amax_reducer.cpp
   ${CMAKE_CURRENT_LIST_DIR}/scaling/checkpoint.cpp
   ${CMAKE_CURRENT_LIST_DIR}/scaling/current_scaling.cpp
   ${CMAKE_CURRENT_LIST_DIR}/scaling/recipe.cpp
