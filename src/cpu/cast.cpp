@@ -1,0 +1,198 @@
+// CPU backend of the cast ops. Every loop body is the branch-free scalar conversion of
+// qmesh/fp8.h (bit-identical to CUDA's __nv_cvt_float_to_fp8 with __NV_SATFINITE), compiled
+// for AVX-512 / AVX2 / baseline and picked at load time; large tensors are split over threads.
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <vector>
+
+#include "core/simd.h"
+#include "cpu/parallel.h"
+#include "ops/cast_job.h"
+#include "qmesh/error.h"
+#include "qmesh/float16.h"
+#include "qmesh/fp8.h"
+
+namespace qmesh::detail::cpu {
+
+namespace {
+
+// Below this many elements a cast stays on the calling thread.
+constexpr int64_t kGrainElements = int64_t{1} << 16;
+// Tile edge of the transposing path: a 64 x 64 tile of codes stays in L1 while it is
+// written in both layouts.
+constexpr int64_t kTile = 64;
+
+struct LoadFp32 {
+  using type = float;
+  static float apply(float x) { return x; }
+};
+struct LoadBf16 {
+  using type = uint16_t;
+  static float apply(uint16_t x) { return bf16_to_float(x); }
+};
+struct LoadFp16 {
+  using type = uint16_t;
+  static float apply(uint16_t x) { return fp16_to_float(x); }
+};
+struct EncodeE4M3 {
+  static uint8_t apply(float x) { return float_to_e4m3(x); }
+};
+struct EncodeE5M2 {
+  static uint8_t apply(float x) { return float_to_e5m2(x); }
+};
+
+// |x| as bits: for non-negative floats the unsigned order is the float order, and every NaN
+// sorts above +inf, which is the NaN-propagating amax policy (ops/amax.h).
+inline uint32_t abs_bits(float x) { return std::bit_cast<uint32_t>(x) & 0x7FFFFFFFu; }
+
+template <class Load, class Encode>
+QMESH_SIMD_CLONES uint32_t encode_span(const typename Load::type* in, uint8_t* out, int64_t n,
+                                       float scale) {
+  uint32_t m = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = Load::apply(in[i]);
+    m = std::max(m, abs_bits(x));
+    out[i] = Encode::apply(x * scale);
+  }
+  return m;
+}
+
+template <class Load>
+QMESH_SIMD_CLONES uint32_t amax_span(const typename Load::type* in, int64_t n) {
+  uint32_t m = 0;
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, abs_bits(Load::apply(in[i])));
+  return m;
+}
+
+template <class Load>
+QMESH_SIMD_CLONES void accumulate_span(const typename Load::type* in, float* acc, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) acc[i] += Load::apply(in[i]);
+}
+
+// dst[c * dst_stride + r] = src[r * src_stride + c] for an h x w block of bytes.
+void transpose_block(const uint8_t* src, int64_t src_stride, uint8_t* dst, int64_t dst_stride,
+                     int64_t h, int64_t w) {
+  for (int64_t c = 0; c < w; ++c)
+    for (int64_t r = 0; r < h; ++r) dst[c * dst_stride + r] = src[r * src_stride + c];
+}
+
+void write_scalars(const CastJob& job, uint32_t amax_bits) {
+  *job.amax = std::bit_cast<float>(amax_bits);
+  if (job.out) *job.scale_inv = 1.0f / *job.scale;
+}
+
+// Rowwise codes and/or amax over the flat element range; split over threads.
+template <class Load, class Encode>
+void cast_flat(const CastJob& job) {
+  using T = typename Load::type;
+  const T* in = static_cast<const T*>(job.in);
+  const int64_t n = job.rows * job.cols;
+  const float scale = job.out ? *job.scale : 0.0f;
+  std::vector<uint32_t> partial(parallel_chunks(n, kGrainElements), 0);
+  parallel_for(n, kGrainElements, [&](int64_t begin, int64_t end, int chunk) {
+    partial[chunk] =
+        job.out ? encode_span<Load, Encode>(in + begin, job.out + begin, end - begin, scale)
+                : amax_span<Load>(in + begin, end - begin);
+  });
+  write_scalars(job, *std::max_element(partial.begin(), partial.end()));
+}
+
+// Rowwise codes plus the transposed copy and/or the column sums, tile by tile; row blocks are
+// split over threads, each with its own column-sum accumulator (added in chunk order).
+template <class Load, class Encode>
+void cast_tiled(const CastJob& job) {
+  using T = typename Load::type;
+  const T* in = static_cast<const T*>(job.in);
+  const int64_t rows = job.rows, cols = job.cols;
+  const float scale = *job.scale;
+  const int64_t row_blocks = (rows + kTile - 1) / kTile;
+  const int64_t grain = std::max<int64_t>(1, kGrainElements / (kTile * cols));
+  const int chunks = parallel_chunks(row_blocks, grain);
+  std::vector<uint32_t> partial(chunks, 0);
+  std::vector<std::vector<float>> sums(job.dbias ? chunks : 0);
+  parallel_for(row_blocks, grain, [&](int64_t begin, int64_t end, int chunk) {
+    uint32_t m = 0;
+    float* acc = nullptr;
+    if (job.dbias) {
+      sums[chunk].assign(cols, 0.0f);
+      acc = sums[chunk].data();
+    }
+    for (int64_t rb = begin; rb < end; ++rb) {
+      const int64_t r0 = rb * kTile, h = std::min(kTile, rows - r0);
+      for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
+        const int64_t w = std::min(kTile, cols - c0);
+        for (int64_t r = r0; r < r0 + h; ++r) {
+          const int64_t at = r * cols + c0;
+          m = std::max(m, encode_span<Load, Encode>(in + at, job.out + at, w, scale));
+          if (acc) accumulate_span<Load>(in + at, acc + c0, w);
+        }
+        if (job.out_t)
+          transpose_block(job.out + r0 * cols + c0, cols, job.out_t + c0 * rows + r0, rows, h, w);
+      }
+    }
+    partial[chunk] = m;
+  });
+  if (job.dbias) {
+    std::memcpy(job.dbias, sums[0].data(), cols * sizeof(float));
+    for (int c = 1; c < chunks; ++c) accumulate_span<LoadFp32>(sums[c].data(), job.dbias, cols);
+  }
+  write_scalars(job, *std::max_element(partial.begin(), partial.end()));
+}
+
+template <class Load, class Encode>
+void cast_jobs(std::span<const CastJob> jobs) {
+  for (const CastJob& job : jobs) {
+    if (job.out_t || job.dbias)
+      cast_tiled<Load, Encode>(job);
+    else
+      cast_flat<Load, Encode>(job);
+  }
+}
+
+template <class Load>
+void cast_jobs(DType fp8, std::span<const CastJob> jobs) {
+  if (fp8 == DType::kFloat8E5M2)
+    cast_jobs<Load, EncodeE5M2>(jobs);
+  else
+    cast_jobs<Load, EncodeE4M3>(jobs);
+}
+
+}  // namespace
+
+void cast(const CastSpec& spec, std::span<const CastJob> jobs) {
+  switch (spec.in_dtype) {
+    case DType::kFloat32:
+      return cast_jobs<LoadFp32>(spec.fp8, jobs);
+    case DType::kBFloat16:
+      return cast_jobs<LoadBf16>(spec.fp8, jobs);
+    case DType::kFloat16:
+      return cast_jobs<LoadFp16>(spec.fp8, jobs);
+    default:
+      QMESH_THROW("cast input must be fp32, bf16 or fp16, got ", dtype_name(spec.in_dtype));
+  }
+}
+
+void dequantize(const uint8_t* in, DType fp8, const float* scale_inv, void* out, DType out_dtype,
+                int64_t n) {
+  const float s = *scale_inv;
+  parallel_for(n, kGrainElements, [&](int64_t begin, int64_t end, int) {
+    if (out_dtype == DType::kFloat32) {
+      fp8_to_fp32(in + begin, static_cast<float*>(out) + begin, end - begin, fp8, s);
+      return;
+    }
+    constexpr int64_t kBlock = 4096;  // fp32 staging that stays in L1
+    float staged[kBlock];
+    uint16_t* out16 = static_cast<uint16_t*>(out);
+    for (int64_t i = begin; i < end; i += kBlock) {
+      const int64_t len = std::min(kBlock, end - i);
+      fp8_to_fp32(in + i, staged, len, fp8, s);
+      if (out_dtype == DType::kBFloat16)
+        fp32_to_bf16(staged, out16 + i, len);
+      else
+        fp32_to_fp16(staged, out16 + i, len);
+    }
+  });
+}
+
+}  // namespace qmesh::detail::cpu
