@@ -22,6 +22,24 @@ GemmOperand GemmOperand::fp8(const QuantizedTensorView& q) {
   return op;
 }
 
+const char* gemm_epilogue_name(GemmEpilogue e) {
+  switch (e) {
+    case GemmEpilogue::kNone:
+      return "kNone";
+    case GemmEpilogue::kBias:
+      return "kBias";
+    case GemmEpilogue::kGelu:
+      return "kGelu";
+    case GemmEpilogue::kBiasGeluAux:
+      return "kBiasGeluAux";
+    case GemmEpilogue::kDGelu:
+      return "kDGelu";
+    case GemmEpilogue::kBiasGrad:
+      return "kBiasGrad";
+  }
+  QMESH_THROW("GemmEpilogue has the invalid value ", int(e));
+}
+
 struct Gemm::Impl {
   detail::CanonicalGemm c;
   void* workspace = nullptr;

@@ -16,24 +16,6 @@ bool is_plain_gemm_dtype(DType t) {
 
 const char* transpose_name(GemmTranspose t) { return t == GemmTranspose::kNo ? "kNo" : "kYes"; }
 
-const char* epilogue_name(GemmEpilogue e) {
-  switch (e) {
-    case GemmEpilogue::kNone:
-      return "kNone";
-    case GemmEpilogue::kBias:
-      return "kBias";
-    case GemmEpilogue::kGelu:
-      return "kGelu";
-    case GemmEpilogue::kBiasGeluAux:
-      return "kBiasGeluAux";
-    case GemmEpilogue::kDGelu:
-      return "kDGelu";
-    case GemmEpilogue::kBiasGrad:
-      return "kBiasGrad";
-  }
-  QMESH_THROW("GemmArgs.epilogue has the invalid value ", int(e));
-}
-
 void check_operand_form(const GemmOperand& op, const char* what) {
   const bool has_plain = !op.tensor.empty();
   QMESH_CHECK(has_plain != op.is_quantized(), "GemmArgs.", what,
@@ -183,7 +165,7 @@ CanonicalGemm canonicalize(const GemmArgs& args) {
 
   // Epilogue tensors: exactly those the epilogue uses.
   c.epilogue = args.epilogue;
-  const char* ename = epilogue_name(args.epilogue);
+  const char* ename = gemm_epilogue_name(args.epilogue);
   const bool uses_bias = args.epilogue == GemmEpilogue::kBias ||
                          args.epilogue == GemmEpilogue::kBiasGeluAux ||
                          args.epilogue == GemmEpilogue::kBiasGrad;

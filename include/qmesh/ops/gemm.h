@@ -60,6 +60,9 @@ enum class GemmEpilogue : uint8_t {
                  // weight-gradient GEMM dW = dyᵀ · x these are the column sums of dy
 };
 
+// "kNone", "kBias", ...: the enumerator's name, for messages and logs.
+QMESH_API const char* gemm_epilogue_name(GemmEpilogue e);
+
 // kWrite: D = result.  kAccumulate: D = result + D (beta = 1), for gradient accumulation;
 // not available with an FP8 D.
 enum class GemmOutputMode : uint8_t { kWrite, kAccumulate };

@@ -30,13 +30,7 @@ struct HostProblem {
   Matrix a = random_matrix(kE4, 8, 32, 1);
   Matrix b = random_matrix(kE4, 16, 32, 2);
   Matrix d{kBf16, 8, 16};
-  GemmArgs args() {
-    GemmArgs g;
-    g.a = a.operand();
-    g.b = b.operand();
-    g.d = d.view();
-    return g;
-  }
+  GemmArgs args() { return tn_args(a, b, d); }
 };
 
 TEST(GemmErrors, ValidHostProblemIsAccepted) {
@@ -44,12 +38,21 @@ TEST(GemmErrors, ValidHostProblemIsAccepted) {
   EXPECT_TRUE(Gemm::can_implement(p.args()));
 }
 
-TEST(GemmErrors, InnerDimensionMismatch) {
-  HostProblem p;
-  Matrix b = random_matrix(kE4, 16, 24, 3);
-  GemmArgs g = p.args();
-  g.b = b.operand();
-  expect_refused(g, "inner dimensions differ");
+// B replaced by a matrix that does not fit: wrong K, or plain where A is FP8.
+TEST(GemmErrors, MismatchedB) {
+  struct BadB {
+    DType dtype;
+    int64_t k;
+    const char* error;
+  };
+  for (const BadB& bad : {BadB{kE4, 24, "inner dimensions differ"},
+                          BadB{kBf16, 32, "both be FP8 quantized tensors or both plain"}}) {
+    HostProblem p;
+    Matrix b = random_matrix(bad.dtype, 16, bad.k, 3);
+    GemmArgs g = p.args();
+    g.b = b.operand();
+    expect_refused(g, bad.error);
+  }
 }
 
 TEST(GemmErrors, WrongOutputShape) {
@@ -60,39 +63,24 @@ TEST(GemmErrors, WrongOutputShape) {
   expect_refused(g, "GemmArgs.d must be [8, 16]");
 }
 
-TEST(GemmErrors, MixedPlainDtypes) {
-  Matrix a = random_matrix(kF32, 8, 32, 1), b = random_matrix(kBf16, 16, 32, 2);
-  Matrix d(kF32, 8, 16);
-  GemmArgs g;
-  g.a = a.operand();
-  g.b = b.operand();
-  g.d = d.view();
-  expect_refused(g, "must have the same dtype");
+TEST(GemmErrors, UnsupportedDtypeCombinations) {
+  struct Combination {
+    DType a, b;
+    const char* error;
+  };
+  for (const Combination& c : {Combination{kF32, kBf16, "must have the same dtype"},
+                               Combination{kE5, kE5, "fp8e5m2 × fp8e5m2 are not supported"}}) {
+    Matrix a = random_matrix(c.a, 8, 32, 1), b = random_matrix(c.b, 16, 32, 2);
+    Matrix d(kF32, 8, 16);
+    expect_refused(tn_args(a, b, d), c.error);
+  }
 }
 
-TEST(GemmErrors, PlainTimesFp8) {
-  HostProblem p;
-  Matrix b = random_matrix(kBf16, 16, 32, 2);
-  GemmArgs g = p.args();
-  g.b = b.operand();
-  expect_refused(g, "both be FP8 quantized tensors or both plain");
-}
-
-TEST(GemmErrors, RawFp8TensorAsPlainOperand) {
+TEST(GemmErrors, RawFp8CodesAsPlainOperand) {
   HostProblem p;
   GemmArgs g = p.args();
-  g.b = GemmOperand::plain(p.b.view());
+  g.b = GemmOperand::plain(p.b.view());  // FP8 codes without their scales
   expect_refused(g, "both be FP8 quantized tensors or both plain");
-}
-
-TEST(GemmErrors, E5m2TimesE5m2) {
-  Matrix a = random_matrix(kE5, 8, 32, 1), b = random_matrix(kE5, 16, 32, 2);
-  Matrix d(kF32, 8, 16);
-  GemmArgs g;
-  g.a = a.operand();
-  g.b = b.operand();
-  g.d = d.view();
-  expect_refused(g, "fp8e5m2 × fp8e5m2 are not supported");
 }
 
 TEST(GemmErrors, OperandWithNeitherOrBothViews) {
@@ -116,10 +104,7 @@ TEST(GemmErrors, Fp8OutputNeedsFp8InputsAndScale) {
   Matrix a = random_matrix(kBf16, 8, 32, 1), b = random_matrix(kBf16, 16, 32, 2);
   Matrix d(kE4, 8, 16);
   float scale = 1.0f;
-  GemmArgs g;
-  g.a = a.operand();
-  g.b = b.operand();
-  g.d = d.view();
+  GemmArgs g = tn_args(a, b, d);
   g.d_scale = &scale;
   expect_refused(g, "needs FP8 inputs");
 
@@ -246,10 +231,7 @@ TEST(GemmCudaRules, Fp8LeadingDimensionsMultipleOf16) {
   // The same K = 50 problem is fine on the host.
   Matrix a = random_matrix(kE4, 64, 50, 1), b = random_matrix(kE4, 32, 50, 2);
   Matrix d(kBf16, 64, 32);
-  GemmArgs h;
-  h.a = a.operand();
-  h.b = b.operand();
-  h.d = d.view();
+  const GemmArgs h = tn_args(a, b, d);
   EXPECT_TRUE(Gemm::can_implement(h)) << Gemm::can_implement(h).reason();
 }
 

@@ -23,28 +23,10 @@ struct Case {
   DType side = DType::kBFloat16;  // bias / aux dtype
 };
 
-const char* epilogue_label(GemmEpilogue e) {
-  switch (e) {
-    case GemmEpilogue::kNone:
-      return "none";
-    case GemmEpilogue::kBias:
-      return "bias";
-    case GemmEpilogue::kGelu:
-      return "gelu";
-    case GemmEpilogue::kBiasGeluAux:
-      return "biasgeluaux";
-    case GemmEpilogue::kDGelu:
-      return "dgelu";
-    case GemmEpilogue::kBiasGrad:
-      return "biasgrad";
-  }
-  return "?";
-}
-
 std::string case_name(const testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
   std::string s = std::string(dtype_name(c.a)) + "x" + std::string(dtype_name(c.b)) + "_to_" +
-                  std::string(dtype_name(c.d)) + "_" + epilogue_label(c.epilogue) +
+                  std::string(dtype_name(c.d)) + "_" + gemm_epilogue_name(c.epilogue) +
                   (c.mode == GemmOutputMode::kAccumulate ? "_acc" : "") + "_" +
                   std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k) +
                   "_" + (c.ta == GemmTranspose::kYes ? "T" : "N") +
@@ -228,11 +210,8 @@ TEST(GemmHostFp8Output, AmaxIsThatOfTheUnscaledFp32Result) {
     Matrix a = random_matrix(kE4, 33, 70, 11);
     Matrix b = random_matrix(kE4, 48, 70, 12);
     Matrix d32(kF32, 33, 48), d8(kE4, 33, 48);
-    GemmArgs args;
-    args.a = a.operand();
-    args.b = b.operand();
+    GemmArgs args = tn_args(a, b, d32);
     args.epilogue = e;
-    args.d = d32.view();
     gemm(args);
     const std::vector<double> r = d32.values();
     double amax = 0;
@@ -255,11 +234,8 @@ TEST(GemmLifecycle, InitializeThenRunWithOwnWorkspace) {
   Matrix a = random_matrix(kE4, 20, 40, 21);
   Matrix b = random_matrix(kE5, 40, 30, 22);
   Matrix d(kBf16, 20, 30), d_ref(kBf16, 20, 30);
-  GemmArgs args;
-  args.a = a.operand();
-  args.b = b.operand();
+  GemmArgs args = tn_args(a, b, d_ref);
   args.trans_b = GemmTranspose::kNo;
-  args.d = d_ref.view();
   gemm(args);
 
   args.d = d.view();

@@ -103,6 +103,15 @@ struct Matrix {
   }
 };
 
+// Arguments of the TN GEMM D = A · Bᵀ over host matrices A [M, K], B [N, K], D [M, N].
+inline GemmArgs tn_args(Matrix& a, Matrix& b, Matrix& d) {
+  GemmArgs g;
+  g.a = a.operand();
+  g.b = b.operand();
+  g.d = d.view();
+  return g;
+}
+
 // Uniform values in [-spread, spread]. FP8: quantized with scale = fp8_max / amax (delayed
 // scaling's rule), transpose codes filled.
 inline Matrix random_matrix(DType t, int64_t rows, int64_t cols, uint32_t seed,
