@@ -1,6 +1,7 @@
 #include "qmesh/layers/layer_context.h"
 
 #include "qmesh/error.h"
+#include "qmesh/scaling/amax_reducer.h"
 
 namespace qmesh {
 
@@ -56,9 +57,7 @@ ScalingStates& LayerContext::scaling() {
 
 void LayerContext::end_step() {
   if (recipe_ != Recipe::kFp8Delayed || roles_.empty()) return;
-  ScalingStates& states = scaling();
-  mesh_.amax_group()->all_reduce(states.current_amax(), ReduceOp::kMax);
-  states.update();
+  AmaxReducer(mesh_).reduce_and_update(scaling());
 }
 
 }  // namespace qmesh

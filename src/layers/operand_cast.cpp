@@ -1,6 +1,7 @@
 #include "layers/operand_cast.h"
 
 #include "qmesh/float16.h"
+#include "qmesh/ops/amax.h"
 #include "qmesh/ops/cast_transpose.h"
 #include "qmesh/ops/quantize.h"
 #include "qmesh/scaling/current_scaling.h"
@@ -33,14 +34,19 @@ GemmOperand OperandCast::cast(const TensorView& x, bool columnwise) {
     fp8_ = QuantizedTensor(fp8, shape, x.device, columnwise);
   QuantizedTensorView q = fp8_.view();
   if (ctx_.recipe() == Recipe::kFp8Current) {
-    quantize_current_scaling(x, q, ctx_.current_scaling());
+    // Every rank that holds a piece of this tensor must use the same scale (else a sharded
+    // GEMM is no longer the unsharded one): reduce the amax over the mesh's amax group.
+    const TensorView amax_view(q.amax, DType::kFloat32, Shape{1}, x.device);
+    amax(x, amax_view);
+    ctx_.mesh().amax_group()->all_reduce(amax_view, ReduceOp::kMax);
+    *q.scale = current_scale(*q.amax, fp8, ctx_.current_scaling());
   } else {
     ctx_.scaling().bind(slot_, q);
-    if (columnwise)
-      cast_transpose(x, q);
-    else
-      quantize(x, q);
   }
+  if (columnwise)
+    cast_transpose(x, q);
+  else
+    quantize(x, q);
   return GemmOperand::fp8(q);
 }
 
