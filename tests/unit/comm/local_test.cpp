@@ -38,23 +38,6 @@ TEST_P(LocalCollectives, MatchReferences) {
 
 INSTANTIATE_TEST_SUITE_P(Ranks, LocalCollectives, ::testing::Range(1, 9));
 
-TEST(Local, AsyncCollectivesOverlapAndCompleteInOrder) {
-  run_local_ranks(4, [](Communicator& comm) {
-    std::vector<Tensor> bufs;
-    std::vector<WorkHandle> works;
-    for (int k = 0; k < 5; ++k) {
-      bufs.push_back(testing::make_input(DType::kFloat32, 100 + k, comm.rank(), 1));
-      works.push_back(comm.all_reduce_async(bufs.back(), ReduceOp::kSum));
-    }
-    for (auto& w : works) w->wait();
-    for (int k = 0; k < 5; ++k) {
-      EXPECT_EQ(testing::load(bufs[k], 7), testing::reference_reduce(4, 7, 1, DType::kFloat32,
-                                                                     ReduceOp::kSum));
-      EXPECT_TRUE(works[k]->test());
-    }
-  });
-}
-
 TEST(Local, BarrierWaitsForEveryRank) {
   std::atomic<int> entered{0};
   run_local_ranks(5, [&](Communicator& comm) {
@@ -97,7 +80,8 @@ TEST(Local, SplitGroupsAreIndependentOfTheParent) {
 }
 
 TEST(Local, HostIdsAreOneHost) {
-  run_local_ranks(3, [](Communicator& comm) { EXPECT_EQ(comm.host_ids(), std::vector<int>(3, 0)); });
+  run_local_ranks(3,
+                  [](Communicator& comm) { EXPECT_EQ(comm.host_ids(), std::vector<int>(3, 0)); });
 }
 
 TEST(Local, BadArgumentsAreErrors) {
