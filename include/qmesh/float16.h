@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "qmesh/bit_select.h"
 #include "qmesh/export.h"
 
 namespace qmesh {
@@ -29,20 +30,20 @@ inline uint16_t float_to_fp16(float x) {
   uint32_t normal = (rebased + 0xFFFu + ((rebased >> 13) & 1u)) >> 13;
   normal = normal > 0x7C00u ? 0x7C00u : normal;  // overflow -> inf
   const uint32_t subnormal = std::bit_cast<uint32_t>(absf * 16777216.0f + 8388608.0f) - 0x4B000000u;
-  uint32_t code = abs < (113u << 23) ? subnormal : normal;
-  code = abs > 0x7F800000u ? 0x7E00u | ((abs >> 13) & 0x3FFu) : code;  // quiet NaN
+  uint32_t code = detail::select_bits(abs < (113u << 23), subnormal, normal);
+  code = detail::select_bits(abs > 0x7F800000u, 0x7E00u | ((abs >> 13) & 0x3FFu), code);  // qNaN
   return static_cast<uint16_t>(code | sign);
 }
 
 inline float fp16_to_float(uint16_t h) {
   const uint32_t sign = uint32_t(h & 0x8000u) << 16;
   const uint32_t mag = h & 0x7FFFu;
-  const float subnormal = float(mag) * (1.0f / 16777216.0f);
-  const float normal = std::bit_cast<float>((mag << 13) + (112u << 23));
-  const float special = std::bit_cast<float>(0x7F800000u | ((mag & 0x3FFu) << 13));
-  float v = (mag >> 10) == 0 ? subnormal : normal;
-  v = (mag >> 10) == 0x1Fu ? special : v;
-  return std::bit_cast<float>(std::bit_cast<uint32_t>(v) | sign);
+  const uint32_t subnormal = std::bit_cast<uint32_t>(float(mag) * (1.0f / 16777216.0f));
+  const uint32_t normal = (mag << 13) + (112u << 23);
+  const uint32_t special = 0x7F800000u | ((mag & 0x3FFu) << 13);
+  uint32_t v = detail::select_bits((mag >> 10) == 0, subnormal, normal);
+  v = detail::select_bits((mag >> 10) == 0x1Fu, special, v);
+  return std::bit_cast<float>(v | sign);
 }
 
 // Array conversions (vectorized; n may be 0).

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "qmesh/bit_select.h"
 #include "qmesh/dtype.h"
 #include "qmesh/export.h"
 
@@ -51,9 +52,9 @@ inline uint8_t encode_fp8(float x, float max_finite, uint32_t max_code) {
   // Subnormal range: adding 2^23 rounds the scaled value to an integer, nearest-even.
   const uint32_t subnormal =
       std::bit_cast<uint32_t>(absf * F::kSubnormalScale + 8388608.0f) - 0x4B000000u;
-  uint32_t code = abs < F::kMinNormalBits ? subnormal : normal;
-  code = absf > max_finite ? max_code : code;  // saturate (inf too; NaN compares false)
-  return static_cast<uint8_t>(abs > 0x7F800000u ? 0x7Fu : (code | sign));
+  uint32_t code = select_bits(abs < F::kMinNormalBits, subnormal, normal);
+  code = select_bits(absf > max_finite, max_code, code);  // saturate (inf too; NaN is false)
+  return static_cast<uint8_t>(select_bits(abs > 0x7F800000u, 0x7Fu, code | sign));
 }
 
 }  // namespace detail
@@ -69,22 +70,23 @@ inline float e4m3_to_float(uint8_t code) {
   using F = detail::E4M3;
   const uint32_t sign = uint32_t(code & 0x80u) << 24;
   const uint32_t mag = code & 0x7Fu;
-  const float subnormal = float(mag) * (1.0f / F::kSubnormalScale);
-  const float normal = std::bit_cast<float>((mag << F::kDropBits) + F::kRebias);
-  float v = (mag >> 3) == 0 ? subnormal : normal;
-  v = mag == 0x7Fu ? std::bit_cast<float>(0x7FC00000u) : v;
-  return std::bit_cast<float>(std::bit_cast<uint32_t>(v) | sign);
+  const uint32_t subnormal = std::bit_cast<uint32_t>(float(mag) * (1.0f / F::kSubnormalScale));
+  const uint32_t normal = (mag << F::kDropBits) + F::kRebias;
+  uint32_t v = detail::select_bits((mag >> 3) == 0, subnormal, normal);
+  v = detail::select_bits(mag == 0x7Fu, 0x7FC00000u, v);
+  return std::bit_cast<float>(v | sign);
 }
 
 inline float e5m2_to_float(uint8_t code) {
   using F = detail::E5M2;
   const uint32_t sign = uint32_t(code & 0x80u) << 24;
   const uint32_t mag = code & 0x7Fu;
-  const float subnormal = float(mag) * (1.0f / F::kSubnormalScale);
-  const float normal = std::bit_cast<float>((mag << F::kDropBits) + F::kRebias);
-  float v = (mag >> 2) == 0 ? subnormal : normal;
-  v = mag >= 0x7Cu ? std::bit_cast<float>(mag == 0x7Cu ? 0x7F800000u : 0x7FC00000u) : v;
-  return std::bit_cast<float>(std::bit_cast<uint32_t>(v) | sign);
+  const uint32_t subnormal = std::bit_cast<uint32_t>(float(mag) * (1.0f / F::kSubnormalScale));
+  const uint32_t normal = (mag << F::kDropBits) + F::kRebias;
+  uint32_t v = detail::select_bits((mag >> 2) == 0, subnormal, normal);
+  const uint32_t special = detail::select_bits(mag == 0x7Cu, 0x7F800000u, 0x7FC00000u);  // inf, NaN
+  v = detail::select_bits(mag >= 0x7Cu, special, v);
+  return std::bit_cast<float>(v | sign);
 }
 
 // Array conversions (vectorized; n may be 0). `fp8` selects E4M3 or E5M2 (Error otherwise).
