@@ -70,11 +70,35 @@ QMESH_SIMD_CLONES void accumulate_span(const typename Load::type* in, float* acc
   for (int64_t i = 0; i < n; ++i) acc[i] += Load::apply(in[i]);
 }
 
+// Swaps the `bits`-wide fields of a at odd positions with those of b at even positions: one
+// stage of the 8 x 8 byte transpose below.
+inline void swap_fields(uint64_t& a, uint64_t& b, int bits, uint64_t mask) {
+  const uint64_t t = ((a >> bits) ^ b) & mask;
+  b ^= t;
+  a ^= t << bits;
+}
+
+// Transposes the 8 x 8 bytes at src (row stride src_stride) into dst (row stride dst_stride),
+// holding each row in a uint64_t: three stages swap 1-, 2- and 4-byte fields.
+void transpose_8x8(const uint8_t* src, int64_t src_stride, uint8_t* dst, int64_t dst_stride) {
+  static_assert(std::endian::native == std::endian::little);
+  uint64_t r[8];
+  for (int i = 0; i < 8; ++i) std::memcpy(&r[i], src + i * src_stride, 8);
+  for (int i = 0; i < 8; i += 2) swap_fields(r[i], r[i + 1], 8, 0x00FF00FF00FF00FFull);
+  for (int i : {0, 1, 4, 5}) swap_fields(r[i], r[i + 2], 16, 0x0000FFFF0000FFFFull);
+  for (int i = 0; i < 4; ++i) swap_fields(r[i], r[i + 4], 32, 0x00000000FFFFFFFFull);
+  for (int i = 0; i < 8; ++i) std::memcpy(dst + i * dst_stride, &r[i], 8);
+}
+
 // dst[c * dst_stride + r] = src[r * src_stride + c] for an h x w block of bytes.
 void transpose_block(const uint8_t* src, int64_t src_stride, uint8_t* dst, int64_t dst_stride,
                      int64_t h, int64_t w) {
-  for (int64_t c = 0; c < w; ++c)
-    for (int64_t r = 0; r < h; ++r) dst[c * dst_stride + r] = src[r * src_stride + c];
+  const int64_t h8 = h / 8 * 8, w8 = w / 8 * 8;
+  for (int64_t r = 0; r < h8; r += 8)
+    for (int64_t c = 0; c < w8; c += 8)
+      transpose_8x8(src + r * src_stride + c, src_stride, dst + c * dst_stride + r, dst_stride);
+  for (int64_t c = 0; c < w; ++c)  // the ragged right and bottom edges
+    for (int64_t r = c < w8 ? h8 : 0; r < h; ++r) dst[c * dst_stride + r] = src[r * src_stride + c];
 }
 
 void write_scalars(const CastJob& job, uint32_t amax_bits) {
