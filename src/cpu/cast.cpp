@@ -19,8 +19,8 @@ namespace {
 
 // Below this many elements a cast stays on the calling thread.
 constexpr int64_t kGrainElements = int64_t{1} << 16;
-// Tile edge of the transposing path: a 64 x 64 tile of codes stays in L1 while it is
-// written in both layouts.
+// Rows per strip of the transposing path, and the edge of the tiles it is transposed in: a
+// strip of 64 rows of codes stays in L2 between being written and being transposed.
 constexpr int64_t kTile = 64;
 
 struct LoadFp32 {
@@ -122,7 +122,7 @@ void cast_flat(const CastJob& job) {
   write_scalars(job, *std::max_element(partial.begin(), partial.end()));
 }
 
-// Rowwise codes plus the transposed copy and/or the column sums, tile by tile; row blocks are
+// Rowwise codes plus the transposed copy and/or the column sums, in strips of 64 rows; strips are
 // split over threads, each with its own column-sum accumulator (added in chunk order).
 template <class Load, class Encode>
 void cast_tiled(const CastJob& job) {
@@ -144,16 +144,16 @@ void cast_tiled(const CastJob& job) {
     }
     for (int64_t rb = begin; rb < end; ++rb) {
       const int64_t r0 = rb * kTile, h = std::min(kTile, rows - r0);
-      for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
-        const int64_t w = std::min(kTile, cols - c0);
-        for (int64_t r = r0; r < r0 + h; ++r) {
-          const int64_t at = r * cols + c0;
-          m = std::max(m, encode_span<Load, Encode>(in + at, job.out + at, w, scale));
-          if (acc) accumulate_span<Load>(in + at, acc + c0, w);
-        }
-        if (job.out_t)
-          transpose_block(job.out + r0 * cols + c0, cols, job.out_t + c0 * rows + r0, rows, h, w);
+      // Whole rows first (long vectorized loops), then the strip of codes, still in cache, is
+      // transposed tile by tile.
+      for (int64_t r = r0; r < r0 + h; ++r) {
+        m = std::max(m, encode_span<Load, Encode>(in + r * cols, job.out + r * cols, cols, scale));
+        if (acc) accumulate_span<Load>(in + r * cols, acc, cols);
       }
+      if (!job.out_t) continue;
+      for (int64_t c0 = 0; c0 < cols; c0 += kTile)
+        transpose_block(job.out + r0 * cols + c0, cols, job.out_t + c0 * rows + r0, rows, h,
+                        std::min(kTile, cols - c0));
     }
     partial[chunk] = m;
   });
