@@ -19,8 +19,8 @@ namespace {
 
 // Below this many elements a cast stays on the calling thread.
 constexpr int64_t kGrainElements = int64_t{1} << 16;
-// Tile edge of the transposing path: a 64 x 64 tile of codes stays in L1 while it is
-// written in both layouts.
+// Rows per strip of the transposing path, and the edge of the tiles it is transposed in: a
+// strip of 64 rows of codes stays in L2 between being written and being transposed.
 constexpr int64_t kTile = 64;
 
 struct LoadFp32 {
@@ -70,11 +70,35 @@ QMESH_SIMD_CLONES void accumulate_span(const typename Load::type* in, float* acc
   for (int64_t i = 0; i < n; ++i) acc[i] += Load::apply(in[i]);
 }
 
+// Swaps the `bits`-wide fields of a at odd positions with those of b at even positions: one
+// stage of the 8 x 8 byte transpose below.
+inline void swap_fields(uint64_t& a, uint64_t& b, int bits, uint64_t mask) {
+  const uint64_t t = ((a >> bits) ^ b) & mask;
+  b ^= t;
+  a ^= t << bits;
+}
+
+// Transposes the 8 x 8 bytes at src (row stride src_stride) into dst (row stride dst_stride),
+// holding each row in a uint64_t: three stages swap 1-, 2- and 4-byte fields.
+void transpose_8x8(const uint8_t* src, int64_t src_stride, uint8_t* dst, int64_t dst_stride) {
+  static_assert(std::endian::native == std::endian::little);
+  uint64_t r[8];
+  for (int i = 0; i < 8; ++i) std::memcpy(&r[i], src + i * src_stride, 8);
+  for (int i = 0; i < 8; i += 2) swap_fields(r[i], r[i + 1], 8, 0x00FF00FF00FF00FFull);
+  for (int i : {0, 1, 4, 5}) swap_fields(r[i], r[i + 2], 16, 0x0000FFFF0000FFFFull);
+  for (int i = 0; i < 4; ++i) swap_fields(r[i], r[i + 4], 32, 0x00000000FFFFFFFFull);
+  for (int i = 0; i < 8; ++i) std::memcpy(dst + i * dst_stride, &r[i], 8);
+}
+
 // dst[c * dst_stride + r] = src[r * src_stride + c] for an h x w block of bytes.
 void transpose_block(const uint8_t* src, int64_t src_stride, uint8_t* dst, int64_t dst_stride,
                      int64_t h, int64_t w) {
-  for (int64_t c = 0; c < w; ++c)
-    for (int64_t r = 0; r < h; ++r) dst[c * dst_stride + r] = src[r * src_stride + c];
+  const int64_t h8 = h / 8 * 8, w8 = w / 8 * 8;
+  for (int64_t r = 0; r < h8; r += 8)
+    for (int64_t c = 0; c < w8; c += 8)
+      transpose_8x8(src + r * src_stride + c, src_stride, dst + c * dst_stride + r, dst_stride);
+  for (int64_t c = 0; c < w; ++c)  // the ragged right and bottom edges
+    for (int64_t r = c < w8 ? h8 : 0; r < h; ++r) dst[c * dst_stride + r] = src[r * src_stride + c];
 }
 
 void write_scalars(const CastJob& job, uint32_t amax_bits) {
@@ -98,7 +122,7 @@ void cast_flat(const CastJob& job) {
   write_scalars(job, *std::max_element(partial.begin(), partial.end()));
 }
 
-// Rowwise codes plus the transposed copy and/or the column sums, tile by tile; row blocks are
+// Rowwise codes plus the transposed copy and/or the column sums, in strips of 64 rows; strips are
 // split over threads, each with its own column-sum accumulator (added in chunk order).
 template <class Load, class Encode>
 void cast_tiled(const CastJob& job) {
@@ -120,16 +144,16 @@ void cast_tiled(const CastJob& job) {
     }
     for (int64_t rb = begin; rb < end; ++rb) {
       const int64_t r0 = rb * kTile, h = std::min(kTile, rows - r0);
-      for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
-        const int64_t w = std::min(kTile, cols - c0);
-        for (int64_t r = r0; r < r0 + h; ++r) {
-          const int64_t at = r * cols + c0;
-          m = std::max(m, encode_span<Load, Encode>(in + at, job.out + at, w, scale));
-          if (acc) accumulate_span<Load>(in + at, acc + c0, w);
-        }
-        if (job.out_t)
-          transpose_block(job.out + r0 * cols + c0, cols, job.out_t + c0 * rows + r0, rows, h, w);
+      // Whole rows first (long vectorized loops), then the strip of codes, still in cache, is
+      // transposed tile by tile.
+      for (int64_t r = r0; r < r0 + h; ++r) {
+        m = std::max(m, encode_span<Load, Encode>(in + r * cols, job.out + r * cols, cols, scale));
+        if (acc) accumulate_span<Load>(in + r * cols, acc, cols);
       }
+      if (!job.out_t) continue;
+      for (int64_t c0 = 0; c0 < cols; c0 += kTile)
+        transpose_block(job.out + r0 * cols + c0, cols, job.out_t + c0 * rows + r0, rows, h,
+                        std::min(kTile, cols - c0));
     }
     partial[chunk] = m;
   });

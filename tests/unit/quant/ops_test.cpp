@@ -243,6 +243,11 @@ TEST(CastOps, BadInputsAreErrors) {
   on_gpu.data.device = Device::cuda(0);
   EXPECT_QMESH_ERROR(quantize(x, on_gpu), "must be on host, got cuda:0");
 
+  if (cuda_device_count() == 0) {
+    const TensorView x_gpu(x.data(), DType::kFloat32, Shape{4, 8}, Device::cuda(0));
+    EXPECT_QMESH_ERROR(quantize(x_gpu, on_gpu), "is not available");
+  }
+
   QuantizedTensorView no_scale = q.view();
   no_scale.scale = nullptr;
   EXPECT_QMESH_ERROR(quantize(x, no_scale), "missing its scale");

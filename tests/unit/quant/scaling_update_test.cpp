@@ -175,6 +175,16 @@ TEST(DelayedUpdate, BadArgumentsAreErrors) {
   bad.amax_compute_algo = static_cast<AmaxComputeAlgo>(7);
   EXPECT_QMESH_ERROR(ScalingStates(bad, {OperandRole::kInput}), "amax_compute_algo");
   EXPECT_QMESH_ERROR(ScalingStates(DelayedScaling{}, {}), "at least one operand");
+  bad = DelayedScaling{};
+  bad.fp8_format = static_cast<Fp8Format>(9);
+  EXPECT_QMESH_ERROR(ScalingStates(bad, {OperandRole::kInput}), "fp8_format");
+  EXPECT_QMESH_ERROR(fp8_dtype(Fp8Format::kHybrid, static_cast<OperandRole>(5)), "operand role");
+  if (cuda_device_count() == 0) {
+    EXPECT_QMESH_ERROR(ScalingStates(DelayedScaling{}, {OperandRole::kInput}, Device::cuda(0)),
+                       "cuda:0");
+  }
+  ScalingStates empty;
+  EXPECT_QMESH_ERROR(empty.update(), "default-constructed");
   ScalingStates states(DelayedScaling{}, {OperandRole::kGradOutput});
   QuantizedTensor q(DType::kFloat8E4M3, Shape{2}, Device::host(), false);
   QuantizedTensorView v = q.view();
