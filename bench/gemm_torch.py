@@ -4,7 +4,7 @@ fast accumulation, per-tensor scales) and torch.matmul (bf16) on the same shapes
 (A [M, K] row-major, B [N, K] row-major used transposed, i.e. TN). Run it on the GPU machine
 in the same session as gemm_gpu_bench; prints a table, then one JSON object.
 
-    python3 bench/gemm_torch.py [--iters 50]
+    python3 bench/gemm_torch.py [--iters 50] [--json FILE]
 """
 import argparse
 import json
@@ -41,6 +41,7 @@ def tflops(m, n, k, ms):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iters", type=int, default=50)
+    parser.add_argument("--json", help="also write the JSON object to this file")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("no GPU: gemm_torch.py needs a CUDA device; nothing was measured")
@@ -67,7 +68,11 @@ def main():
         results.append({"m": m, "n": n, "k": k, "scaled_mm_tflops": round(f, 1),
                         "matmul_bf16_tflops": round(h, 1)})
         del a, b, a16, b16
-    print(json.dumps({"device": name, "torch": torch.__version__, "results": results}))
+    report = json.dumps({"device": name, "torch": torch.__version__, "results": results})
+    print(report)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            f.write(report + "\n")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@
 #include "cpu/gemm_cpu.h"
 
 #include <algorithm>
-#include <array>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -123,23 +122,6 @@ HostPlan plan_host_gemm(const CanonicalGemm& c) {
   return p;
 }
 
-// FP8 code -> fp32 value, for widening by table lookup: three times faster than the
-// arithmetic decoder, and the GEMM's operands are widened on every call.
-using Fp8Table = std::array<float, 256>;
-template <float (*Decode)(uint8_t)>
-const Fp8Table& fp8_table() {
-  static const Fp8Table table = [] {
-    Fp8Table t{};
-    for (int i = 0; i < 256; ++i) t[size_t(i)] = Decode(uint8_t(i));
-    return t;
-  }();
-  return table;
-}
-
-QMESH_SIMD_CLONES void widen_fp8(const uint8_t* in, float* out, size_t n, const float* table) {
-  for (size_t i = 0; i < n; ++i) out[i] = table[in[i]];
-}
-
 // Widens n elements of a GEMM dtype to fp32 (FP8 without its scale).
 void widen(const void* in, DType dtype, float* out, size_t n) {
   switch (dtype) {
@@ -152,11 +134,8 @@ void widen(const void* in, DType dtype, float* out, size_t n) {
     case DType::kFloat16:
       fp16_to_fp32(static_cast<const uint16_t*>(in), out, n);
       return;
-    case DType::kFloat8E4M3:
-      widen_fp8(static_cast<const uint8_t*>(in), out, n, fp8_table<e4m3_to_float>().data());
-      return;
     default:
-      widen_fp8(static_cast<const uint8_t*>(in), out, n, fp8_table<e5m2_to_float>().data());
+      fp8_to_fp32(static_cast<const uint8_t*>(in), out, n, dtype, 1.0f);
   }
 }
 

@@ -149,9 +149,12 @@ std::string problem_key(const CanonicalGemm& c) {
                 dtype_name(c.aux_dtype), "|fast", int(c.accumulation));
 }
 
-// C's type: D's, except that an FP8 D takes a bf16 C (cuBLASLt's FP8 rule; C is not read
-// since beta = 0 for an FP8 D).
-DType c_dtype(const CanonicalGemm& c) { return is_fp8(c.d_dtype) ? DType::kBFloat16 : c.d_dtype; }
+// C's type: D's, except that an FP8 D (beta = 0, C not passed) takes the bias's type, or
+// bf16 without a bias (cuBLASLt's FP8 rule).
+DType c_dtype(const CanonicalGemm& c) {
+  if (!is_fp8(c.d_dtype)) return c.d_dtype;
+  return c.bias ? c.bias_dtype : DType::kBFloat16;
+}
 
 }  // namespace
 
@@ -188,14 +191,19 @@ struct CublasLtGemm::Impl {
       if (c.d_amax) set_attr(desc, CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, c.d_amax);
     }
     set_attr(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, uint32_t(cublaslt_epilogue(c.epilogue)));
+    // Bias and aux types default to D's; FP8 GEMMs name theirs (canonicalize checked that
+    // plain GEMMs use D's).
     if (c.bias) {
       set_attr(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, c.bias);
-      set_attr(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, int32_t(cuda_type(c.bias_dtype)));
+      if (c.fp8_inputs())
+        set_attr(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, int32_t(cuda_type(c.bias_dtype)));
     }
     if (c.aux) {
       set_attr(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, c.aux);
       set_attr(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, int64_t(cm.ldd));
-      set_attr(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, int32_t(cuda_type(c.aux_dtype)));
+      if (c.fp8_inputs())
+        set_attr(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE,
+                 int32_t(cuda_type(c.aux_dtype)));
     }
     // Column-major layouts of the stored matrices (see ColumnMajorGemm).
     a_layout = cm.trans_a ? make_layout(c.b.dtype, cm.k, cm.m, cm.lda)
@@ -230,9 +238,10 @@ struct CublasLtGemm::Impl {
   }
 
   void launch(const cublasLtMatmulAlgo_t& a, cudaStream_t stream, void* workspace) {
-    // A' = our B, B' = our A; C aliases D (not read unless beta = 1, where types match).
+    // A' = our B, B' = our A. C is D (read only with beta = 1), or none for an FP8 D.
+    const void* c_data = is_fp8(c.d_dtype) ? nullptr : c.d;
     QMESH_CHECK_CUBLAS(cublasLtMatmul(handle, desc, &alpha, c.b.data, a_layout, c.a.data, b_layout,
-                                      &beta, c.d, c_layout, c.d, d_layout, &a, workspace,
+                                      &beta, c_data, c_layout, c.d, d_layout, &a, workspace,
                                       kCublasLtWorkspaceBytes, stream));
   }
 

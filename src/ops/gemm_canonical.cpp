@@ -86,6 +86,22 @@ void check_cublaslt_fp8(const CanonicalGemm& c) {
   if (c.aux) check_alignment(c.aux, "aux");
 }
 
+// cuBLASLt's dtype rules for the epilogue tensors: a plain GEMM's bias and aux have D's
+// dtype; with an FP8 D, C takes the bias's dtype, which must then be 16-bit.
+void check_cublaslt_epilogue_dtypes(const CanonicalGemm& c) {
+  if (!c.fp8_inputs()) {
+    QMESH_CHECK(!c.bias || c.bias_dtype == c.d_dtype, "on CUDA, the bias of a ",
+                dtype_name(c.a.dtype), " GEMM must have D's dtype ", dtype_name(c.d_dtype),
+                ", got ", dtype_name(c.bias_dtype));
+    QMESH_CHECK(!c.aux || c.aux_dtype == c.d_dtype, "on CUDA, the aux of a ", dtype_name(c.a.dtype),
+                " GEMM must have D's dtype ", dtype_name(c.d_dtype), ", got ",
+                dtype_name(c.aux_dtype));
+  } else if (is_fp8(c.d_dtype)) {
+    QMESH_CHECK(!c.bias || c.bias_dtype != DType::kFloat32,
+                "on CUDA, the bias of a GEMM with an FP8 D must be bf16 or fp16, got fp32");
+  }
+}
+
 }  // namespace
 
 CanonicalGemm canonicalize(const GemmArgs& args) {
@@ -211,6 +227,7 @@ CanonicalGemm canonicalize(const GemmArgs& args) {
 
   if (c.backend == GemmBackend::kCublasLt) {
     if (need_tn) check_cublaslt_fp8(c);
+    check_cublaslt_epilogue_dtypes(c);
     QMESH_CHECK(QMESH_WITH_CUDA, "GEMM tensors live on ", c.device.str(),
                 " but qmesh was built with QMESH_WITH_CUDA=OFF");
     require_device(c.device);

@@ -262,6 +262,29 @@ TEST(GemmCudaRules, DeviceMismatch) {
   expect_refused(h, "GemmArgs.bias (it must live on D's device)");
 }
 
+TEST(GemmCudaRules, EpilogueDtypes) {
+  GemmArgs g;
+  g.a = GemmOperand::plain(on_cuda(kBf16, Shape{64, 48}));
+  g.b = GemmOperand::plain(on_cuda(kBf16, Shape{32, 48}));
+  g.d = on_cuda(kBf16, Shape{64, 32});
+  g.epilogue = GemmEpilogue::kBias;
+  g.bias = on_cuda(kF32, Shape{32});
+  expect_refused(g, "the bias of a bf16 GEMM must have D's dtype bf16, got fp32");
+  g.epilogue = GemmEpilogue::kDGelu;
+  g.bias = TensorView();
+  g.aux = on_cuda(DType::kFloat16, Shape{64, 32});
+  expect_refused(g, "the aux of a bf16 GEMM must have D's dtype bf16, got fp16");
+
+  GemmArgs h = cuda_problem(64, 32, 48, GemmTranspose::kNo, GemmTranspose::kYes, true);
+  h.d = on_cuda(kE4, Shape{64, 32});
+  h.d_scale = &fake_scalars[0];
+  h.epilogue = GemmEpilogue::kBias;
+  h.bias = on_cuda(kF32, Shape{32});
+  expect_refused(h, "the bias of a GEMM with an FP8 D must be bf16 or fp16");
+  h.bias = on_cuda(kBf16, Shape{32});
+  expect_accepted_or_no_device(h);
+}
+
 TEST(GemmCudaRules, WorkspaceSizeIs32MiBOnCuda) {
   const GemmArgs g = cuda_problem(64, 32, 48, GemmTranspose::kNo, GemmTranspose::kYes, true);
   if (cuda_device_count() == 0) {

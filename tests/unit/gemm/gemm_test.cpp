@@ -225,6 +225,11 @@ TEST(GemmHostFp8Output, AmaxIsThatOfTheUnscaledFp32Result) {
     EXPECT_EQ(double(d_amax), amax);
     for (size_t i = 0; i < r.size(); ++i)
       ASSERT_EQ(d8.bytes[i], float_to_e4m3(float(r[i]) * scale)) << "element " << i;
+
+    // A NaN in the result makes amax NaN, so that the scaling update keeps its scale.
+    a.bytes[5] = 0x7F;  // e4m3 NaN
+    gemm(args);
+    EXPECT_TRUE(std::isnan(d_amax));
   }
 }
 

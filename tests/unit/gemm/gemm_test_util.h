@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <numbers>
 #include <random>
 #include <vector>
 
@@ -139,13 +140,14 @@ inline Matrix random_matrix(DType t, int64_t rows, int64_t cols, uint32_t seed,
 }
 
 inline double gelu_ref(double x) {
-  return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+  return 0.5 * x *
+         (1.0 + std::tanh(std::sqrt(2.0 / std::numbers::pi) * (x + 0.044715 * x * x * x)));
 }
 inline double dgelu_ref(double x) {
-  const double u = std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x);
+  const double u = std::sqrt(2.0 / std::numbers::pi) * (x + 0.044715 * x * x * x);
   const double t = std::tanh(u);
-  return 0.5 * (1.0 + t) +
-         0.5 * x * (1.0 - t * t) * std::sqrt(2.0 / M_PI) * (1.0 + 3.0 * 0.044715 * x * x);
+  return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * std::sqrt(2.0 / std::numbers::pi) *
+                               (1.0 + 3.0 * 0.044715 * x * x);
 }
 
 // The float64 reference. Inputs are the dequantized values; `d_old` is D before the call
