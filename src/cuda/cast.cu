@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "cuda/check.h"
+#include "cuda/device_guard.h"
 #include "ops/cast_job.h"
 #include "qmesh/error.h"
 
@@ -367,7 +368,8 @@ void cast_tiled(const CastSpec& spec, const CastJob& job, cudaStream_t stream) {
 
 }  // namespace
 
-void cast(const CastSpec& spec, std::span<const CastJob> jobs, Stream stream) {
+void cast(int device, const CastSpec& spec, std::span<const CastJob> jobs, Stream stream) {
+  const DeviceGuard guard(device);
   auto s = static_cast<cudaStream_t>(stream.handle);
   if (jobs.size() == 1 && (jobs[0].out_t || jobs[0].dbias)) {
     cast_tiled(spec, jobs[0], s);
@@ -377,8 +379,9 @@ void cast(const CastSpec& spec, std::span<const CastJob> jobs, Stream stream) {
     cast_flat(spec, jobs.subspan(first, std::min<size_t>(kMaxGroups, jobs.size() - first)), s);
 }
 
-void dequantize(const uint8_t* in, DType fp8, const float* scale_inv, void* out, DType out_dtype,
-                int64_t n, Stream stream) {
+void dequantize(int device, const uint8_t* in, DType fp8, const float* scale_inv, void* out,
+                DType out_dtype, int64_t n, Stream stream) {
+  const DeviceGuard guard(device);
   auto s = static_cast<cudaStream_t>(stream.handle);
   const auto blocks =
       static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, resident_blocks()));
