@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "qmesh/bit_select.h"
+#include "qmesh/detail/select.h"
 #include "qmesh/export.h"
 
 namespace qmesh {
@@ -16,7 +16,7 @@ inline uint16_t float_to_bf16(float x) {
   const uint32_t bits = std::bit_cast<uint32_t>(x);
   const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
   const bool nan = (bits & 0x7FFFFFFFu) > 0x7F800000u;
-  return static_cast<uint16_t>(nan ? ((bits >> 16) | 0x40u) : rounded);
+  return static_cast<uint16_t>(detail::select_bits(nan, (bits >> 16) | 0x40u, rounded));
 }
 
 inline float bf16_to_float(uint16_t h) { return std::bit_cast<float>(uint32_t(h) << 16); }
@@ -28,7 +28,7 @@ inline uint16_t float_to_fp16(float x) {
   const float absf = std::bit_cast<float>(abs);
   const uint32_t rebased = abs - (112u << 23);
   uint32_t normal = (rebased + 0xFFFu + ((rebased >> 13) & 1u)) >> 13;
-  normal = normal > 0x7C00u ? 0x7C00u : normal;  // overflow -> inf
+  normal = detail::select_bits(normal > 0x7C00u, 0x7C00u, normal);  // overflow -> inf
   const uint32_t subnormal = std::bit_cast<uint32_t>(absf * 16777216.0f + 8388608.0f) - 0x4B000000u;
   uint32_t code = detail::select_bits(abs < (113u << 23), subnormal, normal);
   code = detail::select_bits(abs > 0x7F800000u, 0x7E00u | ((abs >> 13) & 0x3FFu), code);  // qNaN

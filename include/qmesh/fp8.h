@@ -11,7 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "qmesh/bit_select.h"
+#include "qmesh/detail/select.h"
 #include "qmesh/dtype.h"
 #include "qmesh/export.h"
 
@@ -39,11 +39,12 @@ using E4M3 = Fp8Format<3, 7>;
 using E5M2 = Fp8Format<2, 15>;
 
 template <class F>
-inline uint8_t encode_fp8(float x, float max_finite, uint32_t max_code) {
+inline uint8_t encode_fp8(float x, uint32_t max_finite_bits, uint32_t max_code) {
   const uint32_t bits = std::bit_cast<uint32_t>(x);
   const uint32_t sign = (bits >> 24) & 0x80u;
   const uint32_t abs = bits & 0x7FFFFFFFu;
   const float absf = std::bit_cast<float>(abs);
+  using detail::select_bits;
   // Normal range: rebias the exponent, then round the mantissa to nearest-even.
   const uint32_t rebased = abs - F::kRebias;
   const uint32_t normal =
@@ -53,17 +54,17 @@ inline uint8_t encode_fp8(float x, float max_finite, uint32_t max_code) {
   const uint32_t subnormal =
       std::bit_cast<uint32_t>(absf * F::kSubnormalScale + 8388608.0f) - 0x4B000000u;
   uint32_t code = select_bits(abs < F::kMinNormalBits, subnormal, normal);
-  code = select_bits(absf > max_finite, max_code, code);  // saturate (inf too; NaN is false)
+  code = select_bits(abs > max_finite_bits, max_code, code);  // saturate, inf included
   return static_cast<uint8_t>(select_bits(abs > 0x7F800000u, 0x7Fu, code | sign));
 }
 
 }  // namespace detail
 
 inline uint8_t float_to_e4m3(float x) {
-  return detail::encode_fp8<detail::E4M3>(x, kE4M3Max, 0x7Eu);
+  return detail::encode_fp8<detail::E4M3>(x, std::bit_cast<uint32_t>(kE4M3Max), 0x7Eu);
 }
 inline uint8_t float_to_e5m2(float x) {
-  return detail::encode_fp8<detail::E5M2>(x, kE5M2Max, 0x7Bu);
+  return detail::encode_fp8<detail::E5M2>(x, std::bit_cast<uint32_t>(kE5M2Max), 0x7Bu);
 }
 
 inline float e4m3_to_float(uint8_t code) {
@@ -84,8 +85,8 @@ inline float e5m2_to_float(uint8_t code) {
   const uint32_t subnormal = std::bit_cast<uint32_t>(float(mag) * (1.0f / F::kSubnormalScale));
   const uint32_t normal = (mag << F::kDropBits) + F::kRebias;
   uint32_t v = detail::select_bits((mag >> 2) == 0, subnormal, normal);
-  const uint32_t special = detail::select_bits(mag == 0x7Cu, 0x7F800000u, 0x7FC00000u);  // inf, NaN
-  v = detail::select_bits(mag >= 0x7Cu, special, v);
+  v = detail::select_bits(mag >= 0x7Cu, detail::select_bits(mag == 0x7Cu, 0x7F800000u, 0x7FC00000u),
+                          v);
   return std::bit_cast<float>(v | sign);
 }
 

@@ -1,0 +1,32 @@
+// Named-tensor files: what checkpoints of weights and optimizer state are made of.
+//
+// Format (little-endian): magic "QMTENSOR", u32 version, u32 count; per tensor: u32 name
+// length, name bytes, u8 dtype, u8 rank, i64 dims[rank], then the raw data; finally a u32
+// CRC-32 of every byte before it. Written atomically (temporary file, fsync, rename).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "qmesh/export.h"
+#include "qmesh/tensor.h"
+
+namespace qmesh {
+
+inline constexpr uint32_t kTensorFileVersion = 1;
+
+struct NamedTensor {
+  std::string name;
+  TensorView tensor;  // host or device; read or written in place
+};
+
+// Writes the tensors (names unique) to `path` atomically. Blocking.
+QMESH_API void save_tensors(const std::string& path, const std::vector<NamedTensor>& tensors);
+
+// Reads `path` into the given tensors. The file must hold exactly these names, each with the
+// same dtype and shape; it is checked completely (magic, version, length, checksum, names,
+// shapes) before any tensor is written, so on any Error the tensors are left untouched.
+QMESH_API void load_tensors(const std::string& path, const std::vector<NamedTensor>& tensors);
+
+}  // namespace qmesh

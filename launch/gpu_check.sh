@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Builds qmesh for Hopper and runs the GPU tests and benchmarks in one go, on a machine that
+# has a GPU and the CUDA toolkit but maybe no MPI, UCX, OpenBLAS, Boost or GoogleTest.
+# GoogleTest comes from a source copy in third_party/googletest (git-ignored):
+#   cp -r /usr/src/googletest third_party/googletest     # on a machine that has it
+# Results (logs, JSON) go to $OUT if set, else build-gpu/results.
+# Usage: launch/gpu_check.sh [--tests-only|--bench-only]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-build-gpu/results}
+mkdir -p "$out"
+mode=${1:-all}
+export PYTHONUNBUFFERED=1
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/device.txt"
+
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_CUDA_ARCHITECTURES=90a -DQMESH_WITH_CUDA=ON 2>&1 | tail -n 30 | tee "$out/configure.log"
+cmake --build build-gpu -j "$(nproc)" 2>&1 | tail -n 40 | tee "$out/build.log"
+[ "${PIPESTATUS[0]}" -eq 0 ] || { echo "gpu_check: build failed"; exit 1; }
+
+status=0
+if [ "$mode" != "--bench-only" ]; then
+  ctest --test-dir build-gpu -L gpu --output-on-failure -j 1 2>&1 | tee "$out/gpu-tests.log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
+if [ "$mode" != "--tests-only" ]; then
+  # Every GPU benchmark program writes a table to stdout and JSON next to it.
+  for b in build-gpu/bench/*_gpu_bench; do
+    [ -x "$b" ] || continue
+    name=$(basename "$b")
+    echo "=== $name"
+    "$b" --json "$out/$name.json" 2>&1 | tee "$out/$name.txt"
+  done
+  if python3 -c "import torch" 2>/dev/null && [ -f bench/gemm_torch.py ]; then
+    echo "=== gemm_torch.py"
+    python3 bench/gemm_torch.py --json "$out/gemm_torch.json" 2>&1 | tee "$out/gemm_torch.txt"
+  fi
+fi
+exit $status

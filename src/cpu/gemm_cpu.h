@@ -1,0 +1,19 @@
+// The host GEMM backend: FP8/bf16/fp16 operands are widened to fp32 panel by panel and
+// multiplied by OpenBLAS sgemm; the epilogue runs in one vectorized pass over D.
+#pragma once
+
+#include <cstddef>
+
+#include "ops/gemm_canonical.h"
+
+namespace qmesh::detail {
+
+// Host scratch bytes that host_gemm uses for `c` (0 when no operand needs widening, D is
+// fp32 and there is nothing to reduce).
+size_t host_gemm_workspace_size(const CanonicalGemm& c);
+
+// Computes the GEMM described by `c` (host tensors) before returning. `workspace` is nullptr
+// (a per-thread cached buffer is used) or host_gemm_workspace_size(c) bytes.
+void host_gemm(const CanonicalGemm& c, void* workspace);
+
+}  // namespace qmesh::detail

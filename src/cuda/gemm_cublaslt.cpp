@@ -1,0 +1,339 @@
+#include "cuda/gemm_cublaslt.h"
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cuda/check.h"
+#include "cuda/cublaslt_check.h"
+#include "cuda/gemm_autotune.h"
+#include "qmesh/logging.h"
+
+namespace qmesh::detail {
+
+namespace {
+
+// Candidates asked of the heuristic; autotuning times each of them.
+constexpr int kHeuristicCandidates = 8;
+constexpr int kTimedRuns = 3;
+
+cudaDataType_t cuda_type(DType t) {
+  switch (t) {
+    case DType::kFloat32:
+      return CUDA_R_32F;
+    case DType::kFloat16:
+      return CUDA_R_16F;
+    case DType::kBFloat16:
+      return CUDA_R_16BF;
+    case DType::kFloat8E4M3:
+      return CUDA_R_8F_E4M3;
+    case DType::kFloat8E5M2:
+      return CUDA_R_8F_E5M2;
+    default:
+      QMESH_THROW("dtype ", dtype_name(t), " has no cuBLASLt GEMM type");
+  }
+}
+
+cublasLtEpilogue_t cublaslt_epilogue(GemmEpilogue e) {
+  switch (e) {
+    case GemmEpilogue::kNone:
+      return CUBLASLT_EPILOGUE_DEFAULT;
+    case GemmEpilogue::kBias:
+      return CUBLASLT_EPILOGUE_BIAS;
+    case GemmEpilogue::kGelu:
+      return CUBLASLT_EPILOGUE_GELU;
+    case GemmEpilogue::kBiasGeluAux:
+      return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    case GemmEpilogue::kDGelu:
+      return CUBLASLT_EPILOGUE_DGELU;
+    // B' is our A (see ColumnMajorGemm): BGRADB sums op(A) over K, one value per row of D.
+    case GemmEpilogue::kBiasGrad:
+      return CUBLASLT_EPILOGUE_BGRADB;
+  }
+  QMESH_THROW("invalid GemmEpilogue ", int(e));
+}
+
+// Makes `device` current for a scope and restores the previous device.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    QMESH_CHECK_CUDA(cudaGetDevice(&previous_));
+    if (previous_ != device) QMESH_CHECK_CUDA(cudaSetDevice(device));
+  }
+  ~DeviceGuard() { (void)cudaSetDevice(previous_); }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
+// Handles (one per device) and workspaces (one per device and stream), created on first use
+// and kept for the life of the process: freeing them at static destruction would race the
+// CUDA runtime's own teardown.
+struct Resources {
+  std::mutex mutex;
+  std::map<int, cublasLtHandle_t> handles;
+  std::map<std::pair<int, uintptr_t>, void*> workspaces;
+  std::map<int, std::string> device_names;
+};
+
+Resources& resources() {
+  static Resources* r = new Resources;
+  return *r;
+}
+
+cublasLtHandle_t handle_for(int device) {
+  Resources& r = resources();
+  std::lock_guard lock(r.mutex);
+  auto it = r.handles.find(device);
+  if (it == r.handles.end()) {
+    cublasLtHandle_t handle = nullptr;
+    QMESH_CHECK_CUBLAS(cublasLtCreate(&handle));
+    it = r.handles.emplace(device, handle).first;
+  }
+  return it->second;
+}
+
+void* workspace_for(int device, cudaStream_t stream) {
+  Resources& r = resources();
+  std::lock_guard lock(r.mutex);
+  const auto key = std::make_pair(device, reinterpret_cast<uintptr_t>(stream));
+  auto it = r.workspaces.find(key);
+  if (it == r.workspaces.end()) {
+    void* ws = nullptr;
+    QMESH_CHECK_CUDA(cudaMalloc(&ws, kCublasLtWorkspaceBytes));
+    it = r.workspaces.emplace(key, ws).first;
+  }
+  return it->second;
+}
+
+const std::string& device_name(int device) {
+  Resources& r = resources();
+  std::lock_guard lock(r.mutex);
+  auto it = r.device_names.find(device);
+  if (it == r.device_names.end()) {
+    cudaDeviceProp prop{};
+    QMESH_CHECK_CUDA(cudaGetDeviceProperties(&prop, device));
+    it = r.device_names.emplace(device, prop.name).first;
+  }
+  return it->second;
+}
+
+template <class T>
+void set_attr(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const T& value) {
+  QMESH_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof(value)));
+}
+
+cublasLtMatrixLayout_t make_layout(DType t, int64_t rows, int64_t cols, int64_t ld) {
+  cublasLtMatrixLayout_t layout = nullptr;
+  QMESH_CHECK_CUBLAS(
+      cublasLtMatrixLayoutCreate(&layout, cuda_type(t), uint64_t(rows), uint64_t(cols), ld));
+  return layout;
+}
+
+// Everything that selects an algorithm, as the autotune cache key (tab-free).
+std::string problem_key(const CanonicalGemm& c) {
+  return concat(device_name(c.device.index), "|cublasLt ", cublasLtGetVersion(), "|m", c.cm.m, " n",
+                c.cm.n, " k", c.cm.k, "|", c.cm.trans_a ? 'T' : 'N', c.cm.trans_b ? 'T' : 'N',
+                " lda", c.cm.lda, " ldb", c.cm.ldb, "|", dtype_name(c.b.dtype), "x",
+                dtype_name(c.a.dtype), "->", dtype_name(c.d_dtype), "|beta", c.beta, "|epi",
+                int(c.epilogue), " bias ", dtype_name(c.bias_dtype), " aux ",
+                dtype_name(c.aux_dtype), "|fast", int(c.accumulation));
+}
+
+// C's type: D's, except that an FP8 D (beta = 0, C not passed) takes the bias's type, or
+// bf16 without a bias (cuBLASLt's FP8 rule).
+DType c_dtype(const CanonicalGemm& c) {
+  if (!is_fp8(c.d_dtype)) return c.d_dtype;
+  return c.bias ? c.bias_dtype : DType::kBFloat16;
+}
+
+}  // namespace
+
+struct CublasLtGemm::Impl {
+  CanonicalGemm c;
+  cublasLtHandle_t handle = nullptr;
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a_layout = nullptr, b_layout = nullptr, c_layout = nullptr,
+                         d_layout = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  float alpha = 1.0f;  // read by cuBLASLt from host memory at each launch
+  float beta = 0.0f;
+
+  ~Impl() {
+    for (cublasLtMatrixLayout_t l : {a_layout, b_layout, c_layout, d_layout})
+      if (l) (void)cublasLtMatrixLayoutDestroy(l);
+    if (desc) (void)cublasLtMatmulDescDestroy(desc);
+  }
+
+  void describe() {
+    const ColumnMajorGemm& cm = c.cm;
+    QMESH_CHECK_CUBLAS(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    set_attr(desc, CUBLASLT_MATMUL_DESC_TRANSA, int32_t(cm.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N));
+    set_attr(desc, CUBLASLT_MATMUL_DESC_TRANSB, int32_t(cm.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N));
+    if (c.fp8_inputs()) {
+      set_attr(desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM,
+               int8_t(c.accumulation == GemmAccumulation::kFast ? 1 : 0));
+      // A' is our B and B' our A.
+      set_attr(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, c.b.scale_inv);
+      set_attr(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, c.a.scale_inv);
+    }
+    if (is_fp8(c.d_dtype)) {
+      set_attr(desc, CUBLASLT_MATMUL_DESC_D_SCALE_POINTER, static_cast<const float*>(c.d_scale));
+      if (c.d_amax) set_attr(desc, CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, c.d_amax);
+    }
+    set_attr(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, uint32_t(cublaslt_epilogue(c.epilogue)));
+    // Bias and aux types default to D's; FP8 GEMMs name theirs (canonicalize checked that
+    // plain GEMMs use D's).
+    if (c.bias) {
+      set_attr(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, c.bias);
+      if (c.fp8_inputs())
+        set_attr(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, int32_t(cuda_type(c.bias_dtype)));
+    }
+    if (c.aux) {
+      set_attr(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, c.aux);
+      set_attr(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, int64_t(cm.ldd));
+      if (c.fp8_inputs())
+        set_attr(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE,
+                 int32_t(cuda_type(c.aux_dtype)));
+    }
+    // Column-major layouts of the stored matrices (see ColumnMajorGemm).
+    a_layout = cm.trans_a ? make_layout(c.b.dtype, cm.k, cm.m, cm.lda)
+                          : make_layout(c.b.dtype, cm.m, cm.k, cm.lda);
+    b_layout = cm.trans_b ? make_layout(c.a.dtype, cm.n, cm.k, cm.ldb)
+                          : make_layout(c.a.dtype, cm.k, cm.n, cm.ldb);
+    c_layout = make_layout(c_dtype(c), cm.m, cm.n, cm.ldd);
+    d_layout = make_layout(c.d_dtype, cm.m, cm.n, cm.ldd);
+  }
+
+  std::vector<cublasLtMatmulHeuristicResult_t> candidates() {
+    cublasLtMatmulPreference_t pref = nullptr;
+    QMESH_CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
+    const uint64_t ws = kCublasLtWorkspaceBytes;
+    const cublasStatus_t set = cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+    std::vector<cublasLtMatmulHeuristicResult_t> results(kHeuristicCandidates);
+    int returned = 0;
+    const cublasStatus_t status =
+        set != CUBLAS_STATUS_SUCCESS
+            ? set
+            : cublasLtMatmulAlgoGetHeuristic(handle, desc, a_layout, b_layout, c_layout, d_layout,
+                                             pref, kHeuristicCandidates, results.data(), &returned);
+    (void)cublasLtMatmulPreferenceDestroy(pref);
+    QMESH_CHECK(status == CUBLAS_STATUS_SUCCESS && returned > 0,
+                "cuBLASLt has no algorithm for this GEMM (", problem_key(c), "; status ",
+                cublasLtGetStatusName(status),
+                "): the dtype/epilogue combination is not supported on ", c.device.str(),
+                " (FP8 bias and aux are usually bf16, or fp16 with an fp16 D)");
+    results.resize(size_t(returned));
+    return results;
+  }
+
+  void launch(const cublasLtMatmulAlgo_t& a, cudaStream_t stream, void* workspace) {
+    // A' = our B, B' = our A. C is D (read only with beta = 1), or none for an FP8 D.
+    const void* c_data = is_fp8(c.d_dtype) ? nullptr : c.d;
+    QMESH_CHECK_CUBLAS(cublasLtMatmul(handle, desc, &alpha, c.b.data, a_layout, c.a.data, b_layout,
+                                      &beta, c_data, c_layout, c.d, d_layout, &a, workspace,
+                                      kCublasLtWorkspaceBytes, stream));
+  }
+
+  // Times each candidate (one warm-up launch, then kTimedRuns) and returns the fastest.
+  // D is saved and restored around the trials when the GEMM accumulates into it.
+  cublasLtMatmulAlgo_t tune(const std::vector<cublasLtMatmulHeuristicResult_t>& cands,
+                            cudaStream_t stream) {
+    void* workspace = workspace_for(c.device.index, stream);
+    const size_t d_bytes = size_t(c.m) * size_t(c.n) * dtype_size(c.d_dtype);
+    void* saved = nullptr;
+    if (c.beta != 0.0f) {
+      QMESH_CHECK_CUDA(cudaMallocAsync(&saved, d_bytes, stream));
+      QMESH_CHECK_CUDA(cudaMemcpyAsync(saved, c.d, d_bytes, cudaMemcpyDeviceToDevice, stream));
+    }
+    cudaEvent_t start = nullptr, stop = nullptr;
+    QMESH_CHECK_CUDA(cudaEventCreate(&start));
+    QMESH_CHECK_CUDA(cudaEventCreate(&stop));
+    float best_ms = 0.0f;
+    size_t best = 0;
+    for (size_t i = 0; i < cands.size(); ++i) {
+      launch(cands[i].algo, stream, workspace);
+      QMESH_CHECK_CUDA(cudaEventRecord(start, stream));
+      for (int r = 0; r < kTimedRuns; ++r) launch(cands[i].algo, stream, workspace);
+      QMESH_CHECK_CUDA(cudaEventRecord(stop, stream));
+      QMESH_CHECK_CUDA(cudaEventSynchronize(stop));
+      float ms = 0.0f;
+      QMESH_CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
+      QMESH_LOG_DEBUG("GEMM autotune candidate ", i, ": ", ms / kTimedRuns, " ms");
+      if (i == 0 || ms < best_ms) {
+        best_ms = ms;
+        best = i;
+      }
+    }
+    (void)cudaEventDestroy(start);
+    (void)cudaEventDestroy(stop);
+    if (saved) {
+      QMESH_CHECK_CUDA(cudaMemcpyAsync(c.d, saved, d_bytes, cudaMemcpyDeviceToDevice, stream));
+      QMESH_CHECK_CUDA(cudaFreeAsync(saved, stream));
+    }
+    QMESH_LOG_INFO("GEMM autotune chose candidate ", best, " of ", cands.size(), " (",
+                   best_ms / kTimedRuns, " ms) for ", problem_key(c));
+    return cands[best].algo;
+  }
+
+  bool capturing(cudaStream_t stream) {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    QMESH_CHECK_CUDA(cudaStreamIsCapturing(stream, &status));
+    return status != cudaStreamCaptureStatusNone;
+  }
+
+  void choose_algo(cudaStream_t stream) {
+    const bool tune_on = gemm_autotune_enabled();
+    const std::string key = tune_on ? problem_key(c) : std::string();
+    if (tune_on) {
+      if (auto cached = cached_gemm_algo(key)) {
+        cublasLtMatmulHeuristicResult_t check{};
+        if (cublasLtMatmulAlgoCheck(handle, desc, a_layout, b_layout, c_layout, d_layout, &*cached,
+                                    &check) == CUBLAS_STATUS_SUCCESS &&
+            check.workspaceSize <= kCublasLtWorkspaceBytes) {
+          algo = *cached;
+          return;
+        }
+      }
+    }
+    const auto cands = candidates();
+    // Timing needs to synchronize, which a capturing stream (CUDA graph) forbids: fall back
+    // to the heuristic's first choice there, without caching it.
+    if (!tune_on || cands.size() == 1 || capturing(stream)) {
+      algo = cands.front().algo;
+      return;
+    }
+    algo = tune(cands, stream);
+    remember_gemm_algo(key, algo);
+  }
+};
+
+CublasLtGemm::CublasLtGemm(const CanonicalGemm& c, void* stream) : impl_(std::make_unique<Impl>()) {
+  DeviceGuard guard(c.device.index);
+  impl_->c = c;
+  impl_->alpha = c.alpha;
+  impl_->beta = c.beta;
+  impl_->handle = handle_for(c.device.index);
+  impl_->describe();
+  impl_->choose_algo(static_cast<cudaStream_t>(stream));
+}
+
+CublasLtGemm::~CublasLtGemm() = default;
+
+void CublasLtGemm::run(void* stream, void* workspace) {
+  DeviceGuard guard(impl_->c.device.index);
+  auto s = static_cast<cudaStream_t>(stream);
+  impl_->launch(impl_->algo, s, workspace ? workspace : workspace_for(impl_->c.device.index, s));
+}
+
+}  // namespace qmesh::detail

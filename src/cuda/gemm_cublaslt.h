@@ -1,0 +1,34 @@
+// The CUDA GEMM backend on cuBLASLt. Only compiled with QMESH_WITH_CUDA.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "ops/gemm_canonical.h"
+
+namespace qmesh::detail {
+
+// cuBLASLt's workspace per stream (what Hopper's FP8 kernels are tuned for).
+inline constexpr size_t kCublasLtWorkspaceBytes = size_t(32) << 20;
+
+// One planned cuBLASLt matmul: descriptors built and an algorithm chosen (the heuristic's
+// first candidate, or the fastest one when autotuning is on) at construction; run() enqueues
+// it. The device of `c` must be usable.
+class CublasLtGemm {
+ public:
+  // `stream` (cudaStream_t) is where autotuning, if on, times the candidates.
+  CublasLtGemm(const CanonicalGemm& c, void* stream);
+  ~CublasLtGemm();
+  CublasLtGemm(const CublasLtGemm&) = delete;
+  CublasLtGemm& operator=(const CublasLtGemm&) = delete;
+
+  // Enqueues the GEMM on `stream`. `workspace` is kCublasLtWorkspaceBytes on c's device, or
+  // nullptr for the cached workspace of (device, stream).
+  void run(void* stream, void* workspace);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace qmesh::detail

@@ -1,0 +1,105 @@
+#include "qmesh/ops/gemm.h"
+
+#include "cpu/gemm_cpu.h"
+#include "ops/gemm_canonical.h"
+#include "qmesh/config.h"
+#include "qmesh/error.h"
+#if QMESH_WITH_CUDA
+#include "cuda/gemm_cublaslt.h"
+#endif
+
+namespace qmesh {
+
+GemmOperand GemmOperand::plain(const TensorView& t) {
+  GemmOperand op;
+  op.tensor = t;
+  return op;
+}
+
+GemmOperand GemmOperand::fp8(const QuantizedTensorView& q) {
+  GemmOperand op;
+  op.quantized = q;
+  return op;
+}
+
+const char* gemm_epilogue_name(GemmEpilogue e) {
+  switch (e) {
+    case GemmEpilogue::kNone:
+      return "kNone";
+    case GemmEpilogue::kBias:
+      return "kBias";
+    case GemmEpilogue::kGelu:
+      return "kGelu";
+    case GemmEpilogue::kBiasGeluAux:
+      return "kBiasGeluAux";
+    case GemmEpilogue::kDGelu:
+      return "kDGelu";
+    case GemmEpilogue::kBiasGrad:
+      return "kBiasGrad";
+  }
+  QMESH_THROW("GemmEpilogue has the invalid value ", int(e));
+}
+
+struct Gemm::Impl {
+  detail::CanonicalGemm c;
+  void* workspace = nullptr;
+#if QMESH_WITH_CUDA
+  std::unique_ptr<detail::CublasLtGemm> cublaslt;
+#endif
+};
+
+Gemm::Gemm() = default;
+Gemm::~Gemm() = default;
+Gemm::Gemm(Gemm&&) noexcept = default;
+Gemm& Gemm::operator=(Gemm&&) noexcept = default;
+
+Status Gemm::can_implement(const GemmArgs& args) {
+  try {
+    (void)detail::canonicalize(args);
+    return {};
+  } catch (const Error& e) {
+    return Status::failure(e.message());
+  }
+}
+
+size_t Gemm::workspace_size(const GemmArgs& args) {
+  const detail::CanonicalGemm c = detail::canonicalize(args);
+#if QMESH_WITH_CUDA
+  if (c.backend == detail::GemmBackend::kCublasLt) return detail::kCublasLtWorkspaceBytes;
+#endif
+  return detail::host_gemm_workspace_size(c);
+}
+
+void Gemm::initialize(const GemmArgs& args, void* workspace, Stream stream) {
+  auto impl = std::make_unique<Impl>();
+  impl->c = detail::canonicalize(args);
+  impl->workspace = workspace;
+#if QMESH_WITH_CUDA
+  if (impl->c.backend == detail::GemmBackend::kCublasLt)
+    impl->cublaslt = std::make_unique<detail::CublasLtGemm>(impl->c, stream.handle);
+#else
+  (void)stream;
+#endif
+  impl_ = std::move(impl);
+}
+
+void Gemm::run(Stream stream) {
+  QMESH_CHECK(impl_ != nullptr, "Gemm::run called before a successful Gemm::initialize");
+#if QMESH_WITH_CUDA
+  if (impl_->cublaslt) {
+    impl_->cublaslt->run(stream.handle, impl_->workspace);
+    return;
+  }
+#else
+  (void)stream;
+#endif
+  detail::host_gemm(impl_->c, impl_->workspace);
+}
+
+void gemm(const GemmArgs& args, Stream stream) {
+  Gemm op;
+  op.initialize(args, nullptr, stream);
+  op.run(stream);
+}
+
+}  // namespace qmesh

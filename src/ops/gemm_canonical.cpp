@@ -1,0 +1,238 @@
+#include "ops/gemm_canonical.h"
+
+#include <cstdint>
+#include <string>
+
+#include "qmesh/config.h"
+#include "qmesh/error.h"
+
+namespace qmesh::detail {
+
+namespace {
+
+bool is_plain_gemm_dtype(DType t) {
+  return t == DType::kFloat32 || t == DType::kBFloat16 || t == DType::kFloat16;
+}
+
+const char* transpose_name(GemmTranspose t) { return t == GemmTranspose::kNo ? "kNo" : "kYes"; }
+
+void check_operand_form(const GemmOperand& op, const char* what) {
+  const bool has_plain = !op.tensor.empty();
+  QMESH_CHECK(has_plain != op.is_quantized(), "GemmArgs.", what,
+              " must hold exactly one of a plain tensor or a quantized tensor (build it with "
+              "GemmOperand::plain or GemmOperand::fp8); it holds ",
+              has_plain ? "both" : "neither");
+  if (op.is_quantized()) op.quantized.validate(what);
+}
+
+// Chooses the stored copy of an operand. `k_first` is whether the rowwise data is stored with
+// K as its contiguous (last) dimension. The cuBLASLt FP8 GEMM needs that layout and takes it
+// from the columnwise copy when the rowwise one is the other way round.
+GemmMatrix choose_copy(const GemmOperand& op, bool k_contiguous, bool need_k_contiguous,
+                       const char* what, const char* trans_field, GemmTranspose trans) {
+  GemmMatrix m;
+  TensorView stored = op.is_quantized() ? op.quantized.data : op.tensor;
+  m.k_contiguous = k_contiguous;
+  if (need_k_contiguous && !k_contiguous) {
+    QMESH_CHECK(op.quantized.has_columnwise(), "GemmArgs.", what, " is FP8 with ", trans_field,
+                " = ", transpose_name(trans),
+                ", which the FP8 GEMM on CUDA (TN-only) serves from the operand's columnwise "
+                "copy data_t, but ",
+                what, " has none: quantize it with a columnwise copy (cast_transpose)");
+    stored = op.quantized.data_t;
+    m.k_contiguous = true;
+  }
+  m.data = stored.data;
+  m.dtype = stored.dtype;
+  m.rows = stored.shape.rows();
+  m.cols = stored.shape.cols();
+  if (op.is_quantized()) m.scale_inv = op.quantized.scale_inv;
+  return m;
+}
+
+void check_same_device(const TensorView& t, const Device& device, const char* what) {
+  if (!t.empty()) check_device(t, device, what);
+}
+
+void check_epilogue_vector(const TensorView& t, int64_t length, const char* what,
+                           const char* epilogue) {
+  QMESH_CHECK(!t.empty(), "GemmArgs.", what, " must be set for epilogue ", epilogue);
+  QMESH_CHECK(is_plain_gemm_dtype(t.dtype), "GemmArgs.", what, " must be fp32, bf16 or fp16, got ",
+              dtype_name(t.dtype));
+  QMESH_CHECK(t.numel() == length, "GemmArgs.", what, " of epilogue ", epilogue, " must have ",
+              length, " elements, got shape ", t.shape.str());
+}
+
+void check_alignment(const void* p, const char* what) {
+  QMESH_CHECK(reinterpret_cast<uintptr_t>(p) % 16 == 0, "GemmArgs.", what,
+              " must be 16-byte aligned for the FP8 GEMM on CUDA, got address ", p);
+}
+
+// cuBLASLt's Hopper FP8 rules that can be checked without a GPU.
+void check_cublaslt_fp8(const CanonicalGemm& c) {
+  QMESH_CHECK(c.k % kCublasLtFp8Alignment == 0,
+              "the FP8 GEMM on CUDA needs K (leading dimension "
+              "of A and B in the TN form) to be a multiple of ",
+              kCublasLtFp8Alignment, ", got K = ", c.k,
+              ": pad K, or run on the host backend which accepts any K");
+  QMESH_CHECK(c.n % kCublasLtFp8Alignment == 0,
+              "the FP8 GEMM on CUDA needs N (leading dimension "
+              "of D) to be a multiple of ",
+              kCublasLtFp8Alignment, ", got N = ", c.n,
+              ": pad N, or run on the host backend which accepts any N");
+  check_alignment(c.a.data, "A data");
+  check_alignment(c.b.data, "B data");
+  check_alignment(c.d, "D");
+  if (c.aux) check_alignment(c.aux, "aux");
+}
+
+// cuBLASLt's dtype rules for the epilogue tensors: a plain GEMM's bias and aux have D's
+// dtype; with an FP8 D, C takes the bias's dtype, which must then be 16-bit.
+void check_cublaslt_epilogue_dtypes(const CanonicalGemm& c) {
+  if (!c.fp8_inputs()) {
+    QMESH_CHECK(!c.bias || c.bias_dtype == c.d_dtype, "on CUDA, the bias of a ",
+                dtype_name(c.a.dtype), " GEMM must have D's dtype ", dtype_name(c.d_dtype),
+                ", got ", dtype_name(c.bias_dtype));
+    QMESH_CHECK(!c.aux || c.aux_dtype == c.d_dtype, "on CUDA, the aux of a ", dtype_name(c.a.dtype),
+                " GEMM must have D's dtype ", dtype_name(c.d_dtype), ", got ",
+                dtype_name(c.aux_dtype));
+  } else if (is_fp8(c.d_dtype)) {
+    QMESH_CHECK(!c.bias || c.bias_dtype != DType::kFloat32,
+                "on CUDA, the bias of a GEMM with an FP8 D must be bf16 or fp16, got fp32");
+  }
+}
+
+}  // namespace
+
+CanonicalGemm canonicalize(const GemmArgs& args) {
+  check_operand_form(args.a, "a");
+  check_operand_form(args.b, "b");
+  check_not_empty(args.d, "GemmArgs.d");
+
+  CanonicalGemm c;
+  c.device = args.d.device;
+  c.backend = c.device.is_host() ? GemmBackend::kHost : GemmBackend::kCublasLt;
+  const DType ta = args.a.dtype();
+  const DType tb = args.b.dtype();
+
+  // Operand dtypes: both FP8 (not e5m2 × e5m2, which cuBLASLt does not offer) or both one
+  // plain dtype.
+  if (is_fp8(ta) || is_fp8(tb)) {
+    QMESH_CHECK(args.a.is_quantized() && args.b.is_quantized(),
+                "GemmArgs.a and .b must both be FP8 quantized tensors or both plain tensors, got ",
+                dtype_name(ta), " and ", dtype_name(tb));
+    QMESH_CHECK(!(ta == DType::kFloat8E5M2 && tb == DType::kFloat8E5M2),
+                "FP8 GEMM inputs fp8e5m2 × fp8e5m2 are not supported: use e4m3 × e4m3, "
+                "e4m3 × e5m2 or e5m2 × e4m3");
+  } else {
+    QMESH_CHECK(is_plain_gemm_dtype(ta) && ta == tb,
+                "GemmArgs.a and .b must have the same dtype, one of fp32, bf16, fp16 (or both be "
+                "FP8), got ",
+                dtype_name(ta), " and ", dtype_name(tb));
+  }
+
+  // Devices: everything on D's device.
+  check_device(args.a.is_quantized() ? args.a.quantized.data : args.a.tensor, c.device,
+               "GemmArgs.a (it must live on D's device)");
+  check_device(args.b.is_quantized() ? args.b.quantized.data : args.b.tensor, c.device,
+               "GemmArgs.b (it must live on D's device)");
+  check_same_device(args.bias, c.device, "GemmArgs.bias (it must live on D's device)");
+  check_same_device(args.aux, c.device, "GemmArgs.aux (it must live on D's device)");
+
+  // Shapes: op(A) [M, K], op(B) [K, N], D [M, N].
+  const TensorView& sa = args.a.is_quantized() ? args.a.quantized.data : args.a.tensor;
+  const TensorView& sb = args.b.is_quantized() ? args.b.quantized.data : args.b.tensor;
+  const bool a_k_contiguous = args.trans_a == GemmTranspose::kNo;
+  const bool b_k_contiguous = args.trans_b == GemmTranspose::kYes;
+  c.m = a_k_contiguous ? sa.shape.rows() : sa.shape.cols();
+  c.k = a_k_contiguous ? sa.shape.cols() : sa.shape.rows();
+  c.n = b_k_contiguous ? sb.shape.rows() : sb.shape.cols();
+  const int64_t kb = b_k_contiguous ? sb.shape.cols() : sb.shape.rows();
+  QMESH_CHECK(c.k == kb, "GEMM inner dimensions differ: op(A) is [", c.m, ", ", c.k, "] (A shape ",
+              sa.shape.str(), ", trans_a = ", transpose_name(args.trans_a), ") but op(B) is [", kb,
+              ", ", c.n, "] (B shape ", sb.shape.str(),
+              ", trans_b = ", transpose_name(args.trans_b), ")");
+  QMESH_CHECK(args.d.shape.rows() == c.m && args.d.shape.cols() == c.n, "GemmArgs.d must be [", c.m,
+              ", ", c.n, "] (op(A) rows × op(B) columns), got ", args.d.shape.str());
+
+  // Output.
+  c.d = args.d.data;
+  c.d_dtype = args.d.dtype;
+  c.alpha = args.alpha;
+  c.beta = args.output == GemmOutputMode::kAccumulate ? 1.0f : 0.0f;
+  if (is_fp8(c.d_dtype)) {
+    QMESH_CHECK(is_fp8(ta), "an FP8 output D needs FP8 inputs, got A and B of dtype ",
+                dtype_name(ta));
+    QMESH_CHECK(args.d_scale != nullptr,
+                "GemmArgs.d_scale must point to D's scale (fp32) when D is FP8 (",
+                dtype_name(c.d_dtype), ")");
+    QMESH_CHECK(args.output == GemmOutputMode::kWrite,
+                "GemmOutputMode::kAccumulate is not available with an FP8 output D: accumulate "
+                "into an fp32/bf16/fp16 D");
+  } else {
+    QMESH_CHECK(is_plain_gemm_dtype(c.d_dtype), "GemmArgs.d must be fp32, bf16, fp16 or FP8, got ",
+                dtype_name(c.d_dtype));
+    QMESH_CHECK(args.d_scale == nullptr && args.d_amax == nullptr,
+                "GemmArgs.d_scale and .d_amax are for an FP8 D only; D is ", dtype_name(c.d_dtype),
+                ": leave them nullptr");
+  }
+  c.d_scale = args.d_scale;
+  c.d_amax = args.d_amax;
+
+  // Epilogue tensors: exactly those the epilogue uses.
+  c.epilogue = args.epilogue;
+  const char* ename = gemm_epilogue_name(args.epilogue);
+  const bool uses_bias = args.epilogue == GemmEpilogue::kBias ||
+                         args.epilogue == GemmEpilogue::kBiasGeluAux ||
+                         args.epilogue == GemmEpilogue::kBiasGrad;
+  const bool uses_aux =
+      args.epilogue == GemmEpilogue::kBiasGeluAux || args.epilogue == GemmEpilogue::kDGelu;
+  if (uses_bias) {
+    check_epilogue_vector(args.bias, args.epilogue == GemmEpilogue::kBiasGrad ? c.m : c.n, "bias",
+                          ename);
+    c.bias = args.bias.data;
+    c.bias_dtype = args.bias.dtype;
+  } else {
+    QMESH_CHECK(args.bias.empty(), "GemmArgs.bias is set but epilogue ", ename,
+                " does not use it: leave it empty or choose a bias epilogue");
+  }
+  if (uses_aux) {
+    QMESH_CHECK(!args.aux.empty(), "GemmArgs.aux must be set for epilogue ", ename);
+    QMESH_CHECK(is_plain_gemm_dtype(args.aux.dtype),
+                "GemmArgs.aux must be fp32, bf16 or fp16, got ", dtype_name(args.aux.dtype));
+    QMESH_CHECK(args.aux.shape.rows() == c.m && args.aux.shape.cols() == c.n, "GemmArgs.aux of ",
+                "epilogue ", ename, " must be [", c.m, ", ", c.n, "] like D, got ",
+                args.aux.shape.str());
+    c.aux = args.aux.data;
+    c.aux_dtype = args.aux.dtype;
+  } else {
+    QMESH_CHECK(args.aux.empty(), "GemmArgs.aux is set but epilogue ", ename,
+                " does not use it: leave it empty");
+  }
+  c.accumulation = args.accumulation;
+
+  // Copies: the host reads any layout; cuBLASLt's FP8 GEMM needs both operands K-contiguous.
+  const bool need_tn = c.backend == GemmBackend::kCublasLt && is_fp8(ta);
+  c.a = choose_copy(args.a, a_k_contiguous, need_tn, "a", "trans_a", args.trans_a);
+  c.b = choose_copy(args.b, b_k_contiguous, need_tn, "b", "trans_b", args.trans_b);
+
+  c.cm.m = c.n;
+  c.cm.n = c.m;
+  c.cm.k = c.k;
+  c.cm.trans_a = c.b.k_contiguous;
+  c.cm.trans_b = !c.a.k_contiguous;
+  c.cm.lda = c.b.cols;
+  c.cm.ldb = c.a.cols;
+  c.cm.ldd = c.n;
+
+  if (c.backend == GemmBackend::kCublasLt) {
+    if (need_tn) check_cublaslt_fp8(c);
+    check_cublaslt_epilogue_dtypes(c);
+    QMESH_CHECK(QMESH_WITH_CUDA, "GEMM tensors live on ", c.device.str(),
+                " but qmesh was built with QMESH_WITH_CUDA=OFF");
+    require_device(c.device);
+  }
+  return c;
+}
+
+}  // namespace qmesh::detail

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Runs every qmesh test: installs what is missing, checks formatting, then builds and tests
+# two configurations:
+#   build/       the default (CUDA compiled when nvcc exists, warnings as errors): all labels
+#   build-asan/  without CUDA, under AddressSanitizer + UndefinedBehaviorSanitizer: all
+#                labels except `slow`
+# and finally builds a program against the installed CMake package. Prints a summary and
+# exits non-zero on any failure. Usage: tests/run.sh [--quick]  (--quick: first build only)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+jobs=$(nproc)
+quick=0
+[ "${1:-}" = "--quick" ] && quick=1
+
+launch/install_deps.sh || exit 1
+
+failures=()
+step() { echo; echo "=== $*"; }
+run() { "$@" || { failures+=("$*"); return 1; }; }
+
+step "format check (clang-format)"
+mapfile -t sources < <(git ls-files '*.h' '*.cpp' '*.cu' '*.cuh')
+run clang-format --dry-run --Werror "${sources[@]}"
+
+# configure_build_test <dir> <ctest args> -- <cmake args>
+configure_build_test() {
+  local dir=$1; shift
+  local ctest_args=()
+  while [ "$1" != "--" ]; do ctest_args+=("$1"); shift; done
+  shift
+  step "configure $dir ($*)"
+  mkdir -p "$dir"
+  run cmake -S . -B "$dir" -G Ninja -DQMESH_WERROR=ON "$@" >"$dir/configure.log" 2>&1 ||
+    { cat "$dir/configure.log"; return 1; }
+  step "build $dir"
+  run cmake --build "$dir" -j "$jobs" || return 1
+  step "test $dir"
+  # MPI jobs oversubscribe the two cores; they are marked RUN_SERIAL in CMake.
+  run ctest --test-dir "$dir" --output-on-failure -j "$jobs" "${ctest_args[@]}"
+}
+
+configure_build_test build -- -DCMAKE_BUILD_TYPE=Release
+
+if [ $quick -eq 0 ]; then
+  configure_build_test build-asan -LE slow -- -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DQMESH_WITH_CUDA=OFF -DQMESH_SANITIZE=ON -DQMESH_BUILD_BENCH=OFF
+
+  step "install the package and build a program against it"
+  rm -rf build/install build/package-consumer
+  run cmake --install build --prefix build/install >/dev/null &&
+    run cmake -S tests/package -B build/package-consumer -G Ninja \
+      -DCMAKE_PREFIX_PATH="$root/build/install" >/dev/null &&
+    run cmake --build build/package-consumer &&
+    run build/package-consumer/qmesh_consumer
+fi
+
+echo
+if [ ${#failures[@]} -eq 0 ]; then
+  echo "tests/run.sh: all steps passed"
+  exit 0
+fi
+echo "tests/run.sh: ${#failures[@]} step(s) failed:"
+printf '  - %s\n' "${failures[@]}"
+exit 1
