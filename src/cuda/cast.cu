@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "cuda/check.h"
+#include "cuda/device_guard.h"
 #include "ops/cast_job.h"
 #include "qmesh/error.h"
 
@@ -71,7 +72,7 @@ __device__ __forceinline__ void load_vec(const T* in, int64_t i, int64_t n, bool
                                          float (&v)[kVec]) {
   if (vec && i + kVec <= n) {
     constexpr int kLoads = kVec * sizeof(T) / 16;
-    T raw[kVec];
+    alignas(16) T raw[kVec];
     const uint4* src = reinterpret_cast<const uint4*>(in + i);
 #pragma unroll
     for (int k = 0; k < kLoads; ++k) reinterpret_cast<uint4*>(raw)[k] = src[k];
@@ -145,7 +146,7 @@ __global__ void __launch_bounds__(kThreads) cast_flat_kernel(FlatParams p) {
     if (i >= grp.n) break;
     float v[kVec];
     load_vec(in, i, grp.n, vec, v);
-    uint8_t codes[kVec];
+    alignas(16) uint8_t codes[kVec];
 #pragma unroll
     for (int k = 0; k < kVec; ++k) {
       m = max(m, abs_bits(v[k]));
@@ -193,7 +194,7 @@ __global__ void __launch_bounds__(kThreads) cast_tiled_kernel(TileParams p) {
     const int64_t r0 = t / tiles_c * kTile, c0 = t % tiles_c * kTile;
     const int64_t r = r0 + lr, c = c0 + seg * kVec;
     float v[kVec];
-    uint8_t codes[kVec];
+    alignas(16) uint8_t codes[kVec];
     if (r < p.rows) {
       load_vec(in + r * p.cols, c, p.cols, p.vec, v);
     } else {
@@ -222,7 +223,7 @@ __global__ void __launch_bounds__(kThreads) cast_tiled_kernel(TileParams p) {
     __syncthreads();
     if (p.out_t) {
       const int oc = threadIdx.x % kTile, oseg = threadIdx.x / kTile;
-      uint8_t col[kVec];
+      alignas(16) uint8_t col[kVec];
 #pragma unroll
       for (int k = 0; k < kVec; ++k) col[k] = tile[oseg * kVec + k][oc];
       if (c0 + oc < p.cols)
@@ -367,7 +368,8 @@ void cast_tiled(const CastSpec& spec, const CastJob& job, cudaStream_t stream) {
 
 }  // namespace
 
-void cast(const CastSpec& spec, std::span<const CastJob> jobs, Stream stream) {
+void cast(int device, const CastSpec& spec, std::span<const CastJob> jobs, Stream stream) {
+  const DeviceGuard guard(device);
   auto s = static_cast<cudaStream_t>(stream.handle);
   if (jobs.size() == 1 && (jobs[0].out_t || jobs[0].dbias)) {
     cast_tiled(spec, jobs[0], s);
@@ -377,8 +379,9 @@ void cast(const CastSpec& spec, std::span<const CastJob> jobs, Stream stream) {
     cast_flat(spec, jobs.subspan(first, std::min<size_t>(kMaxGroups, jobs.size() - first)), s);
 }
 
-void dequantize(const uint8_t* in, DType fp8, const float* scale_inv, void* out, DType out_dtype,
-                int64_t n, Stream stream) {
+void dequantize(int device, const uint8_t* in, DType fp8, const float* scale_inv, void* out,
+                DType out_dtype, int64_t n, Stream stream) {
+  const DeviceGuard guard(device);
   auto s = static_cast<cudaStream_t>(stream.handle);
   const auto blocks =
       static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, resident_blocks()));

@@ -1,6 +1,7 @@
 // CUDA kernels of the scaling recipes: the fused multi-tensor delayed-scaling update and the
 // on-device current-scaling scale.
 #include "cuda/check.h"
+#include "cuda/device_guard.h"
 #include "scaling/scale_rules.h"
 
 namespace qmesh::detail::cuda {
@@ -56,16 +57,18 @@ __global__ void current_scale_kernel(const float* amax, float* scale, float fp8_
 
 }  // namespace
 
-void update_scales(float* history, float* scale, const float* fp8_max, int n, int len,
+void update_scales(int device, float* history, float* scale, const float* fp8_max, int n, int len,
                    bool most_recent, float margin_factor, Stream stream) {
+  const DeviceGuard guard(device);
   const unsigned blocks = static_cast<unsigned>((n + kCols - 1) / kCols);
   update_kernel<<<blocks, kCols * kRows, 0, static_cast<cudaStream_t>(stream.handle)>>>(
       history, scale, fp8_max, n, len, most_recent, margin_factor);
   QMESH_CHECK_CUDA(cudaGetLastError());
 }
 
-void set_current_scale(const float* amax, float* scale, float fp8_max, bool power_of_two,
-                       float epsilon, Stream stream) {
+void set_current_scale(int device, const float* amax, float* scale, float fp8_max,
+                       bool power_of_two, float epsilon, Stream stream) {
+  const DeviceGuard guard(device);
   current_scale_kernel<<<1, 1, 0, static_cast<cudaStream_t>(stream.handle)>>>(
       amax, scale, fp8_max, power_of_two, epsilon);
   QMESH_CHECK_CUDA(cudaGetLastError());

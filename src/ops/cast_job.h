@@ -36,9 +36,10 @@ void dequantize(const uint8_t* in, DType fp8, const float* scale_inv, void* out,
 }  // namespace cpu
 
 namespace cuda {
-void cast(const CastSpec& spec, std::span<const CastJob> jobs, Stream stream);
-void dequantize(const uint8_t* in, DType fp8, const float* scale_inv, void* out, DType out_dtype,
-                int64_t n, Stream stream);
+// Run on CUDA device `device` (made current for the call), ordered on `stream`.
+void cast(int device, const CastSpec& spec, std::span<const CastJob> jobs, Stream stream);
+void dequantize(int device, const uint8_t* in, DType fp8, const float* scale_inv, void* out,
+                DType out_dtype, int64_t n, Stream stream);
 }  // namespace cuda
 
 }  // namespace qmesh::detail

@@ -60,7 +60,7 @@ void run(const Device& device, const CastSpec& spec, std::span<const CastJob> jo
   }
   require_device(device);
 #if QMESH_WITH_CUDA
-  detail::cuda::cast(spec, jobs, stream);
+  detail::cuda::cast(device.index, spec, jobs, stream);
 #else
   (void)stream;
 #endif
@@ -161,7 +161,8 @@ void dequantize(const QuantizedTensorView& q, const TensorView& out, Stream stre
   }
   require_device(q.device());
 #if QMESH_WITH_CUDA
-  detail::cuda::dequantize(in, q.dtype(), q.scale_inv, out.data, out.dtype, out.numel(), stream);
+  detail::cuda::dequantize(q.device().index, in, q.dtype(), q.scale_inv, out.data, out.dtype,
+                           out.numel(), stream);
 #else
   (void)stream;
 #endif

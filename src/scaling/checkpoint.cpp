@@ -9,21 +9,14 @@
 //              f32[L*n] amax history, row-major [L, n]
 //              f32[n]   scale
 //              f32[n]   scale_inv
-//              u32      CRC-32 (IEEE 802.3, as zlib's crc32) of every byte before it
+//              u32      CRC-32 (IEEE 802.3, zlib's crc32) of every byte before it
 #include "qmesh/scaling/checkpoint.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <array>
 #include <bit>
-#include <cerrno>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <vector>
 
+#include "core/atomic_file.h"
 #include "qmesh/copy.h"
 #include "qmesh/logging.h"
 
@@ -36,21 +29,6 @@ static_assert(std::endian::native == std::endian::little,
 
 constexpr char kMagic[8] = {'Q', 'M', 'S', 'C', 'A', 'L', 'E', '\0'};
 constexpr size_t kHeaderBytes = 28;
-
-uint32_t crc32(const uint8_t* data, size_t n) {
-  static const std::array<uint32_t, 256> table = [] {
-    std::array<uint32_t, 256> t{};
-    for (uint32_t i = 0; i < 256; ++i) {
-      uint32_t c = i;
-      for (int k = 0; k < 8; ++k) c = (c & 1u) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-      t[i] = c;
-    }
-    return t;
-  }();
-  uint32_t c = 0xFFFFFFFFu;
-  for (size_t i = 0; i < n; ++i) c = table[(c ^ data[i]) & 0xFFu] ^ (c >> 8);
-  return c ^ 0xFFFFFFFFu;
-}
 
 size_t file_bytes(uint64_t n, uint64_t len) { return kHeaderBytes + n + 4 * (len * n + 2 * n) + 4; }
 
@@ -78,18 +56,6 @@ void append_tensor(std::vector<uint8_t>& out, const TensorView& t) {
   copy_bytes(out.data() + at, Device::host(), t.data, t.device, t.nbytes());
 }
 
-void write_all(int fd, const std::vector<uint8_t>& bytes, const std::string& tmp) {
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (w < 0 && errno == EINTR) continue;
-    QMESH_CHECK(w > 0, "writing scaling checkpoint ", tmp, " failed: ", std::strerror(errno));
-    done += static_cast<size_t>(w);
-  }
-  QMESH_CHECK(::fsync(fd) == 0, "fsync of scaling checkpoint ", tmp,
-              " failed: ", std::strerror(errno));
-}
-
 }  // namespace
 
 void save_scaling_states(const ScalingStates& states, const std::string& path) {
@@ -108,41 +74,12 @@ void save_scaling_states(const ScalingStates& states, const std::string& path) {
   append_tensor(bytes, states.amax_history());
   append_tensor(bytes, states.scale());
   append_tensor(bytes, states.scale_inv());
-  put(bytes, crc32(bytes.data(), bytes.size()));
-
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  QMESH_CHECK(fd >= 0, "cannot create scaling checkpoint ", tmp, ": ", std::strerror(errno),
-              "; check that the directory exists and is writable");
-  try {
-    write_all(fd, bytes, tmp);
-  } catch (...) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw;
-  }
-  QMESH_CHECK(::close(fd) == 0, "closing scaling checkpoint ", tmp,
-              " failed: ", std::strerror(errno));
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    QMESH_THROW("cannot rename ", tmp, " to ", path, ": ", std::strerror(err));
-  }
-  // Make the rename itself durable.
-  const std::string dir = std::filesystem::path(path).parent_path().string();
-  const int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
+  put(bytes, crc32_of(bytes.data(), bytes.size()));
+  write_file_atomically(path, bytes, "scaling checkpoint");
 }
 
 void load_scaling_states(ScalingStates& states, const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  QMESH_CHECK(file.good(), "cannot open scaling checkpoint ", path, ": ", std::strerror(errno));
-  const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(file)),
-                                   std::istreambuf_iterator<char>());
-  QMESH_CHECK(!file.bad(), "reading scaling checkpoint ", path, " failed");
+  const std::vector<uint8_t> bytes = read_file(path, "scaling checkpoint");
   QMESH_CHECK(bytes.size() >= kHeaderBytes && std::memcmp(bytes.data(), kMagic, 8) == 0, path,
               " is not a qmesh scaling checkpoint (", bytes.size(),
               " bytes, magic \"QMSCALE\" missing)");
@@ -159,7 +96,7 @@ void load_scaling_states(ScalingStates& states, const std::string& path) {
               bytes.size() - expected, " trailing bytes after the ", expected,
               " its header announces");
   const auto stored_crc = get<uint32_t>(bytes, expected - 4);
-  const uint32_t crc = crc32(bytes.data(), expected - 4);
+  const uint32_t crc = crc32_of(bytes.data(), expected - 4);
   QMESH_CHECK(crc == stored_crc, "scaling checkpoint ", path,
               " is corrupted: checksum mismatch (stored ", stored_crc, ", computed ", crc, ")");
   QMESH_CHECK(n == uint32_t(states.size()) && len == uint32_t(states.history_len()),

@@ -26,7 +26,7 @@ void quantize_current_scaling(const TensorView& x, const QuantizedTensorView& ou
     *out.scale = current_scale(*out.amax, out.dtype(), recipe);
   } else {
 #if QMESH_WITH_CUDA
-    detail::cuda::set_current_scale(out.amax, out.scale, fp8_max(out.dtype()),
+    detail::cuda::set_current_scale(out.device().index, out.amax, out.scale, fp8_max(out.dtype()),
                                     recipe.power_of_two_scales, recipe.amax_epsilon, stream);
 #endif
   }

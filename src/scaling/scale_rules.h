@@ -48,13 +48,13 @@ QMESH_HOST_DEVICE inline float current_scale_rule(float amax, float fp8_max, boo
 }
 
 namespace cuda {
-// The fused delayed-scaling update of all n operands (one kernel on `stream`).
-// history: fp32 [len, n]; scale, fp8_max: fp32 [n].
-void update_scales(float* history, float* scale, const float* fp8_max, int n, int len,
+// The fused delayed-scaling update of all n operands (one kernel on CUDA device `device`,
+// ordered on `stream`). history: fp32 [len, n]; scale, fp8_max: fp32 [n].
+void update_scales(int device, float* history, float* scale, const float* fp8_max, int n, int len,
                    bool most_recent, float margin_factor, Stream stream);
-// *scale = current_scale_rule(*amax, ...) on the device, ordered on `stream`.
-void set_current_scale(const float* amax, float* scale, float fp8_max, bool power_of_two,
-                       float epsilon, Stream stream);
+// *scale = current_scale_rule(*amax, ...) on CUDA device `device`, ordered on `stream`.
+void set_current_scale(int device, const float* amax, float* scale, float fp8_max,
+                       bool power_of_two, float epsilon, Stream stream);
 }  // namespace cuda
 
 }  // namespace qmesh::detail

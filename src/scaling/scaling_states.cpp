@@ -93,8 +93,8 @@ void ScalingStates::update(Stream stream) {
     return;
   }
 #if QMESH_WITH_CUDA
-  detail::cuda::update_scales(history, scale, maxima, size(), history_len(), most_recent,
-                              margin_factor, stream);
+  detail::cuda::update_scales(device_.index, history, scale, maxima, size(), history_len(),
+                              most_recent, margin_factor, stream);
 #else
   (void)stream;
 #endif

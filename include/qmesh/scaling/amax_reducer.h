@@ -38,6 +38,7 @@ class QMESH_API AmaxReducer {
   // The end-of-step sequence: reduce (blocking), then states.update(stream).
   void reduce_and_update(ScalingStates& states, Stream stream = {}) const;
 
+  // The communicator the reduction runs over.
   const std::shared_ptr<Communicator>& group() const { return group_; }
 
  private:

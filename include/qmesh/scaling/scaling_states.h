@@ -26,17 +26,24 @@ class QMESH_API ScalingStates {
   ScalingStates(const DelayedScaling& recipe, std::vector<OperandRole> roles,
                 Device device = Device::host());
 
+  // Number of operands n.
   int size() const { return static_cast<int>(roles_.size()); }
+  // History length L (recipe().amax_history_len).
   int history_len() const { return recipe_.amax_history_len; }
   const DelayedScaling& recipe() const { return recipe_; }
+  // Where all the tensors below live.
   Device device() const { return device_; }
   const std::vector<OperandRole>& roles() const { return roles_; }
+  // Role and FP8 dtype of operand i (Error if i is out of range).
   OperandRole role(int i) const;
   DType dtype(int i) const;
 
+  // Views of the owned storage (valid while this object lives; on device()):
+  // fp32 [L, n], operand i in column i, row 0 = current step.
   TensorView amax_history() const { return history_.view(); }
   // Row 0 of amax_history: fp32 [n], the current amaxes of all operands, contiguous.
   TensorView current_amax() const;
+  // fp32 [n] each.
   TensorView scale() const { return scale_.view(); }
   TensorView scale_inv() const { return scale_inv_.view(); }
 

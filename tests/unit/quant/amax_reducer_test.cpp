@@ -5,12 +5,12 @@
 
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <cfloat>
 #include <cmath>
 #include <mutex>
 #include <vector>
 
+#include "counting_communicator.h"
 #include "expect_error.h"
 #include "qmesh/comm/local.h"
 #include "qmesh/comm/mesh.h"
@@ -19,61 +19,6 @@
 
 namespace qmesh {
 namespace {
-
-// Forwards everything to `inner` and counts the collectives issued through it.
-class CountingCommunicator : public Communicator {
- public:
-  explicit CountingCommunicator(std::shared_ptr<Communicator> inner) : inner_(std::move(inner)) {}
-
-  int collectives() const { return collectives_; }
-  int all_reduces() const { return all_reduces_; }
-
-  WorkHandle all_reduce_async(TensorView buf, ReduceOp op, Stream stream) override {
-    ++collectives_;
-    ++all_reduces_;
-    return inner_->all_reduce_async(buf, op, stream);
-  }
-  WorkHandle all_gather_async(TensorView in, TensorView out, Stream stream) override {
-    ++collectives_;
-    return inner_->all_gather_async(in, out, stream);
-  }
-  WorkHandle reduce_scatter_async(TensorView in, TensorView out, ReduceOp op,
-                                  Stream stream) override {
-    ++collectives_;
-    return inner_->reduce_scatter_async(in, out, op, stream);
-  }
-  WorkHandle broadcast_async(TensorView buf, int root, Stream stream) override {
-    ++collectives_;
-    return inner_->broadcast_async(buf, root, stream);
-  }
-  WorkHandle barrier_async() override {
-    ++collectives_;
-    return inner_->barrier_async();
-  }
-  WorkHandle send_async(TensorView in, int peer, int tag, Stream stream) override {
-    return inner_->send_async(in, peer, tag, stream);
-  }
-  WorkHandle recv_async(TensorView out, int peer, int tag, Stream stream) override {
-    return inner_->recv_async(out, peer, tag, stream);
-  }
-  int max_tag() const override { return inner_->max_tag(); }
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  std::string_view backend_name() const override { return inner_->backend_name(); }
-  std::shared_ptr<Communicator> split(int color, int key) override {
-    ++collectives_;
-    return inner_->split(color, key);
-  }
-  std::vector<int> host_ids() override {
-    ++collectives_;
-    return inner_->host_ids();
-  }
-
- private:
-  std::shared_ptr<Communicator> inner_;
-  std::atomic<int> collectives_{0};
-  std::atomic<int> all_reduces_{0};
-};
 
 const std::vector<OperandRole> kRoles = {OperandRole::kInput, OperandRole::kWeight,
                                          OperandRole::kGradOutput, OperandRole::kInput,
@@ -145,7 +90,7 @@ TEST(AmaxReducer, PipelineStagesKeepTheirOwnScales) {
 TEST(AmaxReducer, OneCollectivePerReductionWhateverTheNumberOfTensors) {
   for (int tensors : {1, 10, 1000}) {
     run_local_ranks(4, [&](Communicator& world) {
-      auto counting = std::make_shared<CountingCommunicator>(borrow(world));
+      auto counting = std::make_shared<testing::CountingCommunicator>(borrow(world));
       const AmaxReducer reducer = AmaxReducer::with_group_override(counting);
       DelayedScaling recipe;
       recipe.amax_history_len = 16;
