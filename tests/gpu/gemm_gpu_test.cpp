@@ -175,10 +175,18 @@ std::vector<GpuCase> gpu_cases() {
   return cases;
 }
 
+std::string describe(const GpuCase& c) {
+  return std::string(dtype_name(c.a)) + "x" + std::string(dtype_name(c.b)) + "_to_" +
+         std::string(dtype_name(c.d)) + "_" + gemm_epilogue_name(c.epilogue) + "_" +
+         (c.ta == GemmTranspose::kYes ? "T" : "N") + (c.tb == GemmTranspose::kYes ? "T" : "N") +
+         (c.mode == GemmOutputMode::kAccumulate ? "_acc" : "") +
+         (c.accumulation == GemmAccumulation::kFast ? "_fast" : "") + "_" + std::to_string(c.m) +
+         "x" + std::to_string(c.n) + "x" + std::to_string(c.k);
+}
+void PrintTo(const GpuCase& c, std::ostream* os) { *os << describe(c); }
+
 std::string gpu_case_name(const testing::TestParamInfo<GpuCase>& info) {
-  const GpuCase& c = info.param;
-  return std::to_string(info.index) + "_" + std::string(dtype_name(c.a)) + "x" +
-         std::string(dtype_name(c.b)) + "_to_" + std::string(dtype_name(c.d));
+  return std::to_string(info.index) + "_" + describe(info.param);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, GemmGpu, testing::ValuesIn(gpu_cases()), gpu_case_name);

@@ -108,6 +108,10 @@ void run_case(const Case& c) {
   }
 }
 
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << case_name(testing::TestParamInfo<Case>(c, 0));
+}
+
 class GemmHost : public testing::TestWithParam<Case> {};
 TEST_P(GemmHost, MatchesFloat64Reference) { run_case(GetParam()); }
 
