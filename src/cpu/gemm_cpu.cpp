@@ -332,8 +332,12 @@ std::vector<float> widened_bias(const CanonicalGemm& c) {
 
 size_t host_gemm_workspace_size(const CanonicalGemm& c) { return plan_host_gemm(c).bytes; }
 
-void host_gemm(const CanonicalGemm& c, void* workspace) {
+void host_gemm(const CanonicalGemm& c, void* workspace, size_t workspace_bytes) {
   const HostPlan plan = plan_host_gemm(c);
+  QMESH_CHECK(!workspace || workspace_bytes >= plan.bytes, "the GEMM workspace has ",
+              workspace_bytes, " bytes but the host GEMM now needs ", plan.bytes,
+              " (QMESH_GEMM_HOST_PANEL_MIB or the OpenBLAS thread count changed since "
+              "Gemm::initialize): initialize again with a new workspace");
   if (!workspace) {
     thread_local Buffer cached;
     if (cached.size() < plan.bytes) cached = Buffer(plan.bytes, Device::host());

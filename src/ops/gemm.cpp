@@ -43,6 +43,7 @@ const char* gemm_epilogue_name(GemmEpilogue e) {
 struct Gemm::Impl {
   detail::CanonicalGemm c;
   void* workspace = nullptr;
+  size_t workspace_bytes = 0;  // what workspace_size() said at initialize()
 #if QMESH_WITH_CUDA
   std::unique_ptr<detail::CublasLtGemm> cublaslt;
 #endif
@@ -74,6 +75,8 @@ void Gemm::initialize(const GemmArgs& args, void* workspace, Stream stream) {
   auto impl = std::make_unique<Impl>();
   impl->c = detail::canonicalize(args);
   impl->workspace = workspace;
+  if (impl->c.backend == detail::GemmBackend::kHost)
+    impl->workspace_bytes = detail::host_gemm_workspace_size(impl->c);
 #if QMESH_WITH_CUDA
   if (impl->c.backend == detail::GemmBackend::kCublasLt)
     impl->cublaslt = std::make_unique<detail::CublasLtGemm>(impl->c, stream.handle);
@@ -93,7 +96,7 @@ void Gemm::run(Stream stream) {
 #else
   (void)stream;
 #endif
-  detail::host_gemm(impl_->c, impl_->workspace);
+  detail::host_gemm(impl_->c, impl_->workspace, impl_->workspace_bytes);
 }
 
 void gemm(const GemmArgs& args, Stream stream) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "expect_error.h"
 #include "gemm_test_util.h"
 
 namespace qmesh::test {
@@ -258,6 +259,21 @@ TEST(GemmLifecycle, InitializeThenRunWithOwnWorkspace) {
   std::fill(d.bytes.begin(), d.bytes.end(), 0);
   op.run(Stream{});
   EXPECT_EQ(d.bytes, d_ref.bytes);
+}
+
+// A caller's workspace that became too small (the panel budget grew after initialize) is an
+// error, not an overflow.
+TEST(GemmLifecycle, WorkspaceThatBecameTooSmall) {
+  Matrix a = random_matrix(kE4, 300, 600, 23);
+  Matrix b = random_matrix(kE4, 200, 600, 24);
+  Matrix d(kBf16, 300, 200);
+  const GemmArgs args = tn_args(a, b, d);
+  setenv("QMESH_GEMM_HOST_PANEL_MIB", "1", 1);
+  std::vector<uint8_t> ws(Gemm::workspace_size(args));
+  Gemm op;
+  op.initialize(args, ws.data(), Stream{});
+  unsetenv("QMESH_GEMM_HOST_PANEL_MIB");
+  EXPECT_QMESH_ERROR(op.run(Stream{}), "initialize again with a new workspace");
 }
 
 // The host backend reads the rowwise copy, so FP8 operands without a columnwise copy work
