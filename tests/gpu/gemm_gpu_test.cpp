@@ -120,7 +120,15 @@ void run_gpu_case(const GpuCase& c) {
     args.d_amax = dscal.data_as<float>() + 1;
   }
   ASSERT_TRUE(Gemm::can_implement(args)) << Gemm::can_implement(args).reason();
-  gemm(args);  // the blocking copies below order after it on the legacy default stream
+  // cuBLASLt does not offer every epilogue with FP8 inputs on every GPU and version (GELU
+  // and bias-gradient fusions in particular); the GEMM refuses those clearly, and the test
+  // reports them as skipped rather than as passed.
+  try {
+    gemm(args);  // the blocking copies below order after it on the legacy default stream
+  } catch (const Error& e) {
+    if (std::string(e.what()).find("cuBLASLt has no algorithm") == std::string::npos) throw;
+    GTEST_SKIP() << e.what();
+  }
 
   Matrix out(c.d, c.m, c.n);
   out.bytes = d_d.bytes();
