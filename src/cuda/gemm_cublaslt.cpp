@@ -318,14 +318,30 @@ struct CublasLtGemm::Impl {
   }
 };
 
-CublasLtGemm::CublasLtGemm(const CanonicalGemm& c, void* stream) : impl_(std::make_unique<Impl>()) {
+namespace {
+
+// Descriptors of `c` on its device, ready to ask for algorithms.
+std::unique_ptr<CublasLtGemm::Impl> described(const CanonicalGemm& c) {
+  auto impl = std::make_unique<CublasLtGemm::Impl>();
+  impl->c = c;
+  impl->alpha = c.alpha;
+  impl->beta = c.beta;
+  impl->handle = handle_for(c.device.index);
+  impl->describe();
+  return impl;
+}
+
+}  // namespace
+
+CublasLtGemm::CublasLtGemm(const CanonicalGemm& c, void* stream) {
   DeviceGuard guard(c.device.index);
-  impl_->c = c;
-  impl_->alpha = c.alpha;
-  impl_->beta = c.beta;
-  impl_->handle = handle_for(c.device.index);
-  impl_->describe();
+  impl_ = described(c);
   impl_->choose_algo(static_cast<cudaStream_t>(stream));
+}
+
+void CublasLtGemm::check_supported(const CanonicalGemm& c) {
+  DeviceGuard guard(c.device.index);
+  (void)described(c)->candidates();
 }
 
 CublasLtGemm::~CublasLtGemm() = default;

@@ -56,7 +56,10 @@ Gemm& Gemm::operator=(Gemm&&) noexcept = default;
 
 Status Gemm::can_implement(const GemmArgs& args) {
   try {
-    (void)detail::canonicalize(args);
+    const detail::CanonicalGemm c = detail::canonicalize(args);
+#if QMESH_WITH_CUDA
+    if (c.backend == detail::GemmBackend::kCublasLt) detail::CublasLtGemm::check_supported(c);
+#endif
     return {};
   } catch (const Error& e) {
     return Status::failure(e.message());
