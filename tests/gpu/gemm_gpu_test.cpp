@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -196,6 +199,28 @@ std::string gpu_case_name(const testing::TestParamInfo<GpuCase>& info) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, GemmGpu, testing::ValuesIn(gpu_cases()), gpu_case_name);
+
+// Autotuning picks an algorithm that computes the same GEMM, and records it in the cache
+// file keyed by the device and cuBLASLt version.
+TEST(GemmGpuAutotune, TunesAndWritesTheCacheFile) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const std::string path = testing::TempDir() + "qmesh_gemm_autotune_test.txt";
+  std::remove(path.c_str());
+  setenv("QMESH_GEMM_AUTOTUNE", "1", 1);
+  setenv("QMESH_GEMM_AUTOTUNE_FILE", path.c_str(), 1);
+  GpuCase c{kE4, kE4, kBf16};
+  c.m = 256;
+  c.n = 384;
+  c.k = 512;
+  run_gpu_case(c);
+  unsetenv("QMESH_GEMM_AUTOTUNE");
+  unsetenv("QMESH_GEMM_AUTOTUNE_FILE");
+  std::ifstream in(path);
+  std::string line;
+  ASSERT_TRUE(std::getline(in, line)) << "no entry in " << path;
+  EXPECT_NE(line.find("cublasLt"), std::string::npos) << line;
+  EXPECT_NE(line.find("m384 n256 k512"), std::string::npos) << line;
+}
 
 }  // namespace
 }  // namespace qmesh::test
