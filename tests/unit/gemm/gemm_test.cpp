@@ -199,6 +199,11 @@ std::vector<Case> panel_cases() {
       c.side = kF32;
       cases.push_back(c);
     }
+  Case fp8_out{kE4, kE4, kE4, GemmEpilogue::kGelu};  // amax over several row blocks
+  fp8_out.m = 100;
+  fp8_out.n = 2000;
+  fp8_out.k = 600;
+  cases.push_back(fp8_out);
   Case acc{kBf16, kBf16, kBf16, GemmEpilogue::kNone, GemmOutputMode::kAccumulate};
   acc.m = 100;
   acc.n = 2000;
