@@ -56,7 +56,7 @@ Gemm& Gemm::operator=(Gemm&&) noexcept = default;
 
 Status Gemm::can_implement(const GemmArgs& args) {
   try {
-    const detail::CanonicalGemm c = detail::canonicalize(args);
+    [[maybe_unused]] const detail::CanonicalGemm c = detail::canonicalize(args);
 #if QMESH_WITH_CUDA
     if (c.backend == detail::GemmBackend::kCublasLt) detail::CublasLtGemm::check_supported(c);
 #endif
