@@ -2,6 +2,7 @@
 target_sources(qmesh PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/ops/gemm.cpp
   ${CMAKE_CURRENT_LIST_DIR}/ops/gemm_canonical.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/cpu/gelu.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cpu/gemm_cpu.cpp)
 if(QMESH_WITH_BLAS)
   target_link_libraries(qmesh PRIVATE BLAS::BLAS)

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/simd.h"
+#include "cpu/gelu.h"
 #include "qmesh/buffer.h"
 #include "qmesh/config.h"
 #include "qmesh/error.h"
@@ -185,48 +186,8 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
 
 // ---- epilogue math (branch-free so that the row loops vectorize) ----------------------
 
-// e^x for x in [-87, 88], relative error ~2e-7: x = n·ln2 + r, e^r by its Taylor polynomial.
-inline float exp_approx(float x) {
-  x = std::min(std::max(x, -87.0f), 88.0f);
-  const float magic = 12582912.0f;  // 1.5 · 2^23: adding it rounds to an integer
-  const float n = (x * 1.44269504f + magic) - magic;
-  const float r = x - n * 0.693145751953125f - n * 1.428606765330187e-06f;
-  float p = 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  const auto bits = static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23;
-  return p * std::bit_cast<float>(bits);
-}
-
-// tanh(y) = 1 - 2 / (e^{2y} + 1); absolute error ~1e-7 over all y.
-inline float tanh_approx(float y) { return 1.0f - 2.0f / (exp_approx(2.0f * y) + 1.0f); }
-
-constexpr float kSqrt2OverPi = 0.7978845608028654f;
-constexpr float kGeluCubic = 0.044715f;
-
-inline float gelu(float x) {
-  const float t = tanh_approx(kSqrt2OverPi * (x + kGeluCubic * x * x * x));
-  return 0.5f * x * (1.0f + t);
-}
-
-inline float dgelu(float x) {
-  const float t = tanh_approx(kSqrt2OverPi * (x + kGeluCubic * x * x * x));
-  const float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * x * x);
-  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
-}
-
 QMESH_SIMD_CLONES void add_rows(float* r, const float* x, int64_t n) {
   for (int64_t j = 0; j < n; ++j) r[j] += x[j];
-}
-QMESH_SIMD_CLONES void gelu_row(float* r, int64_t n) {
-  for (int64_t j = 0; j < n; ++j) r[j] = gelu(r[j]);
-}
-QMESH_SIMD_CLONES void dgelu_row(float* r, const float* pre, int64_t n) {
-  for (int64_t j = 0; j < n; ++j) r[j] *= dgelu(pre[j]);
 }
 // max(m, a) that lets a NaN through: a NaN result makes amax NaN, so that the scaling update
 // sees a non-finite amax and keeps the previous scale.
@@ -280,16 +241,16 @@ float epilogue_pass(const CanonicalGemm& c, int64_t m0, int64_t rows, float* acc
         add_rows(r, bias.data(), n);
         break;
       case GemmEpilogue::kGelu:
-        gelu_row(r, n);
+        gelu_inplace(r, n);
         break;
       case GemmEpilogue::kBiasGeluAux:
         add_rows(r, bias.data(), n);
         narrow(r, c.aux_dtype, aux_row, size_t(n));
-        gelu_row(r, n);
+        gelu_inplace(r, n);
         break;
       case GemmEpilogue::kDGelu:
         widen(aux_row, c.aux_dtype, scratch_row, size_t(n));
-        dgelu_row(r, scratch_row, n);
+        dgelu_mul_inplace(r, scratch_row, n);
         break;
       case GemmEpilogue::kNone:
       case GemmEpilogue::kBiasGrad:

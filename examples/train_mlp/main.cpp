@@ -1,0 +1,241 @@
+// train_mlp: trains a stack of LayerNormMLP blocks with data x tensor parallelism and FP8
+// (or BF16) GEMMs on a synthetic teacher task, one MPI rank per process. See --help and
+// docs/train_mlp.md.
+#include <boost/program_options/errors.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <vector>
+
+#include "checkpoint.h"
+#include "options.h"
+#include "plot.h"
+#include "qmesh/comm/mesh.h"
+#include "qmesh/comm/mpi.h"
+#include "qmesh/error.h"
+#include "qmesh/layers/layer_norm_mlp.h"
+#include "qmesh/train/grad_sync.h"
+#include "qmesh/train/optimizer.h"
+#include "qmesh/version.h"
+#include "teacher.h"
+
+namespace train_mlp {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+class Model {
+ public:
+  Model(const Options& o, qmesh::LayerContext& ctx) {
+    for (int l = 0; l < o.layers; ++l)
+      blocks_.emplace_back("block" + std::to_string(l), o.hidden, o.ffn,
+                           qmesh::LayerNormMLPOptions{o.sequence_parallel, 1e-5f}, ctx,
+                           o.seed + 1000 * uint64_t(l + 1));
+  }
+  qmesh::TensorView forward(qmesh::TensorView x) {
+    for (auto& b : blocks_) x = b.forward(x);
+    return x;
+  }
+  // Backward, handing each block's gradients to `sync` as soon as they are final.
+  void backward(qmesh::TensorView dy, qmesh::GradSync& sync) {
+    for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) {
+      dy = it->backward(dy);
+      sync.ready(it->parameters());
+    }
+  }
+  // In the order gradients become ready (last block first).
+  std::vector<qmesh::Parameter*> parameters() {
+    std::vector<qmesh::Parameter*> out;
+    for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it)
+      for (auto* p : it->parameters()) out.push_back(p);
+    return out;
+  }
+
+ private:
+  std::vector<qmesh::LayerNormMLP> blocks_;
+};
+
+// Mean squared error over every element of the global batch; writes dL/dy for the local
+// elements and returns the local sum of squared errors.
+double mse(const qmesh::TensorView& y, const qmesh::TensorView& t, double global_count,
+           const qmesh::TensorView& dy) {
+  const float* py = y.data_as<float>();
+  const float* pt = t.data_as<float>();
+  float* pd = dy.data_as<float>();
+  double sum = 0;
+  for (int64_t i = 0; i < y.numel(); ++i) {
+    const double d = double(py[i]) - pt[i];
+    sum += d * d;
+    pd[i] = float(2.0 * d / global_count);
+  }
+  return sum;
+}
+
+uint32_t checksum(const std::vector<qmesh::Parameter*>& params) {
+  uint32_t h = 2166136261u;  // FNV-1a over the raw bytes of the local shards
+  for (const auto* p : params) {
+    const auto* b = static_cast<const uint8_t*>(p->value.data());
+    for (size_t i = 0; i < p->value.nbytes(); ++i) h = (h ^ b[i]) * 16777619u;
+  }
+  return h;
+}
+
+// Options must have been validated against the world size.
+int run(const Options& o, const std::shared_ptr<qmesh::Communicator>& world) {
+  const bool root = world->rank() == 0;
+  qmesh::Mesh mesh(world, {{"dp", o.dp}, {"tp", o.tp}});
+  const int tp = o.tp, tp_rank = mesh.coord("tp"), dp_rank = mesh.coord("dp");
+  qmesh::DelayedScaling delayed;
+  delayed.amax_history_len = o.amax_history;
+  delayed.margin = o.margin;
+  qmesh::LayerContext ctx(mesh, o.recipe, delayed);
+  Model model(o, ctx);
+  auto params = model.parameters();
+  std::unique_ptr<qmesh::Optimizer> opt =
+      o.optimizer == "adamw" ? qmesh::make_adamw(params, {o.lr, 0.9f, 0.999f, 1e-8f, 0.0f})
+                             : qmesh::make_sgd(params, {o.lr, 0.9f, 0.0f});
+  qmesh::GradSync sync(mesh.axis("dp"), params);
+  TeacherTask task(o.hidden, o.seed);
+
+  // Tokens of this rank: its dp rank's batch, sliced over tp under sequence parallelism.
+  const int64_t dp_tokens = o.batch * o.seq;
+  const int64_t tokens = o.sequence_parallel ? dp_tokens / tp : dp_tokens;
+  const int64_t first = dp_rank * dp_tokens + (o.sequence_parallel ? tp_rank * tokens : 0);
+  const double global_count = double(dp_tokens) * o.dp * double(o.hidden);
+  // Replicated outputs (no sequence parallelism) are summed over dp only.
+  auto loss_comm = o.sequence_parallel ? mesh.group({"dp", "tp"}) : mesh.axis("dp");
+
+  qmesh::Tensor config(qmesh::DType::kInt32, qmesh::Shape{7});
+  const int32_t cfg[7] = {o.dp,
+                          o.tp,
+                          o.layers,
+                          int32_t(o.hidden),
+                          int32_t(o.ffn),
+                          int32_t(o.recipe),
+                          int32_t(o.sequence_parallel)};
+  std::copy(cfg, cfg + 7, config.data_as<int32_t>());
+  CheckpointContent ckpt{{{"run.config", config}}, &ctx};
+  for (auto* p : params) ckpt.tensors.push_back({p->name, p->value});
+  for (auto& [name, t] : opt->state()) ckpt.tensors.push_back({name, *t});
+
+  int start = 0;
+  if (o.resume) {
+    start = load_latest_checkpoint(o.checkpoint_dir, ckpt, world->rank());
+    QMESH_CHECK(std::equal(cfg, cfg + 7, config.data_as<int32_t>()), "the checkpoint in ",
+                o.checkpoint_dir,
+                " was written by a run with another "
+                "dp/tp/layers/hidden/ffn/recipe/sequence-parallel configuration");
+    if (root) std::printf("resumed from %s at step %d\n", o.checkpoint_dir.c_str(), start);
+  }
+  const double baseline = task.mean_predictor_loss();
+  const double flops_per_step =
+      12.0 * double(dp_tokens) * o.dp * double(o.hidden) * double(o.ffn) * o.layers;
+  if (root) {
+    std::printf("%s\n", qmesh::build_info().c_str());
+    std::printf(
+        "train_mlp: %d ranks = dp %d x tp %d%s, %d x LayerNormMLP(hidden %lld, ffn %lld), "
+        "recipe %s, %lld tokens/step, %d steps\n",
+        world->size(), o.dp, o.tp, o.sequence_parallel ? " (sequence parallel)" : "", o.layers,
+        (long long)o.hidden, (long long)o.ffn, std::string(qmesh::recipe_name(o.recipe)).c_str(),
+        (long long)(dp_tokens * o.dp), o.steps);
+    std::printf("loss of predicting the mean: %.6f\n", baseline);
+  }
+  std::ofstream csv;
+  if (root && !o.csv.empty()) {
+    csv.open(o.csv, o.resume ? std::ios::app : std::ios::trunc);
+    QMESH_CHECK(csv.good(), "cannot write --csv file ", o.csv);
+    if (!o.resume) csv << "step,loss\n";
+  }
+
+  qmesh::Tensor x(qmesh::DType::kFloat32, qmesh::Shape{tokens, o.hidden});
+  qmesh::Tensor t(x.dtype(), x.shape()), dy(x.dtype(), x.shape());
+  qmesh::Tensor loss_sum(qmesh::DType::kFloat64, qmesh::Shape{1});
+  const auto begin = Clock::now();
+  auto window_start = begin;
+  double loss = 0;
+  for (int step = start + 1; step <= o.steps; ++step) {
+    task.batch(step, first, x, t);
+    const qmesh::TensorView y = model.forward(x);
+    *loss_sum.data_as<double>() = mse(y, t, global_count, dy);
+    model.backward(dy, sync);
+    sync.finish();
+    ctx.end_step();  // the step's one amax all-reduce and scale update (FP8 delayed)
+    opt->step();
+    loss_comm->all_reduce(loss_sum, qmesh::ReduceOp::kSum);
+    loss = *loss_sum.data_as<double>() / global_count;
+    QMESH_CHECK(std::isfinite(loss), "the loss became ", loss, " at step ", step,
+                "; lower --lr or use --recipe bf16 to check the model");
+    if (root && csv.is_open()) csv << step << "," << std::scientific << loss << "\n";
+    if (root && (step % o.log_every == 0 || step == o.steps)) {
+      const auto now = Clock::now();
+      const double window = std::chrono::duration<double>(now - window_start).count();
+      const int steps_in_window = step % o.log_every == 0 ? o.log_every : step % o.log_every;
+      window_start = now;
+      std::printf("step %5d  loss %.6f  %9.0f tokens/s  %7.3f TFLOP/s  %7.1f s\n", step, loss,
+                  double(dp_tokens * o.dp) * steps_in_window / window,
+                  flops_per_step * steps_in_window / window / 1e12,
+                  std::chrono::duration<double>(now - begin).count());
+      std::fflush(stdout);
+    }
+    const bool last = step == o.steps;
+    if (!o.checkpoint_dir.empty() &&
+        (last || (o.checkpoint_every > 0 && step % o.checkpoint_every == 0)))
+      save_checkpoint(o.checkpoint_dir, step, ckpt, *world);
+  }
+  // Every rank's parameter checksum, to compare runs bit for bit.
+  qmesh::Tensor sums(qmesh::DType::kInt32, qmesh::Shape{world->size()});
+  qmesh::Tensor mine(qmesh::DType::kInt32, qmesh::Shape{1});
+  *mine.data_as<int32_t>() = int32_t(checksum(params));
+  world->all_gather(mine, sums);
+  if (root) {
+    std::printf("final loss %.6f (predicting the mean: %.6f, ratio %.3f)\nparameter checksums:",
+                loss, baseline, loss / baseline);
+    for (int r = 0; r < world->size(); ++r)
+      std::printf(" %08x", uint32_t(sums.data_as<int32_t>()[r]));
+    std::printf("\n");
+    if (csv.is_open()) csv.close();
+    if (!o.plot.empty()) {
+      std::vector<std::string> files = o.compare;
+      files.push_back(o.csv);
+      plot_loss_curves(files, o.plot);
+      std::printf("loss curves plotted to %s\n", o.plot.c_str());
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace train_mlp
+
+int main(int argc, char** argv) {
+  std::optional<train_mlp::Options> options;
+  try {
+    options = train_mlp::parse_options(argc, argv);
+    if (!options) return 0;
+  } catch (const boost::program_options::error& e) {
+    std::fprintf(stderr, "train_mlp: %s (see --help)\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "train_mlp: %s\n", e.what());
+    return 2;
+  }
+  try {
+    qmesh::MpiSession mpi(&argc, &argv);
+    auto world = qmesh::make_mpi_world();
+    try {
+      train_mlp::validate(*options, world->size());
+    } catch (const qmesh::Error& e) {  // the same on every rank: say it once, exit cleanly
+      if (world->rank() == 0) std::fprintf(stderr, "train_mlp: %s\n", e.message().c_str());
+      return 2;
+    }
+    return train_mlp::run(*options, world);
+  } catch (const std::exception& e) {
+    // A failed rank must not wait in MPI_Finalize for the others: report and exit.
+    std::fprintf(stderr, "train_mlp: %s\n", e.what());
+    std::fflush(stderr);
+    std::_Exit(1);
+  }
+}

@@ -1,0 +1,94 @@
+#include "options.h"
+
+#include <boost/program_options.hpp>
+#include <iostream>
+
+#include "qmesh/error.h"
+
+namespace train_mlp {
+
+namespace po = boost::program_options;
+
+std::optional<Options> parse_options(int argc, char** argv) {
+  Options o;
+  std::string recipe = "delayed";
+  po::options_description desc(
+      "train_mlp: train a stack of LayerNormMLP blocks with data and tensor parallelism and\n"
+      "FP8 on a synthetic teacher task. Run under mpirun (or launch/qmeshrun), one process\n"
+      "per rank; dp x tp must equal the number of ranks.\n\nOptions");
+  // clang-format off
+  desc.add_options()
+    ("help,h", "show this help")
+    ("dp", po::value(&o.dp)->default_value(o.dp), "data-parallel size (0: ranks / tp)")
+    ("tp", po::value(&o.tp)->default_value(o.tp), "tensor-parallel size")
+    ("layers", po::value(&o.layers)->default_value(o.layers), "number of LayerNormMLP blocks")
+    ("hidden", po::value(&o.hidden)->default_value(o.hidden), "hidden size (divisible by tp)")
+    ("ffn", po::value(&o.ffn)->default_value(o.ffn), "MLP inner size (divisible by tp)")
+    ("seq", po::value(&o.seq)->default_value(o.seq), "tokens per sequence")
+    ("batch", po::value(&o.batch)->default_value(o.batch),
+     "sequences per data-parallel rank and step")
+    ("steps", po::value(&o.steps)->default_value(o.steps), "training steps (total, counting "
+     "the steps of a resumed checkpoint)")
+    ("lr", po::value(&o.lr)->default_value(o.lr), "learning rate")
+    ("optimizer", po::value(&o.optimizer)->default_value(o.optimizer), "adamw or sgd")
+    ("recipe", po::value(&recipe)->default_value(recipe),
+     "GEMM precision: bf16, delayed (FP8 delayed scaling), current (FP8 current scaling), "
+     "fp32")
+    ("amax-history", po::value(&o.amax_history)->default_value(o.amax_history),
+     "delayed scaling: amax history length")
+    ("margin", po::value(&o.margin)->default_value(o.margin), "delayed scaling: margin")
+    ("sequence-parallel", po::bool_switch(&o.sequence_parallel),
+     "shard activations on the token dimension over tp")
+    ("seed", po::value(&o.seed)->default_value(o.seed), "seed of weights, teacher and data")
+    ("log-every", po::value(&o.log_every)->default_value(o.log_every),
+     "print a progress line every N steps")
+    ("checkpoint-dir", po::value(&o.checkpoint_dir), "directory for checkpoints")
+    ("checkpoint-every", po::value(&o.checkpoint_every)->default_value(o.checkpoint_every),
+     "save a checkpoint every N steps (0: only at the end, when --checkpoint-dir is set)")
+    ("resume", po::bool_switch(&o.resume), "continue from the latest checkpoint in "
+     "--checkpoint-dir")
+    ("csv", po::value(&o.csv), "write the loss curve (step,loss) to this CSV file")
+    ("plot", po::value(&o.plot), "draw the loss curve of --csv (and of every --compare CSV) "
+     "into this PNG with gnuplot")
+    ("compare", po::value(&o.compare)->multitoken(), "other runs' CSV files to plot");
+  // clang-format on
+  po::variables_map vm;
+  po::store(po::parse_command_line(argc, argv, desc), vm);
+  if (vm.count("help")) {
+    std::cout << desc << "\n";
+    return std::nullopt;
+  }
+  po::notify(vm);
+  o.recipe = qmesh::parse_recipe(recipe);
+  return o;
+}
+
+void validate(Options& o, int world) {
+  QMESH_CHECK(o.tp >= 1, "--tp must be >= 1, got ", o.tp);
+  QMESH_CHECK(world % o.tp == 0, "--tp ", o.tp, " does not divide the number of ranks ", world,
+              "; choose tp among the divisors of ", world);
+  if (o.dp == 0) o.dp = world / o.tp;
+  QMESH_CHECK(o.dp >= 1 && o.dp * o.tp == world, "--dp ", o.dp, " x --tp ", o.tp, " = ",
+              o.dp * o.tp, " but the job has ", world, " ranks; make dp x tp equal the ranks");
+  QMESH_CHECK(o.layers >= 1, "--layers must be >= 1, got ", o.layers);
+  QMESH_CHECK(o.hidden >= 1 && o.hidden % o.tp == 0, "--hidden ", o.hidden,
+              " must be a positive multiple of --tp ", o.tp);
+  QMESH_CHECK(o.ffn >= 1 && o.ffn % o.tp == 0, "--ffn ", o.ffn,
+              " must be a positive multiple of --tp ", o.tp);
+  QMESH_CHECK(o.seq >= 1 && o.batch >= 1, "--seq and --batch must be >= 1");
+  QMESH_CHECK(!o.sequence_parallel || (o.seq * o.batch) % o.tp == 0,
+              "--sequence-parallel needs --seq x --batch (", o.seq * o.batch,
+              " tokens) divisible by --tp ", o.tp);
+  QMESH_CHECK(o.steps >= 1, "--steps must be >= 1, got ", o.steps);
+  QMESH_CHECK(o.lr > 0, "--lr must be > 0, got ", o.lr);
+  QMESH_CHECK(o.optimizer == "adamw" || o.optimizer == "sgd",
+              "--optimizer must be adamw or sgd, "
+              "got '",
+              o.optimizer, "'");
+  QMESH_CHECK(o.log_every >= 1, "--log-every must be >= 1");
+  QMESH_CHECK(o.checkpoint_every >= 0, "--checkpoint-every must be >= 0");
+  QMESH_CHECK(!o.resume || !o.checkpoint_dir.empty(), "--resume needs --checkpoint-dir");
+  QMESH_CHECK(o.plot.empty() || !o.csv.empty(), "--plot draws the --csv file: give --csv too");
+}
+
+}  // namespace train_mlp

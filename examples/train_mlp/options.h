@@ -1,0 +1,46 @@
+// Command line of train_mlp (Boost.Program_options) and its validation.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "qmesh/layers/layer_context.h"
+
+namespace train_mlp {
+
+struct Options {
+  int dp = 0;  // 0: world size / tp
+  int tp = 1;
+  int layers = 2;
+  int64_t hidden = 256;
+  int64_t ffn = 1024;
+  int64_t seq = 64;
+  int64_t batch = 8;  // sequences per data-parallel rank and step
+  int steps = 200;
+  float lr = 3e-3f;
+  std::string optimizer = "adamw";
+  qmesh::Recipe recipe = qmesh::Recipe::kFp8Delayed;
+  int amax_history = 16;
+  float margin = 0.0f;
+  bool sequence_parallel = false;
+  uint64_t seed = 1234;
+  int log_every = 10;
+  std::string checkpoint_dir;
+  int checkpoint_every = 0;
+  bool resume = false;
+  std::string csv;
+  std::string plot;
+  std::vector<std::string> compare;
+};
+
+// Parses argv. Returns nullopt after printing --help. Throws qmesh::Error (bad values) or
+// boost::program_options::error (bad syntax) with a message for the user.
+std::optional<Options> parse_options(int argc, char** argv);
+
+// Checks the options against the world size (e.g. dp * tp == world, sizes divisible by tp)
+// and fills dp when it was left 0. Throws qmesh::Error naming the option.
+void validate(Options& options, int world_size);
+
+}  // namespace train_mlp

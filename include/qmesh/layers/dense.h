@@ -1,0 +1,71 @@
+// Dense layers, unsharded or tensor-parallel (Megatron-style), FP8 or high precision:
+//
+//   y = x · Wᵀ + b   (then GELU for activation kGelu),   W [out, in] (fp32 master).
+//
+// Sharding over the mesh's tp axis (tp ranks), with T tokens per data-parallel rank:
+//   kNone:   x [T, in] -> y [T, out].
+//   kColumn: W rows sharded: W [out/tp, in], b [out/tp]. x [T, in] replicated
+//            (sequence_parallel: x [T/tp, in], all-gathered first) -> y [T, out/tp].
+//            Backward reduces dx over tp (all-reduce; sequence_parallel: reduce-scatter).
+//   kRow:    W columns sharded: W [out, in/tp], b [out] replicated. x [T, in/tp] ->
+//            partial sums all-reduced (sequence_parallel: reduce-scattered to [T/tp, out]),
+//            then + b. Backward all-gathers dy first under sequence_parallel.
+// The same global input gives the same output and gradients (to rounding) for every tp.
+//
+// Precision (LayerContext::recipe): each GEMM operand is cast to bf16 or quantized to FP8
+// (x and W in E4M3, the output gradient in E5M2 under the HYBRID format), each with its own
+// scaling state; GEMMs accumulate in fp32 and activations are fp32 host tensors.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "qmesh/export.h"
+#include "qmesh/layers/layer_context.h"
+#include "qmesh/layers/parameter.h"
+#include "qmesh/quantized_tensor.h"
+#include "qmesh/tensor.h"
+
+namespace qmesh {
+
+enum class DenseParallelism { kNone, kColumn, kRow };
+enum class DenseActivation { kNone, kGelu };  // GELU: tanh approximation
+
+struct DenseOptions {
+  DenseParallelism parallelism = DenseParallelism::kNone;
+  bool sequence_parallel = false;  // only with kColumn / kRow
+  bool bias = true;
+  DenseActivation activation = DenseActivation::kNone;  // not with kRow (needs full sums)
+};
+
+class QMESH_API Dense {
+ public:
+  // in_features / out_features are the global (unsharded) sizes; the sharded one must be
+  // divisible by tp (Error otherwise). Weights are drawn from N(0, 1/in_features) by a
+  // counter-based generator keyed by (seed, global element index), so every sharding of
+  // the same seed holds slices of the same global matrix; biases start at 0. Registers its
+  // FP8 operands with ctx's scaling states when the recipe is FP8.
+  Dense(std::string name, int64_t in_features, int64_t out_features, DenseOptions options,
+        LayerContext& ctx, uint64_t seed);
+  ~Dense();
+  Dense(Dense&&) noexcept;
+  Dense& operator=(Dense&&) = delete;
+
+  // x: fp32 host, [tokens, in_local] (see the sharding table). Returns y, owned by the layer
+  // and valid until the next forward. x must stay alive and unchanged until backward.
+  TensorView forward(const TensorView& x);
+  // dy: gradient of the loss w.r.t. forward's output (after GELU for kGelu), shaped like it.
+  // Writes weight.grad and bias.grad; returns dx (owned by the layer) shaped like x.
+  TensorView backward(const TensorView& dy);
+
+  std::vector<Parameter*> parameters();
+  Parameter& weight();
+  const DenseOptions& options() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace qmesh

@@ -1,0 +1,67 @@
+// What every layer of a model shares: the mesh, the precision recipe, and (for FP8 delayed
+// scaling) the one ScalingStates object that holds every quantized operand's state.
+//
+// Lifecycle: construct the context, construct the layers (each registers its FP8 operands
+// with add_operand), then train; call end_step() once per step after backward, on every
+// rank: it performs the step's single amax all-reduce over mesh().amax_group() and the
+// fused scale update.
+#pragma once
+
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "qmesh/comm/mesh.h"
+#include "qmesh/export.h"
+#include "qmesh/scaling/recipe.h"
+#include "qmesh/scaling/scaling_states.h"
+
+namespace qmesh {
+
+enum class Recipe {
+  kFp32,        // fp32 GEMM operands (the reference in tests)
+  kBf16,        // operands rounded to bf16, fp32 accumulation: the high-precision baseline
+  kFp8Delayed,  // FP8 operands, delayed scaling (scales from the amax history)
+  kFp8Current,  // FP8 operands, current scaling (each tensor scaled by its own amax)
+};
+
+// "fp32", "bf16", "delayed", "current" (the training example's --recipe values).
+QMESH_API std::string_view recipe_name(Recipe recipe);
+// Inverse of recipe_name; Error listing the accepted names.
+QMESH_API Recipe parse_recipe(std::string_view name);
+
+class QMESH_API LayerContext {
+ public:
+  // `mesh` must outlive the context. The recipes are validated; only the one that
+  // `recipe` selects is used.
+  LayerContext(const Mesh& mesh, Recipe recipe, DelayedScaling delayed = {},
+               Float8CurrentScaling current = {});
+
+  const Mesh& mesh() const { return mesh_; }
+  Recipe recipe() const { return recipe_; }
+  bool is_fp8() const { return recipe_ == Recipe::kFp8Delayed || recipe_ == Recipe::kFp8Current; }
+  const Float8CurrentScaling& current_scaling() const { return current_; }
+  // FP8 dtype of an operand of this role under the active recipe's format.
+  DType fp8_dtype(OperandRole role) const;
+
+  // Registers one quantized operand and returns its index in the scaling states. Only
+  // before the first scaling() call (Error afterwards: the states are already laid out).
+  int add_operand(OperandRole role);
+  // The delayed-scaling states of all registered operands, created on first use.
+  ScalingStates& scaling();
+
+  // Once per training step, after backward, on every rank of the mesh. Delayed scaling:
+  // one all-reduce(MAX) of every operand's current amax over mesh().amax_group(), then
+  // the fused update. Other recipes: nothing.
+  void end_step();
+
+ private:
+  const Mesh& mesh_;
+  Recipe recipe_;
+  DelayedScaling delayed_;
+  Float8CurrentScaling current_;
+  std::vector<OperandRole> roles_;
+  std::unique_ptr<ScalingStates> states_;
+};
+
+}  // namespace qmesh

@@ -1,0 +1,62 @@
+// The transformer MLP block with its LayerNorm and residual:
+//   y = x + fc2(gelu(fc1(LayerNorm(x))))
+// fc1 is column-parallel and fc2 row-parallel over the mesh's tp axis, so the [T, ffn]
+// activation never leaves its rank; with sequence_parallel, x and y are sharded on the
+// token dimension ([T/tp, hidden]) and LayerNorm runs on the local shard.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "qmesh/export.h"
+#include "qmesh/layers/dense.h"
+#include "qmesh/layers/layer_context.h"
+#include "qmesh/layers/layer_norm.h"
+
+namespace qmesh {
+
+struct LayerNormMLPOptions {
+  bool sequence_parallel = false;
+  float layer_norm_eps = 1e-5f;
+};
+
+class QMESH_API LayerNormMLP {
+ public:
+  // ffn must be divisible by tp. Parameters are drawn from `seed` (see Dense).
+  LayerNormMLP(std::string name, int64_t hidden, int64_t ffn, LayerNormMLPOptions options,
+               LayerContext& ctx, uint64_t seed);
+
+  // x: fp32 host [T, hidden] (sequence_parallel: [T/tp, hidden]). Returns y shaped like x,
+  // owned by the block; x must stay alive until backward.
+  TensorView forward(const TensorView& x);
+  // dy shaped like y; writes every parameter's grad and returns dx (owned by the block).
+  TensorView backward(const TensorView& dy);
+
+  std::vector<Parameter*> parameters();
+
+ private:
+  LayerNormMLPOptions options_;
+  LayerContext& ctx_;
+  LayerNorm norm_;
+  Dense fc1_, fc2_;
+  Tensor y_, dx_;
+};
+
+// LayerNorm followed by a column-parallel dense layer (as in front of attention's QKV
+// projection): y = Dense(LayerNorm(x)). x as for LayerNormMLP; y is [T, out/tp].
+class QMESH_API LayerNormDense {
+ public:
+  LayerNormDense(std::string name, int64_t hidden, int64_t out, bool sequence_parallel,
+                 LayerContext& ctx, uint64_t seed);
+  TensorView forward(const TensorView& x);
+  TensorView backward(const TensorView& dy);
+  std::vector<Parameter*> parameters();
+
+ private:
+  bool sequence_parallel_;
+  LayerContext& ctx_;
+  LayerNorm norm_;
+  Dense dense_;
+};
+
+}  // namespace qmesh

@@ -1,0 +1,22 @@
+// grouped_quantize: several tensors packed one after another in one buffer (e.g. one per
+// expert), each quantized with its own scale and amax, in one launch.
+#pragma once
+
+#include <span>
+
+#include "qmesh/export.h"
+#include "qmesh/quantized_tensor.h"
+#include "qmesh/stream.h"
+#include "qmesh/tensor.h"
+
+namespace qmesh {
+
+// x (fp32, bf16 or fp16) holds the groups back to back: group g is the next
+// outs[g].data.numel() elements of x. The element counts must add up to x.numel().
+// Each group is quantized as quantize(x_g, outs[g]) does (its own scale, scale_inv, amax;
+// rowwise only). All outs live on x's device. Host: blocking. CUDA: asynchronous on
+// `stream`, one kernel launch per 64 groups.
+QMESH_API void grouped_quantize(const TensorView& x, std::span<const QuantizedTensorView> outs,
+                                Stream stream = {});
+
+}  // namespace qmesh

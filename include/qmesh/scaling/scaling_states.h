@@ -1,0 +1,64 @@
+// The delayed-scaling state of every quantized operand of a model, in one owner object.
+#pragma once
+
+#include <vector>
+
+#include "qmesh/device.h"
+#include "qmesh/export.h"
+#include "qmesh/quantized_tensor.h"
+#include "qmesh/scaling/recipe.h"
+#include "qmesh/stream.h"
+#include "qmesh/tensor.h"
+
+namespace qmesh {
+
+// Storage (all fp32, on one device, each a single contiguous allocation):
+//   amax_history  [history_len, n]: row 0 holds the current step's amax of every operand,
+//                  so row 0 is the packed buffer that ONE all-reduce(MAX) reduces;
+//   scale         [n];  scale_inv [n].
+// Operand i is column i. Initial state: history all zero, scale = scale_inv = 1.
+// Not thread-safe; CUDA states are only touched on the streams passed in.
+class QMESH_API ScalingStates {
+ public:
+  ScalingStates() = default;
+  // One operand per entry of `roles`; the recipe (validated) fixes history length, margin,
+  // algorithm and, with each role, the operand's FP8 dtype.
+  ScalingStates(const DelayedScaling& recipe, std::vector<OperandRole> roles,
+                Device device = Device::host());
+
+  int size() const { return static_cast<int>(roles_.size()); }
+  int history_len() const { return recipe_.amax_history_len; }
+  const DelayedScaling& recipe() const { return recipe_; }
+  Device device() const { return device_; }
+  const std::vector<OperandRole>& roles() const { return roles_; }
+  OperandRole role(int i) const;
+  DType dtype(int i) const;
+
+  TensorView amax_history() const { return history_.view(); }
+  // Row 0 of amax_history: fp32 [n], the current amaxes of all operands, contiguous.
+  TensorView current_amax() const;
+  TensorView scale() const { return scale_.view(); }
+  TensorView scale_inv() const { return scale_inv_.view(); }
+
+  // Points q's scale, scale_inv and amax at operand i, so that quantizing into q records
+  // its amax in the history and uses the operand's scale. q.data must have dtype(i).
+  void bind(int i, QuantizedTensorView& q) const;
+
+  // The fused update of all operands, per docs/design/scaling.md (NUMERICS.md rules):
+  // for each operand whose current amax (after the global reduction) is not 0, roll its
+  // history and compute a new scale; operands whose amax is 0 are left as they are.
+  // scale_inv is not touched here: the next quantize writes it next to the codes it
+  // belongs to. Host: one pass, blocking. CUDA: one kernel on `stream`, asynchronous.
+  void update(Stream stream = {});
+
+ private:
+  DelayedScaling recipe_;
+  std::vector<OperandRole> roles_;
+  Device device_;
+  Tensor history_;
+  Tensor scale_;
+  Tensor scale_inv_;
+  Tensor fp8_max_;  // fp32 [n] on device_: fp8_max(dtype(i)) for the update kernel
+};
+
+}  // namespace qmesh

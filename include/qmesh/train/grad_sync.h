@@ -1,0 +1,42 @@
+// Data-parallel gradient reduction: sums every parameter's grad over the dp communicator,
+// in buckets that are launched asynchronously as soon as their gradients are ready, so the
+// reductions of late layers overlap the backward of earlier ones.
+//
+// Usage per step: after each block's backward, ready(block.parameters()); after the whole
+// backward, finish(). Every rank must mark the same parameters in the same order.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "qmesh/comm/communicator.h"
+#include "qmesh/export.h"
+#include "qmesh/layers/parameter.h"
+
+namespace qmesh {
+
+class QMESH_API GradSync {
+ public:
+  // `params` in the order their gradients become ready (reverse layer order). Buckets hold
+  // consecutive parameters up to bucket_bytes (a larger parameter gets a bucket alone).
+  // fp32 host gradients only.
+  GradSync(std::shared_ptr<Communicator> dp, std::vector<Parameter*> params,
+           size_t bucket_bytes = 4u << 20);
+  ~GradSync();
+
+  // Marks these parameters' gradients final for this step; launches the all-reduce of each
+  // bucket that became complete. Error if a parameter is unknown or marked twice.
+  void ready(const std::vector<Parameter*>& params);
+  // Waits for every bucket (comm timeout applies) and writes the sums back into the grads.
+  // Error if some parameter was never marked ready.
+  void finish();
+
+  size_t bucket_count() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace qmesh

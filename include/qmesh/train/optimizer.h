@@ -1,0 +1,47 @@
+// Optimizers over fp32 master weights (each rank updates its own shards after the
+// data-parallel gradient reduction). Host tensors; the update is element-wise and
+// deterministic, so a resumed run continues bit for bit.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "qmesh/export.h"
+#include "qmesh/layers/parameter.h"
+
+namespace qmesh {
+
+struct SgdOptions {
+  float lr = 0.01f;
+  float momentum = 0.0f;      // 0 disables the momentum buffer
+  float weight_decay = 0.0f;  // decoupled: w -= lr * wd * w
+};
+
+struct AdamWOptions {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.01f;  // decoupled (Loshchilov & Hutter)
+};
+
+// One optimizer over a fixed list of parameters (their order defines the state layout).
+class QMESH_API Optimizer {
+ public:
+  virtual ~Optimizer();
+  // Applies one update from each parameter's grad. Error if a parameter is not fp32 host.
+  virtual void step() = 0;
+  // Number of steps taken (restored by load_state).
+  virtual int64_t steps() const = 0;
+  // The state tensors (moment buffers and a 1-element step counter), named
+  // "<param>.<slot>", for checkpoints. Loading writes into these same tensors.
+  virtual std::vector<std::pair<std::string, Tensor*>> state() = 0;
+};
+
+QMESH_API std::unique_ptr<Optimizer> make_sgd(std::vector<Parameter*> params, SgdOptions options);
+QMESH_API std::unique_ptr<Optimizer> make_adamw(std::vector<Parameter*> params,
+                                                AdamWOptions options);
+
+}  // namespace qmesh

@@ -1,0 +1,26 @@
+#include "qmesh/random.h"
+
+#include <cmath>
+
+namespace qmesh {
+
+namespace {
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+// Uniform in (0, 1]: the top 53 bits, shifted away from 0 so the logarithm is finite.
+double unit(uint64_t bits) { return (double(bits >> 11) + 1.0) * 0x1.0p-53; }
+}  // namespace
+
+uint64_t mix_seed(uint64_t seed, uint64_t stream) { return splitmix64(seed ^ splitmix64(~stream)); }
+
+float counter_normal(uint64_t seed, uint64_t index) {
+  const uint64_t h = splitmix64(seed ^ splitmix64(index));
+  const double u1 = unit(h), u2 = unit(splitmix64(h));
+  return float(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
+}
+
+}  // namespace qmesh

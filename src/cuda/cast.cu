@@ -1,0 +1,393 @@
+// CUDA backend of the cast ops.
+//
+// Every element goes through __nv_cvt_float_to_fp8(x * scale, __NV_SATFINITE, fmt): the
+// conversion qmesh/fp8.h reproduces bit for bit on the host, so codes match the CPU backend.
+// amax is fused: each thread keeps max(|x| bits), a warp reduces with __reduce_max_sync, the
+// block combines its warps in shared memory and issues one atomicMax on the float's bits
+// (non-negative floats order like their bit patterns and NaN sorts above +inf, which gives the
+// NaN-propagating policy of ops/amax.h). Loads and stores move 16 bytes per instruction when
+// the pointers and extents allow it, else the same kernel falls back to element accesses.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "cuda/check.h"
+#include "ops/cast_job.h"
+#include "qmesh/error.h"
+
+namespace qmesh::detail::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kVec = 16;  // elements per thread per step: one 16-byte store of codes
+// Flat kernel: elements one block covers.
+constexpr int kFlatIters = 4;
+constexpr int64_t kFlatChunk = int64_t{kThreads} * kVec * kFlatIters;
+// Groups per launch of the flat kernel: the parameter struct stays under 4 KiB.
+constexpr int kMaxGroups = 64;
+// Tiled kernel: 64 x 64 elements; thread (row = tid / 4, segment = tid % 4) owns 16 columns.
+constexpr int kTile = 64;
+
+template <class T>
+__device__ __forceinline__ float load_float(T x);
+template <>
+__device__ __forceinline__ float load_float<float>(float x) {
+  return x;
+}
+// The two 16-bit inputs are told apart by a tag type, both stored as uint16_t.
+struct Bf16 {
+  uint16_t bits;
+};
+struct Fp16 {
+  uint16_t bits;
+};
+template <>
+__device__ __forceinline__ float load_float<Bf16>(Bf16 x) {
+  return __uint_as_float(uint32_t(x.bits) << 16);
+}
+template <>
+__device__ __forceinline__ float load_float<Fp16>(Fp16 x) {
+  return __half2float(__ushort_as_half(x.bits));
+}
+
+template <__nv_fp8_interpretation_t kFmt>
+__device__ __forceinline__ uint8_t encode(float x) {
+  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, kFmt));
+}
+
+__device__ __forceinline__ uint32_t abs_bits(float x) { return __float_as_uint(x) & 0x7FFFFFFFu; }
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// Loads kVec elements starting at in[i] (n elements in all) as floats; out-of-range
+// elements read as 0, which changes neither amax nor column sums.
+template <class T>
+__device__ __forceinline__ void load_vec(const T* in, int64_t i, int64_t n, bool vec,
+                                         float (&v)[kVec]) {
+  if (vec && i + kVec <= n) {
+    constexpr int kLoads = kVec * sizeof(T) / 16;
+    T raw[kVec];
+    const uint4* src = reinterpret_cast<const uint4*>(in + i);
+#pragma unroll
+    for (int k = 0; k < kLoads; ++k) reinterpret_cast<uint4*>(raw)[k] = src[k];
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) v[k] = load_float(raw[k]);
+  } else {
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) v[k] = i + k < n ? load_float(in[i + k]) : 0.0f;
+  }
+}
+
+// Stores the first min(kVec, n - i) codes at out[i].
+__device__ __forceinline__ void store_vec(uint8_t* out, int64_t i, int64_t n, bool vec,
+                                          const uint8_t (&codes)[kVec]) {
+  if (vec && i + kVec <= n) {
+    *reinterpret_cast<uint4*>(out + i) = *reinterpret_cast<const uint4*>(codes);
+  } else {
+#pragma unroll
+    for (int k = 0; k < kVec; ++k)
+      if (i + k < n) out[i + k] = codes[k];
+  }
+}
+
+// Block-wide max of m (every thread calls it), then one atomicMax into *amax by thread 0.
+__device__ void block_amax(uint32_t m, float* amax) {
+  __shared__ uint32_t warp_max[kWarps];
+  m = __reduce_max_sync(0xFFFFFFFFu, m);
+  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = m;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    m = threadIdx.x < kWarps ? warp_max[threadIdx.x] : 0u;
+    m = __reduce_max_sync(0xFFFFFFFFu, m);
+    if (threadIdx.x == 0) atomicMax(reinterpret_cast<unsigned int*>(amax), m);
+  }
+}
+
+// ---- flat kernel: quantize / amax / grouped quantize ---------------------------------------
+
+struct FlatGroup {
+  const void* in;
+  uint8_t* out;  // null: amax only
+  const float* scale;
+  float* scale_inv;
+  float* amax;
+  int64_t n;
+  int64_t first_block;
+};
+struct FlatParams {
+  FlatGroup groups[kMaxGroups];
+  int count;
+};
+
+__global__ void zero_amax_kernel(FlatParams p) {
+  if (threadIdx.x < p.count) *p.groups[threadIdx.x].amax = 0.0f;
+}
+
+template <class T, __nv_fp8_interpretation_t kFmt>
+__global__ void __launch_bounds__(kThreads) cast_flat_kernel(FlatParams p) {
+  int g = 0;
+  while (g + 1 < p.count && p.groups[g + 1].first_block <= int64_t(blockIdx.x)) ++g;
+  const FlatGroup& grp = p.groups[g];
+  const T* in = static_cast<const T*>(grp.in);
+  const bool vec =
+      reinterpret_cast<uintptr_t>(in) % 16 == 0 && reinterpret_cast<uintptr_t>(grp.out) % 16 == 0;
+  const float scale = grp.out ? *grp.scale : 0.0f;
+  const int64_t base = (int64_t(blockIdx.x) - grp.first_block) * kFlatChunk;
+  uint32_t m = 0;
+#pragma unroll 1
+  for (int it = 0; it < kFlatIters; ++it) {
+    const int64_t i = base + (int64_t(it) * kThreads + threadIdx.x) * kVec;
+    if (i >= grp.n) break;
+    float v[kVec];
+    load_vec(in, i, grp.n, vec, v);
+    uint8_t codes[kVec];
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      m = max(m, abs_bits(v[k]));
+      codes[k] = encode<kFmt>(v[k] * scale);
+    }
+    if (grp.out) store_vec(grp.out, i, grp.n, vec, codes);
+  }
+  block_amax(m, grp.amax);
+  if (grp.out && int64_t(blockIdx.x) == grp.first_block && threadIdx.x == 0)
+    *grp.scale_inv = 1.0f / scale;
+}
+
+// ---- tiled kernel: cast_transpose / dbias_quantize -----------------------------------------
+
+struct TileParams {
+  const void* in;
+  uint8_t* out;
+  uint8_t* out_t;   // null: no columnwise copy
+  float* partials;  // null: no dbias; else fp32 [row_tiles, cols] column sums per row tile
+  const float* scale;
+  float* scale_inv;
+  float* amax;
+  int64_t rows;
+  int64_t cols;
+  bool vec;  // 16-byte accesses are legal (aligned pointers, rows and cols multiples of 16)
+};
+
+// Shared memory holds the tile's codes row-major, 64 bytes per row, without padding: the
+// rowwise phase writes 16-byte vectors whose quarter-warp phases cover 128 contiguous bytes,
+// and the transposed phase has the 32 lanes of a warp read 32 consecutive bytes of one row
+// (8 words, each broadcast to 4 lanes). Both patterns are free of bank conflicts as they are;
+// padding the rows would break the first one.
+template <class T, __nv_fp8_interpretation_t kFmt>
+__global__ void __launch_bounds__(kThreads) cast_tiled_kernel(TileParams p) {
+  __shared__ alignas(16) uint8_t tile[kTile][kTile];
+  __shared__ float warp_sums[kWarps][kTile];
+  const T* in = static_cast<const T*>(p.in);
+  const float scale = *p.scale;
+  const int64_t tiles_c = (p.cols + kTile - 1) / kTile;
+  const int64_t tiles = (p.rows + kTile - 1) / kTile * tiles_c;
+  const int lr = threadIdx.x / 4, seg = threadIdx.x % 4;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  uint32_t m = 0;
+  for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+    const int64_t r0 = t / tiles_c * kTile, c0 = t % tiles_c * kTile;
+    const int64_t r = r0 + lr, c = c0 + seg * kVec;
+    float v[kVec];
+    uint8_t codes[kVec];
+    if (r < p.rows) {
+      load_vec(in + r * p.cols, c, p.cols, p.vec, v);
+    } else {
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) v[k] = 0.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      m = max(m, abs_bits(v[k]));
+      codes[k] = encode<kFmt>(v[k] * scale);
+    }
+    if (r < p.rows) store_vec(p.out + r * p.cols, c, p.cols, p.vec, codes);
+    if (p.out_t)
+      *reinterpret_cast<uint4*>(&tile[lr][seg * kVec]) = *reinterpret_cast<const uint4*>(codes);
+    if (p.partials) {
+      // Lanes with the same segment differ in lane bits 2..4: three shuffles sum 8 rows.
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) {
+        float s = v[k];
+        s += __shfl_xor_sync(0xFFFFFFFFu, s, 4);
+        s += __shfl_xor_sync(0xFFFFFFFFu, s, 8);
+        s += __shfl_xor_sync(0xFFFFFFFFu, s, 16);
+        if (lane < 4) warp_sums[warp][lane * kVec + k] = s;
+      }
+    }
+    __syncthreads();
+    if (p.out_t) {
+      const int oc = threadIdx.x % kTile, oseg = threadIdx.x / kTile;
+      uint8_t col[kVec];
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) col[k] = tile[oseg * kVec + k][oc];
+      if (c0 + oc < p.cols)
+        store_vec(p.out_t + (c0 + oc) * p.rows, r0 + oseg * kVec, p.rows, p.vec, col);
+    }
+    if (p.partials && threadIdx.x < kTile && c0 + threadIdx.x < p.cols) {
+      float s = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) s += warp_sums[w][threadIdx.x];
+      p.partials[r0 / kTile * p.cols + c0 + threadIdx.x] = s;
+    }
+    __syncthreads();
+  }
+  block_amax(m, p.amax);
+  if (blockIdx.x == 0 && threadIdx.x == 0) *p.scale_inv = 1.0f / scale;
+}
+
+// dbias[c] = sum of partials[t, c] over row tiles t, in tile order (deterministic).
+__global__ void sum_partials_kernel(const float* partials, int64_t row_tiles, int64_t cols,
+                                    float* dbias) {
+  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= cols) return;
+  float s = 0.0f;
+  for (int64_t t = 0; t < row_tiles; ++t) s += partials[t * cols + c];
+  dbias[c] = s;
+}
+
+__global__ void zero_scalar_kernel(float* amax) { *amax = 0.0f; }
+
+// ---- dequantize ----------------------------------------------------------------------------
+
+template <class T>
+__device__ __forceinline__ void store_float(T* out, float x);
+template <>
+__device__ __forceinline__ void store_float<float>(float* out, float x) {
+  *out = x;
+}
+template <>
+__device__ __forceinline__ void store_float<Bf16>(Bf16* out, float x) {
+  out->bits = __bfloat16_as_ushort(__float2bfloat16_rn(x));
+}
+template <>
+__device__ __forceinline__ void store_float<Fp16>(Fp16* out, float x) {
+  out->bits = __half_as_ushort(__float2half_rn(x));
+}
+
+template <class T, __nv_fp8_interpretation_t kFmt>
+__global__ void dequantize_kernel(const uint8_t* in, const float* scale_inv, T* out, int64_t n) {
+  const float s = *scale_inv;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const float x = __half2float(__half(__nv_cvt_fp8_to_halfraw(in[i], kFmt)));
+    store_float(out + i, x * s);
+  }
+}
+
+// ---- dispatch ------------------------------------------------------------------------------
+
+template <class T>
+struct TypeTag {
+  using type = T;
+};
+template <__nv_fp8_interpretation_t kFmt>
+struct FmtTag {
+  static constexpr __nv_fp8_interpretation_t value = kFmt;
+};
+
+// Calls f(TypeTag<T>, FmtTag<fmt>) for the dtype pair.
+template <class F>
+void dispatch(DType wide, DType fp8, F&& f) {
+  auto with_type = [&](auto type) {
+    if (fp8 == DType::kFloat8E5M2)
+      f(type, FmtTag<__NV_E5M2>{});
+    else
+      f(type, FmtTag<__NV_E4M3>{});
+  };
+  switch (wide) {
+    case DType::kFloat32:
+      return with_type(TypeTag<float>{});
+    case DType::kBFloat16:
+      return with_type(TypeTag<Bf16>{});
+    case DType::kFloat16:
+      return with_type(TypeTag<Fp16>{});
+    default:
+      QMESH_THROW("CUDA cast: unsupported wide dtype ", dtype_name(wide));
+  }
+}
+
+int resident_blocks() {
+  int device = 0, sms = 0;
+  QMESH_CHECK_CUDA(cudaGetDevice(&device));
+  QMESH_CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms * (2048 / kThreads);
+}
+
+void cast_flat(const CastSpec& spec, std::span<const CastJob> jobs, cudaStream_t stream) {
+  FlatParams p{};
+  int64_t blocks = 0;
+  for (const CastJob& job : jobs) {
+    const int64_t n = job.rows * job.cols;
+    p.groups[p.count++] = {job.in, job.out, job.scale, job.scale_inv, job.amax, n, blocks};
+    blocks += std::max<int64_t>(1, (n + kFlatChunk - 1) / kFlatChunk);
+  }
+  QMESH_CHECK(blocks < (int64_t{1} << 31), "CUDA cast of ", blocks, " blocks is too large");
+  zero_amax_kernel<<<1, kMaxGroups, 0, stream>>>(p);
+  QMESH_CHECK_CUDA(cudaGetLastError());
+  dispatch(spec.in_dtype, spec.fp8, [&](auto type, auto fmt) {
+    cast_flat_kernel<typename decltype(type)::type, decltype(fmt)::value>
+        <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p);
+  });
+  QMESH_CHECK_CUDA(cudaGetLastError());
+}
+
+void cast_tiled(const CastSpec& spec, const CastJob& job, cudaStream_t stream) {
+  const int64_t row_tiles = (job.rows + kTile - 1) / kTile;
+  const int64_t tiles = row_tiles * ((job.cols + kTile - 1) / kTile);
+  TileParams p{job.in,        job.out,  job.out_t, nullptr,  job.scale,
+               job.scale_inv, job.amax, job.rows,  job.cols, false};
+  p.vec = aligned16(job.in) && aligned16(job.out) && (!job.out_t || aligned16(job.out_t)) &&
+          job.rows % kVec == 0 && job.cols % kVec == 0;
+  if (job.dbias) {
+    void* scratch = nullptr;
+    QMESH_CHECK_CUDA(cudaMallocAsync(&scratch, row_tiles * job.cols * sizeof(float), stream));
+    p.partials = static_cast<float*>(scratch);
+  }
+  zero_scalar_kernel<<<1, 1, 0, stream>>>(job.amax);
+  QMESH_CHECK_CUDA(cudaGetLastError());
+  const auto grid = static_cast<unsigned>(std::min<int64_t>(tiles, resident_blocks()));
+  dispatch(spec.in_dtype, spec.fp8, [&](auto type, auto fmt) {
+    cast_tiled_kernel<typename decltype(type)::type, decltype(fmt)::value>
+        <<<grid, kThreads, 0, stream>>>(p);
+  });
+  QMESH_CHECK_CUDA(cudaGetLastError());
+  if (p.partials) {
+    const auto col_blocks = static_cast<unsigned>((job.cols + kThreads - 1) / kThreads);
+    sum_partials_kernel<<<col_blocks, kThreads, 0, stream>>>(p.partials, row_tiles, job.cols,
+                                                             job.dbias);
+    QMESH_CHECK_CUDA(cudaGetLastError());
+    QMESH_CHECK_CUDA(cudaFreeAsync(p.partials, stream));
+  }
+}
+
+}  // namespace
+
+void cast(const CastSpec& spec, std::span<const CastJob> jobs, Stream stream) {
+  auto s = static_cast<cudaStream_t>(stream.handle);
+  if (jobs.size() == 1 && (jobs[0].out_t || jobs[0].dbias)) {
+    cast_tiled(spec, jobs[0], s);
+    return;
+  }
+  for (size_t first = 0; first < jobs.size(); first += kMaxGroups)
+    cast_flat(spec, jobs.subspan(first, std::min<size_t>(kMaxGroups, jobs.size() - first)), s);
+}
+
+void dequantize(const uint8_t* in, DType fp8, const float* scale_inv, void* out, DType out_dtype,
+                int64_t n, Stream stream) {
+  auto s = static_cast<cudaStream_t>(stream.handle);
+  const auto blocks =
+      static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, resident_blocks()));
+  dispatch(out_dtype, fp8, [&](auto type, auto fmt) {
+    using T = typename decltype(type)::type;
+    dequantize_kernel<T, decltype(fmt)::value>
+        <<<blocks, kThreads, 0, s>>>(in, scale_inv, static_cast<T*>(out), n);
+  });
+  QMESH_CHECK_CUDA(cudaGetLastError());
+}
+
+}  // namespace qmesh::detail::cuda

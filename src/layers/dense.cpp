@@ -1,0 +1,221 @@
+#include "qmesh/layers/dense.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "cpu/gelu.h"
+#include "layers/activation_buffer.h"
+#include "layers/operand_cast.h"
+#include "qmesh/error.h"
+#include "qmesh/ops/gemm.h"
+#include "qmesh/random.h"
+
+namespace qmesh {
+
+namespace {
+
+// Column sums of a [rows, cols] fp32 matrix into out [cols]: the bias gradient, from the
+// unquantized gradient whatever the recipe.
+void column_sums(const TensorView& g, float* out) {
+  const int64_t rows = g.shape.rows(), cols = g.shape.cols();
+  const float* p = g.data_as<float>();
+  std::fill_n(out, cols, 0.0f);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) out[c] += p[r * cols + c];
+}
+
+Shape with_rows(int64_t rows, int64_t cols) { return Shape{rows, cols}; }
+
+}  // namespace
+
+struct Dense::Impl {
+  Impl(std::string name_in, int64_t in, int64_t out, DenseOptions opt, LayerContext& context,
+       uint64_t seed)
+      : name(std::move(name_in)),
+        options(opt),
+        ctx(context),
+        tp(context.mesh().role(context.mesh().resource().tp)),
+        x_cast(context, OperandRole::kInput),
+        w_cast(context, OperandRole::kWeight),
+        dy_cast(context, OperandRole::kGradOutput) {
+    const int tp_size = tp->size();
+    QMESH_CHECK(in >= 1 && out >= 1, name, ": feature counts must be >= 1, got in=", in,
+                " out=", out);
+    QMESH_CHECK(opt.parallelism != DenseParallelism::kNone || !opt.sequence_parallel, name,
+                ": sequence_parallel needs column or row parallelism");
+    QMESH_CHECK(
+        opt.parallelism != DenseParallelism::kRow || opt.activation == DenseActivation::kNone, name,
+        ": a row-parallel layer cannot fuse GELU (its output is a partial sum)");
+    QMESH_CHECK(opt.bias || opt.activation == DenseActivation::kNone, name,
+                ": GELU is fused with the bias; enable the bias");
+    in_local = in;
+    out_local = out;
+    if (opt.parallelism == DenseParallelism::kColumn) {
+      QMESH_CHECK(out % tp_size == 0, name, ": out_features ", out,
+                  " is not divisible by the tensor-parallel size ", tp_size);
+      out_local = out / tp_size;
+    } else if (opt.parallelism == DenseParallelism::kRow) {
+      QMESH_CHECK(in % tp_size == 0, name, ": in_features ", in,
+                  " is not divisible by the tensor-parallel size ", tp_size);
+      in_local = in / tp_size;
+    }
+    // Slice [out0, out0 + out_local) x [in0, in0 + in_local) of the global [out, in] matrix.
+    const int64_t out0 = opt.parallelism == DenseParallelism::kColumn ? tp->rank() * out_local : 0;
+    const int64_t in0 = opt.parallelism == DenseParallelism::kRow ? tp->rank() * in_local : 0;
+    weight = {name + ".weight", Tensor(DType::kFloat32, Shape{out_local, in_local}),
+              Tensor(DType::kFloat32, Shape{out_local, in_local})};
+    const float stddev = 1.0f / std::sqrt(float(in));
+    float* w = weight.value.data_as<float>();
+    for (int64_t r = 0; r < out_local; ++r)
+      for (int64_t c = 0; c < in_local; ++c)
+        w[r * in_local + c] = stddev * counter_normal(seed, uint64_t((out0 + r) * in + in0 + c));
+    std::fill_n(weight.grad.data_as<float>(), weight.grad.numel(), 0.0f);
+    if (opt.bias) {
+      const int64_t n = out_local;
+      bias = {name + ".bias", Tensor(DType::kFloat32, Shape{n}), Tensor(DType::kFloat32, Shape{n})};
+      std::fill_n(bias.value.data_as<float>(), n, 0.0f);
+      std::fill_n(bias.grad.data_as<float>(), n, 0.0f);
+    }
+  }
+
+  bool column() const { return options.parallelism == DenseParallelism::kColumn; }
+  bool row() const { return options.parallelism == DenseParallelism::kRow; }
+  bool sp() const { return options.sequence_parallel; }
+  // The CUDA FP8 GEMM is TN-only: backward needs the transposed copies there.
+  bool columnwise() const { return x_in.device.is_cuda(); }
+
+  TensorView forward(const TensorView& x) {
+    check_dtype(x, DType::kFloat32, name + " input");
+    check_device(x, Device::host(), name + " input");
+    QMESH_CHECK(x.shape.cols() == in_local, name, ": input must have ", in_local,
+                " features (last dimension), got shape ", x.shape.str());
+    x_in = x;
+    x_used = x;
+    if (column() && sp()) {  // gather the sequence shards: [T/tp, in] -> [T, in]
+      x_used = ensure_tensor(x_gathered, DType::kFloat32,
+                             with_rows(x.shape.rows() * tp->size(), in_local), x.device);
+      tp->all_gather(x, x_used);
+    }
+    const int64_t tokens = x_used.shape.rows();
+    GemmArgs args;
+    last_x = x_cast.cast(x_used, columnwise());
+    last_w = w_cast.cast(weight.value, columnwise());
+    args.a = last_x;
+    args.b = last_w;
+    args.trans_b = GemmTranspose::kYes;  // y = x · Wᵀ
+    const TensorView y_full =
+        ensure_tensor(row() ? partial : y, DType::kFloat32, with_rows(tokens, out_local), x.device);
+    args.d = y_full;
+    if (options.bias && !row()) {
+      args.bias = bias.value;
+      args.epilogue = GemmEpilogue::kBias;
+    }
+    if (options.activation == DenseActivation::kGelu) {  // saves the pre-activation
+      args.epilogue = GemmEpilogue::kBiasGeluAux;
+      args.aux = ensure_tensor(pre_activation, DType::kFloat32, y_full.shape, x.device);
+    }
+    args.accumulation = GemmAccumulation::kFast;
+    gemm(args);
+    if (!row()) return y_full;
+    // Row parallel: sum the partial products over tp, then add the (replicated) bias.
+    TensorView out = y_full;
+    if (sp()) {
+      QMESH_CHECK(tokens % tp->size() == 0, name, ": ", tokens,
+                  " tokens cannot be reduce-scattered over tp=", tp->size());
+      out = ensure_tensor(y, DType::kFloat32, with_rows(tokens / tp->size(), out_local), x.device);
+      tp->reduce_scatter(y_full, out, ReduceOp::kSum);
+    } else {
+      tp->all_reduce(y_full, ReduceOp::kSum);
+    }
+    if (options.bias) {
+      float* o = out.data_as<float>();
+      const float* b = bias.value.data_as<float>();
+      for (int64_t r = 0; r < out.shape.rows(); ++r)
+        for (int64_t c = 0; c < out_local; ++c) o[r * out_local + c] += b[c];
+    }
+    return out;
+  }
+
+  TensorView backward(const TensorView& dy_in) {
+    QMESH_CHECK(!x_in.empty(), name, ": backward called before forward");
+    check_dtype(dy_in, DType::kFloat32, name + " output gradient");
+    TensorView dy = dy_in;
+    if (row() && sp()) {  // gather the sequence shards of the gradient
+      dy = ensure_tensor(dy_gathered, DType::kFloat32,
+                         with_rows(dy_in.shape.rows() * tp->size(), out_local), dy_in.device);
+      check_shape(dy_in, Shape{x_used.shape.rows() / tp->size(), out_local},
+                  name + " output gradient");
+      tp->all_gather(dy_in, dy);
+    } else {
+      check_shape(dy_in, Shape{x_used.shape.rows(), out_local}, name + " output gradient");
+    }
+    if (options.activation == DenseActivation::kGelu) {  // through GELU: dy * gelu'(pre)
+      const TensorView d = ensure_tensor(dpre, DType::kFloat32, dy.shape, dy.device);
+      std::copy_n(dy.data_as<float>(), dy.numel(), d.data_as<float>());
+      dgelu_mul_inplace(d.data_as<float>(), pre_activation.data_as<float>(), d.numel());
+      dy = d;
+    }
+    if (options.bias) column_sums(dy, bias.grad.data_as<float>());
+
+    const GemmOperand dy_op = dy_cast.cast(dy, columnwise());
+    // wgrad: dW [out, in] = dyᵀ · x, with the operands forward cast.
+    GemmArgs wgrad;
+    wgrad.a = dy_op;
+    wgrad.trans_a = GemmTranspose::kYes;
+    wgrad.b = last_x;
+    wgrad.trans_b = GemmTranspose::kNo;
+    wgrad.d = weight.grad;
+    wgrad.accumulation = GemmAccumulation::kSplit;
+    gemm(wgrad);
+    // dgrad: dx [T, in] = dy · W.
+    GemmArgs dgrad;
+    dgrad.a = dy_op;
+    dgrad.b = last_w;
+    dgrad.trans_b = GemmTranspose::kNo;
+    const TensorView dx_full =
+        ensure_tensor(column() ? dx_partial : dx, DType::kFloat32, x_used.shape, x_used.device);
+    dgrad.d = dx_full;
+    dgrad.accumulation = GemmAccumulation::kSplit;
+    gemm(dgrad);
+    if (!column()) return dx_full;
+    // Column parallel: every tp rank holds a partial dx over the full input features.
+    if (!sp()) {
+      tp->all_reduce(dx_full, ReduceOp::kSum);
+      return dx_full;
+    }
+    const TensorView out = ensure_tensor(dx, DType::kFloat32, x_in.shape, x_in.device);
+    tp->reduce_scatter(dx_full, out, ReduceOp::kSum);
+    return out;
+  }
+
+  std::string name;
+  DenseOptions options;
+  LayerContext& ctx;
+  std::shared_ptr<Communicator> tp;
+  int64_t in_local = 0, out_local = 0;
+  Parameter weight, bias;
+  OperandCast x_cast, w_cast, dy_cast;
+  GemmOperand last_x, last_w;  // forward's operands, reused by backward
+  TensorView x_in, x_used;
+  Tensor x_gathered, y, partial, pre_activation, dy_gathered, dpre, dx, dx_partial;
+};
+
+Dense::Dense(std::string name, int64_t in_features, int64_t out_features, DenseOptions options,
+             LayerContext& ctx, uint64_t seed)
+    : impl_(
+          std::make_unique<Impl>(std::move(name), in_features, out_features, options, ctx, seed)) {}
+Dense::~Dense() = default;
+Dense::Dense(Dense&&) noexcept = default;
+
+TensorView Dense::forward(const TensorView& x) { return impl_->forward(x); }
+TensorView Dense::backward(const TensorView& dy) { return impl_->backward(dy); }
+
+std::vector<Parameter*> Dense::parameters() {
+  std::vector<Parameter*> out{&impl_->weight};
+  if (impl_->options.bias) out.push_back(&impl_->bias);
+  return out;
+}
+Parameter& Dense::weight() { return impl_->weight; }
+const DenseOptions& Dense::options() const { return impl_->options; }
+
+}  // namespace qmesh

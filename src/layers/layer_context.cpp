@@ -1,0 +1,63 @@
+#include "qmesh/layers/layer_context.h"
+
+#include "qmesh/error.h"
+#include "qmesh/scaling/amax_reducer.h"
+
+namespace qmesh {
+
+namespace {
+constexpr std::pair<Recipe, std::string_view> kRecipeNames[] = {
+    {Recipe::kFp32, "fp32"},
+    {Recipe::kBf16, "bf16"},
+    {Recipe::kFp8Delayed, "delayed"},
+    {Recipe::kFp8Current, "current"},
+};
+}  // namespace
+
+std::string_view recipe_name(Recipe recipe) {
+  for (auto [r, name] : kRecipeNames)
+    if (r == recipe) return name;
+  QMESH_THROW("unknown recipe value ", static_cast<int>(recipe));
+}
+
+Recipe parse_recipe(std::string_view name) {
+  for (auto [r, n] : kRecipeNames)
+    if (n == name) return r;
+  QMESH_THROW("unknown recipe '", name, "' (expected one of fp32, bf16, delayed, current)");
+}
+
+LayerContext::LayerContext(const Mesh& mesh, Recipe recipe, DelayedScaling delayed,
+                           Float8CurrentScaling current)
+    : mesh_(mesh), recipe_(recipe), delayed_(delayed), current_(current) {
+  (void)recipe_name(recipe);  // rejects an out-of-range value
+  validate(delayed_);
+  validate(current_);
+}
+
+DType LayerContext::fp8_dtype(OperandRole role) const {
+  return qmesh::fp8_dtype(
+      recipe_ == Recipe::kFp8Current ? current_.fp8_format : delayed_.fp8_format, role);
+}
+
+int LayerContext::add_operand(OperandRole role) {
+  QMESH_CHECK(!states_,
+              "an FP8 operand was registered after training started; build every "
+              "layer before the first forward");
+  roles_.push_back(role);
+  return static_cast<int>(roles_.size()) - 1;
+}
+
+ScalingStates& LayerContext::scaling() {
+  if (!states_) {
+    QMESH_CHECK(!roles_.empty(), "no FP8 operands were registered with this context");
+    states_ = std::make_unique<ScalingStates>(delayed_, roles_, Device::host());
+  }
+  return *states_;
+}
+
+void LayerContext::end_step() {
+  if (recipe_ != Recipe::kFp8Delayed || roles_.empty()) return;
+  AmaxReducer(mesh_).reduce_and_update(scaling());
+}
+
+}  // namespace qmesh

@@ -1,0 +1,44 @@
+// The internal description of one cast that every backend executes: quantize, amax,
+// cast_transpose, dbias_quantize and grouped_quantize are all lists of CastJobs.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "qmesh/dtype.h"
+#include "qmesh/stream.h"
+
+namespace qmesh::detail {
+
+// rows x cols elements of `in` (row-major). Null outputs are not produced.
+struct CastJob {
+  const void* in = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  uint8_t* out = nullptr;    // rowwise codes [rows, cols]; null: amax only
+  uint8_t* out_t = nullptr;  // columnwise codes [cols, rows]
+  float* dbias = nullptr;    // fp32 [cols]: column sums of `in`
+  const float* scale = nullptr;
+  float* scale_inv = nullptr;  // written as 1 / *scale when `out` is set
+  float* amax = nullptr;       // max|in|, always written
+};
+
+// What the jobs of one call share: the input dtype (fp32, bf16, fp16) and the FP8 format.
+struct CastSpec {
+  DType in_dtype = DType::kFloat32;
+  DType fp8 = DType::kFloat8E4M3;
+};
+
+namespace cpu {
+void cast(const CastSpec& spec, std::span<const CastJob> jobs);
+void dequantize(const uint8_t* in, DType fp8, const float* scale_inv, void* out, DType out_dtype,
+                int64_t n);
+}  // namespace cpu
+
+namespace cuda {
+void cast(const CastSpec& spec, std::span<const CastJob> jobs, Stream stream);
+void dequantize(const uint8_t* in, DType fp8, const float* scale_inv, void* out, DType out_dtype,
+                int64_t n, Stream stream);
+}  // namespace cuda
+
+}  // namespace qmesh::detail

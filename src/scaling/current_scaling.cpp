@@ -1,0 +1,39 @@
+#include "qmesh/scaling/current_scaling.h"
+
+#include "qmesh/config.h"
+#include "qmesh/fp8.h"
+#include "qmesh/ops/amax.h"
+#include "qmesh/ops/cast_transpose.h"
+#include "qmesh/ops/quantize.h"
+#include "scaling/scale_rules.h"
+
+namespace qmesh {
+
+float current_scale(float amax, DType fp8, const Float8CurrentScaling& recipe) {
+  validate(recipe);
+  return detail::current_scale_rule(amax, fp8_max(fp8), recipe.power_of_two_scales,
+                                    recipe.amax_epsilon);
+}
+
+void quantize_current_scaling(const TensorView& x, const QuantizedTensorView& out,
+                              const Float8CurrentScaling& recipe, Stream stream) {
+  validate(recipe);
+  out.validate("quantize_current_scaling output");
+  check_not_empty(x, "quantize_current_scaling input");
+  check_device(x, out.device(), "quantize_current_scaling input");
+  amax(x, TensorView(out.amax, DType::kFloat32, Shape{1}, out.device()), stream);
+  if (out.device().is_host()) {
+    *out.scale = current_scale(*out.amax, out.dtype(), recipe);
+  } else {
+#if QMESH_WITH_CUDA
+    detail::cuda::set_current_scale(out.amax, out.scale, fp8_max(out.dtype()),
+                                    recipe.power_of_two_scales, recipe.amax_epsilon, stream);
+#endif
+  }
+  if (out.has_columnwise())
+    cast_transpose(x, out, stream);
+  else
+    quantize(x, out, stream);
+}
+
+}  // namespace qmesh

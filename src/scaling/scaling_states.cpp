@@ -1,0 +1,103 @@
+#include "qmesh/scaling/scaling_states.h"
+
+#include <cmath>
+#include <string>
+
+#include "qmesh/config.h"
+#include "qmesh/copy.h"
+#include "qmesh/fp8.h"
+#include "scaling/scale_rules.h"
+
+namespace qmesh {
+
+namespace {
+
+// Host pass of the fused update over history [len, n] (row-major), all operands at once:
+// row by row, so every inner loop runs over contiguous operands.
+void update_host(float* history, float* scale, const float* fp8_max, int n, int len,
+                 bool most_recent, float margin_factor) {
+  std::vector<float> current(history, history + n);
+  std::vector<float> window_max = current;
+  for (int j = 0; j + 1 < len; ++j) {
+    float* row = history + int64_t(j) * n;
+    const float* next = row + n;
+    for (int i = 0; i < n; ++i) {
+      if (current[i] == 0.0f) continue;  // the operand did not run: no roll
+      row[i] = next[i];
+      window_max[i] = detail::nan_max(window_max[i], next[i]);
+    }
+  }
+  float* last = history + int64_t(len - 1) * n;
+  for (int i = 0; i < n; ++i) {
+    if (current[i] == 0.0f) continue;
+    last[i] = current[i];
+    history[i] = 0.0f;  // after the roll (for len == 1 the last row is row 0)
+    const float amax = most_recent ? current[i] : window_max[i];
+    scale[i] = detail::delayed_scale(amax, scale[i], fp8_max[i], margin_factor);
+  }
+}
+
+}  // namespace
+
+ScalingStates::ScalingStates(const DelayedScaling& recipe, std::vector<OperandRole> roles,
+                             Device device)
+    : recipe_(recipe), roles_(std::move(roles)), device_(device) {
+  validate(recipe_);
+  QMESH_CHECK(!roles_.empty(), "ScalingStates needs at least one operand role");
+  require_device(device_);
+  const int n = size();
+  const int64_t len = recipe_.amax_history_len;
+  std::vector<float> zeros(len * n, 0.0f), ones(n, 1.0f), maxima(n);
+  for (int i = 0; i < n; ++i) maxima[i] = fp8_max(dtype(i));
+  history_ = Tensor(DType::kFloat32, Shape{len, n}, device_);
+  scale_ = Tensor(DType::kFloat32, Shape{n}, device_);
+  scale_inv_ = Tensor(DType::kFloat32, Shape{n}, device_);
+  fp8_max_ = Tensor(DType::kFloat32, Shape{n}, device_);
+  copy_bytes(history_.data(), device_, zeros.data(), Device::host(), history_.nbytes());
+  copy_bytes(scale_.data(), device_, ones.data(), Device::host(), scale_.nbytes());
+  copy_bytes(scale_inv_.data(), device_, ones.data(), Device::host(), scale_inv_.nbytes());
+  copy_bytes(fp8_max_.data(), device_, maxima.data(), Device::host(), fp8_max_.nbytes());
+}
+
+OperandRole ScalingStates::role(int i) const {
+  QMESH_CHECK(i >= 0 && i < size(), "operand index ", i, " out of range [0, ", size(), ")");
+  return roles_[i];
+}
+
+DType ScalingStates::dtype(int i) const { return fp8_dtype(recipe_.fp8_format, role(i)); }
+
+TensorView ScalingStates::current_amax() const {
+  QMESH_CHECK(history_.data() != nullptr, "ScalingStates is empty (default-constructed)");
+  return TensorView(history_.data(), DType::kFloat32, Shape{size()}, device_);
+}
+
+void ScalingStates::bind(int i, QuantizedTensorView& q) const {
+  const DType expected = dtype(i);
+  QMESH_CHECK(q.data.dtype == expected, "operand ", i, " is quantized to ", dtype_name(expected),
+              " by this recipe, but the tensor bound to it holds ", dtype_name(q.data.dtype));
+  check_device(q.data, device_, "tensor bound to operand " + std::to_string(i));
+  q.amax = history_.data_as<float>() + i;
+  q.scale = scale_.data_as<float>() + i;
+  q.scale_inv = scale_inv_.data_as<float>() + i;
+}
+
+void ScalingStates::update(Stream stream) {
+  QMESH_CHECK(history_.data() != nullptr, "ScalingStates is empty (default-constructed)");
+  const bool most_recent = recipe_.amax_compute_algo == AmaxComputeAlgo::kMostRecent;
+  const auto margin_factor = static_cast<float>(std::exp2(double(recipe_.margin)));
+  float* history = history_.data_as<float>();
+  float* scale = scale_.data_as<float>();
+  const float* maxima = fp8_max_.data_as<float>();
+  if (device_.is_host()) {
+    update_host(history, scale, maxima, size(), history_len(), most_recent, margin_factor);
+    return;
+  }
+#if QMESH_WITH_CUDA
+  detail::cuda::update_scales(history, scale, maxima, size(), history_len(), most_recent,
+                              margin_factor, stream);
+#else
+  (void)stream;
+#endif
+}
+
+}  // namespace qmesh

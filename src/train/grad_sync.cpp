@@ -1,0 +1,93 @@
+#include "qmesh/train/grad_sync.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+#include "qmesh/error.h"
+
+namespace qmesh {
+
+namespace {
+struct Bucket {
+  std::vector<Parameter*> params;
+  Tensor flat;  // fp32, the concatenated gradients
+  size_t pending = 0;
+  WorkHandle work;
+};
+}  // namespace
+
+struct GradSync::Impl {
+  std::shared_ptr<Communicator> dp;
+  std::vector<Bucket> buckets;
+  std::map<const Parameter*, size_t> bucket_of;
+  std::map<const Parameter*, bool> marked;
+
+  void launch(Bucket& b) {
+    float* out = b.flat.data_as<float>();
+    for (Parameter* p : b.params) {
+      std::memcpy(out, p->grad.data(), p->grad.nbytes());
+      out += p->grad.numel();
+    }
+    b.work = dp->all_reduce_async(b.flat, ReduceOp::kSum);
+  }
+};
+
+GradSync::GradSync(std::shared_ptr<Communicator> dp, std::vector<Parameter*> params,
+                   size_t bucket_bytes)
+    : impl_(std::make_unique<Impl>()) {
+  QMESH_CHECK(dp != nullptr, "GradSync needs a data-parallel communicator");
+  impl_->dp = std::move(dp);
+  std::vector<std::vector<Parameter*>> groups;
+  size_t bytes = 0;
+  for (Parameter* p : params) {
+    check_dtype(p->grad, DType::kFloat32, p->name + ".grad");
+    check_device(p->grad, Device::host(), p->name + ".grad");
+    QMESH_CHECK(!impl_->bucket_of.count(p), "parameter ", p->name, " is listed twice");
+    if (groups.empty() || bytes + p->grad.nbytes() > bucket_bytes) {
+      groups.emplace_back();
+      bytes = 0;
+    }
+    groups.back().push_back(p);
+    bytes += p->grad.nbytes();
+    impl_->bucket_of[p] = groups.size() - 1;
+  }
+  for (auto& g : groups) {
+    int64_t n = 0;
+    for (Parameter* p : g) n += p->grad.numel();
+    impl_->buckets.push_back(Bucket{g, Tensor(DType::kFloat32, Shape{n}), 0, nullptr});
+  }
+}
+
+GradSync::~GradSync() = default;
+
+size_t GradSync::bucket_count() const { return impl_->buckets.size(); }
+
+void GradSync::ready(const std::vector<Parameter*>& params) {
+  for (Parameter* p : params) {
+    const auto it = impl_->bucket_of.find(p);
+    QMESH_CHECK(it != impl_->bucket_of.end(), "parameter ", p->name, " was not given to GradSync");
+    QMESH_CHECK(!impl_->marked[p], "parameter ", p->name, " marked ready twice in one step");
+    impl_->marked[p] = true;
+    Bucket& b = impl_->buckets[it->second];
+    if (++b.pending == b.params.size()) impl_->launch(b);
+  }
+}
+
+void GradSync::finish() {
+  for (Bucket& b : impl_->buckets) {
+    QMESH_CHECK(b.work != nullptr, "GradSync::finish: parameter ", b.params.front()->name,
+                " (or another in its bucket) was never marked ready this step");
+    b.work->wait();
+    const float* in = b.flat.data_as<float>();
+    for (Parameter* p : b.params) {
+      std::memcpy(p->grad.data(), in, p->grad.nbytes());
+      in += p->grad.numel();
+    }
+    b.work.reset();
+    b.pending = 0;
+  }
+  impl_->marked.clear();
+}
+
+}  // namespace qmesh

@@ -1,0 +1,101 @@
+#include "mlp_harness.h"
+
+#include "qmesh/comm/local.h"
+
+namespace qmesh::testing_mlp {
+
+namespace {
+
+std::vector<double> to_double(const TensorView& t) {
+  const float* p = t.data_as<float>();
+  return std::vector<double>(p, p + t.numel());
+}
+
+Tensor to_tensor(const std::vector<double>& v, Shape shape) {
+  Tensor t(DType::kFloat32, std::move(shape));
+  for (size_t i = 0; i < v.size(); ++i) t.data_as<float>()[i] = float(v[i]);
+  return t;
+}
+
+// Copies rows [row0, row0 + rows) of a [*, cols] global array into a tensor.
+Tensor rows_of(const std::vector<double>& global, int64_t row0, int64_t rows, int64_t cols) {
+  return to_tensor(
+      std::vector<double>(global.begin() + row0 * cols, global.begin() + (row0 + rows) * cols),
+      Shape{rows, cols});
+}
+
+// Gathers equal-size slices from every rank of `comm` (rank-major).
+std::vector<double> gather(Communicator& comm, const TensorView& slice) {
+  Tensor all(DType::kFloat32, Shape{comm.size(), slice.numel()});
+  comm.all_gather(slice, all);
+  return to_double(all);
+}
+
+}  // namespace
+
+MlpRun run_sharded(const std::shared_ptr<Communicator>& world, const ShardedCase& c) {
+  Mesh mesh(world, {{"dp", c.dp}, {"tp", c.tp}});
+  LayerContext ctx(mesh, c.recipe);
+  LayerNormMLP block("mlp", c.hidden, c.ffn, {c.sequence_parallel, 1e-5f}, ctx, c.seed);
+  const int dp_rank = mesh.coord("dp"), tp_rank = mesh.coord("tp");
+  const int64_t T = c.tokens_per_dp, H = c.hidden, F = c.ffn;
+  const int64_t local_tokens = c.sequence_parallel ? T / c.tp : T;
+  const int64_t row0 = dp_rank * T + (c.sequence_parallel ? tp_rank * local_tokens : 0);
+  TensorView y, dx;
+  Tensor x, dy;  // must outlive backward
+  for (int step = 0; step < c.steps; ++step) {
+    const auto gx = sample(c.seed + 1, step, c.dp * T * H);
+    const auto gdy = sample(c.seed + 2, step, c.dp * T * H);
+    x = rows_of(gx, row0, local_tokens, H);
+    dy = rows_of(gdy, row0, local_tokens, H);
+    y = block.forward(x);
+    dx = block.backward(dy);
+    ctx.end_step();
+  }
+  // Outputs: gather every rank's slice, keep tp rank 0's copy when tp ranks hold the same.
+  MlpRun r;
+  const auto ys = gather(*world, y), dxs = gather(*world, dx);
+  r.y.resize(size_t(c.dp * T * H));
+  r.dx.resize(r.y.size());
+  for (int rank = 0; rank < world->size(); ++rank) {
+    const int d = rank / c.tp, t = rank % c.tp;
+    if (!c.sequence_parallel && t != 0) continue;
+    const int64_t start = (d * T + (c.sequence_parallel ? t * local_tokens : 0)) * H;
+    const int64_t n = local_tokens * H;
+    std::copy_n(ys.begin() + rank * n, n, r.y.begin() + start);
+    std::copy_n(dxs.begin() + rank * n, n, r.dx.begin() + start);
+  }
+  // Gradients: sum over dp, then assemble the tp shards into the global layouts.
+  const auto dp = mesh.axis("dp"), tp = mesh.axis("tp");
+  const auto params = block.parameters();  // ln.gamma, ln.beta, fc1.w, fc1.b, fc2.w, fc2.b
+  for (Parameter* p : params) dp->all_reduce(p->grad, ReduceOp::kSum);
+  r.grads.gamma = to_double(params[0]->grad);
+  r.grads.beta = to_double(params[1]->grad);
+  r.grads.w1 = gather(*tp, params[2]->grad);  // row shards: concatenation is the layout
+  r.grads.b1 = gather(*tp, params[3]->grad);
+  const auto w2_shards = gather(*tp, params[4]->grad);  // [tp][H][F/tp]
+  const int64_t fl = F / c.tp;
+  r.grads.w2.resize(size_t(H * F));
+  for (int t = 0; t < c.tp; ++t)
+    for (int64_t i = 0; i < H; ++i)
+      for (int64_t j = 0; j < fl; ++j)
+        r.grads.w2[i * F + t * fl + j] = w2_shards[(t * H + i) * fl + j];
+  r.grads.b2 = to_double(params[5]->grad);
+  return r;
+}
+
+MlpParams initial_params(const ShardedCase& c) {
+  MlpParams p;
+  run_local_ranks(1, [&](Communicator& comm) {
+    const std::shared_ptr<Communicator> world(&comm, [](Communicator*) {});
+    Mesh mesh(world, {{"dp", 1}, {"tp", 1}});
+    LayerContext ctx(mesh, Recipe::kFp32);
+    LayerNormMLP block("mlp", c.hidden, c.ffn, {}, ctx, c.seed);
+    const auto params = block.parameters();
+    p = {to_double(params[0]->value), to_double(params[1]->value), to_double(params[2]->value),
+         to_double(params[3]->value), to_double(params[4]->value), to_double(params[5]->value)};
+  });
+  return p;
+}
+
+}  // namespace qmesh::testing_mlp

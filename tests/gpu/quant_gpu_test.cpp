@@ -1,0 +1,221 @@
+// CUDA backend of the cast ops and scaling update against the host backend: FP8 codes, amax,
+// scale_inv and scales must be bit-identical for the same inputs and scale. Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <tuple>
+#include <vector>
+
+#include "qmesh/copy.h"
+#include "qmesh/ops/amax.h"
+#include "qmesh/ops/cast_transpose.h"
+#include "qmesh/ops/dbias_quantize.h"
+#include "qmesh/ops/dequantize.h"
+#include "qmesh/ops/grouped_quantize.h"
+#include "qmesh/ops/quantize.h"
+#include "qmesh/scaling/current_scaling.h"
+#include "qmesh/scaling/scaling_states.h"
+#include "quant_test_util.h"
+
+namespace qmesh {
+namespace {
+
+const Device kGpu = Device::cuda(0);
+
+#define SKIP_WITHOUT_GPU() \
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device"
+
+Tensor to_device(const Tensor& host) {
+  Tensor d(host.dtype(), host.shape(), kGpu);
+  copy_tensor(d, host);
+  return d;
+}
+
+std::vector<uint8_t> bytes_of(const TensorView& t) {
+  std::vector<uint8_t> out(t.nbytes());
+  copy_bytes(out.data(), Device::host(), t.data, t.device, t.nbytes());
+  return out;
+}
+
+void set_scale(const QuantizedTensor& q, float scale) {
+  copy_bytes(q.scalars().data(), q.device(), &scale, Device::host(), sizeof(float));
+}
+
+// Inputs with specials mixed in (NaN excluded: it would make every amax NaN).
+Tensor input(DType dtype, const Shape& shape, uint32_t seed) {
+  Tensor x = test::random_wide(dtype, shape, seed);
+  const float specials[] = {0.0f, -0.0f, 1e30f, -1e30f, 1e-30f, 65504.0f};
+  for (int64_t i = 0; i < x.numel(); i += 101)
+    test::set_wide(x, i, specials[(i / 101) % std::size(specials)]);
+  return x;
+}
+
+using GpuParam = std::tuple<DType, DType, int64_t, int64_t>;
+class GpuCastTest : public ::testing::TestWithParam<GpuParam> {
+ protected:
+  DType in() const { return std::get<0>(GetParam()); }
+  DType fp8() const { return std::get<1>(GetParam()); }
+  Shape shape() const { return Shape{std::get<2>(GetParam()), std::get<3>(GetParam())}; }
+};
+
+TEST_P(GpuCastTest, QuantizeAndCastTransposeMatchHostBitwise) {
+  SKIP_WITHOUT_GPU();
+  const Tensor x = input(in(), shape(), 11);
+  const Tensor dx = to_device(x);
+  for (bool columnwise : {false, true}) {
+    QuantizedTensor h(fp8(), shape(), Device::host(), columnwise);
+    QuantizedTensor d(fp8(), shape(), kGpu, columnwise);
+    set_scale(h, 0.37f);
+    set_scale(d, 0.37f);
+    if (columnwise) {
+      cast_transpose(x, h.view());
+      cast_transpose(dx, d.view());
+      EXPECT_EQ(bytes_of(d.data_t()), bytes_of(h.data_t()));
+    } else {
+      quantize(x, h.view());
+      quantize(dx, d.view());
+    }
+    EXPECT_EQ(bytes_of(d.data()), bytes_of(h.data()));
+    EXPECT_EQ(bytes_of(d.scalars()), bytes_of(h.scalars()));
+  }
+}
+
+TEST_P(GpuCastTest, DbiasQuantizeMatchesHost) {
+  SKIP_WITHOUT_GPU();
+  const Tensor g = input(in(), shape(), 12);
+  const Tensor dg = to_device(g);
+  QuantizedTensor h(fp8(), shape(), Device::host(), true);
+  QuantizedTensor d(fp8(), shape(), kGpu, true);
+  set_scale(h, 3.0f);
+  set_scale(d, 3.0f);
+  const int64_t cols = shape().cols();
+  Tensor hb(DType::kFloat32, Shape{cols}), db(DType::kFloat32, Shape{cols}, kGpu);
+  dbias_quantize(g, h.view(), hb);
+  dbias_quantize(dg, d.view(), db);
+  EXPECT_EQ(bytes_of(d.data()), bytes_of(h.data()));
+  EXPECT_EQ(bytes_of(d.data_t()), bytes_of(h.data_t()));
+  EXPECT_EQ(bytes_of(d.scalars()), bytes_of(h.scalars()));
+  std::vector<float> got(cols);
+  copy_bytes(got.data(), Device::host(), db.data(), kGpu, cols * sizeof(float));
+  for (int64_t c = 0; c < cols; ++c) {
+    double sum_abs = 0;
+    for (int64_t r = 0; r < shape().rows(); ++r)
+      sum_abs += std::fabs(test::wide_at(g, r * cols + c));
+    EXPECT_NEAR(got[c], hb.data_as<float>()[c],
+                2.0 * shape().rows() * std::ldexp(1.0, -24) * sum_abs)
+        << "column " << c;
+  }
+}
+
+TEST_P(GpuCastTest, AmaxAndDequantizeMatchHost) {
+  SKIP_WITHOUT_GPU();
+  const Tensor x = input(in(), shape(), 13);
+  const Tensor dx = to_device(x);
+  Tensor ha(DType::kFloat32, Shape{1}), da(DType::kFloat32, Shape{1}, kGpu);
+  amax(x, ha);
+  amax(dx, da);
+  EXPECT_EQ(bytes_of(da), bytes_of(ha));
+  QuantizedTensor h(fp8(), shape(), Device::host(), false);
+  quantize(x, h.view());
+  QuantizedTensor d(fp8(), shape(), kGpu, false);
+  copy_tensor(d.data(), h.data());
+  copy_tensor(d.scalars(), h.scalars());
+  Tensor hout(in(), shape()), dout(in(), shape(), kGpu);
+  dequantize(h.view(), hout);
+  dequantize(d.view(), dout);
+  EXPECT_EQ(bytes_of(dout), bytes_of(hout));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, GpuCastTest,
+    ::testing::Combine(::testing::Values(DType::kFloat32, DType::kBFloat16, DType::kFloat16),
+                       ::testing::Values(DType::kFloat8E4M3, DType::kFloat8E5M2),
+                       ::testing::Values(1, 17, 64, 1000, 2048),
+                       ::testing::Values(1, 48, 100, 4096)),
+    [](const ::testing::TestParamInfo<GpuParam>& p) {
+      return std::string(dtype_name(std::get<0>(p.param))) + "_" +
+             std::string(dtype_name(std::get<1>(p.param))) + "_" +
+             std::to_string(std::get<2>(p.param)) + "x" + std::to_string(std::get<3>(p.param));
+    });
+
+TEST(GpuGroupedQuantize, MatchesHostBitwise) {
+  SKIP_WITHOUT_GPU();
+  // 70 groups (more than one launch's worth), odd sizes so that some groups are unaligned.
+  std::vector<Shape> shapes;
+  int64_t total = 0;
+  for (int g = 0; g < 70; ++g) {
+    shapes.push_back(Shape{1 + g % 5, 1 + (g * 37) % 300});
+    total += shapes.back().numel();
+  }
+  const Tensor x = input(DType::kBFloat16, Shape{total}, 14);
+  const Tensor dx = to_device(x);
+  std::vector<QuantizedTensor> h, d;
+  std::vector<QuantizedTensorView> hv, dv;
+  for (size_t g = 0; g < shapes.size(); ++g) {
+    h.emplace_back(DType::kFloat8E4M3, shapes[g], Device::host(), false);
+    d.emplace_back(DType::kFloat8E4M3, shapes[g], kGpu, false);
+    set_scale(h.back(), 0.5f + float(g));
+    set_scale(d.back(), 0.5f + float(g));
+  }
+  for (size_t g = 0; g < shapes.size(); ++g) {
+    hv.push_back(h[g].view());
+    dv.push_back(d[g].view());
+  }
+  grouped_quantize(x, hv);
+  grouped_quantize(dx, dv);
+  for (size_t g = 0; g < shapes.size(); ++g) {
+    EXPECT_EQ(bytes_of(d[g].data()), bytes_of(h[g].data())) << "group " << g;
+    EXPECT_EQ(bytes_of(d[g].scalars()), bytes_of(h[g].scalars())) << "group " << g;
+  }
+}
+
+TEST(GpuScaling, FusedUpdateMatchesHostBitwise) {
+  SKIP_WITHOUT_GPU();
+  for (int len : {1, 16, 1024}) {
+    for (AmaxComputeAlgo algo : {AmaxComputeAlgo::kMax, AmaxComputeAlgo::kMostRecent}) {
+      DelayedScaling recipe;
+      recipe.amax_history_len = len;
+      recipe.amax_compute_algo = algo;
+      recipe.margin = 1.0f;
+      std::vector<OperandRole> roles(37, OperandRole::kInput);
+      for (size_t i = 0; i < roles.size(); i += 3) roles[i] = OperandRole::kGradOutput;
+      ScalingStates h(recipe, roles), d(recipe, roles, kGpu);
+      std::mt19937 rng(len);
+      std::uniform_real_distribution<double> log2_value(-130.0, 100.0);
+      std::bernoulli_distribution skipped(0.1), nan(0.01);
+      std::vector<float> amax(roles.size());
+      for (int step = 0; step < len + 50; ++step) {
+        for (float& a : amax)
+          a = skipped(rng) ? 0.0f
+                           : (nan(rng) ? NAN : static_cast<float>(std::exp2(log2_value(rng))));
+        std::memcpy(h.current_amax().data, amax.data(), amax.size() * sizeof(float));
+        copy_bytes(d.current_amax().data, kGpu, amax.data(), Device::host(),
+                   amax.size() * sizeof(float));
+        h.update();
+        d.update();
+      }
+      EXPECT_EQ(bytes_of(d.scale()), bytes_of(h.scale())) << "len " << len;
+      EXPECT_EQ(bytes_of(d.amax_history()), bytes_of(h.amax_history())) << "len " << len;
+    }
+  }
+}
+
+TEST(GpuScaling, CurrentScalingMatchesHostBitwise) {
+  SKIP_WITHOUT_GPU();
+  const Tensor x = input(DType::kFloat32, Shape{129, 257}, 15);
+  const Tensor dx = to_device(x);
+  Float8CurrentScaling recipe;
+  recipe.power_of_two_scales = true;
+  QuantizedTensor h(DType::kFloat8E5M2, Shape{129, 257}, Device::host(), true);
+  QuantizedTensor d(DType::kFloat8E5M2, Shape{129, 257}, kGpu, true);
+  quantize_current_scaling(x, h.view(), recipe);
+  quantize_current_scaling(dx, d.view(), recipe);
+  EXPECT_EQ(bytes_of(d.scalars()), bytes_of(h.scalars()));
+  EXPECT_EQ(bytes_of(d.data()), bytes_of(h.data()));
+  EXPECT_EQ(bytes_of(d.data_t()), bytes_of(h.data_t()));
+}
+
+}  // namespace
+}  // namespace qmesh

@@ -1,0 +1,196 @@
+// LayerNormMLP against a float64 reference (itself checked by finite differences), and the
+// sharded block against the unsharded one for several dp x tp factorizations on the local
+// (threads) backend.
+#include <gtest/gtest.h>
+
+#include "expect_error.h"
+#include "mlp_harness.h"
+#include "qmesh/comm/local.h"
+
+namespace qmesh {
+namespace {
+
+using namespace testing_mlp;
+
+std::shared_ptr<Communicator> borrowed(Communicator& comm) {
+  return std::shared_ptr<Communicator>(&comm, [](Communicator*) {});
+}
+
+MlpRun run_unsharded(const ShardedCase& c) {
+  ShardedCase u = c;
+  u.tokens_per_dp = c.tokens_per_dp * c.dp;
+  u.dp = u.tp = 1;
+  u.sequence_parallel = false;
+  MlpRun out;
+  run_local_ranks(1, [&](Communicator& comm) { out = run_sharded(borrowed(comm), u); });
+  return out;
+}
+
+MlpRun run_local(const ShardedCase& c) {
+  std::vector<MlpRun> runs(size_t(c.dp * c.tp));
+  run_local_ranks(c.dp * c.tp,
+                  [&](Communicator& comm) { runs[comm.rank()] = run_sharded(borrowed(comm), c); });
+  for (const auto& r : runs) EXPECT_EQ(r.y, runs[0].y) << "ranks disagree on the gathered output";
+  return runs[0];
+}
+
+void expect_close(const MlpRun& got, const MlpRun& want, double tol, const char* what) {
+  EXPECT_LT(rel_norm(got.y, want.y), tol) << what << ": y";
+  EXPECT_LT(rel_norm(got.dx, want.dx), tol) << what << ": dx";
+  EXPECT_LT(rel_norm(got.grads.gamma, want.grads.gamma), tol) << what << ": dgamma";
+  EXPECT_LT(rel_norm(got.grads.beta, want.grads.beta), tol) << what << ": dbeta";
+  EXPECT_LT(rel_norm(got.grads.w1, want.grads.w1), tol) << what << ": dW1";
+  EXPECT_LT(rel_norm(got.grads.b1, want.grads.b1), tol) << what << ": db1";
+  EXPECT_LT(rel_norm(got.grads.w2, want.grads.w2), tol) << what << ": dW2";
+  EXPECT_LT(rel_norm(got.grads.b2, want.grads.b2), tol) << what << ": db2";
+}
+
+// The float64 reference of the one-step case.
+MlpRun reference_of(const ShardedCase& c) {
+  const int64_t T = c.tokens_per_dp * c.dp;
+  return reference(initial_params(c), sample(c.seed + 1, 0, T * c.hidden),
+                   sample(c.seed + 2, 0, T * c.hidden), T, c.hidden, c.ffn);
+}
+
+TEST(LayerNormMLPReference, AgreesWithFiniteDifferences) {
+  ShardedCase c;
+  c.hidden = 6, c.ffn = 10, c.tokens_per_dp = 3;
+  MlpParams p = initial_params(c);
+  const int64_t T = 3, H = 6, F = 10;
+  const auto x = sample(1, 0, T * H), dy = sample(2, 0, T * H);
+  const MlpRun r = reference(p, x, dy, T, H, F);
+  // L = sum(y * dy), so dL/dθ is what the reference returns for θ.
+  auto loss = [&](const MlpParams& q, const std::vector<double>& xx) {
+    const auto y = reference(q, xx, {}, T, H, F).y;
+    double s = 0;
+    for (size_t i = 0; i < y.size(); ++i) s += y[i] * dy[i];
+    return s;
+  };
+  const double eps = 1e-6;
+  auto check = [&](std::vector<double>& theta, const std::vector<double>& grad, const char* name,
+                   bool is_x) {
+    for (size_t i = 0; i < theta.size(); i += 3) {
+      const double keep = theta[i];
+      theta[i] = keep + eps;
+      const double up = is_x ? loss(p, theta) : loss(p, x);
+      theta[i] = keep - eps;
+      const double down = is_x ? loss(p, theta) : loss(p, x);
+      theta[i] = keep;
+      EXPECT_NEAR((up - down) / (2 * eps), grad[i], 1e-6 * (1 + std::abs(grad[i])))
+          << name << "[" << i << "]";
+    }
+  };
+  std::vector<double> xx = x;
+  check(xx, r.dx, "x", true);
+  check(p.gamma, r.grads.gamma, "gamma", false);
+  check(p.beta, r.grads.beta, "beta", false);
+  check(p.w1, r.grads.w1, "w1", false);
+  check(p.b1, r.grads.b1, "b1", false);
+  check(p.w2, r.grads.w2, "w2", false);
+  check(p.b2, r.grads.b2, "b2", false);
+}
+
+TEST(LayerNormMLP, Fp32MatchesFloat64Reference) {
+  ShardedCase c;
+  c.steps = 1;
+  expect_close(run_unsharded(c), reference_of(c), 2e-5, "fp32");
+}
+
+TEST(LayerNormMLP, Bf16IsCloseToFloat64Reference) {
+  ShardedCase c;
+  c.steps = 1;
+  c.recipe = Recipe::kBf16;
+  expect_close(run_unsharded(c), reference_of(c), 2e-2, "bf16");
+}
+
+// FP8 (E4M3 forward, E5M2 gradients): tolerances follow the formats' precision
+// (NUMERICS.md: TE's JAX tests use ~eps^(2/3), 0.25 for e4m3, 0.4 for e5m2, per element);
+// relative norms over many elements are well below that.
+TEST(LayerNormMLP, Fp8IsCloseToFloat64Reference) {
+  for (Recipe recipe : {Recipe::kFp8Current, Recipe::kFp8Delayed}) {
+    ShardedCase c;
+    c.steps = 1;
+    c.recipe = recipe;
+    const MlpRun got = run_unsharded(c), want = reference_of(c);
+    EXPECT_LT(rel_norm(got.y, want.y), 0.05) << recipe_name(recipe);
+    EXPECT_LT(rel_norm(got.dx, want.dx), 0.1) << recipe_name(recipe);
+    EXPECT_LT(rel_norm(got.grads.w1, want.grads.w1), 0.15) << recipe_name(recipe);
+    EXPECT_LT(rel_norm(got.grads.w2, want.grads.w2), 0.15) << recipe_name(recipe);
+  }
+}
+
+struct Factorization {
+  int dp, tp;
+  bool sp;
+  Recipe recipe;
+};
+
+void PrintTo(const Factorization& f, std::ostream* os) {
+  *os << "dp" << f.dp << "_tp" << f.tp << (f.sp ? "_sp_" : "_") << recipe_name(f.recipe);
+}
+
+class ShardedLayerNormMLP : public testing::TestWithParam<Factorization> {};
+
+// Sharding must not change the math: the same global batch gives the same outputs and
+// gradients, to rounding, for every factorization (two steps, so that delayed scaling's
+// update with the globally reduced amax is exercised).
+TEST_P(ShardedLayerNormMLP, EqualsUnsharded) {
+  const Factorization f = GetParam();
+  ShardedCase c;
+  c.dp = f.dp, c.tp = f.tp, c.sequence_parallel = f.sp, c.recipe = f.recipe;
+  // Row-parallel partial sums round differently; in bf16/FP8 an operand that differs in
+  // its last fp32 bit can then round to a neighbouring code.
+  const double tol = f.recipe == Recipe::kFp32 ? 1e-5 : 2e-3;
+  expect_close(run_local(c), run_unsharded(c), tol, "sharded vs unsharded");
+}
+
+INSTANTIATE_TEST_SUITE_P(Factorizations, ShardedLayerNormMLP,
+                         testing::Values(Factorization{1, 2, false, Recipe::kFp32},
+                                         Factorization{2, 2, false, Recipe::kFp32},
+                                         Factorization{2, 2, true, Recipe::kFp32},
+                                         Factorization{1, 3, false, Recipe::kFp32},
+                                         Factorization{1, 3, true, Recipe::kFp32},
+                                         Factorization{3, 2, true, Recipe::kFp32},
+                                         Factorization{1, 4, true, Recipe::kFp32},
+                                         Factorization{2, 2, true, Recipe::kBf16},
+                                         Factorization{3, 2, false, Recipe::kBf16},
+                                         Factorization{2, 2, false, Recipe::kFp8Delayed},
+                                         Factorization{2, 2, true, Recipe::kFp8Delayed},
+                                         Factorization{1, 3, true, Recipe::kFp8Delayed},
+                                         Factorization{3, 2, true, Recipe::kFp8Current}),
+                         [](const auto& p) {
+                           std::ostringstream os;
+                           PrintTo(p.param, &os);
+                           return os.str();
+                         });
+
+TEST(LayerNormMLP, BadShapesAreClearErrors) {
+  run_local_ranks(2, [&](Communicator& comm) {
+    Mesh mesh(borrowed(comm), {{"dp", 1}, {"tp", 2}});
+    LayerContext ctx(mesh, Recipe::kFp32);
+    EXPECT_QMESH_ERROR(LayerNormMLP("m", 8, 7, {}, ctx, 1),
+                       "out_features 7 is not divisible by the tensor-parallel size 2");
+    LayerNormMLP block("m", 8, 16, {}, ctx, 1);
+    Tensor wrong(DType::kFloat32, Shape{4, 6});
+    EXPECT_QMESH_ERROR(block.forward(wrong), "last dimension must be 8, got shape [4, 6]");
+    Tensor dy(DType::kFloat32, Shape{4, 8});
+    EXPECT_QMESH_ERROR(block.backward(dy), "backward called before forward");
+  });
+}
+
+TEST(Dense, OptionConflictsAreClearErrors) {
+  run_local_ranks(1, [&](Communicator& comm) {
+    Mesh mesh(borrowed(comm), {{"tp", 1}});
+    LayerContext ctx(mesh, Recipe::kBf16);
+    EXPECT_QMESH_ERROR(
+        Dense("d", 4, 4, {DenseParallelism::kRow, false, true, DenseActivation::kGelu}, ctx, 1),
+        "cannot fuse GELU");
+    EXPECT_QMESH_ERROR(
+        Dense("d", 4, 4, {DenseParallelism::kNone, true, true, DenseActivation::kNone}, ctx, 1),
+        "sequence_parallel needs column or row parallelism");
+    EXPECT_QMESH_ERROR(parse_recipe("fp4"), "unknown recipe 'fp4'");
+  });
+}
+
+}  // namespace
+}  // namespace qmesh
