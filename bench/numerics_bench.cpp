@@ -75,7 +75,11 @@ void BM_E4M3ToFp32(benchmark::State& state) {
 BENCHMARK(BM_Fp32ToE4M3)->Arg(1 << 16)->Arg(1 << 24);
 BENCHMARK(BM_Bf16ToE4M3)->Arg(1 << 16)->Arg(1 << 24);
 BENCHMARK(BM_E4M3ToFp32)->Arg(1 << 16)->Arg(1 << 24);
-BENCHMARK(BM_Memcpy)->Args({1 << 16, 4})->Args({1 << 24, 4})->Args({1 << 16, 2})->Args({1 << 24, 2});
+BENCHMARK(BM_Memcpy)
+    ->Args({1 << 16, 4})
+    ->Args({1 << 24, 4})
+    ->Args({1 << 16, 2})
+    ->Args({1 << 24, 2});
 
 }  // namespace
 

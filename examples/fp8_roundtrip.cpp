@@ -76,16 +76,15 @@ int main(int argc, char** argv) try {
   for (auto& v : x) v = is_outlier(rng) ? outlier(rng) : body(rng);
 
   std::printf("%s\n%lld elements, %.3g%% outliers (std %.3g)\n\n", qmesh::build_info().c_str(),
-              static_cast<long long>(opt.elements), 100 * opt.outlier_fraction,
-              opt.outlier_scale);
+              static_cast<long long>(opt.elements), 100 * opt.outlier_fraction, opt.outlier_scale);
   std::printf("%-8s %6s %12s %12s %12s %9s\n", "format", "margin", "amax", "scale", "rel.error",
               "SNR dB");
   for (qmesh::DType fp8 : {qmesh::DType::kFloat8E4M3, qmesh::DType::kFloat8E5M2}) {
     for (int margin : {0, 1, 2}) {
       const Report r = roundtrip(x, fp8, margin);
       std::printf("%-8s %6d %12.5g %12.5g %12.4e %9.2f\n",
-                  std::string(qmesh::dtype_name(fp8)).c_str(), margin, r.amax, r.scale,
-                  r.rel_error, r.snr_db);
+                  std::string(qmesh::dtype_name(fp8)).c_str(), margin, r.amax, r.scale, r.rel_error,
+                  r.snr_db);
     }
   }
   return 0;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <vector>
@@ -83,6 +84,22 @@ uint32_t checksum(const std::vector<qmesh::Parameter*>& params) {
   return h;
 }
 
+// Runs fn on every rank; if it throws on any rank, every rank throws (the failing ones with
+// their own message), instead of the others waiting in the next collective until timeout.
+void all_ranks_or_throw(qmesh::Communicator& world, const std::function<void()>& fn) {
+  qmesh::Tensor failed(qmesh::DType::kInt32, qmesh::Shape{1});
+  std::string error;
+  try {
+    fn();
+  } catch (const qmesh::Error& e) {
+    error = e.message();
+  }
+  *failed.data_as<int32_t>() = error.empty() ? 0 : 1;
+  world.all_reduce(failed, qmesh::ReduceOp::kMax);
+  if (!error.empty()) QMESH_THROW("rank ", world.rank(), ": ", error);
+  QMESH_CHECK(*failed.data_as<int32_t>() == 0, "another rank failed (see its message)");
+}
+
 // Options must have been validated against the world size.
 int run(const Options& o, const std::shared_ptr<qmesh::Communicator>& world) {
   const bool root = world->rank() == 0;
@@ -123,11 +140,12 @@ int run(const Options& o, const std::shared_ptr<qmesh::Communicator>& world) {
 
   int start = 0;
   if (o.resume) {
-    start = load_latest_checkpoint(o.checkpoint_dir, ckpt, world->rank());
-    QMESH_CHECK(std::equal(cfg, cfg + 7, config.data_as<int32_t>()), "the checkpoint in ",
-                o.checkpoint_dir,
-                " was written by a run with another "
-                "dp/tp/layers/hidden/ffn/recipe/sequence-parallel configuration");
+    all_ranks_or_throw(*world, [&] {
+      start = load_latest_checkpoint(o.checkpoint_dir, ckpt, world->rank());
+      QMESH_CHECK(std::equal(cfg, cfg + 7, config.data_as<int32_t>()), "the checkpoint in ",
+                  o.checkpoint_dir, " was written by a run with another dp/tp/layers/hidden/",
+                  "ffn/recipe/sequence-parallel configuration");
+    });
     if (root) std::printf("resumed from %s at step %d\n", o.checkpoint_dir.c_str(), start);
   }
   const double baseline = task.mean_predictor_loss();
@@ -232,8 +250,12 @@ int main(int argc, char** argv) {
       return 2;
     }
     return train_mlp::run(*options, world);
-  } catch (const std::exception& e) {
+  } catch (const qmesh::Error& e) {
     // A failed rank must not wait in MPI_Finalize for the others: report and exit.
+    std::fprintf(stderr, "train_mlp: %s\n", e.message().c_str());
+    std::fflush(stderr);
+    std::_Exit(1);
+  } catch (const std::exception& e) {
     std::fprintf(stderr, "train_mlp: %s\n", e.what());
     std::fflush(stderr);
     std::_Exit(1);

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# End-to-end checks of the train_mlp example under mpirun (4 ranks, dp 2 x tp 2).
+# Usage: train_mlp_test.sh <qmeshrun> <train_mlp> <case>
+#   converge   FP8 delayed scaling learns, and ends within 5% of the BF16 run's loss
+#   resume     20 steps == 10 steps, checkpoint, resume, 10 more (bit for bit)
+#   bad-input  bad options and checkpoints give one clear message and a non-zero exit
+set -uo pipefail
+run=$1
+train=$2
+case_name=$3
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+small=(--dp 2 --tp 2 --layers 1 --hidden 64 --ffn 256 --seq 32 --batch 4 --log-every 1000)
+fail() { echo "FAIL: $*"; exit 1; }
+
+train4() { timeout 300 "$run" -np 4 "$train" "$@"; }
+
+field() { grep "^$1" "$2" | head -n 1; }
+
+case $case_name in
+converge)
+  train4 "${small[@]}" --steps 80 --recipe delayed >"$work/fp8.log" 2>&1 || fail "FP8 run"
+  train4 "${small[@]}" --steps 80 --recipe bf16 >"$work/bf16.log" 2>&1 || fail "BF16 run"
+  fp8=$(field "final loss" "$work/fp8.log" | awk '{print $3}')
+  bf16=$(field "final loss" "$work/bf16.log" | awk '{print $3}')
+  base=$(field "loss of predicting the mean" "$work/fp8.log" | awk '{print $NF}')
+  echo "final loss: fp8 $fp8, bf16 $bf16, predicting the mean $base"
+  awk -v a="$fp8" -v b="$bf16" 'BEGIN { exit !(a <= 1.05 * b && a >= 0.95 * b) }' ||
+    fail "FP8 final loss $fp8 is not within 5% of BF16's $bf16"
+  awk -v a="$fp8" -v m="$base" 'BEGIN { exit !(a < 0.5 * m) }' ||
+    fail "FP8 did not learn: loss $fp8 vs $base for predicting the mean"
+  ;;
+resume)
+  train4 "${small[@]}" --steps 20 --csv "$work/full.csv" >"$work/full.log" 2>&1 ||
+    fail "20-step run"
+  train4 "${small[@]}" --steps 10 --checkpoint-dir "$work/ckpt" --csv "$work/split.csv" \
+    >"$work/first.log" 2>&1 || fail "first 10 steps"
+  train4 "${small[@]}" --steps 20 --checkpoint-dir "$work/ckpt" --resume \
+    --csv "$work/split.csv" >"$work/second.log" 2>&1 || { cat "$work/second.log"; fail "resume"; }
+  grep -q "resumed from" "$work/second.log" || fail "the second run did not resume"
+  diff "$work/full.csv" "$work/split.csv" || fail "loss curves differ after resuming"
+  a=$(field "parameter checksums" "$work/full.log")
+  b=$(field "parameter checksums" "$work/second.log")
+  echo "uninterrupted: $a"
+  echo "resumed:       $b"
+  [ "$a" = "$b" ] || fail "parameters differ after resuming"
+  ;;
+bad-input)
+  # expect <message> <train_mlp args...>: non-zero exit, the message, no stack trace.
+  expect() {
+    local msg=$1
+    shift
+    train4 "$@" >"$work/out.log" 2>&1 && fail "accepted: $*"
+    grep -q -- "$msg" "$work/out.log" || { cat "$work/out.log"; fail "no '$msg' for: $*"; }
+    ! grep -q -e "terminate called" -e "Aborted" -e "core dumped" "$work/out.log" ||
+      fail "crashed instead of reporting: $*"
+    echo "ok: $* -> $msg"
+  }
+  expect "does not divide the number of ranks 4" --tp 3
+  expect "must be a positive multiple of --tp 4" --tp 4 --hidden 66
+  expect "unknown recipe 'fp9'" --recipe fp9
+  expect "unrecognised option '--bogus'" --bogus
+  expect "no checkpoint to resume from" "${small[@]}" --resume --checkpoint-dir "$work/none"
+  train4 "${small[@]}" --steps 2 --checkpoint-dir "$work/c" >/dev/null 2>&1 || fail "save"
+  expect "another dp/tp/layers" --dp 2 --tp 2 --layers 1 --hidden 64 --ffn 256 --seq 32 \
+    --batch 4 --steps 4 --recipe bf16 --resume --checkpoint-dir "$work/c"
+  printf 'garbage' | dd of="$work/c/step-2/rank-1.tensors" bs=1 seek=100 conv=notrunc 2>/dev/null
+  expect "corrupted (checksum mismatch)" "${small[@]}" --steps 4 --resume --checkpoint-dir "$work/c"
+  ;;
+*)
+  fail "unknown case $case_name"
+  ;;
+esac
+echo "PASS: $case_name"
