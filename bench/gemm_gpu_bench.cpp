@@ -10,6 +10,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -78,36 +79,46 @@ double tflops(const Shape3& s, double ms) {
   return 2.0 * double(s.m) * double(s.n) * double(s.k) / (ms * 1e-3) * 1e-12;
 }
 
-double bench_fp8(const Shape3& s, int iters) {
-  const qmesh::Device dev = qmesh::Device::cuda(0);
-  const qmesh::DType e4 = qmesh::DType::kFloat8E4M3;
-  qmesh::QuantizedTensor a(e4, qmesh::Shape{s.m, s.k}, dev, false);
-  qmesh::QuantizedTensor b(e4, qmesh::Shape{s.n, s.k}, dev, false);
-  qmesh::Tensor d(qmesh::DType::kBFloat16, qmesh::Shape{s.m, s.n}, dev);
-  const auto ha = random_bytes(e4, s.m * s.k, 1), hb = random_bytes(e4, s.n * s.k, 2);
-  qmesh::copy_bytes(a.data().data(), dev, ha.data(), qmesh::Device::host(), ha.size());
-  qmesh::copy_bytes(b.data().data(), dev, hb.data(), qmesh::Device::host(), hb.size());
+// One operand on cuda:0 with random values: FP8 (unit scales, from QuantizedTensor) or bf16.
+struct Operand {
+  qmesh::QuantizedTensor fp8;
+  qmesh::Tensor plain;
+
+  Operand(qmesh::DType dtype, int64_t rows, int64_t cols, uint32_t seed) {
+    const qmesh::Device dev = qmesh::Device::cuda(0);
+    const auto host = random_bytes(dtype, rows * cols, seed);
+    void* dst = nullptr;
+    if (qmesh::is_fp8(dtype)) {
+      fp8 = qmesh::QuantizedTensor(dtype, qmesh::Shape{rows, cols}, dev, false);
+      dst = fp8.data().data();
+    } else {
+      plain = qmesh::Tensor(dtype, qmesh::Shape{rows, cols}, dev);
+      dst = plain.data();
+    }
+    qmesh::copy_bytes(dst, dev, host.data(), qmesh::Device::host(), host.size());
+  }
+  qmesh::GemmOperand operand() const {
+    return plain.data() ? qmesh::GemmOperand::plain(plain.view())
+                        : qmesh::GemmOperand::fp8(fp8.view());
+  }
+};
+
+// TFLOP/s of the TN GEMM A [M, K] · B [N, K]ᵀ → bf16 D with inputs of `dtype`, with the
+// heuristic's algorithm ([0]) and autotuned ([1]). FP8 uses fast accumulation (forward).
+std::array<double, 2> bench(const Shape3& s, qmesh::DType dtype, int iters) {
+  const Operand a(dtype, s.m, s.k, 1), b(dtype, s.n, s.k, 2);
+  const qmesh::Tensor d(qmesh::DType::kBFloat16, qmesh::Shape{s.m, s.n}, qmesh::Device::cuda(0));
   qmesh::GemmArgs args;
-  args.a = qmesh::GemmOperand::fp8(a.view());
-  args.b = qmesh::GemmOperand::fp8(b.view());
+  args.a = a.operand();
+  args.b = b.operand();
   args.d = d.view();
   args.accumulation = qmesh::GemmAccumulation::kFast;
-  return time_gemm(args, iters);
-}
-
-double bench_bf16(const Shape3& s, int iters) {
-  const qmesh::Device dev = qmesh::Device::cuda(0);
-  const qmesh::DType bf = qmesh::DType::kBFloat16;
-  qmesh::Tensor a(bf, qmesh::Shape{s.m, s.k}, dev), b(bf, qmesh::Shape{s.n, s.k}, dev);
-  qmesh::Tensor d(bf, qmesh::Shape{s.m, s.n}, dev);
-  const auto ha = random_bytes(bf, s.m * s.k, 1), hb = random_bytes(bf, s.n * s.k, 2);
-  qmesh::copy_bytes(a.data(), dev, ha.data(), qmesh::Device::host(), ha.size());
-  qmesh::copy_bytes(b.data(), dev, hb.data(), qmesh::Device::host(), hb.size());
-  qmesh::GemmArgs args;
-  args.a = qmesh::GemmOperand::plain(a.view());
-  args.b = qmesh::GemmOperand::plain(b.view());
-  args.d = d.view();
-  return time_gemm(args, iters);
+  std::array<double, 2> result{};
+  for (int tuned = 0; tuned < 2; ++tuned) {
+    setenv("QMESH_GEMM_AUTOTUNE", tuned ? "1" : "0", 1);  // read at each initialize()
+    result[size_t(tuned)] = tflops(s, time_gemm(args, iters));
+  }
+  return result;
 }
 
 }  // namespace
@@ -144,13 +155,9 @@ int main(int argc, char** argv) {
   std::string json = std::string("{\"device\": \"") + prop.name + "\", \"results\": [";
   bool first = true;
   for (const Shape3& s : shapes) {
-    // [fp8, bf16] × [heuristic, autotuned]; the tunable is read at each initialize().
-    double t[2][2];
-    for (int tuned = 0; tuned < 2; ++tuned) {
-      setenv("QMESH_GEMM_AUTOTUNE", tuned ? "1" : "0", 1);
-      t[0][tuned] = tflops(s, bench_fp8(s, iters));
-      t[1][tuned] = tflops(s, bench_bf16(s, iters));
-    }
+    // [fp8, bf16] × [heuristic, autotuned]
+    const std::array<double, 2> t[2] = {bench(s, qmesh::DType::kFloat8E4M3, iters),
+                                        bench(s, qmesh::DType::kBFloat16, iters)};
     const double best_fp8 = std::max(t[0][0], t[0][1]), best_bf16 = std::max(t[1][0], t[1][1]);
     std::printf("%6lld %6lld %6lld | %9.1f %9.1f | %9.1f %9.1f | %9.2f\n", (long long)s.m,
                 (long long)s.n, (long long)s.k, t[0][0], t[0][1], t[1][0], t[1][1],

@@ -14,11 +14,11 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
-#include <thread>
 #include <vector>
 
 #include "core/simd.h"
 #include "cpu/gelu.h"
+#include "cpu/parallel.h"
 #include "qmesh/buffer.h"
 #include "qmesh/config.h"
 #include "qmesh/error.h"
@@ -54,43 +54,16 @@ struct HostPlan {
   bool widen_a = false;
   bool widen_b = false;
   bool stage_d = false;  // D is not fp32: sgemm writes an fp32 staging block
-  int threads = 1;       // threads of the widening and epilogue passes
+  int threads = 1;       // threads of the widening and epilogue passes (QMESH_CPU_THREADS)
   size_t stage_offset = 0, a_offset = 0, b_offset = 0, row_offset = 0, bytes = 0;
 };
-
-// The host passes use as many threads as OpenBLAS does (OPENBLAS_NUM_THREADS), so that the
-// whole GEMM runs on the cores it was given.
-int host_threads() {
-#if QMESH_WITH_BLAS
-  return std::max(1, openblas_get_num_threads());
-#else
-  return std::max(1, int(std::thread::hardware_concurrency()));
-#endif
-}
 
 // Below this many elements a pass runs on the calling thread (a thread start costs ~20 us).
 constexpr int64_t kMinElementsPerThread = int64_t(1) << 16;
 
-// Calls fn(begin, end, thread) over [0, n) split into up to `threads` contiguous ranges of
-// items worth `per_item` elements each; the calling thread takes the first range. fn must
-// not throw.
-template <class Fn>
-void parallel_for(int64_t n, int64_t per_item, int threads, const Fn& fn) {
-  const int64_t by_work = std::max<int64_t>(1, n * per_item / kMinElementsPerThread);
-  const auto t = static_cast<int>(std::min<int64_t>({threads, by_work, n}));
-  if (t <= 1) {
-    fn(int64_t(0), n, 0);
-    return;
-  }
-  std::vector<std::thread> workers;
-  workers.reserve(size_t(t - 1));
-  const int64_t chunk = (n + t - 1) / t;
-  for (int i = 1; i < t; ++i) {
-    const int64_t begin = std::min(n, i * chunk), end = std::min(n, begin + chunk);
-    workers.emplace_back([&fn, begin, end, i] { fn(begin, end, i); });
-  }
-  fn(int64_t(0), std::min(n, chunk), 0);
-  for (std::thread& w : workers) w.join();
+// Rows per thread for a pass over rows of `row_elements` elements each.
+int64_t row_grain(int64_t row_elements) {
+  return std::max<int64_t>(1, kMinElementsPerThread / std::max<int64_t>(row_elements, 1));
 }
 
 HostPlan plan_host_gemm(const CanonicalGemm& c) {
@@ -115,7 +88,7 @@ HostPlan plan_host_gemm(const CanonicalGemm& c) {
   p.b_offset = offset;
   if (p.widen_b) offset += aligned(sizeof(float) * size_t(c.n) * size_t(p.kc));
   // One fp32 row of N per thread for the epilogue pass (D's old row or aux, widened).
-  p.threads = host_threads();
+  p.threads = cpu::cpu_threads();
   p.row_offset = offset;
   offset += size_t(p.threads) * aligned(sizeof(float) * size_t(c.n));
   p.bytes = offset;
@@ -148,12 +121,12 @@ struct Panel {
 // Rows [r0, r0 + nr) × columns [c0, c0 + nc) of a stored operand: in place when it is fp32,
 // else widened into `scratch` (nr × nc).
 Panel load_block(const GemmMatrix& m, int64_t r0, int64_t nr, int64_t c0, int64_t nc,
-                 float* scratch, int threads) {
+                 float* scratch) {
   const size_t esize = dtype_size(m.dtype);
   const auto* base = static_cast<const char*>(m.data);
   if (m.dtype == DType::kFloat32)
     return {reinterpret_cast<const float*>(base) + r0 * m.cols + c0, m.cols};
-  parallel_for(nr, nc, threads, [&](int64_t begin, int64_t end, int) {
+  cpu::parallel_for(nr, row_grain(nc), [&](int64_t begin, int64_t end, int) {
     for (int64_t r = begin; r < end; ++r)
       widen(base + (size_t(r0 + r) * size_t(m.cols) + size_t(c0)) * esize, m.dtype,
             scratch + r * nc, size_t(nc));
@@ -293,8 +266,12 @@ std::vector<float> widened_bias(const CanonicalGemm& c) {
 
 size_t host_gemm_workspace_size(const CanonicalGemm& c) { return plan_host_gemm(c).bytes; }
 
-void host_gemm(const CanonicalGemm& c, void* workspace) {
+void host_gemm(const CanonicalGemm& c, void* workspace, size_t workspace_bytes) {
   const HostPlan plan = plan_host_gemm(c);
+  QMESH_CHECK(!workspace || workspace_bytes >= plan.bytes, "the GEMM workspace has ",
+              workspace_bytes, " bytes but the host GEMM now needs ", plan.bytes,
+              " (QMESH_GEMM_HOST_PANEL_MIB or QMESH_CPU_THREADS changed since "
+              "Gemm::initialize): initialize again with a new workspace");
   if (!workspace) {
     thread_local Buffer cached;
     if (cached.size() < plan.bytes) cached = Buffer(plan.bytes, Device::host());
@@ -317,11 +294,10 @@ void host_gemm(const CanonicalGemm& c, void* workspace) {
     float* out = plan.stage_d ? stage : static_cast<float*>(c.d) + m0 * c.n;
     for (int64_t k0 = 0; k0 < c.k; k0 += plan.kc) {
       const int64_t kc = std::min(plan.kc, c.k - k0);
-      const int t = plan.threads;
-      const Panel a = c.a.k_contiguous ? load_block(c.a, m0, mb, k0, kc, a_scratch, t)
-                                       : load_block(c.a, k0, kc, m0, mb, a_scratch, t);
-      const Panel b = c.b.k_contiguous ? load_block(c.b, 0, c.n, k0, kc, b_scratch, t)
-                                       : load_block(c.b, k0, kc, 0, c.n, b_scratch, t);
+      const Panel a = c.a.k_contiguous ? load_block(c.a, m0, mb, k0, kc, a_scratch)
+                                       : load_block(c.a, k0, kc, m0, mb, a_scratch);
+      const Panel b = c.b.k_contiguous ? load_block(c.b, 0, c.n, k0, kc, b_scratch)
+                                       : load_block(c.b, k0, kc, 0, c.n, b_scratch);
       const float beta = k0 > 0 ? 1.0f : (plan.stage_d ? 0.0f : c.beta);
       sgemm(!c.a.k_contiguous, c.b.k_contiguous, mb, c.n, kc, alpha, a, b, beta, out, c.n);
       if (bias_grad) add_row_sums(a, c.a.k_contiguous, mb, kc, dbias.data() + m0);
@@ -329,7 +305,7 @@ void host_gemm(const CanonicalGemm& c, void* workspace) {
     if (needs_epilogue_pass(c)) {
       std::vector<float> amaxes(size_t(plan.threads), 0.0f);
       const size_t row_stride = aligned(sizeof(float) * size_t(c.n)) / sizeof(float);
-      parallel_for(mb, c.n, plan.threads, [&](int64_t begin, int64_t end, int thread) {
+      cpu::parallel_for(mb, row_grain(c.n), [&](int64_t begin, int64_t end, int thread) {
         amaxes[size_t(thread)] = epilogue_pass(c, m0 + begin, end - begin, out + begin * c.n, bias,
                                                row_scratch + size_t(thread) * row_stride);
       });

@@ -13,7 +13,9 @@ namespace qmesh::detail {
 size_t host_gemm_workspace_size(const CanonicalGemm& c);
 
 // Computes the GEMM described by `c` (host tensors) before returning. `workspace` is nullptr
-// (a per-thread cached buffer is used) or host_gemm_workspace_size(c) bytes.
-void host_gemm(const CanonicalGemm& c, void* workspace);
+// (a per-thread cached buffer is used) or `workspace_bytes` of host memory; Error if that is
+// less than the GEMM needs now (the panel budget or QMESH_CPU_THREADS changed since
+// the size was asked).
+void host_gemm(const CanonicalGemm& c, void* workspace, size_t workspace_bytes);
 
 }  // namespace qmesh::detail

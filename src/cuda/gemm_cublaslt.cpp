@@ -156,6 +156,23 @@ DType c_dtype(const CanonicalGemm& c) {
   return c.bias ? c.bias_dtype : DType::kBFloat16;
 }
 
+// A start/stop event pair for timing, destroyed with its scope.
+struct TimingEvents {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  TimingEvents() {
+    QMESH_CHECK_CUDA(cudaEventCreate(&start));
+    const cudaError_t status = cudaEventCreate(&stop);
+    if (status != cudaSuccess) (void)cudaEventDestroy(start);
+    QMESH_CHECK_CUDA(status);
+  }
+  ~TimingEvents() {
+    (void)cudaEventDestroy(start);
+    (void)cudaEventDestroy(stop);
+  }
+  TimingEvents(const TimingEvents&) = delete;
+  TimingEvents& operator=(const TimingEvents&) = delete;
+};
+
 }  // namespace
 
 struct CublasLtGemm::Impl {
@@ -256,9 +273,8 @@ struct CublasLtGemm::Impl {
       QMESH_CHECK_CUDA(cudaMallocAsync(&saved, d_bytes, stream));
       QMESH_CHECK_CUDA(cudaMemcpyAsync(saved, c.d, d_bytes, cudaMemcpyDeviceToDevice, stream));
     }
-    cudaEvent_t start = nullptr, stop = nullptr;
-    QMESH_CHECK_CUDA(cudaEventCreate(&start));
-    QMESH_CHECK_CUDA(cudaEventCreate(&stop));
+    TimingEvents events;
+    cudaEvent_t start = events.start, stop = events.stop;
     float best_ms = 0.0f;
     size_t best = 0;
     for (size_t i = 0; i < cands.size(); ++i) {
@@ -275,8 +291,6 @@ struct CublasLtGemm::Impl {
         best = i;
       }
     }
-    (void)cudaEventDestroy(start);
-    (void)cudaEventDestroy(stop);
     if (saved) {
       QMESH_CHECK_CUDA(cudaMemcpyAsync(c.d, saved, d_bytes, cudaMemcpyDeviceToDevice, stream));
       QMESH_CHECK_CUDA(cudaFreeAsync(saved, stream));
@@ -318,14 +332,30 @@ struct CublasLtGemm::Impl {
   }
 };
 
-CublasLtGemm::CublasLtGemm(const CanonicalGemm& c, void* stream) : impl_(std::make_unique<Impl>()) {
+namespace {
+
+// Descriptors of `c` on its device, ready to ask for algorithms.
+std::unique_ptr<CublasLtGemm::Impl> described(const CanonicalGemm& c) {
+  auto impl = std::make_unique<CublasLtGemm::Impl>();
+  impl->c = c;
+  impl->alpha = c.alpha;
+  impl->beta = c.beta;
+  impl->handle = handle_for(c.device.index);
+  impl->describe();
+  return impl;
+}
+
+}  // namespace
+
+CublasLtGemm::CublasLtGemm(const CanonicalGemm& c, void* stream) {
   DeviceGuard guard(c.device.index);
-  impl_->c = c;
-  impl_->alpha = c.alpha;
-  impl_->beta = c.beta;
-  impl_->handle = handle_for(c.device.index);
-  impl_->describe();
+  impl_ = described(c);
   impl_->choose_algo(static_cast<cudaStream_t>(stream));
+}
+
+void CublasLtGemm::check_supported(const CanonicalGemm& c) {
+  DeviceGuard guard(c.device.index);
+  (void)described(c)->candidates();
 }
 
 CublasLtGemm::~CublasLtGemm() = default;

@@ -22,12 +22,17 @@ class CublasLtGemm {
   CublasLtGemm(const CublasLtGemm&) = delete;
   CublasLtGemm& operator=(const CublasLtGemm&) = delete;
 
+  // Throws qmesh::Error unless cuBLASLt has an algorithm for `c` on its device (builds the
+  // descriptors and asks the heuristic; launches nothing).
+  static void check_supported(const CanonicalGemm& c);
+
   // Enqueues the GEMM on `stream`. `workspace` is kCublasLtWorkspaceBytes on c's device, or
   // nullptr for the cached workspace of (device, stream).
   void run(void* stream, void* workspace);
 
- private:
   struct Impl;
+
+ private:
   std::unique_ptr<Impl> impl_;
 };
 

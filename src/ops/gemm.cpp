@@ -43,6 +43,7 @@ const char* gemm_epilogue_name(GemmEpilogue e) {
 struct Gemm::Impl {
   detail::CanonicalGemm c;
   void* workspace = nullptr;
+  size_t workspace_bytes = 0;  // what workspace_size() said at initialize()
 #if QMESH_WITH_CUDA
   std::unique_ptr<detail::CublasLtGemm> cublaslt;
 #endif
@@ -55,7 +56,10 @@ Gemm& Gemm::operator=(Gemm&&) noexcept = default;
 
 Status Gemm::can_implement(const GemmArgs& args) {
   try {
-    (void)detail::canonicalize(args);
+    [[maybe_unused]] const detail::CanonicalGemm c = detail::canonicalize(args);
+#if QMESH_WITH_CUDA
+    if (c.backend == detail::GemmBackend::kCublasLt) detail::CublasLtGemm::check_supported(c);
+#endif
     return {};
   } catch (const Error& e) {
     return Status::failure(e.message());
@@ -74,6 +78,8 @@ void Gemm::initialize(const GemmArgs& args, void* workspace, Stream stream) {
   auto impl = std::make_unique<Impl>();
   impl->c = detail::canonicalize(args);
   impl->workspace = workspace;
+  if (impl->c.backend == detail::GemmBackend::kHost)
+    impl->workspace_bytes = detail::host_gemm_workspace_size(impl->c);
 #if QMESH_WITH_CUDA
   if (impl->c.backend == detail::GemmBackend::kCublasLt)
     impl->cublaslt = std::make_unique<detail::CublasLtGemm>(impl->c, stream.handle);
@@ -93,7 +99,7 @@ void Gemm::run(Stream stream) {
 #else
   (void)stream;
 #endif
-  detail::host_gemm(impl_->c, impl_->workspace);
+  detail::host_gemm(impl_->c, impl_->workspace, impl_->workspace_bytes);
 }
 
 void gemm(const GemmArgs& args, Stream stream) {

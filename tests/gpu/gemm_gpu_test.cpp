@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -119,7 +122,13 @@ void run_gpu_case(const GpuCase& c) {
     args.d_scale = dscal.data_as<float>();
     args.d_amax = dscal.data_as<float>() + 1;
   }
-  ASSERT_TRUE(Gemm::can_implement(args)) << Gemm::can_implement(args).reason();
+  // cuBLASLt does not offer every epilogue with FP8 inputs on every GPU and version (GELU
+  // and bias-gradient fusions in particular); can_implement says so, and the test reports
+  // those as skipped rather than as passed.
+  const Status supported = Gemm::can_implement(args);
+  if (supported.reason().find("cuBLASLt has no algorithm") != std::string::npos)
+    GTEST_SKIP() << supported.reason();
+  ASSERT_TRUE(supported) << supported.reason();
   gemm(args);  // the blocking copies below order after it on the legacy default stream
 
   Matrix out(c.d, c.m, c.n);
@@ -175,13 +184,43 @@ std::vector<GpuCase> gpu_cases() {
   return cases;
 }
 
+std::string describe(const GpuCase& c) {
+  return std::string(dtype_name(c.a)) + "x" + std::string(dtype_name(c.b)) + "_to_" +
+         std::string(dtype_name(c.d)) + "_" + gemm_epilogue_name(c.epilogue) + "_" +
+         (c.ta == GemmTranspose::kYes ? "T" : "N") + (c.tb == GemmTranspose::kYes ? "T" : "N") +
+         (c.mode == GemmOutputMode::kAccumulate ? "_acc" : "") +
+         (c.accumulation == GemmAccumulation::kFast ? "_fast" : "") + "_" + std::to_string(c.m) +
+         "x" + std::to_string(c.n) + "x" + std::to_string(c.k);
+}
+void PrintTo(const GpuCase& c, std::ostream* os) { *os << describe(c); }
+
 std::string gpu_case_name(const testing::TestParamInfo<GpuCase>& info) {
-  const GpuCase& c = info.param;
-  return std::to_string(info.index) + "_" + std::string(dtype_name(c.a)) + "x" +
-         std::string(dtype_name(c.b)) + "_to_" + std::string(dtype_name(c.d));
+  return std::to_string(info.index) + "_" + describe(info.param);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, GemmGpu, testing::ValuesIn(gpu_cases()), gpu_case_name);
+
+// Autotuning picks an algorithm that computes the same GEMM, and records it in the cache
+// file keyed by the device and cuBLASLt version.
+TEST(GemmGpuAutotune, TunesAndWritesTheCacheFile) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const std::string path = testing::TempDir() + "qmesh_gemm_autotune_test.txt";
+  std::remove(path.c_str());
+  setenv("QMESH_GEMM_AUTOTUNE", "1", 1);
+  setenv("QMESH_GEMM_AUTOTUNE_FILE", path.c_str(), 1);
+  GpuCase c{kE4, kE4, kBf16};
+  c.m = 256;
+  c.n = 384;
+  c.k = 512;
+  run_gpu_case(c);
+  unsetenv("QMESH_GEMM_AUTOTUNE");
+  unsetenv("QMESH_GEMM_AUTOTUNE_FILE");
+  std::ifstream in(path);
+  std::string line;
+  ASSERT_TRUE(std::getline(in, line)) << "no entry in " << path;
+  EXPECT_NE(line.find("cublasLt"), std::string::npos) << line;
+  EXPECT_NE(line.find("m384 n256 k512"), std::string::npos) << line;
+}
 
 }  // namespace
 }  // namespace qmesh::test

@@ -88,6 +88,8 @@ struct QMESH_API GemmArgs {
   GemmEpilogue epilogue = GemmEpilogue::kNone;
   TensorView bias;  // kBias, kBiasGeluAux: input [N]; kBiasGrad: output [M]; fp32/bf16/fp16
   TensorView aux;   // kBiasGeluAux: output [M, N]; kDGelu: input [M, N]; fp32/bf16/fp16
+  // On CUDA (cuBLASLt's rules): a plain GEMM's bias and aux have D's dtype; an FP8 GEMM's are
+  // usually bf16 (fp16 with an fp16 D), and 16-bit with an FP8 D.
 
   GemmAccumulation accumulation = GemmAccumulation::kFast;
 };
@@ -108,7 +110,9 @@ class QMESH_API Gemm {
 
   // Checks shapes, dtypes, devices, layouts (the columnwise copy that CUDA FP8 needs,
   // leading dimensions multiple of 16) and the epilogue's tensors; the device's
-  // availability is checked last, so argument errors are reported on any machine.
+  // availability is checked last, so argument errors are reported on any machine. On a
+  // usable CUDA device it then asks cuBLASLt whether it has an algorithm (some epilogues
+  // are not offered with FP8 inputs).
   static Status can_implement(const GemmArgs& args);
   // Scratch bytes that initialize() may be given (host memory for host tensors: fp32
   // panels of dequantized operands; device memory for CUDA: cuBLASLt's 32 MiB).

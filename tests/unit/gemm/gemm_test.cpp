@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "expect_error.h"
 #include "gemm_test_util.h"
 
 namespace qmesh::test {
@@ -108,6 +109,10 @@ void run_case(const Case& c) {
   }
 }
 
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << case_name(testing::TestParamInfo<Case>(c, 0));
+}
+
 class GemmHost : public testing::TestWithParam<Case> {};
 TEST_P(GemmHost, MatchesFloat64Reference) { run_case(GetParam()); }
 
@@ -194,6 +199,11 @@ std::vector<Case> panel_cases() {
       c.side = kF32;
       cases.push_back(c);
     }
+  Case fp8_out{kE4, kE4, kE4, GemmEpilogue::kGelu};  // amax over several row blocks
+  fp8_out.m = 100;
+  fp8_out.n = 2000;
+  fp8_out.k = 600;
+  cases.push_back(fp8_out);
   Case acc{kBf16, kBf16, kBf16, GemmEpilogue::kNone, GemmOutputMode::kAccumulate};
   acc.m = 100;
   acc.n = 2000;
@@ -254,6 +264,21 @@ TEST(GemmLifecycle, InitializeThenRunWithOwnWorkspace) {
   std::fill(d.bytes.begin(), d.bytes.end(), 0);
   op.run(Stream{});
   EXPECT_EQ(d.bytes, d_ref.bytes);
+}
+
+// A caller's workspace that became too small (the panel budget grew after initialize) is an
+// error, not an overflow.
+TEST(GemmLifecycle, WorkspaceThatBecameTooSmall) {
+  Matrix a = random_matrix(kE4, 300, 600, 23);
+  Matrix b = random_matrix(kE4, 200, 600, 24);
+  Matrix d(kBf16, 300, 200);
+  const GemmArgs args = tn_args(a, b, d);
+  setenv("QMESH_GEMM_HOST_PANEL_MIB", "1", 1);
+  std::vector<uint8_t> ws(Gemm::workspace_size(args));
+  Gemm op;
+  op.initialize(args, ws.data(), Stream{});
+  unsetenv("QMESH_GEMM_HOST_PANEL_MIB");
+  EXPECT_QMESH_ERROR(op.run(Stream{}), "initialize again with a new workspace");
 }
 
 // The host backend reads the rowwise copy, so FP8 operands without a columnwise copy work
