@@ -3,6 +3,7 @@
 // portable binary still runs the vectorized loop on the machine it lands on.
 #include "qmesh/fp8.h"
 
+#include "element_traits.h"
 #include "qmesh/error.h"
 #include "qmesh/float16.h"
 #include "simd.h"
@@ -21,24 +22,11 @@ QMESH_SIMD_CLONES void encode_loop(const typename Load::type* in, uint8_t* out, 
   for (size_t i = 0; i < n; ++i) out[i] = Encode::apply(Load::apply(in[i]) * scale);
 }
 
-struct LoadFp32 {
-  using type = float;
-  static float apply(float x) { return x; }
-};
-struct LoadBf16 {
-  using type = uint16_t;
-  static float apply(uint16_t x) { return bf16_to_float(x); }
-};
-struct LoadFp16 {
-  using type = uint16_t;
-  static float apply(uint16_t x) { return fp16_to_float(x); }
-};
-struct EncodeE4M3 {
-  static uint8_t apply(float x) { return float_to_e4m3(x); }
-};
-struct EncodeE5M2 {
-  static uint8_t apply(float x) { return float_to_e5m2(x); }
-};
+using detail::EncodeE4M3;
+using detail::EncodeE5M2;
+using detail::LoadBf16;
+using detail::LoadFp16;
+using detail::LoadFp32;
 
 template <class Load>
 void encode(const typename Load::type* in, uint8_t* out, size_t n, DType fp8, float scale) {

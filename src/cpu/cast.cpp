@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/element_traits.h"
 #include "core/simd.h"
 #include "cpu/parallel.h"
 #include "ops/cast_job.h"
@@ -22,25 +23,6 @@ constexpr int64_t kGrainElements = int64_t{1} << 16;
 // Rows per strip of the transposing path, and the edge of the tiles it is transposed in: a
 // strip of 64 rows of codes stays in L2 between being written and being transposed.
 constexpr int64_t kTile = 64;
-
-struct LoadFp32 {
-  using type = float;
-  static float apply(float x) { return x; }
-};
-struct LoadBf16 {
-  using type = uint16_t;
-  static float apply(uint16_t x) { return bf16_to_float(x); }
-};
-struct LoadFp16 {
-  using type = uint16_t;
-  static float apply(uint16_t x) { return fp16_to_float(x); }
-};
-struct EncodeE4M3 {
-  static uint8_t apply(float x) { return float_to_e4m3(x); }
-};
-struct EncodeE5M2 {
-  static uint8_t apply(float x) { return float_to_e5m2(x); }
-};
 
 // |x| as bits: for non-negative floats the unsigned order is the float order, and every NaN
 // sorts above +inf, which is the NaN-propagating amax policy (ops/amax.h).
