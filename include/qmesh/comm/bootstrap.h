@@ -39,6 +39,7 @@ class QMESH_API FileStore : public Store {
   explicit FileStore(std::filesystem::path dir);
   void set(const std::string& key, const std::string& value) override;
   std::string get(const std::string& key, std::chrono::milliseconds timeout) override;
+  using Store::get;
 
  private:
   std::filesystem::path dir_;

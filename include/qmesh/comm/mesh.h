@@ -27,8 +27,8 @@ struct MeshAxis {
 struct MeshResource {
   std::string dp = "dp";
   std::string tp = "tp";
-  std::string fsdp;
-  std::string pp;
+  std::string fsdp{};
+  std::string pp{};
 };
 
 // Rank layout: the last axis varies fastest, so for axes {{"dp",2},{"tp",4}} world rank

@@ -1,0 +1,37 @@
+// Ring collectives written only against PointToPoint (host buffers). Backends without
+// native collectives (local threads, UCX) run these; each call blocks the calling thread
+// until done and throws qmesh::Error once `deadline` has passed. Internal to qmesh's comm
+// libraries (exported for the backend libraries, not installed as a public header).
+//
+// Bandwidth-optimal rings: all-gather and reduce-scatter move (n-1)/n of the data per rank,
+// all-reduce is reduce-scatter followed by all-gather (2(n-1)/n), broadcast is a chain.
+#pragma once
+
+#include <chrono>
+#include <string_view>
+
+#include "qmesh/comm/communicator.h"
+#include "qmesh/export.h"
+
+namespace qmesh::algorithms {
+
+struct RingContext {
+  PointToPoint& p2p;  // must not carry other traffic with `tag` while the ring runs
+  int rank = 0;
+  int size = 1;
+  int tag = 0;
+  std::chrono::steady_clock::time_point deadline;
+  std::string_view what;  // names the operation and rank in errors: "local all_reduce (rank 0 of 4)"
+};
+
+// Shapes as in Collectives (arguments are checked by the caller). Host buffers only.
+QMESH_API void ring_all_gather(const RingContext& ctx, const TensorView& in, const TensorView& out);
+QMESH_API void ring_reduce_scatter(const RingContext& ctx, const TensorView& in, const TensorView& out,
+                         ReduceOp op);
+// Chunks need not divide evenly: chunk c covers elements [c*n/size, (c+1)*n/size).
+QMESH_API void ring_all_reduce(const RingContext& ctx, const TensorView& buf, ReduceOp op);
+QMESH_API void ring_broadcast(const RingContext& ctx, const TensorView& buf, int root);
+// A token around the ring and a chain back: returns once every rank has entered.
+QMESH_API void ring_barrier(const RingContext& ctx);
+
+}  // namespace qmesh::algorithms

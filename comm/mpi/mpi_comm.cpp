@@ -1,0 +1,334 @@
+// The MPI backend: nonblocking MPI collectives and point-to-point on host buffers, each
+// completed by polling MPI_Test against a deadline so that a dead or stuck peer turns into a
+// qmesh::Error instead of a hang.
+#include <mpi.h>
+
+#include <climits>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "algorithms/reduce.h"
+#include "mpi/check.h"
+#include "qmesh/comm/mpi.h"
+#include "qmesh/logging.h"
+
+namespace qmesh {
+
+namespace mpi {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// An MPI communicator handle and, once a wait on it has timed out, why it is unusable: the
+// timed-out operation can be neither completed nor cancelled.
+struct CommState {
+  MPI_Comm comm = MPI_COMM_NULL;
+  std::string broken;
+  std::mutex mu;
+
+  ~CommState() {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized && comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
+  }
+  void check_usable() {
+    std::lock_guard lock(mu);
+    QMESH_CHECK(broken.empty(), "MPI communicator is unusable: ", broken);
+  }
+};
+
+class MpiWork : public Work {
+ public:
+  using OnDone = std::function<void(const MPI_Status&)>;
+  MpiWork(std::shared_ptr<CommState> comm, MPI_Request request, std::string what,
+          OnDone on_done = {})
+      : comm_(std::move(comm)), request_(request), what_(std::move(what)),
+        on_done_(std::move(on_done)) {}
+
+  ~MpiWork() override {
+    if (done_ || timed_out_) return;
+    try {
+      wait();
+    } catch (const std::exception& e) {
+      QMESH_LOG_ERROR("unfinished ", what_, " dropped: ", e.what());
+    }
+  }
+
+  bool test() override {
+    if (error_) std::rethrow_exception(error_);
+    if (done_) return true;
+    int flag = 0;
+    MPI_Status status;
+    try {
+      QMESH_CHECK_MPI(MPI_Test(&request_, &flag, &status));
+      if (flag && on_done_) on_done_(status);
+    } catch (...) {
+      error_ = std::current_exception();
+      done_ = true;
+      throw;
+    }
+    done_ = flag != 0;
+    return done_;
+  }
+
+  void wait(std::chrono::milliseconds timeout) override {
+    const auto start = Clock::now();
+    const auto deadline = start + timeout;
+    // Yield while the wait is young (latency); sleep once it is long (oversubscribed nodes).
+    const auto patient = start + std::chrono::milliseconds(20);
+    while (!test()) {
+      const auto now = Clock::now();
+      if (now >= deadline) {
+        timed_out_ = true;
+        const std::string reason = detail::concat(what_, " did not complete within ",
+                                                  std::chrono::duration<double>(timeout).count(),
+                                                  " s (QMESH_COMM_TIMEOUT_S)");
+        {
+          std::lock_guard lock(comm_->mu);
+          if (comm_->broken.empty()) comm_->broken = reason;
+        }
+        QMESH_THROW(reason, ": a peer rank is dead, stuck or not taking part; the communicator "
+                    "is now unusable and the process should exit");
+      }
+      if (now < patient) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+      }
+    }
+  }
+  using Work::wait;
+
+ private:
+  std::shared_ptr<CommState> comm_;
+  MPI_Request request_;
+  std::string what_;
+  OnDone on_done_;
+  bool done_ = false;
+  bool timed_out_ = false;
+  std::exception_ptr error_;
+};
+
+void require_host(const TensorView& t, std::string_view what) {
+  QMESH_CHECK(t.device.is_host(), "the MPI backend carries host buffers; ", what, " is on ",
+              t.device.str(), " (use the NCCL backend for device tensors)");
+}
+
+int count_of(int64_t n, std::string_view what) {
+  QMESH_CHECK(n <= INT_MAX, what, " has ", n, " elements; MPI counts are limited to ", INT_MAX,
+              " (split the transfer)");
+  return static_cast<int>(n);
+}
+
+MPI_Datatype reduce_type(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return MPI_FLOAT;
+    case DType::kFloat64:
+      return MPI_DOUBLE;
+    case DType::kInt32:
+      return MPI_INT32_T;
+    default:  // bf16, fp16: 16-bit words combined by a user-defined op
+      return MPI_UINT16_T;
+  }
+}
+
+template <DType D, ReduceOp O>
+void user_reduce(void* in, void* inout, int* len, MPI_Datatype*) {
+  algorithms::reduce_into(inout, in, *len, D, O);
+}
+
+template <DType D>
+MPI_Op user_op(ReduceOp op) {
+  // Created on first use (after MPI_Init) and kept for the life of the process.
+  static const MPI_Op ops[3] = {
+      [] { MPI_Op o; MPI_Op_create(&user_reduce<D, ReduceOp::kSum>, 1, &o); return o; }(),
+      [] { MPI_Op o; MPI_Op_create(&user_reduce<D, ReduceOp::kMax>, 1, &o); return o; }(),
+      [] { MPI_Op o; MPI_Op_create(&user_reduce<D, ReduceOp::kMin>, 1, &o); return o; }()};
+  return ops[static_cast<int>(op)];
+}
+
+MPI_Op reduce_op(DType dtype, ReduceOp op) {
+  if (dtype == DType::kBFloat16) return user_op<DType::kBFloat16>(op);
+  if (dtype == DType::kFloat16) return user_op<DType::kFloat16>(op);
+  switch (op) {
+    case ReduceOp::kSum:
+      return MPI_SUM;
+    case ReduceOp::kMax:
+      return MPI_MAX;
+    case ReduceOp::kMin:
+      return MPI_MIN;
+  }
+  QMESH_THROW("invalid ReduceOp value ", static_cast<int>(op));
+}
+
+std::chrono::milliseconds remaining(Clock::time_point deadline) {
+  return std::max(std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()),
+                  std::chrono::milliseconds(0));
+}
+
+class MpiComm : public Communicator {
+ public:
+  // Takes ownership of `comm`.
+  explicit MpiComm(MPI_Comm comm) : state_(std::make_shared<CommState>()) {
+    state_->comm = comm;
+    QMESH_CHECK_MPI(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
+    QMESH_CHECK_MPI(MPI_Comm_rank(comm, &rank_));
+    QMESH_CHECK_MPI(MPI_Comm_size(comm, &size_));
+    int* tag_ub = nullptr;
+    int found = 0;
+    QMESH_CHECK_MPI(MPI_Comm_get_attr(comm, MPI_TAG_UB, &tag_ub, &found));
+    max_tag_ = found ? *tag_ub : 32767;
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string_view backend_name() const override { return "mpi"; }
+  int max_tag() const override { return max_tag_; }
+
+  WorkHandle all_reduce_async(TensorView buf, ReduceOp op, Stream) override {
+    comm_check::reducible(buf, "all_reduce buffer");
+    require_host(buf, "the all_reduce buffer");
+    return start("all_reduce", [&](MPI_Request* r) {
+      return MPI_Iallreduce(MPI_IN_PLACE, buf.data, count_of(buf.numel(), "all_reduce buffer"),
+                            reduce_type(buf.dtype), reduce_op(buf.dtype, op), comm(), r);
+    });
+  }
+
+  WorkHandle all_gather_async(TensorView in, TensorView out, Stream) override {
+    comm_check::all_gather_args(in, out, size_);
+    require_host(in, "the all_gather input");
+    require_host(out, "the all_gather output");
+    const int bytes = count_of(static_cast<int64_t>(in.nbytes()), "all_gather input (bytes)");
+    return start("all_gather", [&](MPI_Request* r) {
+      return MPI_Iallgather(in.data, bytes, MPI_BYTE, out.data, bytes, MPI_BYTE, comm(), r);
+    });
+  }
+
+  WorkHandle reduce_scatter_async(TensorView in, TensorView out, ReduceOp op, Stream) override {
+    comm_check::reduce_scatter_args(in, out, size_);
+    require_host(in, "the reduce_scatter input");
+    require_host(out, "the reduce_scatter output");
+    return start("reduce_scatter", [&](MPI_Request* r) {
+      return MPI_Ireduce_scatter_block(in.data, out.data,
+                                       count_of(out.numel(), "reduce_scatter output"),
+                                       reduce_type(in.dtype), reduce_op(in.dtype, op), comm(), r);
+    });
+  }
+
+  WorkHandle broadcast_async(TensorView buf, int root, Stream) override {
+    check_not_empty(buf, "broadcast buffer");
+    require_host(buf, "the broadcast buffer");
+    comm_check::peer(root, size_, "broadcast root");
+    return start("broadcast", [&](MPI_Request* r) {
+      return MPI_Ibcast(buf.data, count_of(static_cast<int64_t>(buf.nbytes()), "broadcast (bytes)"),
+                        MPI_BYTE, root, comm(), r);
+    });
+  }
+
+  WorkHandle barrier_async() override {
+    return start("barrier", [&](MPI_Request* r) { return MPI_Ibarrier(comm(), r); });
+  }
+
+  WorkHandle send_async(TensorView in, int peer, int tag, Stream) override {
+    check_not_empty(in, "send buffer");
+    require_host(in, "the send buffer");
+    comm_check::peer(peer, size_, "send peer");
+    comm_check::tag(tag, max_tag_);
+    return start(detail::concat("send to rank ", peer, " tag ", tag), [&](MPI_Request* r) {
+      return MPI_Isend(in.data, count_of(static_cast<int64_t>(in.nbytes()), "send (bytes)"),
+                       MPI_BYTE, peer, tag, comm(), r);
+    });
+  }
+
+  WorkHandle recv_async(TensorView out, int peer, int tag, Stream) override {
+    check_not_empty(out, "receive buffer");
+    require_host(out, "the receive buffer");
+    comm_check::peer(peer, size_, "receive peer");
+    comm_check::tag(tag, max_tag_);
+    const int bytes = count_of(static_cast<int64_t>(out.nbytes()), "receive (bytes)");
+    const std::string what = describe(detail::concat("receive from rank ", peer, " tag ", tag));
+    auto check_count = [bytes, what](const MPI_Status& status) {
+      int got = 0;
+      QMESH_CHECK_MPI(MPI_Get_count(&status, MPI_BYTE, &got));
+      QMESH_CHECK(got == bytes, what, " got a message of ", got, " bytes for a buffer of ",
+                  bytes, " bytes: sender and receiver disagree on the size");
+    };
+    return start(
+        detail::concat("receive from rank ", peer, " tag ", tag),
+        [&](MPI_Request* r) { return MPI_Irecv(out.data, bytes, MPI_BYTE, peer, tag, comm(), r); },
+        check_count);
+  }
+
+  std::shared_ptr<Communicator> split(int color, int key) override {
+    // MPI_Comm_split has no nonblocking form: first make sure, with a bounded wait, that
+    // every rank has arrived, so that the blocking call cannot wait for a dead one.
+    const auto deadline = Clock::now() + comm_timeout();
+    guard_all_arrived(deadline);
+    MPI_Comm out = MPI_COMM_NULL;
+    QMESH_CHECK_MPI(MPI_Comm_split(comm(), color < 0 ? MPI_UNDEFINED : color, key, &out));
+    if (out == MPI_COMM_NULL) return nullptr;
+    return std::make_shared<MpiComm>(out);
+  }
+
+  std::vector<int> host_ids() override {
+    const auto deadline = Clock::now() + comm_timeout();
+    guard_all_arrived(deadline);
+    MPI_Comm node = MPI_COMM_NULL;
+    QMESH_CHECK_MPI(MPI_Comm_split_type(comm(), MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
+    auto node_comm = std::make_shared<MpiComm>(node);
+    // A host is named by its lowest rank in this communicator.
+    int32_t leader = rank_;
+    TensorView leader_view(&leader, DType::kInt32, Shape{1});
+    node_comm->all_reduce_async(leader_view, ReduceOp::kMin, {})->wait(remaining(deadline));
+    std::vector<int32_t> leaders(size_);
+    all_gather_async(leader_view, TensorView(leaders.data(), DType::kInt32, Shape{size_}), {})
+        ->wait(remaining(deadline));
+    std::vector<std::string> names;
+    for (int32_t l : leaders) names.push_back(std::to_string(l));
+    return number_hosts(names);
+  }
+
+ private:
+  MPI_Comm comm() const { return state_->comm; }
+
+  std::string describe(std::string_view op) const {
+    return detail::concat("MPI ", op, " (rank ", rank_, " of ", size_, ")");
+  }
+
+  template <class Issue>
+  WorkHandle start(std::string_view op, Issue issue, MpiWork::OnDone on_done = {}) {
+    state_->check_usable();
+    MPI_Request request = MPI_REQUEST_NULL;
+    const int code = issue(&request);
+    if (code != MPI_SUCCESS) {
+      throw Error(describe(op) + " could not be started", __FILE__, __LINE__, "", error_string(code));
+    }
+    return std::make_unique<MpiWork>(state_, request, describe(op), std::move(on_done));
+  }
+
+  // Bounded wait until every rank has arrived, before a blocking MPI call.
+  void guard_all_arrived(Clock::time_point deadline) { barrier_async()->wait(remaining(deadline)); }
+
+  std::shared_ptr<CommState> state_;
+  int rank_ = 0;
+  int size_ = 1;
+  int max_tag_ = 32767;
+};
+
+}  // namespace
+}  // namespace mpi
+
+std::shared_ptr<Communicator> make_mpi_world() {
+  int initialized = 0;
+  QMESH_CHECK_MPI(MPI_Initialized(&initialized));
+  QMESH_CHECK(initialized, "MPI is not initialized: create a qmesh::MpiSession first");
+  MPI_Comm dup = MPI_COMM_NULL;
+  QMESH_CHECK_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
+  return std::make_shared<mpi::MpiComm>(dup);
+}
+
+std::unique_ptr<Bootstrap> make_mpi_bootstrap() { return make_comm_bootstrap(make_mpi_world()); }
+
+}  // namespace qmesh
