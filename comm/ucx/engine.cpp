@@ -24,8 +24,7 @@ constexpr int kSpinRounds = 200;
 constexpr std::chrono::microseconds kWaitSleep{50};
 
 Error ucx_error(const std::string& what, ucs_status_t status) {
-  return Error(detail::concat(what, " failed"), __FILE__, __LINE__, {},
-               ucs_status_string(status));
+  return Error(detail::concat(what, " failed"), __FILE__, __LINE__, {}, ucs_status_string(status));
 }
 
 // The user_data of a request: keeps its Op alive until the callback has run.
@@ -49,16 +48,17 @@ void on_send(void* request, ucs_status_t status, void* user_data) {
   ucp_request_free(request);
 }
 
-void on_recv(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info,
-             void* user_data) {
+void on_recv(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user_data) {
   std::unique_ptr<Holder> holder(static_cast<Holder*>(user_data));
   Op& op = **holder;
-  if (status == UCS_OK && info->length != op.expected_bytes) {
-    op.complete(std::make_exception_ptr(Error(
-        detail::concat(op.what, ": the message has ", info->length,
-                       " bytes but the receive buffer has ", op.expected_bytes,
-                       "; send and receive must have the same size"),
-        __FILE__, __LINE__)));
+  if (status == UCS_ERR_MESSAGE_TRUNCATED ||
+      (status == UCS_OK && info->length != op.expected_bytes)) {
+    const std::string sent =
+        status == UCS_OK ? detail::concat(info->length, " bytes") : std::string("more bytes");
+    op.complete(std::make_exception_ptr(
+        Error(detail::concat(op.what, ": the message has ", sent, " but the receive buffer has ",
+                             op.expected_bytes, "; send and receive must have the same size"),
+              __FILE__, __LINE__)));
   } else {
     finish(op, status);
   }
@@ -160,12 +160,10 @@ void Engine::close_endpoints() {
     ucp_request_param_t params{};
     ucs_status_ptr_t request = ucp_ep_close_nbx(ep, &params);
     if (UCS_PTR_IS_ERR(request)) {
-      QMESH_LOG_WARN("closing a UCX endpoint failed: ",
-                     ucs_status_string(UCS_PTR_STATUS(request)));
+      QMESH_LOG_WARN("closing a UCX endpoint failed: ", ucs_status_string(UCS_PTR_STATUS(request)));
     } else if (request != nullptr) {
       const bool closed =
-          wait_until([&] { return ucp_request_check_status(request) != UCS_INPROGRESS; },
-                     deadline);
+          wait_until([&] { return ucp_request_check_status(request) != UCS_INPROGRESS; }, deadline);
       if (!closed) QMESH_LOG_WARN("closing a UCX endpoint did not finish before the timeout");
       ucp_request_free(request);
     }
@@ -216,8 +214,8 @@ std::shared_ptr<Op> Engine::put_signal(int peer, const RemoteRegion& remote, siz
       params.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_REPLY_BUFFER;
       params.datatype = ucp_dt_make_contig(sizeof(uint64_t));
       params.reply_buffer = &op->reply;
-      check_posted(ucp_atomic_op_nbx(ep, UCP_ATOMIC_OP_ADD, &op->operand, 1,
-                                     remote.counter_address, remote.counter_rkey, &params),
+      check_posted(ucp_atomic_op_nbx(ep, UCP_ATOMIC_OP_ADD, &op->operand, 1, remote.counter_address,
+                                     remote.counter_rkey, &params),
                    params, op->what + " (completion signal)");
     } catch (...) {
       op->complete(std::current_exception());
@@ -225,8 +223,8 @@ std::shared_ptr<Op> Engine::put_signal(int peer, const RemoteRegion& remote, siz
   };
   // Step 1: the data. Its own request is not tracked: the flush below covers it.
   ucp_request_param_t put_params{};
-  ucs_status_ptr_t put = ucp_put_nbx(ep, data, bytes, remote.data_address + offset,
-                                     remote.data_rkey, &put_params);
+  ucs_status_ptr_t put =
+      ucp_put_nbx(ep, data, bytes, remote.data_address + offset, remote.data_rkey, &put_params);
   if (UCS_PTR_IS_ERR(put)) throw ucx_error(op->what, UCS_PTR_STATUS(put));
   if (put != nullptr) ucp_request_free(put);
   // Step 2: flush the endpoint; completion means the data is in the peer's memory.

@@ -59,14 +59,14 @@ struct Op {
   void complete(std::exception_ptr error_ = nullptr);
   bool is_done() const { return done.load(std::memory_order_acquire); }
 
-  std::string what;                  // e.g. "ucx send to rank 3 (tag 7)"
+  std::string what;  // e.g. "ucx send to rank 3 (tag 7)"
   std::atomic<bool> done{false};
-  std::exception_ptr error;          // written before `done` is set
-  size_t expected_bytes = 0;         // receives: the size the message must have
-  std::function<void()> next;        // if set, run (deferred) on success instead of completing
-  Engine* engine = nullptr;          // where `next` is deferred
-  uint64_t operand = 1;              // atomic signal: the value added
-  uint64_t reply = 0;                // atomic signal: the fetched value (unused)
+  std::exception_ptr error;    // written before `done` is set
+  size_t expected_bytes = 0;   // receives: the size the message must have
+  std::function<void()> next;  // if set, run (deferred) on success instead of completing
+  Engine* engine = nullptr;    // where `next` is deferred
+  uint64_t operand = 1;        // atomic signal: the value added
+  uint64_t reply = 0;          // atomic signal: the fetched value (unused)
 };
 
 // Remote memory of one peer: where a window's buffer and put counter are, and their keys

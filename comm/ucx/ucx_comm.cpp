@@ -32,11 +32,6 @@ void require_host(const TensorView& t, std::string_view what) {
               "; UCX communicators carry host buffers (use the NCCL backend for CUDA buffers)");
 }
 
-std::chrono::milliseconds remaining(Clock::time_point deadline) {
-  return std::max(std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()),
-                  std::chrono::milliseconds(0));
-}
-
 // A Work over an Op of an engine. `owner` keeps the engine alive for works handed to the
 // caller; works created by jobs of the engine's own thread leave it null.
 class UcxWork : public Work {
@@ -61,9 +56,8 @@ class UcxWork : public Work {
   }
 
   void wait(std::chrono::milliseconds timeout) override {
-    const bool done = engine_.wait_until([this] { return op_->is_done(); },
-                                         Clock::now() + timeout);
-    QMESH_CHECK(done, op_->what, " did not complete within ", timeout.count(),
+    const bool done = engine_.wait_until([this] { return op_->is_done(); }, Clock::now() + timeout);
+    QMESH_CHECK(done, op_->what, " timed out after ", timeout.count(),
                 " ms; a peer may have failed or not issued the matching call (raise "
                 "QMESH_COMM_TIMEOUT_S if the job is only slow)");
     rethrow();
@@ -224,16 +218,22 @@ class UcxWindow : public Window {
     return remotes_[static_cast<size_t>(peer)];
   }
 
+  // A put by this rank into its own buffer.
+  void put_local(size_t offset, const TensorView& src) {
+    std::memcpy(static_cast<char*>(local_.data) + offset, src.data, src.nbytes());
+    std::atomic_ref<uint64_t>(counter_).fetch_add(1, std::memory_order_acq_rel);
+  }
+
   void wait_puts(uint64_t count, std::chrono::milliseconds timeout) override {
     // The counter is written by UCX (a remote atomic, or its emulation by this worker).
     std::atomic_ref<uint64_t> arrived(counter_);
     const bool done = engine_->wait_until(
         [&] { return arrived.load(std::memory_order_acquire) - consumed_ >= count; },
         Clock::now() + timeout);
-    QMESH_CHECK(done, "ucx wait_puts: ", arrived.load() - consumed_, " of ", count,
-                " expected puts arrived within ", timeout.count(),
-                " ms; a peer may have failed or issued fewer puts (raise QMESH_COMM_TIMEOUT_S "
-                "if the job is only slow)");
+    QMESH_CHECK(done, "ucx wait_puts timed out after ", timeout.count(),
+                " ms: ", arrived.load() - consumed_, " of ", count,
+                " expected puts arrived; a peer may have failed or issued fewer puts (raise "
+                "QMESH_COMM_TIMEOUT_S if the job is only slow)");
     consumed_ += count;
   }
   using Window::wait_puts;
@@ -332,8 +332,16 @@ class UcxComm final : public Communicator,
       addresses.push_back(address);
     }
     child->connect(addresses);
-    return std::make_shared<UcxComm>(std::move(child), new_rank,
-                                     static_cast<int>(addresses.size()));
+    return connected(
+        std::make_shared<UcxComm>(std::move(child), new_rank, static_cast<int>(addresses.size())));
+  }
+
+  // Returns `comm` once every member has connected its endpoints: until then no member may
+  // destroy its worker (shared-memory transports attach to a peer's live segments while
+  // connecting).
+  static std::shared_ptr<Communicator> connected(std::shared_ptr<UcxComm> comm) {
+    comm->barrier();
+    return comm;
   }
 
   std::vector<int> host_ids() override {
@@ -348,17 +356,25 @@ class UcxComm final : public Communicator,
     return window;
   }
 
-  WorkHandle put_async(Window& window, int peer, size_t offset, TensorView src,
-                       Stream) override {
+  WorkHandle put_async(Window& window, int peer, size_t offset, TensorView src, Stream) override {
     auto* ucx_window = dynamic_cast<UcxWindow*>(&window);
     QMESH_CHECK(ucx_window != nullptr && ucx_window->engine() == engine_.get(),
                 "put_async: the window was not registered on this UCX communicator");
     check_not_empty(src, "put source");
     require_host(src, "put source");
+    comm_check::peer(peer, size_, "put peer");
     const RemoteRegion& remote = ucx_window->remote(peer);
     QMESH_CHECK(offset <= remote.data_bytes && src.nbytes() <= remote.data_bytes - offset,
-                "put of ", src.nbytes(), " bytes at offset ", offset, " overflows rank ", peer,
-                "'s window of ", remote.data_bytes, " bytes");
+                "put of ", src.nbytes(), " bytes at offset ", offset,
+                " overruns the window buffer of rank ", peer, " (", remote.data_bytes, " bytes)");
+    if (peer == rank_) {
+      // A put into this rank's own window is a copy. (UCX's loopback flush of a put can stall
+      // with shared-memory transports, and a copy is what the put would amount to anyway.)
+      ucx_window->put_local(offset, src);
+      auto op = std::make_shared<Op>("ucx put to self");
+      op->complete();
+      return std::make_unique<UcxWork>(engine_, *engine_, std::move(op));
+    }
     auto op = engine_->put_signal(peer, remote, offset, src.data, src.nbytes(),
                                   detail::concat("ucx put of ", src.nbytes(), " bytes from rank ",
                                                  rank_, " to rank ", peer, " at offset ", offset));
@@ -403,7 +419,8 @@ std::shared_ptr<Communicator> make_ucx_world(Bootstrap& bootstrap) {
               bootstrap.size(), " is out of range [1, ", kMaxRanks, ")");
   auto engine = std::make_shared<Engine>(std::make_shared<Context>());
   engine->connect(bootstrap.all_gather(engine->address()));
-  return std::make_shared<UcxComm>(std::move(engine), bootstrap.rank(), bootstrap.size());
+  return UcxComm::connected(
+      std::make_shared<UcxComm>(std::move(engine), bootstrap.rank(), bootstrap.size()));
 }
 
 }  // namespace qmesh
