@@ -39,16 +39,16 @@ std::string Store::get(const std::string& key) { return get(key, comm_timeout())
 FileStore::FileStore(std::filesystem::path dir) : dir_(std::move(dir)) {
   std::error_code ec;
   std::filesystem::create_directories(dir_, ec);
-  QMESH_CHECK(!ec && std::filesystem::is_directory(dir_), "file store directory '",
-              dir_.string(), "' cannot be created: ", ec.message());
+  QMESH_CHECK(!ec && std::filesystem::is_directory(dir_), "file store directory '", dir_.string(),
+              "' cannot be created: ", ec.message());
 }
 
 void FileStore::set(const std::string& key, const std::string& value) {
   check_key(key);
   // A unique temporary name (keys never start with '#'), then an atomic rename.
   thread_local std::mt19937_64 random{std::random_device{}()};
-  const auto tmp = dir_ / ("#" + key + "." + std::to_string(getpid()) + "." +
-                           std::to_string(random()));
+  const auto tmp =
+      dir_ / ("#" + key + "." + std::to_string(getpid()) + "." + std::to_string(random()));
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     out.write(value.data(), static_cast<std::streamsize>(value.size()));
@@ -92,8 +92,7 @@ std::string Bootstrap::broadcast(const std::string& value, int root) {
   return all_gather(rank() == root ? value : std::string())[root];
 }
 
-StoreBootstrap::StoreBootstrap(std::shared_ptr<Store> store, int rank, int size,
-                               std::string prefix)
+StoreBootstrap::StoreBootstrap(std::shared_ptr<Store> store, int rank, int size, std::string prefix)
     : store_(std::move(store)), rank_(rank), size_(size), prefix_(std::move(prefix)) {
   QMESH_CHECK(store_ != nullptr, "StoreBootstrap needs a store");
   QMESH_CHECK(size_ >= 1, "bootstrap size ", size_, " must be >= 1");
@@ -107,7 +106,8 @@ std::vector<std::string> StoreBootstrap::all_gather(const std::string& mine,
   const std::string round = prefix_ + "." + std::to_string(round_++) + ".";
   store_->set(round + std::to_string(rank_), mine);
   std::vector<std::string> all(size_);
-  for (int r = 0; r < size_; ++r) all[r] = store_->get(round + std::to_string(r), remaining(deadline));
+  for (int r = 0; r < size_; ++r)
+    all[r] = store_->get(round + std::to_string(r), remaining(deadline));
   return all;
 }
 
@@ -131,15 +131,17 @@ class CommBootstrap : public Bootstrap {
                 " bytes is too large (limit 1 GiB)");
     int32_t length = static_cast<int32_t>(mine.size());
     std::vector<int32_t> lengths(n);
-    comm_->all_gather_async(TensorView(&length, DType::kInt32, Shape{1}),
-                            TensorView(lengths.data(), DType::kInt32, Shape{n}))
+    comm_
+        ->all_gather_async(TensorView(&length, DType::kInt32, Shape{1}),
+                           TensorView(lengths.data(), DType::kInt32, Shape{n}))
         ->wait(remaining(deadline));
     const int64_t words = (*std::max_element(lengths.begin(), lengths.end()) + 3) / 4 + 1;
     std::vector<int32_t> padded(words, 0);
     std::copy(mine.begin(), mine.end(), reinterpret_cast<char*>(padded.data()));
     std::vector<int32_t> gathered(words * n);
-    comm_->all_gather_async(TensorView(padded.data(), DType::kInt32, Shape{words}),
-                            TensorView(gathered.data(), DType::kInt32, Shape{words * n}))
+    comm_
+        ->all_gather_async(TensorView(padded.data(), DType::kInt32, Shape{words}),
+                           TensorView(gathered.data(), DType::kInt32, Shape{words * n}))
         ->wait(remaining(deadline));
     std::vector<std::string> all(n);
     for (int r = 0; r < n; ++r) {

@@ -13,7 +13,8 @@ namespace {
 
 std::string axis_list(const std::vector<MeshAxis>& axes) {
   std::string out;
-  for (const auto& a : axes) out += (out.empty() ? "" : ", ") + a.name + "=" + std::to_string(a.size);
+  for (const auto& a : axes)
+    out += (out.empty() ? "" : ", ") + a.name + "=" + std::to_string(a.size);
   return "{" + out + "}";
 }
 
@@ -44,7 +45,8 @@ Mesh::Mesh(std::shared_ptr<Communicator> world, std::vector<MeshAxis> axes, Mesh
   std::map<std::string, std::string> role_of_axis;
   for (auto [role, name, fallback] :
        {std::tuple{"dp", &roles_.dp, defaults.dp}, std::tuple{"tp", &roles_.tp, defaults.tp},
-        std::tuple{"fsdp", &roles_.fsdp, defaults.fsdp}, std::tuple{"pp", &roles_.pp, defaults.pp}}) {
+        std::tuple{"fsdp", &roles_.fsdp, defaults.fsdp},
+        std::tuple{"pp", &roles_.pp, defaults.pp}}) {
     if (name->empty()) continue;
     if (!names.count(*name)) {
       QMESH_CHECK(*name == fallback, "MeshResource role ", role, " names axis '", *name,
@@ -53,8 +55,8 @@ Mesh::Mesh(std::shared_ptr<Communicator> world, std::vector<MeshAxis> axes, Mesh
       continue;
     }
     const auto [it, inserted] = role_of_axis.emplace(*name, role);
-    QMESH_CHECK(inserted, "MeshResource roles ", it->second, " and ", role,
-                " both name axis '", *name, "'; give each role its own axis");
+    QMESH_CHECK(inserted, "MeshResource roles ", it->second, " and ", role, " both name axis '",
+                *name, "'; give each role its own axis");
   }
 
   coords_ = coords_of(world_->rank());
@@ -105,8 +107,8 @@ int Mesh::rank_of(const std::vector<int>& coords) const {
               " coordinates for mesh ", axis_list(axes_), " with ", axes_.size(), " axes");
   int rank = 0;
   for (size_t i = 0; i < axes_.size(); ++i) {
-    QMESH_CHECK(coords[i] >= 0 && coords[i] < axes_[i].size, "coordinate ", coords[i],
-                " of axis '", axes_[i].name, "' is out of range [0, ", axes_[i].size, ")");
+    QMESH_CHECK(coords[i] >= 0 && coords[i] < axes_[i].size, "coordinate ", coords[i], " of axis '",
+                axes_[i].name, "' is out of range [0, ", axes_[i].size, ")");
     rank = rank * axes_[i].size + coords[i];
   }
   return rank;

@@ -96,7 +96,11 @@ void ring_reduce_scatter(const RingContext& ctx, const TensorView& in, const Ten
   TensorView work(work_bytes.data(), in.dtype, Shape{in.numel()});
   std::vector<char> scratch(out.nbytes());
   reduce_scatter_chunks(
-      ctx, work, [m](int c) { return std::pair<int64_t, int64_t>{c * m, m}; }, scratch, op);
+      ctx, work,
+      [m](int c) {
+        return std::pair<int64_t, int64_t>{c * m, m};
+      },
+      scratch, op);
   std::memcpy(out.data, slice(work, ctx.rank * m, m).data, out.nbytes());
 }
 
@@ -115,8 +119,8 @@ void ring_all_reduce(const RingContext& ctx, const TensorView& buf, ReduceOp op)
     TensorView all(gathered.data(), buf.dtype, Shape{total * n});
     ring_all_gather(ctx, buf, all);
     std::memcpy(buf.data, gathered.data(), buf.nbytes());
-    for (int r = 1; r < n; ++r) reduce_into(buf.data, slice(all, r * total, total).data, total,
-                                            buf.dtype, op);
+    for (int r = 1; r < n; ++r)
+      reduce_into(buf.data, slice(all, r * total, total).data, total, buf.dtype, op);
     return;
   }
   std::vector<char> scratch((total / n + 1) * dtype_size(buf.dtype));

@@ -21,13 +21,14 @@ struct RingContext {
   int size = 1;
   int tag = 0;
   std::chrono::steady_clock::time_point deadline;
-  std::string_view what;  // names the operation and rank in errors: "local all_reduce (rank 0 of 4)"
+  std::string_view
+      what;  // names the operation and rank in errors: "local all_reduce (rank 0 of 4)"
 };
 
 // Shapes as in Collectives (arguments are checked by the caller). Host buffers only.
 QMESH_API void ring_all_gather(const RingContext& ctx, const TensorView& in, const TensorView& out);
-QMESH_API void ring_reduce_scatter(const RingContext& ctx, const TensorView& in, const TensorView& out,
-                         ReduceOp op);
+QMESH_API void ring_reduce_scatter(const RingContext& ctx, const TensorView& in,
+                                   const TensorView& out, ReduceOp op);
 // Chunks need not divide evenly: chunk c covers elements [c*n/size, (c+1)*n/size).
 QMESH_API void ring_all_reduce(const RingContext& ctx, const TensorView& buf, ReduceOp op);
 QMESH_API void ring_broadcast(const RingContext& ctx, const TensorView& buf, int root);

@@ -82,8 +82,9 @@ class LocalWindow : public Window {
   void wait_puts(uint64_t count, std::chrono::milliseconds timeout) override {
     std::unique_lock lock(world_->mu);
     uint64_t& arrived = shared_->arrived[rank_];
-    world_->wait(lock, Clock::now() + timeout, [&] { return arrived >= count; },
-                 detail::concat("local wait for ", count, " puts on rank ", rank_));
+    world_->wait(
+        lock, Clock::now() + timeout, [&] { return arrived >= count; },
+        detail::concat("local wait for ", count, " puts on rank ", rank_));
     arrived -= count;
   }
   using Window::wait_puts;
@@ -93,9 +94,9 @@ class LocalWindow : public Window {
     comm_check::peer(peer, static_cast<int>(shared_->buffers.size()), "put peer");
     check_not_empty(src, "put source");
     const TensorView& target = shared_->buffers[peer];
-    QMESH_CHECK(offset <= target.nbytes() && src.nbytes() <= target.nbytes() - offset,
-                "put of ", src.nbytes(), " bytes at offset ", offset,
-                " overruns the window buffer of rank ", peer, " (", target.nbytes(), " bytes)");
+    QMESH_CHECK(offset <= target.nbytes() && src.nbytes() <= target.nbytes() - offset, "put of ",
+                src.nbytes(), " bytes at offset ", offset, " overruns the window buffer of rank ",
+                peer, " (", target.nbytes(), " bytes)");
     comm_detail::copy_between({static_cast<char*>(target.data) + offset, target.device, stream},
                               {src.data, src.device, stream}, src.nbytes());
     std::lock_guard lock(world_->mu);
@@ -194,8 +195,8 @@ class LocalComm : public Communicator, public OneSided {
   }
 
   WorkHandle barrier_async() override {
-    return run_collective("barrier",
-                          [](const algorithms::RingContext& ctx) { algorithms::ring_barrier(ctx); });
+    return run_collective(
+        "barrier", [](const algorithms::RingContext& ctx) { algorithms::ring_barrier(ctx); });
   }
 
   std::shared_ptr<Communicator> split(int color, int key) override {
@@ -232,7 +233,8 @@ class LocalComm : public Communicator, public OneSided {
     auto mine = std::make_shared<TensorView>(local_buffer);
     auto result = exchange("register_window", mine, [](const World::Values& values) {
       auto shared = std::make_shared<WindowShared>();
-      for (const auto& v : values) shared->buffers.push_back(*static_cast<const TensorView*>(v.get()));
+      for (const auto& v : values)
+        shared->buffers.push_back(*static_cast<const TensorView*>(v.get()));
       shared->arrived.assign(values.size(), 0);
       return std::shared_ptr<const void>(shared);
     });
@@ -341,8 +343,10 @@ std::vector<std::shared_ptr<Communicator>> make_local_world(int n) {
 
 void abort_local_world(Communicator& comm, const std::string& reason) {
   auto* local_comm = dynamic_cast<local::LocalComm*>(&comm);
-  QMESH_CHECK(local_comm != nullptr, "abort_local_world needs a local communicator; got one of "
-                                     "backend ", comm.backend_name());
+  QMESH_CHECK(local_comm != nullptr,
+              "abort_local_world needs a local communicator; got one of "
+              "backend ",
+              comm.backend_name());
   local_comm->world().abort(reason);
 }
 

@@ -87,7 +87,8 @@ std::shared_ptr<const void> World::exchange(
     slot.result = finalize(slot.values);
     cv.notify_all();
   }
-  wait(lock, deadline, [&] { return slot.arrived == size; }, what);
+  wait(
+      lock, deadline, [&] { return slot.arrived == size; }, what);
   std::shared_ptr<const void> result = slot.result;
   if (++slot.left == size) slots_.erase({ctx, seq});
   return result;
@@ -123,8 +124,8 @@ LocalWork::~LocalWork() {
   {
     std::lock_guard lock(world_->mu);
     if (state_->done) return;
-    if (world_->cancel_locked(state_, std::make_exception_ptr(Error(what_ + " was dropped",
-                                                                      __FILE__, __LINE__))))
+    if (world_->cancel_locked(
+            state_, std::make_exception_ptr(Error(what_ + " was dropped", __FILE__, __LINE__))))
       return;
   }
   const bool reported = failure_reported_;
@@ -148,7 +149,8 @@ void LocalWork::wait(std::chrono::milliseconds timeout) {
   {
     std::unique_lock lock(world_->mu);
     try {
-      world_->wait(lock, Clock::now() + timeout, [this] { return state_->done; }, what_);
+      world_->wait(
+          lock, Clock::now() + timeout, [this] { return state_->done; }, what_);
     } catch (const Error&) {
       failure_reported_ = true;
       world_->cancel_locked(state_, std::current_exception());

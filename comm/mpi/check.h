@@ -14,16 +14,17 @@ namespace qmesh::mpi {
 inline std::string error_string(int code) {
   char text[MPI_MAX_ERROR_STRING] = {};
   int length = 0;
-  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) return "MPI error " + std::to_string(code);
+  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS)
+    return "MPI error " + std::to_string(code);
   return std::string(text, length);
 }
 
 }  // namespace qmesh::mpi
 
-#define QMESH_CHECK_MPI(call)                                                              \
-  do {                                                                                     \
-    const int qmesh_mpi_code_ = (call);                                                    \
-    if (qmesh_mpi_code_ != MPI_SUCCESS) [[unlikely]]                                       \
-      throw ::qmesh::Error("MPI call failed", __FILE__, __LINE__, #call,                   \
-                           ::qmesh::mpi::error_string(qmesh_mpi_code_));                   \
+#define QMESH_CHECK_MPI(call)                                            \
+  do {                                                                   \
+    const int qmesh_mpi_code_ = (call);                                  \
+    if (qmesh_mpi_code_ != MPI_SUCCESS) [[unlikely]]                     \
+      throw ::qmesh::Error("MPI call failed", __FILE__, __LINE__, #call, \
+                           ::qmesh::mpi::error_string(qmesh_mpi_code_)); \
   } while (0)

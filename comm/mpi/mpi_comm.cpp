@@ -41,15 +41,21 @@ struct CommState {
 class MpiWork : public Work {
  public:
   using OnDone = std::function<void(const MPI_Status&)>;
+  // A receive is `cancellable`: on timeout or when dropped unfinished it is withdrawn with
+  // MPI_Cancel and the communicator stays usable. Anything else that times out leaves the
+  // communicator unusable.
   MpiWork(std::shared_ptr<CommState> comm, MPI_Request request, std::string what,
-          OnDone on_done = {})
-      : comm_(std::move(comm)), request_(request), what_(std::move(what)),
-        on_done_(std::move(on_done)) {}
+          OnDone on_done = {}, bool cancellable = false)
+      : comm_(std::move(comm)),
+        request_(request),
+        what_(std::move(what)),
+        on_done_(std::move(on_done)),
+        cancellable_(cancellable) {}
 
   ~MpiWork() override {
     if (done_ || timed_out_) return;
     try {
-      wait();
+      if (try_cancel() == Cancel::kNotCancellable) wait();
     } catch (const std::exception& e) {
       QMESH_LOG_ERROR("unfinished ", what_, " dropped: ", e.what());
     }
@@ -84,11 +90,21 @@ class MpiWork : public Work {
         const std::string reason = detail::concat(what_, " did not complete within ",
                                                   std::chrono::duration<double>(timeout).count(),
                                                   " s (QMESH_COMM_TIMEOUT_S)");
+        switch (try_cancel()) {
+          case Cancel::kCancelled:
+            QMESH_THROW(reason, ": the peer sent nothing; the receive was withdrawn");
+          case Cancel::kCompleted:
+            timed_out_ = false;
+            return;  // the message arrived after all
+          case Cancel::kNotCancellable:
+            break;
+        }
         {
           std::lock_guard lock(comm_->mu);
           if (comm_->broken.empty()) comm_->broken = reason;
         }
-        QMESH_THROW(reason, ": a peer rank is dead, stuck or not taking part; the communicator "
+        QMESH_THROW(reason,
+                    ": a peer rank is dead, stuck or not taking part; the communicator "
                     "is now unusable and the process should exit");
       }
       if (now < patient) {
@@ -101,10 +117,27 @@ class MpiWork : public Work {
   using Work::wait;
 
  private:
+  enum class Cancel { kNotCancellable, kCancelled, kCompleted };
+  // Withdraws an unmatched receive. A receive that was matched meanwhile completes instead
+  // (MPI_Wait after MPI_Cancel returns at once either way).
+  Cancel try_cancel() {
+    if (!cancellable_) return Cancel::kNotCancellable;
+    MPI_Status status;
+    QMESH_CHECK_MPI(MPI_Cancel(&request_));
+    QMESH_CHECK_MPI(MPI_Wait(&request_, &status));
+    done_ = true;
+    int cancelled = 0;
+    QMESH_CHECK_MPI(MPI_Test_cancelled(&status, &cancelled));
+    if (cancelled) return Cancel::kCancelled;
+    if (on_done_) on_done_(status);
+    return Cancel::kCompleted;
+  }
+
   std::shared_ptr<CommState> comm_;
   MPI_Request request_;
   std::string what_;
   OnDone on_done_;
+  bool cancellable_;
   bool done_ = false;
   bool timed_out_ = false;
   std::exception_ptr error_;
@@ -142,10 +175,21 @@ void user_reduce(void* in, void* inout, int* len, MPI_Datatype*) {
 template <DType D>
 MPI_Op user_op(ReduceOp op) {
   // Created on first use (after MPI_Init) and kept for the life of the process.
-  static const MPI_Op ops[3] = {
-      [] { MPI_Op o; MPI_Op_create(&user_reduce<D, ReduceOp::kSum>, 1, &o); return o; }(),
-      [] { MPI_Op o; MPI_Op_create(&user_reduce<D, ReduceOp::kMax>, 1, &o); return o; }(),
-      [] { MPI_Op o; MPI_Op_create(&user_reduce<D, ReduceOp::kMin>, 1, &o); return o; }()};
+  static const MPI_Op ops[3] = {[] {
+                                  MPI_Op o;
+                                  MPI_Op_create(&user_reduce<D, ReduceOp::kSum>, 1, &o);
+                                  return o;
+                                }(),
+                                [] {
+                                  MPI_Op o;
+                                  MPI_Op_create(&user_reduce<D, ReduceOp::kMax>, 1, &o);
+                                  return o;
+                                }(),
+                                [] {
+                                  MPI_Op o;
+                                  MPI_Op_create(&user_reduce<D, ReduceOp::kMin>, 1, &o);
+                                  return o;
+                                }()};
   return ops[static_cast<int>(op)];
 }
 
@@ -252,13 +296,13 @@ class MpiComm : public Communicator {
     auto check_count = [bytes, what](const MPI_Status& status) {
       int got = 0;
       QMESH_CHECK_MPI(MPI_Get_count(&status, MPI_BYTE, &got));
-      QMESH_CHECK(got == bytes, what, " got a message of ", got, " bytes for a buffer of ",
-                  bytes, " bytes: sender and receiver disagree on the size");
+      QMESH_CHECK(got == bytes, what, " got a message of ", got, " bytes for a buffer of ", bytes,
+                  " bytes: sender and receiver disagree on the size");
     };
     return start(
         detail::concat("receive from rank ", peer, " tag ", tag),
         [&](MPI_Request* r) { return MPI_Irecv(out.data, bytes, MPI_BYTE, peer, tag, comm(), r); },
-        check_count);
+        check_count, true);
   }
 
   std::shared_ptr<Communicator> split(int color, int key) override {
@@ -298,14 +342,17 @@ class MpiComm : public Communicator {
   }
 
   template <class Issue>
-  WorkHandle start(std::string_view op, Issue issue, MpiWork::OnDone on_done = {}) {
+  WorkHandle start(std::string_view op, Issue issue, MpiWork::OnDone on_done = {},
+                   bool cancellable = false) {
     state_->check_usable();
     MPI_Request request = MPI_REQUEST_NULL;
     const int code = issue(&request);
     if (code != MPI_SUCCESS) {
-      throw Error(describe(op) + " could not be started", __FILE__, __LINE__, "", error_string(code));
+      throw Error(describe(op) + " could not be started", __FILE__, __LINE__, "",
+                  error_string(code));
     }
-    return std::make_unique<MpiWork>(state_, request, describe(op), std::move(on_done));
+    return std::make_unique<MpiWork>(state_, request, describe(op), std::move(on_done),
+                                     cancellable);
   }
 
   // Bounded wait until every rank has arrived, before a blocking MPI call.

@@ -14,7 +14,8 @@ MpiSession::MpiSession(int* argc, char*** argv) {
     QMESH_CHECK_MPI(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
     owns_ = true;
     if (provided < MPI_THREAD_MULTIPLE) {
-      QMESH_LOG_WARN("MPI provides thread level ", provided, " < MPI_THREAD_MULTIPLE: issue and "
+      QMESH_LOG_WARN("MPI provides thread level ", provided,
+                     " < MPI_THREAD_MULTIPLE: issue and "
                      "wait on MPI communicators from one thread at a time");
     }
   }

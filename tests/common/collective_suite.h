@@ -73,7 +73,9 @@ inline double reference_reduce(int size, int64_t i, int salt, DType dtype, Reduc
   double acc = input_value(0, i, salt, dtype);
   for (int r = 1; r < size; ++r) {
     const double v = input_value(r, i, salt, dtype);
-    acc = op == ReduceOp::kSum ? acc + v : op == ReduceOp::kMax ? std::max(acc, v) : std::min(acc, v);
+    acc = op == ReduceOp::kSum   ? acc + v
+          : op == ReduceOp::kMax ? std::max(acc, v)
+                                 : std::min(acc, v);
   }
   return acc;
 }
@@ -99,8 +101,8 @@ inline void check_reduce_scatter(Communicator& comm, DType dtype, int64_t n, Red
   comm.reduce_scatter(in, out, op);
   for (int64_t i = 0; i < n; ++i) {
     ASSERT_EQ(load(out, i), reference_reduce(comm.size(), comm.rank() * n + i, 2, dtype, op))
-        << "reduce_scatter " << dtype_name(dtype) << " n=" << n << " element " << i
-        << " on rank " << comm.rank() << " of " << comm.size();
+        << "reduce_scatter " << dtype_name(dtype) << " n=" << n << " element " << i << " on rank "
+        << comm.rank() << " of " << comm.size();
   }
 }
 
@@ -111,8 +113,8 @@ inline void check_all_gather(Communicator& comm, DType dtype, int64_t n) {
   for (int r = 0; r < comm.size(); ++r) {
     for (int64_t i = 0; i < n; ++i) {
       ASSERT_EQ(load(out, r * n + i), roundtrip(input_value(r, i, 3, dtype), dtype))
-          << "all_gather " << dtype_name(dtype) << " n=" << n << " chunk " << r << " element "
-          << i << " on rank " << comm.rank();
+          << "all_gather " << dtype_name(dtype) << " n=" << n << " chunk " << r << " element " << i
+          << " on rank " << comm.rank();
     }
   }
 }

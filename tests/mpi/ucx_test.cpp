@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <thread>
 #include <vector>
 
@@ -21,9 +20,13 @@ namespace {
 
 using std::chrono::milliseconds;
 
-std::shared_ptr<Communicator>& world() {
-  static std::shared_ptr<Communicator> comm;
-  return comm;
+// Created on first use from an MPI bootstrap; lives until the process exits.
+std::shared_ptr<Communicator> world() {
+  static std::shared_ptr<Communicator> w = [] {
+    auto bootstrap = make_mpi_bootstrap();
+    return make_ucx_world(*bootstrap);
+  }();
+  return w;
 }
 
 TEST(UcxMpi, IsAUcxCommunicatorWithOneSided) {
@@ -188,17 +191,3 @@ TEST(UcxMpi, WaitsTimeOut) {
 
 }  // namespace
 }  // namespace qmesh
-
-int main(int argc, char** argv) {
-  qmesh::MpiSession mpi(&argc, &argv);
-  ::testing::InitGoogleTest(&argc, argv);
-  {
-    auto bootstrap = qmesh::make_mpi_bootstrap();
-    qmesh::world() = qmesh::make_ucx_world(*bootstrap);
-  }
-  const int failed = RUN_ALL_TESTS();
-  if (failed != 0) std::_Exit(1);  // peers may be stuck: do not finalize MPI with them
-  qmesh::world()->barrier();
-  qmesh::world().reset();
-  return 0;
-}

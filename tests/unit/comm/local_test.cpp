@@ -48,8 +48,8 @@ TEST(Local, AsyncCollectivesOverlapAndCompleteInOrder) {
     }
     for (auto& w : works) w->wait();
     for (int k = 0; k < 5; ++k) {
-      EXPECT_EQ(testing::load(bufs[k], 7), testing::reference_reduce(4, 7, 1, DType::kFloat32,
-                                                                     ReduceOp::kSum));
+      EXPECT_EQ(testing::load(bufs[k], 7),
+                testing::reference_reduce(4, 7, 1, DType::kFloat32, ReduceOp::kSum));
       EXPECT_TRUE(works[k]->test());
     }
   });
@@ -97,7 +97,8 @@ TEST(Local, SplitGroupsAreIndependentOfTheParent) {
 }
 
 TEST(Local, HostIdsAreOneHost) {
-  run_local_ranks(3, [](Communicator& comm) { EXPECT_EQ(comm.host_ids(), std::vector<int>(3, 0)); });
+  run_local_ranks(3,
+                  [](Communicator& comm) { EXPECT_EQ(comm.host_ids(), std::vector<int>(3, 0)); });
 }
 
 TEST(Local, BadArgumentsAreErrors) {

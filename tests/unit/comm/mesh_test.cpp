@@ -96,8 +96,9 @@ TEST(Mesh, BadInputIsAnError) {
                      "role pp names axis 'pipe', which the mesh {dp=4} does not have");
   EXPECT_QMESH_ERROR(Mesh(w, {{"dp", 4}}, MeshResource{.fsdp = "dp"}),
                      "roles dp and fsdp both name axis 'dp'");
-  EXPECT_QMESH_ERROR(Mesh(w, {{"a", 1}, {"b", 1}, {"c", 1}, {"d", 1}, {"e", 1}, {"f", 1}, {"g", 4}}),
-                     "at most 6 are supported");
+  EXPECT_QMESH_ERROR(
+      Mesh(w, {{"a", 1}, {"b", 1}, {"c", 1}, {"d", 1}, {"e", 1}, {"f", 1}, {"g", 4}}),
+      "at most 6 are supported");
 }
 
 TEST(Mesh, UnknownAxisIsAnError) {
@@ -154,7 +155,8 @@ class FakeHosts : public Communicator {
 TEST(Mesh, TopologyFindsAxesThatSpanHosts) {
   // Two hosts of two ranks each: {0,1} and {2,3}.
   run_local_ranks(4, [](Communicator& comm) {
-    auto world = std::make_shared<FakeHosts>(comm.split(0, comm.rank()), std::vector<int>{0, 0, 1, 1});
+    auto world =
+        std::make_shared<FakeHosts>(comm.split(0, comm.rank()), std::vector<int>{0, 0, 1, 1});
     Mesh good(world, {{"dp", 2}, {"tp", 2}});
     EXPECT_FALSE(good.axis_spans_hosts("tp"));
     EXPECT_TRUE(good.axis_spans_hosts("dp"));

@@ -20,8 +20,8 @@ TEST(OneSided, AllToAllPutsLandAtTheirOffsets) {
       OneSided* os = comm.one_sided();
       ASSERT_NE(os, nullptr);
       std::vector<float> window_buf(kN * comm.size(), -1.0f);
-      auto window =
-          os->register_window(TensorView(window_buf.data(), DType::kFloat32, Shape{kN * comm.size()}));
+      auto window = os->register_window(
+          TensorView(window_buf.data(), DType::kFloat32, Shape{kN * comm.size()}));
       EXPECT_EQ(window->local().data, window_buf.data());
       std::vector<float> mine(kN);
       for (int64_t i = 0; i < kN; ++i) mine[i] = comm.rank() * 1000.0f + i;
@@ -76,9 +76,9 @@ TEST(OneSided, OutOfBoundsPutIsAnError) {
     EXPECT_QMESH_ERROR(comm.one_sided()->put_async(*window, 1 - comm.rank(), 12,
                                                    TensorView(src, DType::kFloat32, Shape{2})),
                        "overruns the window buffer");
-    EXPECT_QMESH_ERROR(comm.one_sided()->put_async(*window, 2, 0,
-                                                   TensorView(src, DType::kFloat32, Shape{2})),
-                       "put peer 2 is out of range");
+    EXPECT_QMESH_ERROR(
+        comm.one_sided()->put_async(*window, 2, 0, TensorView(src, DType::kFloat32, Shape{2})),
+        "put peer 2 is out of range");
     comm.barrier();
   });
 }

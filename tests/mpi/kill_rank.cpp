@@ -1,0 +1,60 @@
+// A 4-rank job in which one rank dies (SIGKILL) in the middle of a series of all-reduces.
+// Every surviving rank must notice through its own timeout: it writes what happened to
+// <dir>/rank<r>.txt ("FAILED <unix ms> <message>") and exits with status 3. The victim
+// writes <dir>/victim.txt ("KILLED <unix ms>") just before it dies. kill_rank_test.sh
+// checks the files.
+//
+// usage: mpi_kill_rank <result dir> <victim rank>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "qmesh/comm/mpi.h"
+#include "qmesh/error.h"
+
+namespace {
+
+long long unix_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream(path) << text << "\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    std::fprintf(stderr, "usage: %s <result dir> <victim rank>\n", argv[0]);
+    return 2;
+  }
+  const std::string dir = argv[1];
+  const int victim = std::atoi(argv[2]);
+  qmesh::MpiSession session(&argc, &argv);
+  auto world = qmesh::make_mpi_world();
+  const int rank = world->rank();
+  qmesh::Tensor buf(qmesh::DType::kFloat32, qmesh::Shape{1 << 18});
+  try {
+    for (int step = 0; step < 10; ++step) {
+      if (rank == victim && step == 3) {
+        write_file(dir + "/victim.txt", "KILLED " + std::to_string(unix_ms()));
+        std::raise(SIGKILL);
+      }
+      world->all_reduce(buf, qmesh::ReduceOp::kSum);
+    }
+  } catch (const qmesh::Error& e) {
+    const std::string line = "FAILED " + std::to_string(unix_ms()) + " " + e.what();
+    write_file(dir + "/rank" + std::to_string(rank) + ".txt", line);
+    std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
+    // Not MPI_Finalize: it would wait for the dead rank. Exit at once with a failure status.
+    std::_Exit(3);
+  }
+  write_file(dir + "/rank" + std::to_string(rank) + ".txt",
+             "COMPLETED " + std::to_string(unix_ms()));
+  return 0;
+}
