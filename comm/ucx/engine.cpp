@@ -147,28 +147,12 @@ Engine::~Engine() {
   }
   ucp_worker_signal(worker_);
   progress_thread_.join();  // after it has run the jobs still queued
-  close_endpoints();
+  // The endpoints go with the worker. They are not closed one by one first: a flush-mode
+  // close needs the peer's worker, which a peer that destroyed its communicator no longer
+  // has (the close then fails after a transport timeout), and a forced close needs
+  // peer-failure handling, which the shared-memory transports lack.
   close(epoll_fd_);
   ucp_worker_destroy(worker_);
-}
-
-void Engine::close_endpoints() {
-  // Flush-mode close, so that what was sent is delivered; bounded, and a failure is only
-  // logged (destruction never throws).
-  const Clock::time_point deadline = Clock::now() + comm_timeout();
-  for (ucp_ep_h ep : endpoints_) {
-    ucp_request_param_t params{};
-    ucs_status_ptr_t request = ucp_ep_close_nbx(ep, &params);
-    if (UCS_PTR_IS_ERR(request)) {
-      QMESH_LOG_WARN("closing a UCX endpoint failed: ", ucs_status_string(UCS_PTR_STATUS(request)));
-    } else if (request != nullptr) {
-      const bool closed =
-          wait_until([&] { return ucp_request_check_status(request) != UCS_INPROGRESS; }, deadline);
-      if (!closed) QMESH_LOG_WARN("closing a UCX endpoint did not finish before the timeout");
-      ucp_request_free(request);
-    }
-  }
-  endpoints_.clear();
 }
 
 void Engine::connect(const std::vector<std::string>& addresses) {

@@ -117,7 +117,6 @@ class Engine {
 
  private:
   void progress_loop();
-  void close_endpoints();
 
   std::shared_ptr<Context> context_;
   ucp_worker_h worker_ = nullptr;
