@@ -263,7 +263,7 @@ class NcclComm final : public Communicator {
   }
 
   WorkHandle send_async(TensorView in, int peer, int tag, Stream stream) override {
-    check_p2p(in, peer, tag, "send buffer", "send peer");
+    check_p2p(in, peer, tag, "send");
     Launch launch(*this, stream, "nccl send");
     QMESH_CHECK_NCCL(ncclGroupStart());
     QMESH_CHECK_NCCL(ncclSend(in.data, in.nbytes(), ncclUint8, peer, comm(), launch.stream));
@@ -272,7 +272,7 @@ class NcclComm final : public Communicator {
   }
 
   WorkHandle recv_async(TensorView out, int peer, int tag, Stream stream) override {
-    check_p2p(out, peer, tag, "receive buffer", "receive peer");
+    check_p2p(out, peer, tag, "receive");
     Launch launch(*this, stream, "nccl receive");
     QMESH_CHECK_NCCL(ncclGroupStart());
     QMESH_CHECK_NCCL(ncclRecv(out.data, out.nbytes(), ncclUint8, peer, comm(), launch.stream));
@@ -339,13 +339,10 @@ class NcclComm final : public Communicator {
                 "; this NCCL communicator carries buffers of ", device().str());
   }
 
-  void check_p2p(const TensorView& t, int peer, int tag, std::string_view buffer,
-                 std::string_view peer_what) const {
-    check_not_empty(t, buffer);
-    require_on_device(t, buffer);
-    comm_check::peer(peer, size_, peer_what);
-    comm_check::tag(tag, kMaxTag);
-    QMESH_CHECK(peer != rank_, peer_what, " ", peer,
+  void check_p2p(const TensorView& t, int peer, int tag, std::string_view side) const {
+    comm_check::message_args(t, peer, size_, tag, kMaxTag, side);
+    require_on_device(t, detail::concat(side, " buffer"));
+    QMESH_CHECK(peer != rank_, side, " peer ", peer,
                 " is this rank: NCCL cannot send to itself outside a group (copy with "
                 "cudaMemcpyAsync instead)");
   }

@@ -19,8 +19,9 @@ namespace {
 // wakeup event for some arrival.
 QMESH_PARAM(idle_poll_ms, "UCX_IDLE_POLL_MS", 1)
 
-// Waiters spin (progressing and yielding) this many idle rounds before sleeping in steps.
-constexpr int kSpinRounds = 200;
+// Waiters spin (progressing and yielding the core) for this long, then sleep in steps, so
+// that oversubscribed ranks leave the cores to the others during long waits.
+constexpr std::chrono::milliseconds kSpinTime{20};
 constexpr std::chrono::microseconds kWaitSleep{50};
 
 Error ucx_error(const std::string& what, ucs_status_t status) {
@@ -242,12 +243,12 @@ unsigned Engine::progress() {
 }
 
 bool Engine::wait_until(const std::function<bool()>& done, Clock::time_point deadline) {
-  int idle = 0;
+  const Clock::time_point spin_until = Clock::now() + kSpinTime;
   while (!done()) {
-    if (Clock::now() >= deadline) return false;
-    if (progress() > 0) {
-      idle = 0;
-    } else if (++idle < kSpinRounds) {
+    const Clock::time_point now = Clock::now();
+    if (now >= deadline) return false;
+    if (progress() > 0) continue;
+    if (now < spin_until) {
       std::this_thread::yield();
     } else {
       std::this_thread::sleep_for(kWaitSleep);

@@ -82,7 +82,7 @@ class TagChannel : public PointToPoint {
       : engine_(engine), owner_(std::move(owner)), channel_(channel), rank_(rank), size_(size) {}
 
   WorkHandle send_async(TensorView in, int peer, int tag, Stream = {}) override {
-    check(in, peer, tag, "send buffer", "send peer");
+    check(in, peer, tag, "send");
     auto op = engine_.tag_send(peer, in.data, in.nbytes(), make_tag(channel_, rank_, tag),
                                detail::concat("ucx send of ", in.nbytes(), " bytes from rank ",
                                               rank_, " to rank ", peer, " (tag ", tag, ")"));
@@ -90,7 +90,7 @@ class TagChannel : public PointToPoint {
   }
 
   WorkHandle recv_async(TensorView out, int peer, int tag, Stream = {}) override {
-    check(out, peer, tag, "receive buffer", "receive peer");
+    check(out, peer, tag, "receive");
     auto op = engine_.tag_recv(out.data, out.nbytes(), make_tag(channel_, peer, tag),
                                detail::concat("ucx receive of ", out.nbytes(), " bytes on rank ",
                                               rank_, " from rank ", peer, " (tag ", tag, ")"));
@@ -100,12 +100,9 @@ class TagChannel : public PointToPoint {
   int max_tag() const override { return kMaxTag; }
 
  private:
-  void check(const TensorView& t, int peer, int tag, std::string_view buffer,
-             std::string_view peer_what) const {
-    check_not_empty(t, buffer);
-    require_host(t, buffer);
-    comm_check::peer(peer, size_, peer_what);
-    comm_check::tag(tag, kMaxTag);
+  void check(const TensorView& t, int peer, int tag, std::string_view side) const {
+    comm_check::message_args(t, peer, size_, tag, kMaxTag, side);
+    require_host(t, detail::concat(side, " buffer"));
   }
 
   Engine& engine_;

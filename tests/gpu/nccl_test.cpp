@@ -16,6 +16,15 @@
 namespace qmesh {
 namespace {
 
+// A copy of `t` on `device` (host <-> GPU 0).
+Tensor copy_to(const Tensor& t, Device device) {
+  Tensor c(t.dtype(), t.shape(), device);
+  copy_tensor(c, t);
+  return c;
+}
+
+const Device kGpu = Device::cuda(0);
+
 class Nccl : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -33,17 +42,6 @@ class Nccl : public ::testing::Test {
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
 
-  // A device copy of a host tensor, and back.
-  static Tensor to_device(const Tensor& host) {
-    Tensor d(host.dtype(), host.shape(), Device::cuda(0));
-    copy_tensor(d, host);
-    return d;
-  }
-  static Tensor to_host(const Tensor& device) {
-    Tensor h(device.dtype(), device.shape());
-    copy_tensor(h, device);
-    return h;
-  }
   Stream stream() const { return Stream{stream_}; }
 
   std::shared_ptr<Communicator> comm_;
@@ -60,13 +58,13 @@ TEST_F(Nccl, AllReduceAndReduceScatterOnDeviceBuffers) {
   for (DType dtype : kReducible) {
     for (int64_t n : kSizes) {
       for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin}) {
-        Tensor buf = to_device(testing::make_input(dtype, n, 0, 1));
+        Tensor buf = copy_to(testing::make_input(dtype, n, 0, 1), kGpu);
         comm_->all_reduce(buf, op, stream());
-        Tensor out(dtype, Shape{n}, Device::cuda(0));
-        Tensor in = to_device(testing::make_input(dtype, n, 0, 2));
+        Tensor out(dtype, Shape{n}, kGpu);
+        Tensor in = copy_to(testing::make_input(dtype, n, 0, 2), kGpu);
         comm_->reduce_scatter(in, out, op, stream());
-        const Tensor reduced = to_host(buf);
-        const Tensor scattered = to_host(out);
+        const Tensor reduced = copy_to(buf, Device::host());
+        const Tensor scattered = copy_to(out, Device::host());
         for (int64_t i = 0; i < n; ++i) {
           ASSERT_EQ(testing::load(reduced, i), testing::reference_reduce(1, i, 1, dtype, op))
               << dtype_name(dtype) << " n=" << n << " element " << i;
@@ -81,13 +79,13 @@ TEST_F(Nccl, AllGatherAndBroadcastMoveEveryDtype) {
   for (DType dtype :
        {DType::kFloat32, DType::kBFloat16, DType::kFloat8E4M3, DType::kFloat8E5M2, DType::kInt32}) {
     for (int64_t n : kSizes) {
-      Tensor in = to_device(testing::make_input(dtype, n, 0, 3));
-      Tensor out(dtype, Shape{n}, Device::cuda(0));
+      Tensor in = copy_to(testing::make_input(dtype, n, 0, 3), kGpu);
+      Tensor out(dtype, Shape{n}, kGpu);
       comm_->all_gather(in, out, stream());
-      Tensor buf = to_device(testing::make_input(dtype, n, 0, 4));
+      Tensor buf = copy_to(testing::make_input(dtype, n, 0, 4), kGpu);
       comm_->broadcast(buf, 0, stream());
-      const Tensor gathered = to_host(out);
-      const Tensor broadcast = to_host(buf);
+      const Tensor gathered = copy_to(out, Device::host());
+      const Tensor broadcast = copy_to(buf, Device::host());
       for (int64_t i = 0; i < n; ++i) {
         ASSERT_EQ(testing::load(gathered, i),
                   testing::roundtrip(testing::input_value(0, i, 3, dtype), dtype));
@@ -101,7 +99,7 @@ TEST_F(Nccl, AllGatherAndBroadcastMoveEveryDtype) {
 // The work's event is recorded on the caller's stream: once the stream has drained (a copy
 // enqueued after the operation included), test() reports completion.
 TEST_F(Nccl, AsyncWorkCompletesWithItsStream) {
-  Tensor buf = to_device(testing::make_input(DType::kFloat32, 256, 0, 5));
+  Tensor buf = copy_to(testing::make_input(DType::kFloat32, 256, 0, 5), kGpu);
   std::vector<float> host(256);
   WorkHandle work = comm_->all_reduce_async(buf, ReduceOp::kSum, stream());
   ASSERT_EQ(cudaMemcpyAsync(host.data(), buf.data(), buf.nbytes(), cudaMemcpyDeviceToHost, stream_),
@@ -122,7 +120,7 @@ TEST_F(Nccl, SplitBarrierHostIds) {
   ASSERT_NE(sub, nullptr);
   EXPECT_EQ(sub->size(), 1);
   EXPECT_EQ(sub->rank(), 0);
-  Tensor buf = to_device(testing::make_input(DType::kFloat32, 9, 0, 6));
+  Tensor buf = copy_to(testing::make_input(DType::kFloat32, 9, 0, 6), kGpu);
   sub->all_reduce(buf, ReduceOp::kMax, stream());
   EXPECT_EQ(comm_->split(-1, 0), nullptr);
   EXPECT_EQ(comm_->host_ids(), std::vector<int>{0});
@@ -130,8 +128,8 @@ TEST_F(Nccl, SplitBarrierHostIds) {
 
 TEST_F(Nccl, BadArgumentsAreErrors) {
   Tensor host(DType::kFloat32, Shape{4});
-  Tensor dev(DType::kFloat32, Shape{4}, Device::cuda(0));
-  Tensor fp8(DType::kFloat8E4M3, Shape{4}, Device::cuda(0));
+  Tensor dev(DType::kFloat32, Shape{4}, kGpu);
+  Tensor fp8(DType::kFloat8E4M3, Shape{4}, kGpu);
   EXPECT_QMESH_ERROR(comm_->all_reduce_async(host, ReduceOp::kSum), "carries buffers of cuda:0");
   EXPECT_QMESH_ERROR(comm_->all_reduce_async(fp8, ReduceOp::kSum), "reductions support");
   EXPECT_QMESH_ERROR(comm_->broadcast_async(dev, 1), "broadcast root 1 is out of range");
