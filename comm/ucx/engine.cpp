@@ -31,13 +31,10 @@ Error ucx_error(const std::string& what, ucs_status_t status) {
 // The user_data of a request: keeps its Op alive until the callback has run.
 using Holder = std::shared_ptr<Op>;
 
-// Finishes an Op after its request completed with `status`: the next step of a chain is
-// deferred, anything else completes the Op.
+// Finishes an Op after its request completed with `status`.
 void finish(Op& op, ucs_status_t status) {
   if (status != UCS_OK) {
     op.complete(std::make_exception_ptr(ucx_error(op.what, status)));
-  } else if (op.next) {
-    op.engine->defer(std::move(op.next));
   } else {
     op.complete();
   }
@@ -85,6 +82,20 @@ void check_posted(ucs_status_ptr_t request, const ucp_request_param_t& params,
     delete static_cast<Holder*>(params.user_data);
     throw ucx_error(what, UCS_PTR_STATUS(request));
   }
+}
+
+// The user data of an endpoint flush.
+struct FlushTarget {
+  Engine* engine;
+  int peer;
+};
+
+void on_flush(void* request, ucs_status_t status, void* user_data) {
+  std::unique_ptr<FlushTarget> target(static_cast<FlushTarget*>(user_data));
+  Engine* engine = target->engine;
+  const int peer = target->peer;
+  engine->defer([engine, peer, status] { engine->flushed(peer, status); });
+  ucp_request_free(request);
 }
 
 }  // namespace
@@ -165,6 +176,8 @@ void Engine::connect(const std::vector<std::string>& addresses) {
     ucp_ep_h ep = nullptr;
     QMESH_CHECK_UCX(ucp_ep_create(worker_, &params, &ep));
     endpoints_.push_back(ep);
+    std::lock_guard<std::mutex> lock(flush_mu_);
+    flush_queues_.emplace_back();
   }
 }
 
@@ -189,7 +202,6 @@ std::shared_ptr<Op> Engine::tag_recv(void* data, size_t bytes, ucp_tag_t tag, st
 std::shared_ptr<Op> Engine::put_signal(int peer, const RemoteRegion& remote, size_t offset,
                                        const void* data, size_t bytes, std::string what) {
   auto op = std::make_shared<Op>(std::move(what));
-  op->engine = this;
   ucp_ep_h ep = endpoint(peer);
   // Step 3 (deferred after the flush): the signal. A fetching add, so that its completion
   // means it has executed at the peer.
@@ -206,16 +218,59 @@ std::shared_ptr<Op> Engine::put_signal(int peer, const RemoteRegion& remote, siz
       op->complete(std::current_exception());
     }
   };
-  // Step 1: the data. Its own request is not tracked: the flush below covers it.
+  // Step 1: the data. Its own request is not tracked: the flush covers it.
   ucp_request_param_t put_params{};
   ucs_status_ptr_t put =
       ucp_put_nbx(ep, data, bytes, remote.data_address + offset, remote.data_rkey, &put_params);
   if (UCS_PTR_IS_ERR(put)) throw ucx_error(op->what, UCS_PTR_STATUS(put));
   if (put != nullptr) ucp_request_free(put);
-  // Step 2: flush the endpoint; completion means the data is in the peer's memory.
-  ucp_request_param_t params = callback_params(op);
-  check_posted(ucp_ep_flush_nbx(ep, &params), params, op->what + " (flush)");
+  // Step 2: an endpoint flush; its completion means the data is in the peer's memory.
+  std::lock_guard<std::mutex> lock(flush_mu_);
+  FlushQueue& queue = flush_queues_.at(static_cast<size_t>(peer));
+  queue.waiting.push_back(op);
+  if (!queue.in_flight) start_flush(peer);
   return op;
+}
+
+void Engine::start_flush(int peer) {
+  FlushQueue& queue = flush_queues_[static_cast<size_t>(peer)];
+  queue.covered.swap(queue.waiting);
+  queue.in_flight = true;
+  ucp_request_param_t params{};
+  params.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+  params.cb.send = on_flush;
+  params.user_data = new FlushTarget{this, peer};
+  ucs_status_ptr_t request = ucp_ep_flush_nbx(endpoint(peer), &params);
+  if (UCS_PTR_IS_ERR(request)) {
+    delete static_cast<FlushTarget*>(params.user_data);
+    for (auto& op : queue.covered) {
+      op->complete(
+          std::make_exception_ptr(ucx_error(op->what + " (flush)", UCS_PTR_STATUS(request))));
+    }
+    queue.covered.clear();
+    queue.in_flight = false;
+  }
+}
+
+void Engine::flushed(int peer, ucs_status_t status) {
+  std::vector<std::shared_ptr<Op>> batch;
+  {
+    std::lock_guard<std::mutex> lock(flush_mu_);
+    FlushQueue& queue = flush_queues_[static_cast<size_t>(peer)];
+    batch.swap(queue.covered);
+    queue.in_flight = false;
+    if (!queue.waiting.empty()) start_flush(peer);
+  }
+  for (auto& op : batch) {
+    if (status != UCS_OK) {
+      op->complete(std::make_exception_ptr(ucx_error(op->what + " (flush)", status)));
+      continue;
+    }
+    std::function<void()> next = std::move(op->next);
+    op->next = nullptr;
+    next();
+  }
 }
 
 void Engine::submit(std::function<void()> job) {

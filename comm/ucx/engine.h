@@ -63,8 +63,7 @@ struct Op {
   std::atomic<bool> done{false};
   std::exception_ptr error;    // written before `done` is set
   size_t expected_bytes = 0;   // receives: the size the message must have
-  std::function<void()> next;  // if set, run (deferred) on success instead of completing
-  Engine* engine = nullptr;    // where `next` is deferred
+  std::function<void()> next;  // puts: the signal step, run once the data is flushed
   uint64_t operand = 1;        // atomic signal: the value added
   uint64_t reply = 0;          // atomic signal: the fetched value (unused)
 };
@@ -98,7 +97,7 @@ class Engine {
   std::shared_ptr<Op> tag_send(int peer, const void* data, size_t bytes, ucp_tag_t tag,
                                std::string what);
   std::shared_ptr<Op> tag_recv(void* data, size_t bytes, ucp_tag_t tag, std::string what);
-  // Puts `bytes` at `remote.data_address + offset` of `peer`, then (once the endpoint flush
+  // Puts `bytes` at `remote.data_address + offset` of `peer`, then (once an endpoint flush
   // says the data has arrived) adds 1 to the peer's counter; completes when the add has
   // executed at the peer.
   std::shared_ptr<Op> put_signal(int peer, const RemoteRegion& remote, size_t offset,
@@ -107,6 +106,9 @@ class Engine {
   // Queues a job for the progress thread. Jobs run in submission order; each must bound its
   // own waits and must not throw. Jobs submitted before destruction still run.
   void submit(std::function<void()> job);
+
+  // Completion of the flush of the endpoint to `peer` (run as a deferred step).
+  void flushed(int peer, ucs_status_t status);
 
   // Queues fn to run after the current ucp_worker_progress call (outside UCX callbacks).
   void defer(std::function<void()> fn);
@@ -117,6 +119,16 @@ class Engine {
 
  private:
   void progress_loop();
+  // Endpoint flushes of puts: at most one flush per endpoint is in flight, covering every
+  // put issued to that peer before it started; puts issued meanwhile wait for the next one.
+  // (Many concurrent flushes of one endpoint, mixing CMA puts with emulated atomics, could
+  // lose a completion with UCX 1.13's shared-memory transports.)
+  struct FlushQueue {
+    std::vector<std::shared_ptr<Op>> waiting;  // put, not yet covered by a flush
+    std::vector<std::shared_ptr<Op>> covered;  // covered by the flush in flight
+    bool in_flight = false;
+  };
+  void start_flush(int peer);  // flush_mu_ held
 
   std::shared_ptr<Context> context_;
   ucp_worker_h worker_ = nullptr;
@@ -126,6 +138,8 @@ class Engine {
   int idle_poll_ms_ = 1;
   std::mutex deferred_mu_;
   std::vector<std::function<void()>> deferred_;
+  std::mutex flush_mu_;
+  std::vector<FlushQueue> flush_queues_;  // per peer, guarded by flush_mu_
   std::mutex jobs_mu_;
   std::deque<std::function<void()>> jobs_;  // guarded by jobs_mu_
   bool stop_ = false;                       // guarded by jobs_mu_
