@@ -57,9 +57,11 @@ class UcxWork : public Work {
 
   void wait(std::chrono::milliseconds timeout) override {
     const bool done = engine_.wait_until([this] { return op_->is_done(); }, Clock::now() + timeout);
-    QMESH_CHECK(done, op_->what, " timed out after ", timeout.count(),
-                " ms; a peer may have failed or not issued the matching call (raise "
-                "QMESH_COMM_TIMEOUT_S if the job is only slow)");
+    if (!done) {
+      QMESH_THROW(op_->what, " timed out after ", timeout.count(),
+                  " ms; a peer may have failed or not issued the matching call (raise "
+                  "QMESH_COMM_TIMEOUT_S if the job is only slow)");
+    }
     rethrow();
   }
   using Work::wait;
@@ -227,10 +229,12 @@ class UcxWindow : public Window {
     const bool done = engine_->wait_until(
         [&] { return arrived.load(std::memory_order_acquire) - consumed_ >= count; },
         Clock::now() + timeout);
-    QMESH_CHECK(done, "ucx wait_puts timed out after ", timeout.count(),
-                " ms: ", arrived.load() - consumed_, " of ", count,
-                " expected puts arrived; a peer may have failed or issued fewer puts (raise "
-                "QMESH_COMM_TIMEOUT_S if the job is only slow)");
+    if (!done) {
+      QMESH_THROW("ucx wait_puts timed out after ", timeout.count(),
+                  " ms: ", arrived.load() - consumed_, " of ", count,
+                  " expected puts arrived; a peer may have failed or issued fewer puts (raise "
+                  "QMESH_COMM_TIMEOUT_S if the job is only slow)");
+    }
     consumed_ += count;
   }
   using Window::wait_puts;
