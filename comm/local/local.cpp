@@ -359,12 +359,19 @@ void run_local_ranks(int n, const std::function<void(Communicator& comm)>& fn) {
     threads.emplace_back([&, r] {
       try {
         fn(*comms[r]);
-      } catch (const std::exception& e) {
+      } catch (...) {
         {
           std::lock_guard lock(mu);
           if (!first) first = std::current_exception();
         }
-        abort_local_world(*comms[r], detail::concat("rank ", r, " failed: ", e.what()));
+        std::string what = "an exception that is not a std::exception";
+        try {
+          throw;
+        } catch (const std::exception& e) {
+          what = e.what();
+        } catch (...) {
+        }
+        abort_local_world(*comms[r], detail::concat("rank ", r, " failed: ", what));
       }
     });
   }

@@ -176,6 +176,25 @@ inline void check_split(Communicator& comm) {
   }
 }
 
+// Several all-reduces in flight at once, of different sizes, waited for afterwards; every
+// element is checked.
+inline void check_overlapping_all_reduces(Communicator& comm, DType dtype) {
+  std::vector<Tensor> bufs;
+  std::vector<WorkHandle> works;
+  for (int k = 0; k < 5; ++k) {
+    bufs.push_back(make_input(dtype, 100 + 300 * k, comm.rank(), 1));
+    works.push_back(comm.all_reduce_async(bufs.back(), ReduceOp::kSum));
+  }
+  for (auto& w : works) w->wait();
+  for (size_t k = 0; k < bufs.size(); ++k) {
+    EXPECT_TRUE(works[k]->test());
+    for (int64_t i = 0; i < bufs[k].numel(); ++i) {
+      ASSERT_EQ(load(bufs[k], i), reference_reduce(comm.size(), i, 1, dtype, ReduceOp::kSum))
+          << "overlapping all_reduce " << k << " element " << i << " on rank " << comm.rank();
+    }
+  }
+}
+
 // The whole suite: every collective, several dtypes and sizes.
 inline void run_collective_suite(Communicator& comm) {
   const DType reducible[] = {DType::kFloat32, DType::kFloat64, DType::kBFloat16, DType::kFloat16,
@@ -196,6 +215,8 @@ inline void run_collective_suite(Communicator& comm) {
   check_point_to_point(comm, DType::kFloat32, 1000);
   check_point_to_point(comm, DType::kBFloat16, 7);
   comm.barrier();
+  check_overlapping_all_reduces(comm, DType::kFloat32);
+  check_overlapping_all_reduces(comm, DType::kBFloat16);
   check_split(comm);
 }
 

@@ -23,21 +23,6 @@ TEST(Mpi, CollectiveSuite) {
   testing::run_collective_suite(*world());
 }
 
-TEST(Mpi, AsyncCollectivesOverlap) {
-  auto& comm = *world();
-  std::vector<Tensor> bufs;
-  std::vector<WorkHandle> works;
-  for (int k = 0; k < 4; ++k) {
-    bufs.push_back(testing::make_input(DType::kBFloat16, 1000 + k, comm.rank(), 1));
-    works.push_back(comm.all_reduce_async(bufs.back(), ReduceOp::kSum));
-  }
-  for (auto& w : works) w->wait();
-  for (int k = 0; k < 4; ++k) {
-    EXPECT_EQ(testing::load(bufs[k], 999),
-              testing::reference_reduce(comm.size(), 999, 1, DType::kBFloat16, ReduceOp::kSum));
-  }
-}
-
 TEST(Mpi, ReceiveWithoutSenderTimesOutAndTheCommunicatorStaysUsable) {
   auto& comm = *world();
   float x = 0;

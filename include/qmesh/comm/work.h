@@ -19,9 +19,12 @@ QMESH_API std::chrono::milliseconds comm_timeout();
 // the input may be reused). For device buffers the operation is ordered on the Stream given
 // when it was issued; completion means the device part has finished too.
 //
-// A Work may be waited on by one thread at a time. Destroying an unfinished Work waits for
-// it (bounded by comm_timeout(); a failure is logged, never thrown), because the buffers it
-// uses must outlive the transfer.
+// A Work may be waited on by one thread at a time. Destroying an unfinished Work:
+// - host transfers that have not matched yet (a posted receive) are withdrawn; other host
+//   transfers are waited for (bounded by comm_timeout(); a failure is logged, never thrown),
+//   because the buffers they use must outlive them;
+// - stream-ordered device work (NCCL) is left to its stream and does not block: the stream
+//   keeps the order, and an asynchronous failure surfaces at the communicator's next call.
 class QMESH_API Work {
  public:
   virtual ~Work();

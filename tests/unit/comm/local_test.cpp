@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstdlib>
+#include <limits>
 
 #include "collective_suite.h"
 #include "expect_error.h"
@@ -38,23 +40,6 @@ TEST_P(LocalCollectives, MatchReferences) {
 
 INSTANTIATE_TEST_SUITE_P(Ranks, LocalCollectives, ::testing::Range(1, 9));
 
-TEST(Local, AsyncCollectivesOverlapAndCompleteInOrder) {
-  run_local_ranks(4, [](Communicator& comm) {
-    std::vector<Tensor> bufs;
-    std::vector<WorkHandle> works;
-    for (int k = 0; k < 5; ++k) {
-      bufs.push_back(testing::make_input(DType::kFloat32, 100 + k, comm.rank(), 1));
-      works.push_back(comm.all_reduce_async(bufs.back(), ReduceOp::kSum));
-    }
-    for (auto& w : works) w->wait();
-    for (int k = 0; k < 5; ++k) {
-      EXPECT_EQ(testing::load(bufs[k], 7),
-                testing::reference_reduce(4, 7, 1, DType::kFloat32, ReduceOp::kSum));
-      EXPECT_TRUE(works[k]->test());
-    }
-  });
-}
-
 TEST(Local, BarrierWaitsForEveryRank) {
   std::atomic<int> entered{0};
   run_local_ranks(5, [&](Communicator& comm) {
@@ -75,6 +60,18 @@ TEST(Local, Bf16SumRoundsOncePerStep) {
     uint16_t v = float_to_bf16(comm.rank() == 0 ? 1.0f : 1.0f / 256);
     comm.all_reduce(TensorView(&v, DType::kBFloat16, Shape{1}), ReduceOp::kSum);
     EXPECT_EQ(bf16_to_float(v), 1.0f);
+  });
+}
+
+TEST(Local, MaxAndMinPropagateNaN) {
+  run_local_ranks(3, [](Communicator& comm) {
+    for (ReduceOp op : {ReduceOp::kMax, ReduceOp::kMin}) {
+      float v[4] = {1.0f, 2.0f, 3.0f, 4.0f};
+      if (comm.rank() == 1) v[2] = std::numeric_limits<float>::quiet_NaN();
+      comm.all_reduce(TensorView(v, DType::kFloat32, Shape{4}), op);
+      EXPECT_TRUE(std::isnan(v[2])) << reduce_op_name(op);
+      EXPECT_EQ(v[0], 1.0f);
+    }
   });
 }
 
