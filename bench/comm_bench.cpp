@@ -1,5 +1,5 @@
 // comm_bench: latency and bus bandwidth of all-reduce, all-gather, reduce-scatter and
-// point-to-point on the host backends (local threads; MPI under mpirun), for message sizes
+// point-to-point on the host backends (local threads; MPI and UCX under mpirun), for message sizes
 // from --min-bytes to --max-bytes. Bandwidths follow nccl-tests:
 //   algbw = size / time;  busbw = algbw * factor, with factor
 //   all_reduce 2(n-1)/n, all_gather (n-1)/n, reduce_scatter (n-1)/n, sendrecv 1,
@@ -8,6 +8,7 @@
 // time is the slowest rank's mean over the timed iterations.
 //
 //   mpirun -np 4 comm_bench --backend mpi --json out.json
+//   UCX_TLS=posix,cma,self mpirun -np 4 comm_bench --backend ucx   (MPI only bootstraps)
 //   comm_bench --backend local --ranks 4
 #include <algorithm>
 #include <chrono>
@@ -26,6 +27,9 @@
 #include "qmesh/error.h"
 #if QMESH_WITH_MPI
 #include "qmesh/comm/mpi.h"
+#endif
+#if QMESH_WITH_UCX
+#include "qmesh/comm/ucx.h"
 #endif
 
 namespace {
@@ -83,7 +87,7 @@ struct Result {
 void usage(const char* argv0) {
   std::printf(
       "usage: %s [options]\n"
-      "  --backend mpi|local   transport (mpi: run under mpirun; default mpi)\n"
+      "  --backend mpi|ucx|local  transport (mpi, ucx: run under mpirun; default mpi)\n"
       "  --ranks N             ranks (threads) of the local backend (default 4)\n"
       "  --min-bytes B         smallest message (default 8; suffixes K, M)\n"
       "  --max-bytes B         largest message (default 64M); sizes double from min to max\n"
@@ -132,8 +136,8 @@ Options parse(int argc, char** argv) {
       QMESH_THROW("unknown option ", arg, " (see --help)");
     }
   }
-  QMESH_CHECK(o.backend == "mpi" || o.backend == "local", "--backend ", o.backend,
-              " is not one of mpi, local");
+  QMESH_CHECK(o.backend == "mpi" || o.backend == "ucx" || o.backend == "local", "--backend ",
+              o.backend, " is not one of mpi, ucx, local");
   QMESH_CHECK(o.ranks >= 1, "--ranks ", o.ranks, " must be >= 1");
   QMESH_CHECK(o.min_bytes <= o.max_bytes, "--min-bytes exceeds --max-bytes");
   return o;
@@ -253,7 +257,16 @@ int main(int argc, char** argv) {
     }
 #if QMESH_WITH_MPI
     MpiSession session(&argc, &argv);
-    auto world = make_mpi_world();
+    std::shared_ptr<Communicator> world;
+    if (o.backend == "ucx") {
+#if QMESH_WITH_UCX
+      world = make_ucx_world(*make_mpi_bootstrap());
+#else
+      QMESH_THROW("this build has no UCX backend (QMESH_WITH_UCX=OFF)");
+#endif
+    } else {
+      world = make_mpi_world();
+    }
     const auto results = run_all(*world, o);
     if (world->rank() == 0) report(results, o, world->size());
     return 0;

@@ -80,6 +80,13 @@ void tag(int tag, int max_tag) {
   QMESH_CHECK(tag >= 0 && tag <= max_tag, "tag ", tag, " is out of range [0, ", max_tag, "]");
 }
 
+void message_args(const TensorView& t, int peer_rank, int size, int tag_value, int max_tag,
+                  std::string_view side) {
+  check_not_empty(t, detail::concat(side, " buffer"));
+  peer(peer_rank, size, detail::concat(side, " peer"));
+  tag(tag_value, max_tag);
+}
+
 }  // namespace comm_check
 
 }  // namespace qmesh

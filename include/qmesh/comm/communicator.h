@@ -109,6 +109,10 @@ QMESH_API void all_gather_args(const TensorView& in, const TensorView& out, int 
 QMESH_API void reduce_scatter_args(const TensorView& in, const TensorView& out, int size);
 QMESH_API void peer(int peer, int size, std::string_view what);
 QMESH_API void tag(int tag, int max_tag);
+// A send's or receive's arguments: a non-empty buffer, a peer in [0, size), a tag in
+// [0, max_tag]. `side` is "send" or "receive" (named in the messages).
+QMESH_API void message_args(const TensorView& t, int peer, int size, int tag, int max_tag,
+                            std::string_view side);
 }  // namespace comm_check
 
 }  // namespace qmesh

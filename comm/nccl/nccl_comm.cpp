@@ -1,0 +1,379 @@
+// The NCCL communicator: stream-ordered collectives and point-to-point on CUDA buffers,
+// works backed by CUDA events, bounded waits that abort the communicator on failure.
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include "check.h"
+#include "cuda/check.h"
+#include "qmesh/comm/nccl.h"
+#include "qmesh/copy.h"
+#include "qmesh/logging.h"
+
+namespace qmesh {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// NCCL reduces these dtypes natively (bf16/fp16 accumulate in fp32 per step).
+ncclDataType_t reduction_type(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return ncclFloat32;
+    case DType::kFloat64:
+      return ncclFloat64;
+    case DType::kBFloat16:
+      return ncclBfloat16;
+    case DType::kFloat16:
+      return ncclFloat16;
+    case DType::kInt32:
+      return ncclInt32;
+    default:
+      QMESH_THROW("NCCL reductions do not take dtype ", dtype_name(dtype));
+  }
+}
+
+ncclRedOp_t reduction_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return ncclSum;
+    case ReduceOp::kMax:
+      return ncclMax;
+    case ReduceOp::kMin:
+      return ncclMin;
+  }
+  QMESH_THROW("invalid ReduceOp value ", static_cast<int>(op));
+}
+
+// Makes `device` current for the scope (NCCL and CUDA calls act on the current device).
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    QMESH_CHECK_CUDA(cudaGetDevice(&previous_));
+    if (previous_ != device) QMESH_CHECK_CUDA(cudaSetDevice(device));
+  }
+  ~DeviceScope() { cudaSetDevice(previous_); }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
+// An ncclComm_t shared by a communicator and its works, so that a wait can abort it.
+class Handle {
+ public:
+  Handle(ncclComm_t comm, int device) : comm_(comm), device_(device) {}
+  ~Handle() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (aborted_) return;
+    DeviceScope scope(device_);
+    const ncclResult_t status = ncclCommDestroy(comm_);
+    if (status != ncclSuccess) {
+      QMESH_LOG_WARN("ncclCommDestroy failed: ", ncclGetErrorString(status));
+    }
+  }
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+
+  ncclComm_t comm() const { return comm_; }
+  int device() const { return device_; }
+
+  // Aborts the communicator (its kernels stop, its resources are freed); every later use
+  // throws `reason`.
+  void abort(const std::string& reason) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (aborted_) return;
+    aborted_ = true;
+    reason_ = reason;
+    ncclCommAbort(comm_);
+  }
+
+  // The device, after checking that the communicator was not aborted.
+  int usable_device() {
+    std::lock_guard<std::mutex> lock(mu_);
+    QMESH_CHECK(!aborted_, "the NCCL communicator was aborted (", reason_,
+                "); create a new communicator");
+    return device_;
+  }
+
+  // Throws (after aborting) if NCCL has reported an asynchronous error; returns whether
+  // the communicator is still busy with non-blocking setup (ncclInProgress).
+  bool poll_async(const std::string& what) {
+    ncclResult_t state = ncclSuccess;
+    QMESH_CHECK_NCCL(ncclCommGetAsyncError(comm_, &state));
+    if (state == ncclSuccess) return false;
+    if (state == ncclInProgress) return true;
+    const std::string reason =
+        detail::concat(what, " failed asynchronously: ", ncclGetErrorString(state), " (",
+                       ncclGetLastError(comm_), ")");
+    abort(reason);
+    QMESH_THROW(reason);
+  }
+
+  // Waits (bounded) until non-blocking setup of the last call has finished.
+  void settle(const std::string& what, Clock::time_point deadline) {
+    while (poll_async(what)) {
+      if (Clock::now() > deadline) {
+        const std::string reason = detail::concat(what,
+                                                  " did not finish its setup in time; a "
+                                                  "peer may be missing (QMESH_COMM_TIMEOUT_S)");
+        abort(reason);
+        QMESH_THROW(reason);
+      }
+      std::this_thread::yield();
+    }
+  }
+
+ private:
+  ncclComm_t comm_;
+  int device_;
+  std::mutex mu_;
+  bool aborted_ = false;
+  std::string reason_;
+};
+
+// Completion of one enqueued operation: a CUDA event recorded on its stream.
+class NcclWork : public Work {
+ public:
+  NcclWork(std::shared_ptr<Handle> handle, cudaStream_t stream, std::string what)
+      : handle_(std::move(handle)), what_(std::move(what)) {
+    QMESH_CHECK_CUDA(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
+    const cudaError_t status = cudaEventRecord(event_, stream);
+    if (status != cudaSuccess) cudaEventDestroy(event_);
+    QMESH_CHECK_CUDA(status);
+  }
+
+  ~NcclWork() override {
+    if (!done_) {
+      try {
+        wait(comm_timeout());
+      } catch (const std::exception& e) {
+        QMESH_LOG_ERROR("unfinished work destroyed: ", e.what());
+      }
+    }
+    cudaEventDestroy(event_);
+  }
+
+  bool test() override {
+    if (done_) return true;
+    const cudaError_t status = cudaEventQuery(event_);
+    if (status == cudaSuccess) {
+      done_ = true;
+      return true;
+    }
+    if (status != cudaErrorNotReady) QMESH_CHECK_CUDA(status);
+    handle_->poll_async(what_);
+    return false;
+  }
+
+  void wait(std::chrono::milliseconds timeout) override {
+    const Clock::time_point deadline = Clock::now() + timeout;
+    while (!test()) {
+      if (Clock::now() > deadline) {
+        const std::string reason =
+            detail::concat(what_, " timed out after ", timeout.count(),
+                           " ms; the NCCL communicator is aborted (a peer may have failed "
+                           "or not issued the matching call; raise QMESH_COMM_TIMEOUT_S if "
+                           "the job is only slow)");
+        handle_->abort(reason);
+        QMESH_THROW(reason);
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  }
+  using Work::wait;
+
+ private:
+  std::shared_ptr<Handle> handle_;
+  std::string what_;
+  cudaEvent_t event_ = nullptr;
+  bool done_ = false;
+};
+
+constexpr int kMaxTag = 32767;
+
+class NcclComm final : public Communicator {
+ public:
+  // `handle` must have finished its non-blocking setup (Handle::settle).
+  explicit NcclComm(std::shared_ptr<Handle> handle) : handle_(std::move(handle)) {
+    QMESH_CHECK_NCCL(ncclCommCount(comm(), &size_));
+    QMESH_CHECK_NCCL(ncclCommUserRank(comm(), &rank_));
+    DeviceScope scope(handle_->device());
+    QMESH_CHECK_CUDA(cudaStreamCreateWithFlags(&internal_, cudaStreamNonBlocking));
+  }
+
+  // A communicator over a new ncclComm_t once its setup has finished (bounded).
+  static std::shared_ptr<NcclComm> settled(ncclComm_t comm, int device, const std::string& what,
+                                           Clock::time_point deadline) {
+    auto handle = std::make_shared<Handle>(comm, device);
+    handle->settle(what, deadline);
+    return std::make_shared<NcclComm>(std::move(handle));
+  }
+  ~NcclComm() override { cudaStreamDestroy(internal_); }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string_view backend_name() const override { return "nccl"; }
+
+  WorkHandle all_reduce_async(TensorView buf, ReduceOp op, Stream stream) override {
+    comm_check::reducible(buf, "all_reduce buffer");
+    require_on_device(buf, "all_reduce buffer");
+    Launch launch(*this, stream, "nccl all_reduce");
+    QMESH_CHECK_NCCL(ncclAllReduce(buf.data, buf.data, count(buf), reduction_type(buf.dtype),
+                                   reduction_op(op), comm(), launch.stream));
+    return launch.work();
+  }
+
+  WorkHandle all_gather_async(TensorView in, TensorView out, Stream stream) override {
+    comm_check::all_gather_args(in, out, size_);
+    require_on_device(in, "all_gather input");
+    Launch launch(*this, stream, "nccl all_gather");
+    QMESH_CHECK_NCCL(
+        ncclAllGather(in.data, out.data, in.nbytes(), ncclUint8, comm(), launch.stream));
+    return launch.work();
+  }
+
+  WorkHandle reduce_scatter_async(TensorView in, TensorView out, ReduceOp op,
+                                  Stream stream) override {
+    comm_check::reduce_scatter_args(in, out, size_);
+    require_on_device(in, "reduce_scatter input");
+    Launch launch(*this, stream, "nccl reduce_scatter");
+    QMESH_CHECK_NCCL(ncclReduceScatter(in.data, out.data, count(out), reduction_type(in.dtype),
+                                       reduction_op(op), comm(), launch.stream));
+    return launch.work();
+  }
+
+  WorkHandle broadcast_async(TensorView buf, int root, Stream stream) override {
+    check_not_empty(buf, "broadcast buffer");
+    require_on_device(buf, "broadcast buffer");
+    comm_check::peer(root, size_, "broadcast root");
+    Launch launch(*this, stream, "nccl broadcast");
+    QMESH_CHECK_NCCL(
+        ncclBroadcast(buf.data, buf.data, buf.nbytes(), ncclUint8, root, comm(), launch.stream));
+    return launch.work();
+  }
+
+  // NCCL has no barrier: an all-reduce of one word on an internal stream.
+  WorkHandle barrier_async() override {
+    if (!scratch_.data()) scratch_ = Tensor(DType::kInt32, Shape{1}, device());
+    return all_reduce_async(scratch_, ReduceOp::kSum, Stream{internal_});
+  }
+
+  WorkHandle send_async(TensorView in, int peer, int tag, Stream stream) override {
+    check_p2p(in, peer, tag, "send");
+    Launch launch(*this, stream, "nccl send");
+    QMESH_CHECK_NCCL(ncclGroupStart());
+    QMESH_CHECK_NCCL(ncclSend(in.data, in.nbytes(), ncclUint8, peer, comm(), launch.stream));
+    QMESH_CHECK_NCCL(ncclGroupEnd());
+    return launch.work();
+  }
+
+  WorkHandle recv_async(TensorView out, int peer, int tag, Stream stream) override {
+    check_p2p(out, peer, tag, "receive");
+    Launch launch(*this, stream, "nccl receive");
+    QMESH_CHECK_NCCL(ncclGroupStart());
+    QMESH_CHECK_NCCL(ncclRecv(out.data, out.nbytes(), ncclUint8, peer, comm(), launch.stream));
+    QMESH_CHECK_NCCL(ncclGroupEnd());
+    return launch.work();
+  }
+
+  int max_tag() const override { return kMaxTag; }
+
+  std::shared_ptr<Communicator> split(int color, int key) override {
+    DeviceScope scope(handle_->usable_device());
+    const Clock::time_point deadline = Clock::now() + comm_timeout();
+    ncclComm_t child = nullptr;
+    QMESH_CHECK_NCCL(
+        ncclCommSplit(comm(), color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, nullptr));
+    handle_->settle("nccl split", deadline);
+    if (child == nullptr) return nullptr;
+    return settled(child, handle_->device(), "nccl split (new communicator)", deadline);
+  }
+
+  // Host names travel as fixed-size records through an all-gather on the device.
+  std::vector<int> host_ids() override {
+    constexpr int64_t kWords = 64;  // 256 bytes, a host name's limit
+    std::vector<int32_t> mine(kWords, 0);
+    const std::string name = host_name();
+    std::memcpy(mine.data(), name.data(), std::min(name.size(), sizeof(int32_t) * kWords - 1));
+    Tensor in(DType::kInt32, Shape{kWords}, device());
+    Tensor out(DType::kInt32, Shape{kWords * size_}, device());
+    copy_bytes(in.data(), device(), mine.data(), Device::host(), in.nbytes());
+    all_gather_async(in, out, Stream{internal_})->wait();
+    std::vector<int32_t> all(kWords * size_);
+    copy_bytes(all.data(), Device::host(), out.data(), device(), out.nbytes());
+    std::vector<std::string> names;
+    for (int r = 0; r < size_; ++r)
+      names.emplace_back(reinterpret_cast<const char*>(&all[r * kWords]));
+    return number_hosts(names);
+  }
+
+ private:
+  // Enqueues one operation: checks the communicator, makes its device current, and after
+  // the NCCL call settles non-blocking setup and records the work's event.
+  struct Launch {
+    Launch(NcclComm& comm_, Stream s, std::string what_)
+        : comm(comm_),
+          stream(static_cast<cudaStream_t>(s.handle)),
+          what(std::move(what_)),
+          scope(comm_.handle_->usable_device()) {}
+    WorkHandle work() {
+      comm.handle_->settle(what, Clock::now() + comm_timeout());
+      return std::make_unique<NcclWork>(comm.handle_, stream, what);
+    }
+    NcclComm& comm;
+    cudaStream_t stream;
+    std::string what;
+    DeviceScope scope;
+  };
+
+  static size_t count(const TensorView& t) { return static_cast<size_t>(t.numel()); }
+  ncclComm_t comm() const { return handle_->comm(); }
+  Device device() const { return Device::cuda(handle_->device()); }
+
+  void require_on_device(const TensorView& t, std::string_view what) const {
+    QMESH_CHECK(t.device == device(), what, " is on ", t.device.str(),
+                "; this NCCL communicator carries buffers of ", device().str());
+  }
+
+  void check_p2p(const TensorView& t, int peer, int tag, std::string_view side) const {
+    comm_check::message_args(t, peer, size_, tag, kMaxTag, side);
+    require_on_device(t, detail::concat(side, " buffer"));
+    QMESH_CHECK(peer != rank_, side, " peer ", peer,
+                " is this rank: NCCL cannot send to itself outside a group (copy with "
+                "cudaMemcpyAsync instead)");
+  }
+
+  std::shared_ptr<Handle> handle_;
+  int rank_ = 0;
+  int size_ = 1;
+  cudaStream_t internal_ = nullptr;  // barrier and host_ids
+  Tensor scratch_;                   // the barrier's word
+};
+
+}  // namespace
+
+std::shared_ptr<Communicator> make_nccl_world(Bootstrap& bootstrap) {
+  QMESH_CHECK(cuda_device_count() > 0,
+              "the NCCL backend needs a CUDA device, and none is usable in this process");
+  int device = 0;
+  QMESH_CHECK_CUDA(cudaGetDevice(&device));
+  ncclUniqueId id{};
+  if (bootstrap.rank() == 0) QMESH_CHECK_NCCL(ncclGetUniqueId(&id));
+  const std::string shared =
+      bootstrap.broadcast(std::string(reinterpret_cast<const char*>(&id), sizeof(id)), 0);
+  QMESH_CHECK(shared.size() == sizeof(id), "the bootstrap broadcast ", shared.size(),
+              " bytes for the NCCL unique id; expected ", sizeof(id));
+  std::memcpy(&id, shared.data(), sizeof(id));
+  // Non-blocking, so that a missing peer makes initialization time out instead of hanging.
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclComm_t comm = nullptr;
+  QMESH_CHECK_NCCL(ncclCommInitRankConfig(&comm, bootstrap.size(), id, bootstrap.rank(), &config));
+  return NcclComm::settled(comm, device, "nccl initialization", Clock::now() + comm_timeout());
+}
+
+}  // namespace qmesh
