@@ -13,6 +13,7 @@
 
 #include "cuda/check.h"
 #include "cuda/cublaslt_check.h"
+#include "cuda/device_guard.h"
 #include "cuda/gemm_autotune.h"
 #include "qmesh/logging.h"
 
@@ -59,21 +60,6 @@ cublasLtEpilogue_t cublaslt_epilogue(GemmEpilogue e) {
   }
   QMESH_THROW("invalid GemmEpilogue ", int(e));
 }
-
-// Makes `device` current for a scope and restores the previous device.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    QMESH_CHECK_CUDA(cudaGetDevice(&previous_));
-    if (previous_ != device) QMESH_CHECK_CUDA(cudaSetDevice(device));
-  }
-  ~DeviceGuard() { (void)cudaSetDevice(previous_); }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int previous_ = 0;
-};
 
 // Handles (one per device) and workspaces (one per device and stream), created on first use
 // and kept for the life of the process: freeing them at static destruction would race the
@@ -348,20 +334,20 @@ std::unique_ptr<CublasLtGemm::Impl> described(const CanonicalGemm& c) {
 }  // namespace
 
 CublasLtGemm::CublasLtGemm(const CanonicalGemm& c, void* stream) {
-  DeviceGuard guard(c.device.index);
+  cuda::DeviceGuard guard(c.device.index);
   impl_ = described(c);
   impl_->choose_algo(static_cast<cudaStream_t>(stream));
 }
 
 void CublasLtGemm::check_supported(const CanonicalGemm& c) {
-  DeviceGuard guard(c.device.index);
+  cuda::DeviceGuard guard(c.device.index);
   (void)described(c)->candidates();
 }
 
 CublasLtGemm::~CublasLtGemm() = default;
 
 void CublasLtGemm::run(void* stream, void* workspace) {
-  DeviceGuard guard(impl_->c.device.index);
+  cuda::DeviceGuard guard(impl_->c.device.index);
   auto s = static_cast<cudaStream_t>(stream);
   impl_->launch(impl_->algo, s, workspace ? workspace : workspace_for(impl_->c.device.index, s));
 }
