@@ -126,6 +126,7 @@ struct ShardedCase {
   int64_t hidden = 24, ffn = 48, tokens_per_dp = 12;
   int steps = 2;  // > 1 exercises the delayed-scaling update between steps
   uint64_t seed = 7;
+  Overlap overlap = Overlap::kNone;  // the context's collective-GEMM schedule (with sp)
 };
 
 // Collective over `world` (dp * tp ranks, or 1 for the unsharded block): runs `steps`
