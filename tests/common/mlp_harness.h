@@ -3,9 +3,12 @@
 // global (unsharded) layout, so that any sharding can be compared with the unsharded block.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "qmesh/comm/communicator.h"
@@ -117,6 +120,18 @@ inline std::vector<double> sample(uint64_t seed, int step, int64_t n) {
   for (int64_t i = 0; i < n; ++i)
     v[i] = counter_normal(mix_seed(seed, uint64_t(step)), uint64_t(i));
   return v;
+}
+
+// Every output and gradient of `got` has the same bits as `want`'s (gtest expectations).
+inline void expect_bitwise_equal(const MlpRun& got, const MlpRun& want, const std::string& what) {
+  EXPECT_EQ(got.y, want.y) << what;
+  EXPECT_EQ(got.dx, want.dx) << what;
+  EXPECT_EQ(got.grads.gamma, want.grads.gamma) << what;
+  EXPECT_EQ(got.grads.beta, want.grads.beta) << what;
+  EXPECT_EQ(got.grads.w1, want.grads.w1) << what;
+  EXPECT_EQ(got.grads.b1, want.grads.b1) << what;
+  EXPECT_EQ(got.grads.w2, want.grads.w2) << what;
+  EXPECT_EQ(got.grads.b2, want.grads.b2) << what;
 }
 
 struct ShardedCase {

@@ -42,15 +42,7 @@ TEST_P(MpiOverlappedMLP, IsBitwiseEqualToUnoverlapped) {
   const MlpRun none = run_sharded(world, c);
   for (Overlap o : {Overlap::kRing, Overlap::kBidirectional}) {
     c.overlap = o;
-    const MlpRun got = run_sharded(world, c);
-    const std::string what(overlap_name(o));
-    EXPECT_EQ(got.y, none.y) << what;
-    EXPECT_EQ(got.dx, none.dx) << what;
-    EXPECT_EQ(got.grads.w1, none.grads.w1) << what;
-    EXPECT_EQ(got.grads.b1, none.grads.b1) << what;
-    EXPECT_EQ(got.grads.w2, none.grads.w2) << what;
-    EXPECT_EQ(got.grads.b2, none.grads.b2) << what;
-    EXPECT_EQ(got.grads.gamma, none.grads.gamma) << what;
+    expect_bitwise_equal(run_sharded(world, c), none, std::string(overlap_name(o)));
   }
 }
 

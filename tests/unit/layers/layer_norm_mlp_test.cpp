@@ -176,16 +176,7 @@ TEST_P(OverlappedLayerNormMLP, IsBitwiseEqualToUnoverlapped) {
   const MlpRun none = run_local(c);
   for (Overlap o : {Overlap::kRing, Overlap::kBidirectional}) {
     c.overlap = o;
-    const MlpRun got = run_local(c);
-    const std::string what(overlap_name(o));
-    EXPECT_EQ(got.y, none.y) << what;
-    EXPECT_EQ(got.dx, none.dx) << what;
-    EXPECT_EQ(got.grads.w1, none.grads.w1) << what;
-    EXPECT_EQ(got.grads.b1, none.grads.b1) << what;
-    EXPECT_EQ(got.grads.w2, none.grads.w2) << what;
-    EXPECT_EQ(got.grads.b2, none.grads.b2) << what;
-    EXPECT_EQ(got.grads.gamma, none.grads.gamma) << what;
-    EXPECT_EQ(got.grads.beta, none.grads.beta) << what;
+    expect_bitwise_equal(run_local(c), none, std::string(overlap_name(o)));
   }
   expect_close(none, run_unsharded(c), f.recipe == Recipe::kFp32 ? 1e-5 : 2e-3,
                "overlapped sharded vs unsharded");

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "collective_gemm_checks.h"
@@ -109,37 +110,39 @@ TEST(CollectiveGemm, Fp8ScalesThatDifferAreAnError) {
       "reduce the amax over the tensor-parallel group");
 }
 
+// Zero-filled fp32 operands of a GEMM D [d_rows, 4] = A [a_rows, 8] · Bᵀ, B [4, 8].
+struct Fp32Gemm {
+  Tensor a, b, d;
+  GemmArgs args;
+  Fp32Gemm(int64_t a_rows, int64_t d_rows)
+      : a(DType::kFloat32, Shape{a_rows, 8}),
+        b(DType::kFloat32, Shape{4, 8}),
+        d(DType::kFloat32, Shape{d_rows, 4}) {
+    for (Tensor* t : {&a, &b, &d}) std::memset(t->data(), 0, t->nbytes());
+    args.a = GemmOperand::plain(a);
+    args.b = GemmOperand::plain(b);
+    args.d = d;
+  }
+};
+
 // A rank that never joins the ring: the others fail after QMESH_COMM_TIMEOUT_S, no hang.
 TEST(CollectiveGemm, AMissingPeerIsATimeoutError) {
   setenv("QMESH_COMM_TIMEOUT_S", "1", 1);
   for (Overlap o : {Overlap::kRing, Overlap::kBidirectional}) {
     const auto start = std::chrono::steady_clock::now();
-    EXPECT_QMESH_ERROR(run_local_ranks(3,
-                                       [o](Communicator& comm) {
-                                         if (comm.rank() == 2) return;  // dead peer
-                                         Tensor a(DType::kFloat32, Shape{2, 8});
-                                         Tensor b(DType::kFloat32, Shape{4, 8});
-                                         Tensor d(DType::kFloat32, Shape{6, 4});
-                                         Tensor g(DType::kFloat32, Shape{6, 8});
-                                         GemmArgs args;
-                                         args.a = GemmOperand::plain(a);
-                                         args.b = GemmOperand::plain(b);
-                                         args.d = d;
-                                         all_gather_gemm(comm, args, GemmOperand::plain(g), o);
-                                       }),
-                       "all_gather_gemm (rank");
-    EXPECT_QMESH_ERROR(run_local_ranks(3,
-                                       [o](Communicator& comm) {
-                                         if (comm.rank() == 0) return;
-                                         Tensor a(DType::kFloat32, Shape{6, 8});
-                                         Tensor b(DType::kFloat32, Shape{4, 8});
-                                         Tensor d(DType::kFloat32, Shape{2, 4});
-                                         GemmArgs args;
-                                         args.a = GemmOperand::plain(a);
-                                         args.b = GemmOperand::plain(b);
-                                         args.d = d;
-                                         gemm_reduce_scatter(comm, args, o);
-                                       }),
+    auto all_gather_without_rank_2 = [o](Communicator& comm) {
+      if (comm.rank() == 2) return;  // the dead peer
+      Fp32Gemm g(2, 6);
+      Tensor gathered(DType::kFloat32, Shape{6, 8});
+      all_gather_gemm(comm, g.args, GemmOperand::plain(gathered), o);
+    };
+    EXPECT_QMESH_ERROR(run_local_ranks(3, all_gather_without_rank_2), "all_gather_gemm (rank");
+    auto reduce_scatter_without_rank_0 = [o](Communicator& comm) {
+      if (comm.rank() == 0) return;
+      Fp32Gemm g(6, 2);
+      gemm_reduce_scatter(comm, g.args, o);
+    };
+    EXPECT_QMESH_ERROR(run_local_ranks(3, reduce_scatter_without_rank_0),
                        "gemm_reduce_scatter (rank");
     EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
   }
