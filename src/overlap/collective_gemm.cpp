@@ -56,7 +56,8 @@ void gemm_rows(const GemmArgs& args, const GemmOperand& a_rows, const TensorView
 // comm_timeout() whatever the number of steps.
 class Waiter {
  public:
-  Waiter(std::string what) : what_(std::move(what)), deadline_(Clock::now() + comm_timeout()) {}
+  explicit Waiter(std::string what)
+      : what_(std::move(what)), deadline_(Clock::now() + comm_timeout()) {}
 
   void wait(WorkHandle& work, int step, std::string_view transfer) const {
     if (!work) return;

@@ -73,7 +73,7 @@ TEST(CollectiveGemm, BadShapesAreErrors) {
     Tensor b_k(DType::kFloat32, Shape{6, 7});  // K mismatch
     args.b = GemmOperand::plain(b_k);
     EXPECT_QMESH_ERROR(all_gather_gemm(comm, args, GemmOperand::plain(gathered), Overlap::kRing),
-                       "all_gather_gemm: ");
+                       "all_gather_gemm: GEMM inner dimensions differ");
     // GEMM + RS: 5 tokens over tp=2.
     Tensor a5(DType::kFloat32, Shape{5, 8}), d2(DType::kFloat32, Shape{2, 6});
     GemmArgs rs;
