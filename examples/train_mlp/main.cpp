@@ -33,8 +33,8 @@ class Model {
   Model(const Options& o, qmesh::LayerContext& ctx) {
     for (int l = 0; l < o.layers; ++l)
       blocks_.emplace_back("block" + std::to_string(l), o.hidden, o.ffn,
-                           qmesh::LayerNormMLPOptions{o.sequence_parallel, 1e-5f}, ctx,
-                           o.seed + 1000 * uint64_t(l + 1));
+                           qmesh::LayerNormMLPOptions{o.sequence_parallel, 1e-5f, std::nullopt},
+                           ctx, o.seed + 1000 * uint64_t(l + 1));
   }
   qmesh::TensorView forward(qmesh::TensorView x) {
     for (auto& b : blocks_) x = b.forward(x);
@@ -109,6 +109,7 @@ int run(const Options& o, const std::shared_ptr<qmesh::Communicator>& world) {
   delayed.amax_history_len = o.amax_history;
   delayed.margin = o.margin;
   qmesh::LayerContext ctx(mesh, o.recipe, delayed);
+  ctx.set_overlap(o.overlap);
   Model model(o, ctx);
   auto params = model.parameters();
   std::unique_ptr<qmesh::Optimizer> opt =

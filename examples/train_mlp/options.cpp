@@ -12,6 +12,7 @@ namespace po = boost::program_options;
 std::optional<Options> parse_options(int argc, char** argv) {
   Options o;
   std::string recipe = "delayed";
+  std::string overlap = "none";
   po::options_description desc(
       "train_mlp: train a stack of LayerNormMLP blocks with data and tensor parallelism and\n"
       "FP8 on a synthetic teacher task. Run under mpirun (or launch/qmeshrun), one process\n"
@@ -39,6 +40,9 @@ std::optional<Options> parse_options(int argc, char** argv) {
     ("margin", po::value(&o.margin)->default_value(o.margin), "delayed scaling: margin")
     ("sequence-parallel", po::bool_switch(&o.sequence_parallel),
      "shard activations on the token dimension over tp")
+    ("overlap", po::value(&overlap)->default_value(overlap),
+     "collective-GEMM schedule with --sequence-parallel: none, ring (all-gather/reduce-scatter "
+     "hidden behind the GEMMs in tp steps) or bidir (chunks travel both ways)")
     ("seed", po::value(&o.seed)->default_value(o.seed), "seed of weights, teacher and data")
     ("log-every", po::value(&o.log_every)->default_value(o.log_every),
      "print a progress line every N steps")
@@ -60,6 +64,7 @@ std::optional<Options> parse_options(int argc, char** argv) {
   }
   po::notify(vm);
   o.recipe = qmesh::parse_recipe(recipe);
+  o.overlap = qmesh::parse_overlap(overlap);
   return o;
 }
 
@@ -79,6 +84,10 @@ void validate(Options& o, int world) {
   QMESH_CHECK(!o.sequence_parallel || (o.seq * o.batch) % o.tp == 0,
               "--sequence-parallel needs --seq x --batch (", o.seq * o.batch,
               " tokens) divisible by --tp ", o.tp);
+  QMESH_CHECK(o.overlap == qmesh::Overlap::kNone || o.sequence_parallel, "--overlap ",
+              qmesh::overlap_name(o.overlap),
+              " overlaps the sequence-parallel collectives: add --sequence-parallel or use "
+              "--overlap none");
   QMESH_CHECK(o.steps >= 1, "--steps must be >= 1, got ", o.steps);
   QMESH_CHECK(o.lr > 0, "--lr must be > 0, got ", o.lr);
   QMESH_CHECK(o.optimizer == "adamw" || o.optimizer == "sgd",

@@ -8,6 +8,7 @@
 #include "layers/operand_cast.h"
 #include "qmesh/error.h"
 #include "qmesh/ops/gemm.h"
+#include "qmesh/overlap/collective_gemm.h"
 #include "qmesh/random.h"
 
 namespace qmesh {
@@ -35,6 +36,7 @@ struct Dense::Impl {
         options(opt),
         ctx(context),
         tp(context.mesh().role(context.mesh().resource().tp)),
+        overlap(opt.overlap.value_or(context.overlap())),
         x_cast(context, OperandRole::kInput),
         w_cast(context, OperandRole::kWeight),
         dy_cast(context, OperandRole::kGradOutput) {
@@ -90,43 +92,40 @@ struct Dense::Impl {
     QMESH_CHECK(x.shape.cols() == in_local, name, ": input must have ", in_local,
                 " features (last dimension), got shape ", x.shape.str());
     x_in = x;
-    x_used = x;
-    if (column() && sp()) {  // gather the sequence shards: [T/tp, in] -> [T, in]
-      x_used = ensure_tensor(x_gathered, DType::kFloat32,
-                             with_rows(x.shape.rows() * tp->size(), in_local), x.device);
-      tp->all_gather(x, x_used);
-    }
-    const int64_t tokens = x_used.shape.rows();
+    // Column parallel with sequence parallelism gathers the sequence shards [T/tp, in] ->
+    // [T, in] inside the collective GEMM, as cast operands (FP8 codes, bf16).
+    tokens = column() && sp() ? x.shape.rows() * tp->size() : x.shape.rows();
+    QMESH_CHECK(!(row() && sp()) || tokens % tp->size() == 0, name, ": ", tokens,
+                " tokens cannot be reduce-scattered over tp=", tp->size());
     GemmArgs args;
-    last_x = x_cast.cast(x_used, columnwise());
+    args.a = x_cast.cast(x, columnwise());
+    last_x = column() && sp() ? x_cast.gathered(args.a, tokens) : args.a;
     last_w = w_cast.cast(weight.value, columnwise());
-    args.a = last_x;
     args.b = last_w;
     args.trans_b = GemmTranspose::kYes;  // y = x · Wᵀ
-    const TensorView y_full =
-        ensure_tensor(row() ? partial : y, DType::kFloat32, with_rows(tokens, out_local), x.device);
-    args.d = y_full;
+    const int64_t out_rows = row() && sp() ? tokens / tp->size() : tokens;
+    const TensorView out =
+        ensure_tensor(y, DType::kFloat32, with_rows(out_rows, out_local), x.device);
+    args.d = out;
     if (options.bias && !row()) {
       args.bias = bias.value;
       args.epilogue = GemmEpilogue::kBias;
     }
     if (options.activation == DenseActivation::kGelu) {  // saves the pre-activation
       args.epilogue = GemmEpilogue::kBiasGeluAux;
-      args.aux = ensure_tensor(pre_activation, DType::kFloat32, y_full.shape, x.device);
+      args.aux = ensure_tensor(pre_activation, DType::kFloat32, out.shape, x.device);
     }
     args.accumulation = GemmAccumulation::kFast;
-    gemm(args);
-    if (!row()) return y_full;
-    // Row parallel: sum the partial products over tp, then add the (replicated) bias.
-    TensorView out = y_full;
-    if (sp()) {
-      QMESH_CHECK(tokens % tp->size() == 0, name, ": ", tokens,
-                  " tokens cannot be reduce-scattered over tp=", tp->size());
-      out = ensure_tensor(y, DType::kFloat32, with_rows(tokens / tp->size(), out_local), x.device);
-      tp->reduce_scatter(y_full, out, ReduceOp::kSum);
+    if (column() && sp()) {
+      all_gather_gemm(*tp, args, last_x, overlap);
+    } else if (row() && sp()) {  // partial products reduce-scattered to [T/tp, out]
+      gemm_reduce_scatter(*tp, args, overlap);
     } else {
-      tp->all_reduce(y_full, ReduceOp::kSum);
+      gemm(args);
+      if (row()) tp->all_reduce(out, ReduceOp::kSum);
     }
+    if (!row()) return out;
+    // Row parallel: the partial products are summed over tp; add the (replicated) bias.
     if (options.bias) {
       float* o = out.data_as<float>();
       const float* b = bias.value.data_as<float>();
@@ -139,16 +138,10 @@ struct Dense::Impl {
   TensorView backward(const TensorView& dy_in) {
     QMESH_CHECK(!x_in.empty(), name, ": backward called before forward");
     check_dtype(dy_in, DType::kFloat32, name + " output gradient");
+    const Shape x_shape = with_rows(tokens, in_local);  // x as the GEMMs saw it
+    if (row() && sp()) return backward_row_sp(dy_in, x_shape);
+    check_shape(dy_in, Shape{tokens, out_local}, name + " output gradient");
     TensorView dy = dy_in;
-    if (row() && sp()) {  // gather the sequence shards of the gradient
-      dy = ensure_tensor(dy_gathered, DType::kFloat32,
-                         with_rows(dy_in.shape.rows() * tp->size(), out_local), dy_in.device);
-      check_shape(dy_in, Shape{x_used.shape.rows() / tp->size(), out_local},
-                  name + " output gradient");
-      tp->all_gather(dy_in, dy);
-    } else {
-      check_shape(dy_in, Shape{x_used.shape.rows(), out_local}, name + " output gradient");
-    }
     if (options.activation == DenseActivation::kGelu) {  // through GELU: dy * gelu'(pre)
       const TensorView d = ensure_tensor(dpre, DType::kFloat32, dy.shape, dy.device);
       std::copy_n(dy.data_as<float>(), dy.numel(), d.data_as<float>());
@@ -156,9 +149,51 @@ struct Dense::Impl {
       dy = d;
     }
     if (options.bias) column_sums(dy, bias.grad.data_as<float>());
-
     const GemmOperand dy_op = dy_cast.cast(dy, columnwise());
-    // wgrad: dW [out, in] = dyᵀ · x, with the operands forward cast.
+    run_wgrad(dy_op);
+    // dgrad: dx [T, in] = dy · W.
+    GemmArgs dgrad = dgrad_args(dy_op);
+    if (column() && sp()) {  // partial dx reduce-scattered to this rank's [T/tp, in]
+      dgrad.d = ensure_tensor(dx, DType::kFloat32, x_in.shape, x_in.device);
+      gemm_reduce_scatter(*tp, dgrad, overlap);
+      return dgrad.d;
+    }
+    dgrad.d = ensure_tensor(dx, DType::kFloat32, x_shape, x_in.device);
+    gemm(dgrad);
+    // Column parallel: every tp rank holds a partial dx over the full input features.
+    if (column()) tp->all_reduce(dgrad.d, ReduceOp::kSum);
+    return dgrad.d;
+  }
+
+  // Row parallel with sequence parallelism: dy arrives as this rank's [T/tp, out] shard. The
+  // cast shard is gathered inside the dgrad GEMM (dx = gather(dy) · W); wgrad then reuses
+  // the gathered operand. The replicated bias's gradient sums every rank's column sums in
+  // rank order (the same bits on every rank and for every schedule).
+  TensorView backward_row_sp(const TensorView& dy_in, const Shape& x_shape) {
+    const int n = tp->size();
+    check_shape(dy_in, Shape{tokens / n, out_local}, name + " output gradient");
+    if (options.bias) {
+      const TensorView sums =
+          ensure_tensor(bias_sums, DType::kFloat32, Shape{n, out_local}, dy_in.device);
+      const TensorView mine(bias.grad.data_as<float>(), DType::kFloat32, Shape{out_local},
+                            dy_in.device);
+      column_sums(dy_in, mine.data_as<float>());
+      tp->all_gather(mine, sums);
+      float* g = bias.grad.data_as<float>();
+      std::copy_n(sums.data_as<float>(), out_local, g);
+      for (int r = 1; r < n; ++r)
+        for (int64_t c = 0; c < out_local; ++c) g[c] += sums.data_as<float>()[r * out_local + c];
+    }
+    GemmArgs dgrad = dgrad_args(dy_cast.cast(dy_in, columnwise()));
+    const GemmOperand dy_gathered = dy_cast.gathered(dgrad.a, tokens);
+    dgrad.d = ensure_tensor(dx, DType::kFloat32, x_shape, x_in.device);
+    all_gather_gemm(*tp, dgrad, dy_gathered, overlap);
+    run_wgrad(dy_gathered);
+    return dgrad.d;
+  }
+
+  // wgrad: dW [out, in] = dyᵀ · x, with the operands forward cast.
+  void run_wgrad(const GemmOperand& dy_op) {
     GemmArgs wgrad;
     wgrad.a = dy_op;
     wgrad.trans_a = GemmTranspose::kYes;
@@ -167,37 +202,30 @@ struct Dense::Impl {
     wgrad.d = weight.grad;
     wgrad.accumulation = GemmAccumulation::kSplit;
     gemm(wgrad);
-    // dgrad: dx [T, in] = dy · W.
+  }
+
+  // dgrad: dx = dy · W (D to be set by the caller).
+  GemmArgs dgrad_args(const GemmOperand& dy_op) const {
     GemmArgs dgrad;
     dgrad.a = dy_op;
     dgrad.b = last_w;
     dgrad.trans_b = GemmTranspose::kNo;
-    const TensorView dx_full =
-        ensure_tensor(column() ? dx_partial : dx, DType::kFloat32, x_used.shape, x_used.device);
-    dgrad.d = dx_full;
     dgrad.accumulation = GemmAccumulation::kSplit;
-    gemm(dgrad);
-    if (!column()) return dx_full;
-    // Column parallel: every tp rank holds a partial dx over the full input features.
-    if (!sp()) {
-      tp->all_reduce(dx_full, ReduceOp::kSum);
-      return dx_full;
-    }
-    const TensorView out = ensure_tensor(dx, DType::kFloat32, x_in.shape, x_in.device);
-    tp->reduce_scatter(dx_full, out, ReduceOp::kSum);
-    return out;
+    return dgrad;
   }
 
   std::string name;
   DenseOptions options;
   LayerContext& ctx;
   std::shared_ptr<Communicator> tp;
+  Overlap overlap;  // the collective-GEMM schedule under sequence parallelism
   int64_t in_local = 0, out_local = 0;
   Parameter weight, bias;
   OperandCast x_cast, w_cast, dy_cast;
   GemmOperand last_x, last_w;  // forward's operands, reused by backward
-  TensorView x_in, x_used;
-  Tensor x_gathered, y, partial, pre_activation, dy_gathered, dpre, dx, dx_partial;
+  TensorView x_in;
+  int64_t tokens = 0;  // rows of the forward GEMM (the gathered sequence under column SP)
+  Tensor y, pre_activation, bias_sums, dpre, dx;
 };
 
 Dense::Dense(std::string name, int64_t in_features, int64_t out_features, DenseOptions options,

@@ -36,11 +36,11 @@ LayerNormMLP::LayerNormMLP(std::string name, int64_t hidden, int64_t ffn,
       norm_(name + ".ln", hidden, options.layer_norm_eps),
       fc1_(name + ".fc1", hidden, ffn,
            DenseOptions{DenseParallelism::kColumn, options.sequence_parallel, true,
-                        DenseActivation::kGelu},
+                        DenseActivation::kGelu, options.overlap},
            ctx, seed * 2 + 1),
       fc2_(name + ".fc2", ffn, hidden,
            DenseOptions{DenseParallelism::kRow, options.sequence_parallel, true,
-                        DenseActivation::kNone},
+                        DenseActivation::kNone, options.overlap},
            ctx, seed * 2 + 2) {}
 
 TensorView LayerNormMLP::forward(const TensorView& x) {
@@ -68,10 +68,10 @@ LayerNormDense::LayerNormDense(std::string name, int64_t hidden, int64_t out,
     : sequence_parallel_(sequence_parallel),
       ctx_(ctx),
       norm_(name + ".ln", hidden),
-      dense_(
-          name + ".dense", hidden, out,
-          DenseOptions{DenseParallelism::kColumn, sequence_parallel, true, DenseActivation::kNone},
-          ctx, seed) {}
+      dense_(name + ".dense", hidden, out,
+             DenseOptions{DenseParallelism::kColumn, sequence_parallel, true,
+                          DenseActivation::kNone, std::nullopt},
+             ctx, seed) {}
 
 TensorView LayerNormDense::forward(const TensorView& x) { return dense_.forward(norm_.forward(x)); }
 

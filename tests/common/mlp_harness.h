@@ -3,9 +3,12 @@
 // global (unsharded) layout, so that any sharding can be compared with the unsharded block.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "qmesh/comm/communicator.h"
@@ -119,6 +122,18 @@ inline std::vector<double> sample(uint64_t seed, int step, int64_t n) {
   return v;
 }
 
+// Every output and gradient of `got` has the same bits as `want`'s (gtest expectations).
+inline void expect_bitwise_equal(const MlpRun& got, const MlpRun& want, const std::string& what) {
+  EXPECT_EQ(got.y, want.y) << what;
+  EXPECT_EQ(got.dx, want.dx) << what;
+  EXPECT_EQ(got.grads.gamma, want.grads.gamma) << what;
+  EXPECT_EQ(got.grads.beta, want.grads.beta) << what;
+  EXPECT_EQ(got.grads.w1, want.grads.w1) << what;
+  EXPECT_EQ(got.grads.b1, want.grads.b1) << what;
+  EXPECT_EQ(got.grads.w2, want.grads.w2) << what;
+  EXPECT_EQ(got.grads.b2, want.grads.b2) << what;
+}
+
 struct ShardedCase {
   int dp = 1, tp = 1;
   bool sequence_parallel = false;
@@ -126,6 +141,7 @@ struct ShardedCase {
   int64_t hidden = 24, ffn = 48, tokens_per_dp = 12;
   int steps = 2;  // > 1 exercises the delayed-scaling update between steps
   uint64_t seed = 7;
+  Overlap overlap = Overlap::kNone;  // the context's collective-GEMM schedule (with sp)
 };
 
 // Collective over `world` (dp * tp ranks, or 1 for the unsharded block): runs `steps`

@@ -3,6 +3,7 @@
 # Usage: train_mlp_test.sh <qmeshrun> <train_mlp> <case>
 #   converge   FP8 delayed scaling learns, and ends within 5% of the BF16 run's loss
 #   resume     20 steps == 10 steps, checkpoint, resume, 10 more (bit for bit)
+#   overlap    --overlap ring and bidir train to the same bits as --overlap none (FP8, SP)
 #   bad-input  bad options and checkpoints give one clear message and a non-zero exit
 set -uo pipefail
 run=$1
@@ -45,6 +46,20 @@ resume)
   echo "resumed:       $b"
   [ "$a" = "$b" ] || fail "parameters differ after resuming"
   ;;
+overlap)
+  for o in none ring bidir; do
+    train4 "${small[@]}" --steps 10 --recipe delayed --sequence-parallel --overlap $o \
+      --csv "$work/$o.csv" >"$work/$o.log" 2>&1 || { cat "$work/$o.log"; fail "--overlap $o"; }
+  done
+  for o in ring bidir; do
+    diff "$work/none.csv" "$work/$o.csv" || fail "loss curves of --overlap $o and none differ"
+    a=$(field "parameter checksums" "$work/none.log")
+    b=$(field "parameter checksums" "$work/$o.log")
+    echo "none:  $a"
+    echo "$o: $b"
+    [ -n "$a" ] && [ "$a" = "$b" ] || fail "parameters of --overlap $o and none differ"
+  done
+  ;;
 bad-input)
   # expect <message> <train_mlp args...>: non-zero exit, the message, no stack trace.
   expect() {
@@ -59,6 +74,8 @@ bad-input)
   expect "does not divide the number of ranks 4" --tp 3
   expect "must be a positive multiple of --tp 4" --tp 4 --hidden 66
   expect "unknown recipe 'fp9'" --recipe fp9
+  expect "add --sequence-parallel or use --overlap none" "${small[@]}" --overlap ring
+  expect "expected one of: none, ring, bidir" "${small[@]}" --overlap both
   expect "unrecognised option '--bogus'" --bogus
   expect "no checkpoint to resume from" "${small[@]}" --resume --checkpoint-dir "$work/none"
   train4 "${small[@]}" --steps 2 --checkpoint-dir "$work/c" >/dev/null 2>&1 || fail "save"

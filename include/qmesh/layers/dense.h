@@ -10,6 +10,10 @@
 //   kRow:    W columns sharded: W [out, in/tp], b [out] replicated. x [T, in/tp] ->
 //            partial sums all-reduced (sequence_parallel: reduce-scattered to [T/tp, out]),
 //            then + b. Backward all-gathers dy first under sequence_parallel.
+// Under sequence_parallel the all-gather + GEMM and GEMM + reduce-scatter pairs run as the
+// collective GEMMs of qmesh/overlap/collective_gemm.h with the layer's Overlap schedule;
+// every schedule gives the same bits (the gathered operand is the cast chunk: FP8 codes or
+// bf16, not fp32).
 // The same global input gives the same output and gradients (to rounding) for every tp.
 //
 // Precision (LayerContext::recipe): each GEMM operand is cast to bf16 or quantized to FP8
@@ -18,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +42,9 @@ struct DenseOptions {
   bool sequence_parallel = false;  // only with kColumn / kRow
   bool bias = true;
   DenseActivation activation = DenseActivation::kNone;  // not with kRow (needs full sums)
+  // Collective-GEMM schedule under sequence_parallel (ignored otherwise); unset: the
+  // LayerContext's overlap() at construction.
+  std::optional<Overlap> overlap;
 };
 
 class QMESH_API Dense {

@@ -13,6 +13,7 @@
 
 #include "qmesh/comm/mesh.h"
 #include "qmesh/export.h"
+#include "qmesh/overlap/collective_gemm.h"
 #include "qmesh/scaling/recipe.h"
 #include "qmesh/scaling/scaling_states.h"
 
@@ -44,6 +45,12 @@ class QMESH_API LayerContext {
   // FP8 dtype of an operand of this role under the active recipe's format.
   DType fp8_dtype(OperandRole role) const;
 
+  // The default collective-GEMM schedule of sequence-parallel dense layers whose
+  // DenseOptions::overlap is unset (docs/design/overlap.md). kNone until set; set it before
+  // constructing the layers (each reads it once, at construction).
+  Overlap overlap() const { return overlap_; }
+  void set_overlap(Overlap overlap) { overlap_ = overlap; }
+
   // Registers one quantized operand and returns its index in the scaling states. Only
   // before the first scaling() call (Error afterwards: the states are already laid out).
   int add_operand(OperandRole role);
@@ -60,6 +67,7 @@ class QMESH_API LayerContext {
   Recipe recipe_;
   DelayedScaling delayed_;
   Float8CurrentScaling current_;
+  Overlap overlap_ = Overlap::kNone;
   std::vector<OperandRole> roles_;
   std::unique_ptr<ScalingStates> states_;
 };

@@ -5,6 +5,7 @@
 // token dimension ([T/tp, hidden]) and LayerNorm runs on the local shard.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,8 @@ namespace qmesh {
 struct LayerNormMLPOptions {
   bool sequence_parallel = false;
   float layer_norm_eps = 1e-5f;
+  // Collective-GEMM schedule of fc1 and fc2 under sequence_parallel; unset: the context's.
+  std::optional<Overlap> overlap;
 };
 
 class QMESH_API LayerNormMLP {

@@ -164,6 +164,36 @@ INSTANTIATE_TEST_SUITE_P(Factorizations, ShardedLayerNormMLP,
                            return os.str();
                          });
 
+class OverlappedLayerNormMLP : public testing::TestWithParam<Factorization> {};
+
+// The collective-GEMM schedules change when data moves, not the math: with sequence
+// parallelism, ring and bidirectional overlap give the same bits as no overlap (outputs and
+// every gradient), and so the same agreement with the unsharded block.
+TEST_P(OverlappedLayerNormMLP, IsBitwiseEqualToUnoverlapped) {
+  const Factorization f = GetParam();
+  ShardedCase c;
+  c.dp = f.dp, c.tp = f.tp, c.sequence_parallel = true, c.recipe = f.recipe;
+  const MlpRun none = run_local(c);
+  for (Overlap o : {Overlap::kRing, Overlap::kBidirectional}) {
+    c.overlap = o;
+    expect_bitwise_equal(run_local(c), none, std::string(overlap_name(o)));
+  }
+  expect_close(none, run_unsharded(c), f.recipe == Recipe::kFp32 ? 1e-5 : 2e-3,
+               "overlapped sharded vs unsharded");
+}
+
+INSTANTIATE_TEST_SUITE_P(Factorizations, OverlappedLayerNormMLP,
+                         testing::Values(Factorization{1, 2, true, Recipe::kFp32},
+                                         Factorization{1, 3, true, Recipe::kBf16},
+                                         Factorization{2, 2, true, Recipe::kFp8Delayed},
+                                         Factorization{1, 4, true, Recipe::kFp8Current},
+                                         Factorization{1, 4, true, Recipe::kFp32}),
+                         [](const auto& p) {
+                           std::ostringstream os;
+                           PrintTo(p.param, &os);
+                           return os.str();
+                         });
+
 TEST(LayerNormMLP, BadShapesAreClearErrors) {
   run_local_ranks(2, [&](Communicator& comm) {
     Mesh mesh(borrowed(comm), {{"dp", 1}, {"tp", 2}});
@@ -183,10 +213,12 @@ TEST(Dense, OptionConflictsAreClearErrors) {
     Mesh mesh(borrowed(comm), {{"tp", 1}});
     LayerContext ctx(mesh, Recipe::kBf16);
     EXPECT_QMESH_ERROR(
-        Dense("d", 4, 4, {DenseParallelism::kRow, false, true, DenseActivation::kGelu}, ctx, 1),
+        Dense("d", 4, 4,
+              {DenseParallelism::kRow, false, true, DenseActivation::kGelu, std::nullopt}, ctx, 1),
         "cannot fuse GELU");
     EXPECT_QMESH_ERROR(
-        Dense("d", 4, 4, {DenseParallelism::kNone, true, true, DenseActivation::kNone}, ctx, 1),
+        Dense("d", 4, 4,
+              {DenseParallelism::kNone, true, true, DenseActivation::kNone, std::nullopt}, ctx, 1),
         "sequence_parallel needs column or row parallelism");
     EXPECT_QMESH_ERROR(parse_recipe("fp4"), "unknown recipe 'fp4'");
   });

@@ -1,0 +1,153 @@
+// All-gather + GEMM and GEMM + reduce-scatter on the local backend: every schedule gives the
+// same bits as the unoverlapped one (Overlap::kNone), and all agree with a float64
+// reference; bad shapes and a rank that never joins give errors, not hangs.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "collective_gemm_checks.h"
+#include "expect_error.h"
+#include "qmesh/comm/local.h"
+
+namespace qmesh {
+namespace {
+
+using namespace testing_overlap;
+
+struct Case {
+  int tp;
+  Operands operands;
+};
+
+class CollectiveGemmTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CollectiveGemmTest, AllGatherGemmIsBitwiseEqualToUnoverlapped) {
+  const Operands kind = GetParam().operands;
+  run_local_ranks(GetParam().tp, [kind](Communicator& comm) { check_all_gather_gemm(comm, kind); });
+}
+
+TEST_P(CollectiveGemmTest, GemmReduceScatterIsBitwiseEqualToUnoverlapped) {
+  const Operands kind = GetParam().operands;
+  run_local_ranks(GetParam().tp,
+                  [kind](Communicator& comm) { check_gemm_reduce_scatter(comm, kind); });
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  for (int tp : {1, 2, 3, 4, 8})
+    for (Operands o : {Operands::kFp32, Operands::kBf16, Operands::kFp8}) out.push_back({tp, o});
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Schedules, CollectiveGemmTest, ::testing::ValuesIn(cases()),
+                         [](const ::testing::TestParamInfo<Case>& p) {
+                           return "tp" + std::to_string(p.param.tp) + "_" +
+                                  operands_name(p.param.operands);
+                         });
+
+TEST(CollectiveGemm, OverlapNamesRoundTrip) {
+  for (Overlap o : kSchedules) EXPECT_EQ(parse_overlap(overlap_name(o)), o);
+  EXPECT_QMESH_ERROR(parse_overlap("both"), "expected one of: none, ring, bidir");
+}
+
+TEST(CollectiveGemm, BadShapesAreErrors) {
+  run_local_ranks(2, [](Communicator& comm) {
+    Tensor a(DType::kFloat32, Shape{4, 8}), b(DType::kFloat32, Shape{6, 8});
+    Tensor d(DType::kFloat32, Shape{8, 6}), gathered(DType::kFloat32, Shape{8, 8});
+    GemmArgs args;
+    args.a = GemmOperand::plain(a);
+    args.b = GemmOperand::plain(b);
+    args.d = d;
+    Tensor short_d(DType::kFloat32, Shape{4, 6});
+    args.d = short_d;
+    EXPECT_QMESH_ERROR(all_gather_gemm(comm, args, GemmOperand::plain(gathered), Overlap::kRing),
+                       "D must have 8 rows");
+    args.d = d;
+    Tensor small_gathered(DType::kFloat32, Shape{4, 8});
+    EXPECT_QMESH_ERROR(
+        all_gather_gemm(comm, args, GemmOperand::plain(small_gathered), Overlap::kRing),
+        "gathered must be [8, 8]");
+    Tensor b_k(DType::kFloat32, Shape{6, 7});  // K mismatch
+    args.b = GemmOperand::plain(b_k);
+    EXPECT_QMESH_ERROR(all_gather_gemm(comm, args, GemmOperand::plain(gathered), Overlap::kRing),
+                       "all_gather_gemm: GEMM inner dimensions differ");
+    // GEMM + RS: 5 tokens over tp=2.
+    Tensor a5(DType::kFloat32, Shape{5, 8}), d2(DType::kFloat32, Shape{2, 6});
+    GemmArgs rs;
+    rs.a = GemmOperand::plain(a5);
+    rs.b = GemmOperand::plain(b);
+    rs.d = d2;
+    EXPECT_QMESH_ERROR(gemm_reduce_scatter(comm, rs, Overlap::kRing),
+                       "5 tokens (rows of A [5, 8]) are not divisible by tp=2");
+    rs.a = GemmOperand::plain(a);
+    rs.d = d;
+    EXPECT_QMESH_ERROR(gemm_reduce_scatter(comm, rs, Overlap::kRing), "D must have 2 rows");
+    rs.d = Tensor(DType::kFloat32, Shape{2, 6});
+    rs.epilogue = GemmEpilogue::kBias;
+    EXPECT_QMESH_ERROR(gemm_reduce_scatter(comm, rs, Overlap::kRing), "add the bias after");
+  });
+}
+
+TEST(CollectiveGemm, Fp8ScalesThatDifferAreAnError) {
+  EXPECT_QMESH_ERROR(
+      run_local_ranks(2,
+                      [](Communicator& comm) {
+                        const std::vector<float> v = normal_matrix(1, 2, 16);
+                        Operand a(Operands::kFp8, v.data(), 2, 16, DType::kFloat8E4M3);
+                        *a.fp8.view().scale_inv = comm.rank() == 0 ? 0.5f : 0.25f;
+                        const Operand b(Operands::kFp8, v.data(), 2, 16, DType::kFloat8E4M3);
+                        Gathered g(Operands::kFp8, 4, 16);
+                        Tensor d(DType::kFloat32, Shape{4, 2});
+                        GemmArgs args;
+                        args.a = a.op();
+                        args.b = b.op();
+                        args.d = d;
+                        all_gather_gemm(comm, args, g.op(), Overlap::kRing);
+                      }),
+      "reduce the amax over the tensor-parallel group");
+}
+
+// Zero-filled fp32 operands of a GEMM D [d_rows, 4] = A [a_rows, 8] · Bᵀ, B [4, 8].
+struct Fp32Gemm {
+  Tensor a, b, d;
+  GemmArgs args;
+  Fp32Gemm(int64_t a_rows, int64_t d_rows)
+      : a(DType::kFloat32, Shape{a_rows, 8}),
+        b(DType::kFloat32, Shape{4, 8}),
+        d(DType::kFloat32, Shape{d_rows, 4}) {
+    for (Tensor* t : {&a, &b, &d}) std::memset(t->data(), 0, t->nbytes());
+    args.a = GemmOperand::plain(a);
+    args.b = GemmOperand::plain(b);
+    args.d = d;
+  }
+};
+
+// A rank that never joins the ring: the others fail after QMESH_COMM_TIMEOUT_S, no hang.
+TEST(CollectiveGemm, AMissingPeerIsATimeoutError) {
+  setenv("QMESH_COMM_TIMEOUT_S", "1", 1);
+  for (Overlap o : {Overlap::kRing, Overlap::kBidirectional}) {
+    const auto start = std::chrono::steady_clock::now();
+    auto all_gather_without_rank_2 = [o](Communicator& comm) {
+      if (comm.rank() == 2) return;  // the dead peer
+      Fp32Gemm g(2, 6);
+      Tensor gathered(DType::kFloat32, Shape{6, 8});
+      all_gather_gemm(comm, g.args, GemmOperand::plain(gathered), o);
+    };
+    EXPECT_QMESH_ERROR(run_local_ranks(3, all_gather_without_rank_2), "all_gather_gemm (rank");
+    auto reduce_scatter_without_rank_0 = [o](Communicator& comm) {
+      if (comm.rank() == 0) return;
+      Fp32Gemm g(6, 2);
+      gemm_reduce_scatter(comm, g.args, o);
+    };
+    EXPECT_QMESH_ERROR(run_local_ranks(3, reduce_scatter_without_rank_0),
+                       "gemm_reduce_scatter (rank");
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+  }
+  unsetenv("QMESH_COMM_TIMEOUT_S");
+}
+
+}  // namespace
+}  // namespace qmesh
