@@ -1,14 +1,14 @@
 # Shared settings for every qmesh target: warnings, sanitizers, include paths.
 
-if(QMESH_SANITIZE)
-  add_compile_options($<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined>
-                      $<$<COMPILE_LANGUAGE:CXX>:-fno-sanitize-recover=undefined>
-                      $<$<COMPILE_LANGUAGE:CXX>:-fno-omit-frame-pointer>)
-  add_link_options(-fsanitize=address,undefined)
-endif()
-
-# qmesh_target_defaults(<target>): warnings (as errors with QMESH_WERROR) for C++ and CUDA.
+# qmesh_target_defaults(<target>): warnings (as errors with QMESH_WERROR) for C++ and CUDA,
+# and AddressSanitizer + UndefinedBehaviorSanitizer instrumentation with QMESH_SANITIZE.
 function(qmesh_target_defaults target)
+  if(QMESH_SANITIZE)
+    target_compile_options(${target} PRIVATE
+      $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined -fno-sanitize-recover=undefined
+                                -fno-omit-frame-pointer>)
+    target_link_options(${target} PRIVATE -fsanitize=address,undefined)
+  endif()
   target_compile_options(${target} PRIVATE
     $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor>
     $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${QMESH_WERROR}>>:-Werror>
