@@ -120,9 +120,9 @@ class Engine {
  private:
   void progress_loop();
   // Endpoint flushes of puts: at most one flush per endpoint is in flight, covering every
-  // put issued to that peer before it started; puts issued meanwhile wait for the next one.
-  // (Many concurrent flushes of one endpoint, mixing CMA puts with emulated atomics, could
-  // lose a completion with UCX 1.13's shared-memory transports.)
+  // put issued to that peer before it started; puts issued meanwhile wait for the next one
+  // (fewer flushes under many small puts). A flush that UCX completes at once, without its
+  // callback, is completed through defer().
   struct FlushQueue {
     std::vector<std::shared_ptr<Op>> waiting;  // put, not yet covered by a flush
     std::vector<std::shared_ptr<Op>> covered;  // covered by the flush in flight

@@ -369,8 +369,7 @@ class UcxComm final : public Communicator,
                 "put of ", src.nbytes(), " bytes at offset ", offset,
                 " overruns the window buffer of rank ", peer, " (", remote.data_bytes, " bytes)");
     if (peer == rank_) {
-      // A put into this rank's own window is a copy. (UCX's loopback flush of a put can stall
-      // with shared-memory transports, and a copy is what the put would amount to anyway.)
+      // A put into this rank's own window is a copy (what the put would amount to anyway).
       ucx_window->put_local(offset, src);
       auto op = std::make_shared<Op>("ucx put to self");
       op->complete();
