@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_world.h"
 #include "qmesh/comm/bootstrap.h"
 #include "qmesh/comm/local.h"
 #include "qmesh/config.h"
@@ -27,9 +28,6 @@
 #include "qmesh/float16.h"
 #include "qmesh/overlap/collective_gemm.h"
 #include "qmesh/random.h"
-#if QMESH_WITH_MPI
-#include "qmesh/comm/mpi.h"
-#endif
 
 namespace {
 
@@ -233,24 +231,11 @@ void report(const std::vector<Result>& results, const Options& o, int tp) {
 int main(int argc, char** argv) {
   try {
     const Options o = parse(argc, argv);
-    if (o.backend == "local") {
-      std::vector<Result> results;
-      run_local_ranks(o.ranks, [&](Communicator& comm) {
-        auto r = run_all(comm, o);
-        if (comm.rank() == 0) results = std::move(r);
-      });
-      report(results, o, o.ranks);
-      return 0;
-    }
-#if QMESH_WITH_MPI
-    MpiSession session(&argc, &argv);
-    auto world = make_mpi_world();
-    const auto results = run_all(*world, o);
-    if (world->rank() == 0) report(results, o, world->size());
+    bench::run_on_world(&argc, &argv, o.backend, o.ranks, [&](Communicator& comm) {
+      const auto results = run_all(comm, o);
+      if (comm.rank() == 0) report(results, o, comm.size());
+    });
     return 0;
-#else
-    QMESH_THROW("--backend mpi: qmesh was built without MPI (QMESH_WITH_MPI=OFF)");
-#endif
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cgemm_bench: %s\n", e.what());
     return 1;

@@ -21,16 +21,11 @@
 #include <string>
 #include <vector>
 
+#include "bench_world.h"
 #include "qmesh/comm/bootstrap.h"
 #include "qmesh/comm/local.h"
 #include "qmesh/config.h"
 #include "qmesh/error.h"
-#if QMESH_WITH_MPI
-#include "qmesh/comm/mpi.h"
-#endif
-#if QMESH_WITH_UCX
-#include "qmesh/comm/ucx.h"
-#endif
 
 namespace {
 
@@ -248,31 +243,11 @@ void report(const std::vector<Result>& results, const Options& o, int n) {
 int main(int argc, char** argv) {
   try {
     const Options o = parse(argc, argv);
-    if (o.backend == "local") {
-      run_local_ranks(o.ranks, [&](Communicator& comm) {
-        const auto results = run_all(comm, o);
-        if (comm.rank() == 0) report(results, o, comm.size());
-      });
-      return 0;
-    }
-#if QMESH_WITH_MPI
-    MpiSession session(&argc, &argv);
-    std::shared_ptr<Communicator> world;
-    if (o.backend == "ucx") {
-#if QMESH_WITH_UCX
-      world = make_ucx_world(*make_mpi_bootstrap());
-#else
-      QMESH_THROW("this build has no UCX backend (QMESH_WITH_UCX=OFF)");
-#endif
-    } else {
-      world = make_mpi_world();
-    }
-    const auto results = run_all(*world, o);
-    if (world->rank() == 0) report(results, o, world->size());
+    bench::run_on_world(&argc, &argv, o.backend, o.ranks, [&](Communicator& comm) {
+      const auto results = run_all(comm, o);
+      if (comm.rank() == 0) report(results, o, comm.size());
+    });
     return 0;
-#else
-    QMESH_THROW("this build has no MPI backend (QMESH_WITH_MPI=OFF); use --backend local");
-#endif
   } catch (const std::exception& e) {
     std::fprintf(stderr, "comm_bench: %s\n", e.what());
     return 1;
