@@ -10,6 +10,7 @@
 
 #include "algorithms/reduce.h"
 #include "mpi/check.h"
+#include "mpi/progress_thread.h"
 #include "qmesh/comm/mpi.h"
 #include "qmesh/logging.h"
 
@@ -50,7 +51,8 @@ class MpiWork : public Work {
         request_(request),
         what_(std::move(what)),
         on_done_(std::move(on_done)),
-        cancellable_(cancellable) {}
+        cancellable_(cancellable),
+        progress_(ProgressThread::track()) {}
 
   ~MpiWork() override {
     if (done_ || timed_out_) return;
@@ -75,6 +77,7 @@ class MpiWork : public Work {
       throw;
     }
     done_ = flag != 0;
+    if (done_) progress_.release();
     return done_;
   }
 
@@ -138,6 +141,7 @@ class MpiWork : public Work {
   std::string what_;
   OnDone on_done_;
   bool cancellable_;
+  ProgressThread::Active progress_;  // background progress while in flight
   bool done_ = false;
   bool timed_out_ = false;
   std::exception_ptr error_;

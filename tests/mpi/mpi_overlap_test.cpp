@@ -4,10 +4,9 @@
 // LayerNormMLP gives the same bits with and without overlap, forward and backward.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
-
 #include "collective_gemm_checks.h"
 #include "mlp_harness.h"
+#include "qmesh/param.h"
 #include "test_world.h"
 
 namespace qmesh {
@@ -17,8 +16,7 @@ using namespace testing_overlap;
 using testing_world::world;
 
 TEST(OverlapWorld, IsTheRequestedBackend) {
-  const char* requested = std::getenv("QMESH_TEST_WORLD");
-  EXPECT_EQ(world()->backend_name(), requested ? requested : "mpi");
+  EXPECT_EQ(world()->backend_name(), param_string("TEST_WORLD", "mpi"));
 }
 
 class MpiCollectiveGemm : public testing::TestWithParam<Operands> {};

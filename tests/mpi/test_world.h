@@ -4,14 +4,14 @@
 // use; lives until the process exits.
 #pragma once
 
-#include <cstdlib>
 #include <memory>
-#include <string_view>
+#include <string>
 
 #include "qmesh/comm/communicator.h"
 #include "qmesh/comm/mpi.h"
 #include "qmesh/config.h"
 #include "qmesh/error.h"
+#include "qmesh/param.h"
 #if QMESH_WITH_UCX
 #include "qmesh/comm/ucx.h"
 #endif
@@ -20,8 +20,7 @@ namespace qmesh::testing_world {
 
 inline std::shared_ptr<Communicator> world() {
   static const std::shared_ptr<Communicator> w = []() -> std::shared_ptr<Communicator> {
-    const char* choice = std::getenv("QMESH_TEST_WORLD");
-    const std::string_view backend = choice ? choice : "mpi";
+    const std::string backend = param_string("TEST_WORLD", "mpi");  // a test-only variable
     if (backend == "mpi") return make_mpi_world();
 #if QMESH_WITH_UCX
     if (backend == "ucx") return make_ucx_world(*make_mpi_bootstrap());
