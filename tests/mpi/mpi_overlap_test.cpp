@@ -1,7 +1,8 @@
 // Collective GEMMs over 4 processes (tp = 4) on the MPI backend, or on UCX with
 // QMESH_TEST_WORLD=ucx: every Overlap schedule gives the same bits as the unoverlapped one and
 // agrees with a float64 reference, for fp32, bf16 and FP8 operands; and a sequence-parallel
-// LayerNormMLP gives the same bits with and without overlap, forward and backward.
+// LayerNormMLP gives the same bits with and without overlap (and with fc1's input
+// gathered again in backward), forward and backward.
 #include <gtest/gtest.h>
 
 #include "collective_gemm_checks.h"
@@ -47,6 +48,8 @@ TEST_P(MpiOverlappedMLP, IsBitwiseEqualToUnoverlapped) {
     c.overlap = o;
     expect_bitwise_equal(run_sharded(world(), c), none, std::string(overlap_name(o)));
   }
+  c.gathered_input = GatheredInput::kRegather;  // fc1's input gathered again during dgrad
+  expect_bitwise_equal(run_sharded(world(), c), none, "ring, regather");
 }
 
 INSTANTIATE_TEST_SUITE_P(Recipes, MpiOverlappedMLP,

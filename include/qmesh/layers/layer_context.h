@@ -19,6 +19,8 @@
 
 namespace qmesh {
 
+class GatherBuffer;  // internal (src/layers/gather_buffer.h)
+
 enum class Recipe {
   kFp32,        // fp32 GEMM operands (the reference in tests)
   kBf16,        // operands rounded to bf16, fp32 accumulation: the high-precision baseline
@@ -37,6 +39,7 @@ class QMESH_API LayerContext {
   // `recipe` selects is used.
   LayerContext(const Mesh& mesh, Recipe recipe, DelayedScaling delayed = {},
                Float8CurrentScaling current = {});
+  ~LayerContext();
 
   const Mesh& mesh() const { return mesh_; }
   Recipe recipe() const { return recipe_; }
@@ -57,6 +60,11 @@ class QMESH_API LayerContext {
   // The delayed-scaling states of all registered operands, created on first use.
   ScalingStates& scaling();
 
+  // Where layers with GatheredInput::kRegather gather their input in forward and again in
+  // backward: one buffer for all of them, so that the gathered [T, in] operand is not kept
+  // per layer between forward and backward. Used by the library's layers.
+  GatherBuffer& shared_gather_buffer();
+
   // Once per training step, after backward, on every rank of the mesh. Delayed scaling:
   // one all-reduce(MAX) of every operand's current amax over mesh().amax_group(), then
   // the fused update. Other recipes: nothing.
@@ -70,6 +78,7 @@ class QMESH_API LayerContext {
   Overlap overlap_ = Overlap::kNone;
   std::vector<OperandRole> roles_;
   std::unique_ptr<ScalingStates> states_;
+  std::unique_ptr<GatherBuffer> shared_gather_;
 };
 
 }  // namespace qmesh
