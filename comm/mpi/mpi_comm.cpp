@@ -13,6 +13,7 @@
 #include "mpi/progress_thread.h"
 #include "qmesh/comm/mpi.h"
 #include "qmesh/logging.h"
+#include "timeout_text.h"
 
 namespace qmesh {
 
@@ -90,9 +91,7 @@ class MpiWork : public Work {
       const auto now = Clock::now();
       if (now >= deadline) {
         timed_out_ = true;
-        const std::string reason = detail::concat(what_, " did not complete within ",
-                                                  std::chrono::duration<double>(timeout).count(),
-                                                  " s (QMESH_COMM_TIMEOUT_S)");
+        const std::string reason = comm_detail::timeout_text(what_, timeout);
         switch (try_cancel()) {
           case Cancel::kCancelled:
             QMESH_THROW(reason, ": the peer sent nothing; the receive was withdrawn");
