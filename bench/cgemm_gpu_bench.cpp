@@ -1,7 +1,7 @@
 // cgemm_gpu_bench: the collective GEMMs of qmesh/overlap on CUDA tensors, with tp virtual
-// ranks (threads of the local backend) sharing one GPU, each with its own compute, send and
-// receive streams; the local backend moves the chunks with device-to-device copies on the
-// transfer streams. Per tensor-parallel layer shape (M = 8192 tokens, K = 4096, N in
+// ranks (threads of the local backend) sharing one GPU, each with its own compute and comm
+// streams; the local backend moves the chunks with device-to-device copies on the comm
+// streams. Per tensor-parallel layer shape (M = 8192 tokens, K = 4096, N in
 // {4096, 16384}), tp in {2, 4, 8}, BF16 and FP8 (e4m3, unit scales) operands:
 //   ag (column parallel, all-gather + GEMM): A chunk [M/tp, K], W [N/tp, K], D [M, N/tp] bf16
 //   rs (row parallel, GEMM + reduce-scatter): A [M, K/tp], W [N, K/tp], D [M/tp, N] fp32
@@ -106,7 +106,7 @@ void check_cuda(cudaError_t e, const char* what) {
   QMESH_CHECK(e == cudaSuccess, what, " failed: ", cudaGetErrorString(e));
 }
 
-// One rank's compute, send and receive streams.
+// One rank's compute and comm streams.
 class RankStreams {
  public:
   RankStreams() {
@@ -117,13 +117,13 @@ class RankStreams {
   }
   RankStreams(const RankStreams&) = delete;
   RankStreams& operator=(const RankStreams&) = delete;
-  CollectiveGemmStreams get() const { return {{streams_[0]}, {streams_[1]}, {streams_[2]}}; }
+  CollectiveGemmStreams get() const { return {{streams_[0]}, {streams_[1]}}; }
   void sync() const {
     for (cudaStream_t s : streams_) check_cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize");
   }
 
  private:
-  cudaStream_t streams_[3] = {};
+  cudaStream_t streams_[2] = {};
 };
 
 // The slowest rank's median time of `fn` (from a barrier to the end of the rank's stream
@@ -211,14 +211,14 @@ void chunk_gemms(const GemmArgs& args, const GemmOperand& a, const TensorView& d
 }
 
 // The ring's transfers alone: tp - 1 steps, each sending send_buf(s) to rank + 1 and
-// receiving recv_buf(s) from rank - 1 on the transfer streams.
+// receiving recv_buf(s) from rank - 1 on the comm stream.
 void ring_transfers(Communicator& comm, const CollectiveGemmStreams& streams,
                     const std::function<TensorView(int)>& send_buf,
                     const std::function<TensorView(int)>& recv_buf) {
   const int n = comm.size(), r = comm.rank();
   for (int s = 0; s + 1 < n; ++s) {
-    WorkHandle recv = comm.recv_async(recv_buf(s), (r + n - 1) % n, 7, streams.recv);
-    WorkHandle send = comm.send_async(send_buf(s), (r + 1) % n, 7, streams.send);
+    WorkHandle recv = comm.recv_async(recv_buf(s), (r + n - 1) % n, 7, streams.comm);
+    WorkHandle send = comm.send_async(send_buf(s), (r + 1) % n, 7, streams.comm);
     send->wait();
     recv->wait();
   }

@@ -78,18 +78,20 @@ std::string describe(const char* op, const Communicator& comm) {
 
 // Where a ring's pieces run, so that each schedule is written once for both places.
 // Host: a GEMM or a sum is computed before the call returns; the host waits for every
-// transfer. CUDA: GEMMs, sums and copies are enqueued on streams.compute, receives on
-// streams.recv and sends on streams.send; a Mark (a CUDA event) recorded on one stream
-// orders work on another. The host waits for a transfer only when the backend completes it
-// on the host (everything but NCCL: the local backend copies device buffers when both sides
-// have posted); NCCL's transfers complete in stream order, so nothing in the ring blocks the
-// host. On every exit the compute stream is made to wait for both transfer streams (so that
-// later work on it sees every transfer finished) and the scratch memory is released in its
-// order.
+// transfer. CUDA: GEMMs, sums and copies are enqueued on streams.compute, transfers on
+// streams.comm; a Mark (a CUDA event) recorded on one stream orders work on the other. The
+// host waits for a transfer only when the backend completes it on the host (everything but
+// NCCL: the local backend copies device buffers when both sides have posted); NCCL's
+// transfers complete in stream order, so nothing in the ring blocks the host. On every exit
+// the compute stream is made to wait for the comm stream (so that later work on it sees
+// every transfer finished) and the scratch memory is released in its order.
 class RingExec {
  public:
   using Mark = void*;  // nullptr on the host and for "nothing to wait for"
-  enum class Side : uint8_t { kSend, kRecv };
+  // The two transfers of a ring step (either may be absent).
+  struct Exchange {
+    WorkHandle send, recv;
+  };
 
   RingExec(Communicator& comm, Device device, const CollectiveGemmStreams& streams,
            std::string what)
@@ -103,7 +105,7 @@ class RingExec {
   }
   ~RingExec() {
     if (!cuda_) return;
-    overlap_detail::join_streams(streams_.compute, streams_.send, streams_.recv);
+    overlap_detail::join_streams(streams_.compute, streams_.comm);
     for (void* p : device_scratch_) overlap_detail::free_async(p, streams_.compute);
     for (void* e : events_) overlap_detail::destroy_event(e);
   }
@@ -114,7 +116,7 @@ class RingExec {
   const Waiter& waiter() const { return waiter_; }
 
   // Scratch memory that lives until the ring ends. CUDA: allocated in the compute stream's
-  // order, and the transfer streams are ordered after the allocation.
+  // order, and the comm stream is ordered after the allocation.
   TensorView scratch(DType dtype, Shape shape) {
     if (!cuda_) return host_scratch_.emplace_back(dtype, shape).view();
     const size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
@@ -122,13 +124,10 @@ class RingExec {
     start();
     return TensorView(device_scratch_.back(), dtype, shape, device_);
   }
-  // CUDA: the transfer streams wait for what the compute stream holds so far (the work that
+  // CUDA: the comm stream waits for what the compute stream holds so far (the work that
   // produced the call's inputs). Call before the first transfer.
   void start() {
-    if (!cuda_) return;
-    Mark m = computed();
-    overlap_detail::wait_event(streams_.send, m);
-    overlap_detail::wait_event(streams_.recv, m);
+    if (cuda_) overlap_detail::wait_event(streams_.comm, computed());
   }
   // A mark after the work enqueued on the compute stream so far (nullptr on the host).
   Mark computed() { return cuda_ ? mark(streams_.compute) : nullptr; }
@@ -149,43 +148,65 @@ class RingExec {
       compute();
     }
   }
-  // A transfer on its stream, after `after` (a mark of the data it reads or the buffer it
-  // overwrites).
+  // A transfer on the comm stream, after `after` (a mark of the data it reads or of the last
+  // reader of the buffer it overwrites).
   WorkHandle recv(const TensorView& buf, int peer, int tag, Mark after = nullptr) {
-    if (after) overlap_detail::wait_event(streams_.recv, after);
-    return comm_.recv_async(buf, peer, tag, streams_.recv);
+    if (after) overlap_detail::wait_event(streams_.comm, after);
+    return comm_.recv_async(buf, peer, tag, streams_.comm);
   }
   WorkHandle send(const TensorView& buf, int peer, int tag, Mark after = nullptr) {
-    if (after) overlap_detail::wait_event(streams_.send, after);
-    return comm_.send_async(buf, peer, tag, streams_.send);
+    if (after) overlap_detail::wait_event(streams_.comm, after);
+    return comm_.send_async(buf, peer, tag, streams_.comm);
+  }
+  // One ring step's send of `out` to `to` (after out_ready) and receive of `in` from `from`
+  // (after in_free); an empty view is no transfer. Even ranks send first and odd ranks
+  // receive first: NCCL runs one communicator's operations one after another, each send
+  // holding until its receive runs, and this order pairs them on every ring, odd tp included
+  // (the other backends post without blocking, so the order does not matter there).
+  Exchange exchange(const TensorView& out, int to, Mark out_ready, const TensorView& in, int from,
+                    Mark in_free, int tag) {
+    Exchange x;
+    auto post_send = [&] {
+      if (!out.empty()) x.send = send(out, to, tag, out_ready);
+    };
+    auto post_recv = [&] {
+      if (!in.empty()) x.recv = recv(in, from, tag, in_free);
+    };
+    if (comm_.rank() % 2 == 0) {
+      post_send();
+      post_recv();
+    } else {
+      post_recv();
+      post_send();
+    }
+    return x;
   }
   // Ends a transfer: the host waits for it (bounded by the call's deadline) unless it
-  // completes in stream order; CUDA: returns a mark after it on its stream.
-  Mark finish(WorkHandle& work, Side side, int step, std::string_view what) {
+  // completes in stream order; CUDA: returns a mark after it on the comm stream.
+  Mark finish(WorkHandle& work, int step, std::string_view what) {
     if (stream_native_)
       work.reset();  // stream-ordered: dropping the handle does not block
     else
       waiter_.wait(work, step, what);
-    if (!cuda_) return nullptr;
-    return mark(side == Side::kSend ? streams_.send : streams_.recv);
+    return cuda_ ? mark(streams_.comm) : nullptr;
   }
-  // A collective on the receive stream, ended like a receive.
+  // A collective on the comm stream, ended like a transfer.
   Mark all_gather(const TensorView& in, const TensorView& out, int step, std::string_view what) {
-    WorkHandle work = comm_.all_gather_async(in, out, streams_.recv);
-    return finish(work, Side::kRecv, step, what);
+    WorkHandle work = comm_.all_gather_async(in, out, streams_.comm);
+    return finish(work, step, what);
   }
   // Every rank's fp32 scalar `value` (on the tensors' device), in rank order, on the host.
-  // Blocking (for CUDA tensors: one synchronisation of the receive stream).
+  // Blocking (for CUDA tensors: one synchronisation of the comm stream).
   std::vector<float> gather_scalar(float* value) {
     const int n = comm_.size();
     std::vector<float> out(static_cast<size_t>(n));
     const TensorView host_out(out.data(), DType::kFloat32, Shape{n});
     const TensorView in(value, DType::kFloat32, Shape{1}, device_);
     const TensorView gathered = cuda_ ? scratch(DType::kFloat32, Shape{n}) : host_out;
-    WorkHandle work = comm_.all_gather_async(in, gathered, streams_.recv);
+    WorkHandle work = comm_.all_gather_async(in, gathered, streams_.comm);
     waiter_.wait(work, 0, "scale_inv all-gather");
     if (cuda_)
-      overlap_detail::copy_to_host(out.data(), gathered.data, host_out.nbytes(), streams_.recv);
+      overlap_detail::copy_to_host(out.data(), gathered.data, host_out.nbytes(), streams_.comm);
     return out;
   }
 
@@ -229,7 +250,7 @@ class RingExec {
   std::vector<void*> events_;
 };
 
-// All tensors on A's device; CUDA tensors need the three streams.
+// All tensors on A's device; CUDA tensors need the two streams.
 Device check_common(const GemmArgs& args, const CollectiveGemmStreams& streams, const char* op) {
   QMESH_CHECK(args.trans_a == GemmTranspose::kNo, op,
               ": A must be stored [tokens, K] (trans_a kNo), got trans_a kYes");
@@ -241,12 +262,11 @@ Device check_common(const GemmArgs& args, const CollectiveGemmStreams& streams, 
   if (device.is_cuda()) {
     require_device(device);
     const void* c = streams.compute.handle;
-    const void* s = streams.send.handle;
-    const void* r = streams.recv.handle;
-    QMESH_CHECK(c && s && r && c != s && c != r && s != r, op,
-                ": CUDA tensors need three distinct, non-null streams (compute, send, recv) in "
+    const void* m = streams.comm.handle;
+    QMESH_CHECK(c && m && c != m, op,
+                ": CUDA tensors need two distinct, non-null streams (compute, comm) in "
                 "CollectiveGemmStreams; got compute ",
-                c, ", send ", s, ", recv ", r, "; create them with cudaStreamCreate");
+                c, " and comm ", m, "; create them with cudaStreamCreate");
   }
   return device;
 }
@@ -372,22 +392,18 @@ void all_gather_gemm(Communicator& comm, const GemmArgs& args, const GemmOperand
   float scale_from_prev = 0, scale_from_next = 0;
   TensorView scale_prev_view(&scale_from_prev, DType::kFloat32, Shape{1});
   TensorView scale_next_view(&scale_from_next, DType::kFloat32, Shape{1});
-  using Side = RingExec::Side;
   for (int s = 0; s <= h_right; ++s) {
-    WorkHandle recv_right, send_right, recv_left, send_left, scale_works[4];
+    RingExec::Exchange right, left;
+    WorkHandle scale_works[4];
     const int right_in = mod(r - s - 1, n), right_out = mod(r - s, n);
     const int left_in = mod(r + s + 1, n), left_out = mod(r + s, n);
     auto post = [&] {
-      if (s < h_right) {
-        recv_right = exec.recv(slot(right_in), prev, kTagRight);
-        send_right =
-            exec.send(slot(right_out), next, kTagRight, arrived[static_cast<size_t>(right_out)]);
-      }
-      if (s < h_left) {
-        recv_left = exec.recv(slot(left_in), next, kTagLeft);
-        send_left =
-            exec.send(slot(left_out), prev, kTagLeft, arrived[static_cast<size_t>(left_out)]);
-      }
+      if (s < h_right)
+        right = exec.exchange(slot(right_out), next, arrived[static_cast<size_t>(right_out)],
+                              slot(right_in), prev, nullptr, kTagRight);
+      if (s < h_left)
+        left = exec.exchange(slot(left_out), prev, arrived[static_cast<size_t>(left_out)],
+                             slot(left_in), next, nullptr, kTagLeft);
       if (s == 0 && exchange_scales) {  // host tensors only
         const TensorView mine(args.a.quantized.scale_inv, DType::kFloat32, Shape{1});
         scale_works[0] = exec.recv(scale_prev_view, prev, kTagScaleRight);
@@ -402,14 +418,14 @@ void all_gather_gemm(Communicator& comm, const GemmArgs& args, const GemmOperand
     };
     exec.in_order(post, compute);
     if (s < h_right) {
-      exec.finish(send_right, Side::kSend, s, "send to the next rank");
+      exec.finish(right.send, s, "send to the next rank");
       arrived[static_cast<size_t>(right_in)] =
-          exec.finish(recv_right, Side::kRecv, s, "receive from the previous rank");
+          exec.finish(right.recv, s, "receive from the previous rank");
     }
     if (s < h_left) {
-      exec.finish(send_left, Side::kSend, s, "send to the previous rank");
+      exec.finish(left.send, s, "send to the previous rank");
       arrived[static_cast<size_t>(left_in)] =
-          exec.finish(recv_left, Side::kRecv, s, "receive from the next rank");
+          exec.finish(left.recv, s, "receive from the next rank");
     }
     for (WorkHandle& w : scale_works) exec.waiter().wait(w, s, "scale_inv exchange");
     if (s == 0 && exchange_scales) {
@@ -472,22 +488,20 @@ void gemm_reduce_scatter(Communicator& comm, const GemmArgs& args, Overlap overl
                                   exec.scratch(DType::kFloat32, part)};
   exec.start();
   using Mark = RingExec::Mark;
-  using Side = RingExec::Side;
   // summed[b]: after the last sum that read incoming[b]; sent[b]: after the last send that
   // read outgoing[b].
   Mark summed[2] = {nullptr, nullptr}, sent[2] = {nullptr, nullptr};
   const int next = mod(r + 1, n), prev = mod(r - 1, n);
-  WorkHandle send;
   TensorView pending;  // the sum to send at the start of the next step
   Mark pending_ready = nullptr;
   for (int s = 0; s < n; ++s) {
     const int c = mod(r - s - 1, n), b = s % 2;
-    WorkHandle recv;
+    RingExec::Exchange x;
     TensorView own = s == 0 ? outgoing[0] : mine;
     if (overlap == Overlap::kNone) own = rows_of(partial, c * chunk, chunk);
     auto post = [&] {
-      if (!pending.empty()) send = exec.send(pending, next, kTagPartial, pending_ready);
-      if (s > 0) recv = exec.recv(incoming[b], prev, kTagPartial, summed[b]);
+      x = exec.exchange(pending, next, pending_ready, s > 0 ? incoming[b] : TensorView(), prev,
+                        summed[b], kTagPartial);
     };
     auto compute = [&] {
       if (overlap != Overlap::kNone) chunk_gemm(c, own);
@@ -495,13 +509,13 @@ void gemm_reduce_scatter(Communicator& comm, const GemmArgs& args, Overlap overl
     exec.in_order(post, compute);
     TensorView target = own;
     if (s > 0) {
-      exec.compute_after(exec.finish(recv, Side::kRecv, s, "receive from the previous rank"));
+      exec.compute_after(exec.finish(x.recv, s, "receive from the previous rank"));
       target = s == n - 1 ? args.d : outgoing[b];
       exec.compute_after(sent[b]);
       exec.add(target, incoming[b], own);
       summed[b] = exec.computed();
     }
-    if (send) sent[1 - b] = exec.finish(send, Side::kSend, s, "send to the next rank");
+    if (x.send) sent[1 - b] = exec.finish(x.send, s, "send to the next rank");
     pending = s < n - 1 ? target : TensorView();
     pending_ready = s < n - 1 ? exec.computed() : nullptr;
   }

@@ -43,14 +43,12 @@ void destroy_event(void* event) noexcept {
   (void)cudaEventDestroy(static_cast<cudaEvent_t>(event));
 }
 
-void join_streams(Stream into, Stream a, Stream b) noexcept {
-  for (Stream from : {a, b}) {
-    cudaEvent_t event = nullptr;
-    if (cudaEventCreateWithFlags(&event, cudaEventDisableTiming) != cudaSuccess) continue;
-    if (cudaEventRecord(event, native(from)) == cudaSuccess)
-      (void)cudaStreamWaitEvent(native(into), event, 0);
-    (void)cudaEventDestroy(event);
-  }
+void join_streams(Stream into, Stream from) noexcept {
+  cudaEvent_t event = nullptr;
+  if (cudaEventCreateWithFlags(&event, cudaEventDisableTiming) != cudaSuccess) return;
+  if (cudaEventRecord(event, native(from)) == cudaSuccess)
+    (void)cudaStreamWaitEvent(native(into), event, 0);
+  (void)cudaEventDestroy(event);
 }
 
 void* alloc_async(size_t bytes, Stream stream) {
@@ -87,7 +85,7 @@ CurrentDevice::~CurrentDevice() = default;
 void* record_event(Stream) { no_cuda(); }
 void wait_event(Stream, void*) { no_cuda(); }
 void destroy_event(void*) noexcept {}
-void join_streams(Stream, Stream, Stream) noexcept {}
+void join_streams(Stream, Stream) noexcept {}
 void* alloc_async(size_t, Stream) { no_cuda(); }
 void free_async(void*, Stream) noexcept {}
 void copy_async(void*, const void*, size_t, Stream) { no_cuda(); }

@@ -30,9 +30,9 @@ void wait_event(Stream stream, void* event);
 // Never throws; a pending event is released once it completes.
 void destroy_event(void* event) noexcept;
 
-// Work enqueued on `into` from now on waits for what `a` and `b` hold now. Never throws
-// (errors are ignored: it runs on every exit path of a ring, error paths included).
-void join_streams(Stream into, Stream a, Stream b) noexcept;
+// Work enqueued on `into` from now on waits for what `from` holds now. Never throws (errors
+// are ignored: it runs on every exit path of a ring, error paths included).
+void join_streams(Stream into, Stream from) noexcept;
 
 // Stream-ordered allocation on the current device (cudaMallocAsync); usable by other
 // streams once they wait for an event recorded on `stream` after this call.

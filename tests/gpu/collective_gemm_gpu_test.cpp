@@ -1,5 +1,5 @@
 // The collective GEMMs on CUDA tensors: tp virtual ranks (threads of the local backend) share
-// the one GPU, each with its own compute, send and receive streams. On the device, every
+// the one GPU, each with its own compute and comm streams. On the device, every
 // schedule gives the same bits as the unoverlapped one (Overlap::kNone), the gathered operand
 // is the exact concatenation of the chunks, and the results agree with a float64 host
 // reference within NUMERICS.md's GEMM tolerances; bad arguments give errors. Skipped without a
@@ -25,7 +25,7 @@ using namespace testing_overlap;
 
 const Device kGpu = Device::cuda(0);
 
-// One rank's three streams, synchronized and destroyed with the rank.
+// One rank's compute and comm streams, destroyed with the rank.
 class RankStreams {
  public:
   RankStreams() {
@@ -36,13 +36,13 @@ class RankStreams {
   }
   RankStreams(const RankStreams&) = delete;
   RankStreams& operator=(const RankStreams&) = delete;
-  CollectiveGemmStreams get() const { return {{streams_[0]}, {streams_[1]}, {streams_[2]}}; }
+  CollectiveGemmStreams get() const { return {{streams_[0]}, {streams_[1]}}; }
   // Waits for everything the call enqueued (it is all ordered before the compute stream's
   // later work, so synchronizing that stream is enough).
   void sync() const { ASSERT_EQ(cudaStreamSynchronize(streams_[0]), cudaSuccess); }
 
  private:
-  cudaStream_t streams_[3] = {};
+  cudaStream_t streams_[2] = {};
 };
 
 // A device copy of a host test operand (FP8: codes and the three scalars; no columnwise copy,
@@ -249,11 +249,11 @@ TEST_F(CollectiveGemmGpuErrors, BadArgumentsAreErrors) {
     args.d = d;
     // Streams: missing, or the same stream twice.
     EXPECT_QMESH_ERROR(all_gather_gemm(comm, args, GemmOperand::plain(gathered), Overlap::kRing),
-                       "three distinct, non-null streams");
+                       "two distinct, non-null streams");
     CollectiveGemmStreams same = streams.get();
-    same.recv = same.send;
+    same.comm = same.compute;
     EXPECT_QMESH_ERROR(gemm_reduce_scatter(comm, args, Overlap::kRing, same),
-                       "three distinct, non-null streams");
+                       "two distinct, non-null streams");
     // gathered of the wrong size, or on the host.
     const Tensor small(DType::kFloat32, Shape{16, 32}, kGpu);
     EXPECT_QMESH_ERROR(

@@ -7,7 +7,7 @@
 // - Host tensors: the GEMM is qmesh::gemm on the host backend, transfers progress while it
 //   runs; the call is blocking. The streams are ignored.
 // - CUDA tensors (all on one device): the GEMMs (cuBLASLt) and the partial sums run on
-//   streams.compute, receives on streams.recv, sends on streams.send, joined by CUDA events
+//   streams.compute, the sends and receives on streams.comm, joined by CUDA events
 //   (docs/design/overlap.md, "CUDA"). With a stream-native backend (NCCL) nothing in the ring
 //   waits on the host: the call enqueues the schedule and returns. With a backend that moves
 //   device buffers on the host's behalf (local: copies on the transfer streams, so on the copy
@@ -16,7 +16,7 @@
 //   enqueued next on streams.compute; the outputs are ready in that order.
 //   Buffer lifetime (CUDA): the inputs must be ready in streams.compute's order when the call
 //   is made; A, B, D, gathered, bias, aux and the FP8 scalars must stay alive (inputs
-//   unmodified) and the three streams must not be destroyed until streams.compute has passed
+//   unmodified) and the two streams must not be destroyed until streams.compute has passed
 //   the call's work. Scratch memory is stream-ordered (cudaMallocAsync on streams.compute)
 //   and released the same way.
 //   With NCCL a failed or stuck transfer surfaces at the communicator's next wait (as for
@@ -48,14 +48,14 @@ enum class Overlap : uint8_t {
                    // must stay the ring's)
 };
 
-// The streams of a collective GEMM on CUDA tensors: three distinct, non-null streams of the
-// tensors' device (Error otherwise); ignored for host tensors. Two transfer streams because
-// an NCCL send holds its stream until the peer's receive runs: a ring whose sends and
-// receives shared one stream would deadlock.
+// The streams of a collective GEMM on CUDA tensors: two distinct, non-null streams of the
+// tensors' device (Error otherwise; both required, no hidden default); ignored for host
+// tensors. One transfer stream suffices: NCCL runs one communicator's operations one after
+// another whatever their streams, so the ring orders each step's send and receive to pair
+// them (even ranks send first, odd ranks receive first).
 struct CollectiveGemmStreams {
   Stream compute;  // the GEMMs, copies and sums; inputs ready and outputs used in its order
-  Stream send;     // the sends of chunks and partial sums
-  Stream recv;     // the receives (and, for FP8, the scale_inv all-gather)
+  Stream comm;     // the sends and receives (and, for FP8, the scale_inv all-gather)
 };
 
 // "none", "ring", "bidir" (the training example's --overlap values).
@@ -69,7 +69,7 @@ QMESH_API Overlap parse_overlap(std::string_view name);
 //              scale_inv must be the same (the global amax reduction makes it so), which is
 //              checked (Error otherwise): host ring schedules against the neighbours' in the
 //              first step; kNone, and every schedule on CUDA, with an all-gather of the tp
-//              values before the ring (on CUDA one host synchronisation of streams.recv, to
+//              values before the ring (on CUDA one host synchronisation of streams.comm, to
 //              read the 4-byte device scalars).
 //   args.b, trans_b, alpha, epilogue, bias: as for gemm(); the epilogue must be row-wise
 //              (not kBiasGrad); aux, when used, is [T, N] like D.
