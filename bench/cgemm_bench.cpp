@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_args.h"
 #include "bench_world.h"
 #include "qmesh/comm/bootstrap.h"
 #include "qmesh/comm/local.h"
@@ -62,22 +63,10 @@ void usage(const char* argv0) {
       argv0);
 }
 
-int positive(const std::string& arg, const std::string& value) {
-  const int v = std::atoi(value.c_str());
-  QMESH_CHECK(v >= 1, arg, " must be a positive integer, got '", value, "'");
-  return v;
-}
-
 Options parse(int argc, char** argv) {
+  using bench::positive;
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      usage(argv[0]);
-      std::exit(0);
-    }
-    QMESH_CHECK(i + 1 < argc, "option ", arg, " needs a value (see --help)");
-    const std::string value = argv[++i];
+  bench::for_each_option(argc, argv, usage, [&](const std::string& arg, const std::string& value) {
     if (arg == "--backend")
       o.backend = value;
     else if (arg == "--ranks")
@@ -92,7 +81,7 @@ Options parse(int argc, char** argv) {
       o.json = value;
     else
       QMESH_THROW("unknown option ", arg, " (see --help)");
-  }
+  });
   QMESH_CHECK(o.backend == "mpi" || o.backend == "ucx" || o.backend == "local", "--backend ",
               o.backend, " is not one of mpi, ucx, local");
   return o;

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_args.h"
 #include "qmesh/comm/local.h"
 #include "qmesh/copy.h"
 #include "qmesh/device.h"
@@ -70,22 +71,10 @@ void usage(const char* argv0) {
       argv0);
 }
 
-int positive(const std::string& arg, const std::string& value) {
-  const int v = std::atoi(value.c_str());
-  QMESH_CHECK(v >= 1, arg, " must be a positive integer, got '", value, "'");
-  return v;
-}
-
 Options parse(int argc, char** argv) {
+  using bench::positive;
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      usage(argv[0]);
-      std::exit(0);
-    }
-    QMESH_CHECK(i + 1 < argc, "option ", arg, " needs a value (see --help)");
-    const std::string value = argv[++i];
+  bench::for_each_option(argc, argv, usage, [&](const std::string& arg, const std::string& value) {
     if (arg == "--tp")
       o.tp = positive(arg, value);
     else if (arg == "--iters")
@@ -96,7 +85,7 @@ Options parse(int argc, char** argv) {
       o.json = value;
     else
       QMESH_THROW("unknown option ", arg, " (see --help)");
-  }
+  });
   QMESH_CHECK(o.tp == 0 || o.tp == 2 || o.tp == 4 || o.tp == 8, "--tp ", o.tp,
               " is not one of 2, 4, 8");
   return o;

@@ -47,47 +47,13 @@ class RankStreams {
   cudaStream_t streams_[2] = {};
 };
 
-// A device copy of a host test operand (FP8: codes and the three scalars; no columnwise copy,
-// since A is read rowwise and B in the TN form).
-struct DeviceOperand {
-  Tensor plain;
-  QuantizedTensor fp8;
-  explicit DeviceOperand(const Operand& host) {
-    if (host.plain.data()) {
-      plain = Tensor(host.plain.dtype(), host.plain.shape(), kGpu);
-      copy_tensor(plain, host.plain);
-    } else {
-      fp8 = QuantizedTensor(host.fp8.dtype(), host.fp8.shape(), kGpu, false);
-      copy_tensor(fp8.data(), host.fp8.data());
-      copy_tensor(fp8.scalars(), host.fp8.scalars());
-    }
-  }
-  GemmOperand op() const {
-    return plain.data() ? GemmOperand::plain(plain) : GemmOperand::fp8(fp8.view());
-  }
-};
-
-// Device storage of A's dtype for the gathered operand.
-struct DeviceGathered {
-  Tensor plain;
-  QuantizedTensor fp8;
-  DeviceGathered(Operands kind, int64_t rows, int64_t cols) {
-    if (kind == Operands::kFp8)
-      fp8 = QuantizedTensor(DType::kFloat8E4M3, Shape{rows, cols}, kGpu, false);
-    else
-      plain = Tensor(kind == Operands::kBf16 ? DType::kBFloat16 : DType::kFloat32,
-                     Shape{rows, cols}, kGpu);
-  }
-  GemmOperand op() const {
-    return plain.data() ? GemmOperand::plain(plain) : GemmOperand::fp8(fp8.view());
-  }
-  std::vector<uint8_t> bytes() const {
-    const Tensor& t = plain.data() ? plain : fp8.data();
-    std::vector<uint8_t> out(t.nbytes());
-    copy_bytes(out.data(), Device::host(), t.data(), t.device(), out.size());
-    return out;
-  }
-};
+// A device copy of a host test operand (FP8: codes and the three scalars; no columnwise
+// copy, since A is read rowwise and B in the TN form).
+Gathered to_gpu(Operands kind, const Operand& host, int64_t rows, int64_t cols) {
+  Gathered d(kind, rows, cols, kGpu);
+  d.copy_from(host);
+  return d;
+}
 
 // An fp32 or bf16 device tensor's values on the host.
 std::vector<float> to_host_floats(const Tensor& t) {
@@ -155,9 +121,10 @@ TEST_P(CollectiveGemmGpu, AllGatherGemmIsBitwiseEqualToUnoverlapped) {
       for (int64_t j = 0; j < kN; ++j) want[static_cast<size_t>(t * kN + j)] += 0.25 * double(j);
     std::vector<float> bias_values(static_cast<size_t>(kN));
     for (int64_t j = 0; j < kN; ++j) bias_values[static_cast<size_t>(j)] = 0.25f * float(j);
-    const Operand bias_host(kind == Operands::kFp8 ? Operands::kBf16 : Operands::kFp32,
-                            bias_values.data(), 1, kN, DType::kFloat8E4M3);
-    const DeviceOperand da(a), db(b), dbias(bias_host);
+    const Operands bias_kind = kind == Operands::kFp8 ? Operands::kBf16 : Operands::kFp32;
+    const Operand bias_host(bias_kind, bias_values.data(), 1, kN, DType::kFloat8E4M3);
+    const Gathered da = to_gpu(kind, a, kChunk, kK), db = to_gpu(kind, b, kN, kK);
+    const Gathered dbias = to_gpu(bias_kind, bias_host, 1, kN);
     const std::vector<uint8_t> full_bytes = [&] {
       const Tensor& t = kind == Operands::kFp8 ? full_a.fp8.data() : full_a.plain;
       const auto* p = static_cast<const uint8_t*>(t.data());
@@ -166,7 +133,7 @@ TEST_P(CollectiveGemmGpu, AllGatherGemmIsBitwiseEqualToUnoverlapped) {
     const RankStreams streams;
     std::vector<float> unoverlapped;
     for (Overlap schedule : kSchedules) {
-      const DeviceGathered gathered(kind, tokens, kK);
+      const Gathered gathered(kind, tokens, kK, kGpu);
       const Tensor d(kind == Operands::kFp8 ? DType::kBFloat16 : DType::kFloat32, Shape{tokens, kN},
                      kGpu);
       GemmArgs args;
@@ -178,7 +145,7 @@ TEST_P(CollectiveGemmGpu, AllGatherGemmIsBitwiseEqualToUnoverlapped) {
       all_gather_gemm(comm, args, gathered.op(), schedule, streams.get());
       streams.sync();
       const char* name = overlap_name(schedule).data();
-      EXPECT_EQ(gathered.bytes(), full_bytes) << name << ": gathered operand";
+      EXPECT_EQ(gathered.host_bytes(), full_bytes) << name << ": gathered operand";
       if (kind == Operands::kFp8) {
         const std::vector<float> scalars = to_host_floats(gathered.fp8.scalars());
         EXPECT_EQ(scalars[1], 0.5f) << name << ": gathered scale_inv";
@@ -210,7 +177,7 @@ TEST_P(CollectiveGemmGpu, GemmReduceScatterIsBitwiseEqualToUnoverlapped) {
     const Operand a(kind, normal_matrix(100 + r, tokens, kK).data(), tokens, kK,
                     DType::kFloat8E4M3);
     const Operand b(kind, normal_matrix(200 + r, kN, kK).data(), kN, kK, DType::kFloat8E4M3);
-    const DeviceOperand da(a), db(b);
+    const Gathered da = to_gpu(kind, a, tokens, kK), db = to_gpu(kind, b, kN, kK);
     const RankStreams streams;
     std::vector<float> unoverlapped;
     for (Overlap schedule : kSchedules) {
