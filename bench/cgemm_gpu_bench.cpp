@@ -27,7 +27,7 @@
 #include <string>
 #include <vector>
 
-#include "bench_args.h"
+#include "bench_util.h"
 #include "qmesh/comm/local.h"
 #include "qmesh/copy.h"
 #include "qmesh/device.h"
@@ -56,8 +56,7 @@ struct Result {
   std::string op, dtype, schedule;
   int tp;
   int64_t m, k, n;
-  double gemm_only, comm_only, none, overlapped;  // seconds
-  double exposed() const { return (overlapped - gemm_only) / comm_only; }
+  bench::CgemmTimes t;
 };
 
 void usage(const char* argv0) {
@@ -115,27 +114,14 @@ class RankStreams {
   cudaStream_t streams_[2] = {};
 };
 
-// The slowest rank's median time of `fn` (from a barrier to the end of the rank's stream
-// work) over o.iters runs, after o.warmup untimed ones.
+// The slowest rank's median time of `fn` up to the end of the rank's stream work (see
+// bench::slowest_median); each run, warm-up included, ends with the streams' synchronization.
 double time_fn(Communicator& comm, const Options& o, const RankStreams& streams,
                const std::function<void()>& fn) {
-  for (int i = 0; i < o.warmup; ++i) {
+  return bench::slowest_median(comm, o.iters, o.warmup, [&] {
     fn();
     streams.sync();
-  }
-  std::vector<double> times;
-  for (int i = 0; i < o.iters; ++i) {
-    comm.barrier();
-    const auto start = std::chrono::steady_clock::now();
-    fn();
-    streams.sync();
-    times.push_back(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  }
-  std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
-  double t = times[times.size() / 2];
-  comm.all_reduce(TensorView(&t, DType::kFloat64, Shape{1}), ReduceOp::kMax);
-  return t;
+  });
 }
 
 // A [rows, cols] operand on the GPU with N(0, 1) values: bf16, or e4m3 codes with unit scales
@@ -172,12 +158,7 @@ struct Operand {
   TensorView bytes() const { return plain.data() ? plain.view() : fp8.data().view(); }
 };
 
-// Rows [begin, begin + count) of a 2-D tensor.
-TensorView rows(const TensorView& t, int64_t begin, int64_t count) {
-  const int64_t cols = t.shape.cols();
-  auto* base = static_cast<char*>(t.data) + begin * cols * int64_t(dtype_size(t.dtype));
-  return TensorView(base, t.dtype, Shape{count, cols}, t.device);
-}
+using bench::rows;
 
 GemmOperand operand_rows(const GemmOperand& op, int64_t begin, int64_t count) {
   if (!op.is_quantized()) return GemmOperand::plain(rows(op.tensor, begin, count));
@@ -221,11 +202,8 @@ void run_rank(Communicator& comm, const Options& o, std::vector<Result>& out) {
   for (DType dtype : {DType::kBFloat16, DType::kFloat8E4M3}) {
     const char* dtype_label = is_fp8(dtype) ? "fp8" : "bf16";
     for (int64_t n : {int64_t(4096), int64_t(16384)}) {
-      auto record = [&](const char* op, Overlap s, int64_t kk, double g, double c, double none,
-                        double t) {
-        if (r == 0)
-          out.push_back(
-              {op, dtype_label, std::string(overlap_name(s)), tp, m, kk, n, g, c, none, t});
+      auto record = [&](const char* op, Overlap s, const bench::CgemmTimes& t) {
+        if (r == 0) out.push_back({op, dtype_label, std::string(overlap_name(s)), tp, m, k, n, t});
       };
       {  // all-gather + GEMM (column parallel)
         const int64_t chunk = m / tp;
@@ -251,7 +229,7 @@ void run_rank(Communicator& comm, const Options& o, std::vector<Result>& out) {
         };
         const double none = run(Overlap::kNone);
         for (Overlap s : {Overlap::kRing, Overlap::kBidirectional})
-          record("ag", s, k, gemm_only, comm_only, none, run(s));
+          record("ag", s, {gemm_only, comm_only, none, run(s)});
       }
       {  // GEMM + reduce-scatter (row parallel)
         const int64_t chunk = m / tp;
@@ -275,7 +253,7 @@ void run_rank(Communicator& comm, const Options& o, std::vector<Result>& out) {
                          [&] { gemm_reduce_scatter(comm, args, s, streams.get()); });
         };
         const double none = run(Overlap::kNone);
-        record("rs", Overlap::kRing, k, gemm_only, comm_only, none, run(Overlap::kRing));
+        record("rs", Overlap::kRing, {gemm_only, comm_only, none, run(Overlap::kRing)});
       }
     }
   }
@@ -288,18 +266,15 @@ void report(const std::vector<Result>& results, const Options& o, const std::str
               "N", "gemm_ms", "comm_ms", "none_ms", "overlap_ms", "exposed");
   for (const Result& r : results)
     std::printf("%-3s %-5s %-6s %3d %6lld | %9.3f %9.3f %9.3f %10.3f | %7.1f%%\n", r.op.c_str(),
-                r.dtype.c_str(), r.schedule.c_str(), r.tp, (long long)r.n, r.gemm_only * 1e3,
-                r.comm_only * 1e3, r.none * 1e3, r.overlapped * 1e3, 100 * r.exposed());
+                r.dtype.c_str(), r.schedule.c_str(), r.tp, (long long)r.n, r.t.gemm_only * 1e3,
+                r.t.comm_only * 1e3, r.t.none * 1e3, r.t.overlapped * 1e3, 100 * r.t.exposed());
   std::ostringstream json;
   json << "{\"device\": \"" << device << "\", \"iters\": " << o.iters << ", \"results\": [";
   for (size_t i = 0; i < results.size(); ++i) {
     const Result& r = results[i];
     json << (i ? ", " : "") << "{\"op\": \"" << r.op << "\", \"dtype\": \"" << r.dtype
          << "\", \"schedule\": \"" << r.schedule << "\", \"tp\": " << r.tp << ", \"M\": " << r.m
-         << ", \"K\": " << r.k << ", \"N\": " << r.n << ", \"gemm_only_ms\": " << r.gemm_only * 1e3
-         << ", \"comm_only_ms\": " << r.comm_only * 1e3 << ", \"none_ms\": " << r.none * 1e3
-         << ", \"overlapped_ms\": " << r.overlapped * 1e3 << ", \"exposed\": " << r.exposed()
-         << "}";
+         << ", \"K\": " << r.k << ", \"N\": " << r.n << ", " << r.t.json_members() << "}";
   }
   json << "]}";
   std::printf("%s\n", json.str().c_str());

@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "bench_args.h"
+#include "bench_util.h"
 #include "bench_world.h"
 #include "qmesh/comm/bootstrap.h"
 #include "qmesh/comm/local.h"
