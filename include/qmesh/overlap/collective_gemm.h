@@ -10,10 +10,12 @@
 //   streams.compute, the sends and receives on streams.comm, joined by CUDA events
 //   (docs/design/overlap.md, "CUDA"). With a stream-native backend (NCCL) nothing in the ring
 //   waits on the host: the call enqueues the schedule and returns. With a backend that moves
-//   device buffers on the host's behalf (local: copies on the transfer streams, so on the copy
-//   engine beside the GEMMs) the host waits for each step's transfers, while the GEMMs run.
-//   Either way, on return all of the call's work (GEMMs, transfers) is ordered before what is
-//   enqueued next on streams.compute; the outputs are ready in that order.
+//   device buffers on the host's behalf (local: copies on the receivers' comm streams, so on
+//   the copy engine beside the GEMMs) the host waits for each step's transfers while the
+//   GEMMs run, and the call returns with the last GEMMs still enqueued. Not a host-blocking
+//   call either way: the outputs are ready in streams.compute's order.
+//   On return all of the call's work (GEMMs, transfers) is ordered before what is enqueued
+//   next on streams.compute.
 //   Buffer lifetime (CUDA): the inputs must be ready in streams.compute's order when the call
 //   is made; A, B, D, gathered, bias, aux and the FP8 scalars must stay alive (inputs
 //   unmodified) and the two streams must not be destroyed until streams.compute has passed
@@ -82,9 +84,9 @@ QMESH_API Overlap parse_overlap(std::string_view name);
 //              B's columnwise copy); a backward GEMM that reads `gathered` transposed needs its
 //              own columnwise copy (cast_transpose), which this call does not make.
 // Collective over `comm` (every rank calls it with the same shapes, overlap and tensor
-// device). Host: blocking. Every host wait is bounded by comm_timeout() from the start (a
-// peer that stops answering gives qmesh::Error, not a hang). Error for shapes that do not
-// match, with a message naming them, before any transfer.
+// device). Host tensors: blocking; CUDA tensors: stream-ordered, as described above. Every host
+// wait is bounded by comm_timeout() from the start (a peer that stops answering gives qmesh::Error,
+// not a hang). Error for shapes that do not match, with a message naming them, before any transfer.
 QMESH_API void all_gather_gemm(Communicator& comm, const GemmArgs& args,
                                const GemmOperand& gathered, Overlap overlap,
                                const CollectiveGemmStreams& streams = {});
