@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "bench_world.h"
 #include "qmesh/comm/bootstrap.h"
 #include "qmesh/comm/local.h"
@@ -45,8 +46,7 @@ struct Options {
 struct Result {
   std::string op, schedule;
   int64_t m, k, n;
-  double gemm_only, comm_only, none, overlapped;  // seconds
-  double exposed() const { return (overlapped - gemm_only) / comm_only; }
+  bench::CgemmTimes t;
 };
 
 void usage(const char* argv0) {
@@ -62,22 +62,10 @@ void usage(const char* argv0) {
       argv0);
 }
 
-int positive(const std::string& arg, const std::string& value) {
-  const int v = std::atoi(value.c_str());
-  QMESH_CHECK(v >= 1, arg, " must be a positive integer, got '", value, "'");
-  return v;
-}
-
 Options parse(int argc, char** argv) {
+  using bench::positive;
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      usage(argv[0]);
-      std::exit(0);
-    }
-    QMESH_CHECK(i + 1 < argc, "option ", arg, " needs a value (see --help)");
-    const std::string value = argv[++i];
+  bench::for_each_option(argc, argv, usage, [&](const std::string& arg, const std::string& value) {
     if (arg == "--backend")
       o.backend = value;
     else if (arg == "--ranks")
@@ -92,27 +80,15 @@ Options parse(int argc, char** argv) {
       o.json = value;
     else
       QMESH_THROW("unknown option ", arg, " (see --help)");
-  }
+  });
   QMESH_CHECK(o.backend == "mpi" || o.backend == "ucx" || o.backend == "local", "--backend ",
               o.backend, " is not one of mpi, ucx, local");
   return o;
 }
 
-// The slowest rank's median time of `fn` over o.iters runs (after o.warmup untimed ones).
+// The slowest rank's median time of `fn` (see bench::slowest_median).
 double time_fn(Communicator& comm, const Options& o, const std::function<void()>& fn) {
-  for (int i = 0; i < o.warmup; ++i) fn();
-  std::vector<double> times;
-  for (int i = 0; i < o.iters; ++i) {
-    comm.barrier();
-    const auto start = std::chrono::steady_clock::now();
-    fn();
-    times.push_back(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  }
-  std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
-  double t = times[times.size() / 2];
-  comm.all_reduce(TensorView(&t, DType::kFloat64, Shape{1}), ReduceOp::kMax);
-  return t;
+  return bench::slowest_median(comm, o.iters, o.warmup, fn);
 }
 
 Tensor random_bf16(int64_t rows, int64_t cols, uint64_t seed) {
@@ -123,12 +99,7 @@ Tensor random_bf16(int64_t rows, int64_t cols, uint64_t seed) {
   return t;
 }
 
-// Rows [begin, begin + count) of a 2-D tensor.
-TensorView rows(const TensorView& t, int64_t begin, int64_t count) {
-  const int64_t cols = t.shape.cols();
-  auto* base = static_cast<char*>(t.data) + begin * cols * int64_t(dtype_size(t.dtype));
-  return TensorView(base, t.dtype, Shape{count, cols}, t.device);
-}
+using bench::rows;
 
 // The tp chunk GEMMs that both collective GEMMs run, without communication.
 void chunk_gemms(const GemmArgs& args, const TensorView& a, const TensorView& d, int tp,
@@ -169,7 +140,7 @@ std::vector<Result> run_all(Communicator& comm, const Options& o) {
       const double none = run(Overlap::kNone);
       for (Overlap s : {Overlap::kRing, Overlap::kBidirectional})
         out.push_back(
-            {"ag", std::string(overlap_name(s)), m, k, n, gemm_only, comm_only, none, run(s)});
+            {"ag", std::string(overlap_name(s)), m, k, n, {gemm_only, comm_only, none, run(s)}});
     }
     {  // GEMM + reduce-scatter (row parallel)
       const Tensor a = random_bf16(m, k / tp, 1 + comm.rank());
@@ -188,8 +159,12 @@ std::vector<Result> run_all(Communicator& comm, const Options& o) {
       auto run = [&](Overlap s) {
         return time_fn(comm, o, [&] { gemm_reduce_scatter(comm, args, s); });
       };
-      out.push_back(
-          {"rs", "ring", m, k, n, gemm_only, comm_only, run(Overlap::kNone), run(Overlap::kRing)});
+      out.push_back({"rs",
+                     "ring",
+                     m,
+                     k,
+                     n,
+                     {gemm_only, comm_only, run(Overlap::kNone), run(Overlap::kRing)}});
     }
   }
   return out;
@@ -207,8 +182,8 @@ void report(const std::vector<Result>& results, const Options& o, int tp) {
   for (const auto& r : results)
     std::printf("%-3s %-6s %6lld %6lld %6lld %12.3f %12.3f %12.3f %12.3f %8.3f\n", r.op.c_str(),
                 r.schedule.c_str(), (long long)r.m, (long long)r.k, (long long)r.n,
-                r.gemm_only * 1e3, r.comm_only * 1e3, r.none * 1e3, r.overlapped * 1e3,
-                r.exposed());
+                r.t.gemm_only * 1e3, r.t.comm_only * 1e3, r.t.none * 1e3, r.t.overlapped * 1e3,
+                r.t.exposed());
   if (o.json.empty()) return;
   std::ofstream out(o.json);
   QMESH_CHECK(out.good(), "cannot write --json file '", o.json, "'");
@@ -218,9 +193,7 @@ void report(const std::vector<Result>& results, const Options& o, int tp) {
   for (size_t i = 0; i < results.size(); ++i) {
     const auto& r = results[i];
     out << "    {\"op\": \"" << r.op << "\", \"schedule\": \"" << r.schedule << "\", \"M\": " << r.m
-        << ", \"K\": " << r.k << ", \"N\": " << r.n << ", \"gemm_only_ms\": " << r.gemm_only * 1e3
-        << ", \"comm_only_ms\": " << r.comm_only * 1e3 << ", \"none_ms\": " << r.none * 1e3
-        << ", \"overlapped_ms\": " << r.overlapped * 1e3 << ", \"exposed\": " << r.exposed() << "}"
+        << ", \"K\": " << r.k << ", \"N\": " << r.n << ", " << r.t.json_members() << "}"
         << (i + 1 < results.size() ? ",\n" : "\n");
   }
   out << "  ]\n}\n";

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "bench_world.h"
 #include "qmesh/comm/bootstrap.h"
 #include "qmesh/comm/local.h"
@@ -105,14 +106,7 @@ int64_t parse_bytes(const std::string& text) {
 
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      usage(argv[0]);
-      std::exit(0);
-    }
-    QMESH_CHECK(i + 1 < argc, "option ", arg, " needs a value (see --help)");
-    const std::string value = argv[++i];
+  bench::for_each_option(argc, argv, usage, [&](const std::string& arg, const std::string& value) {
     if (arg == "--backend") {
       o.backend = value;
     } else if (arg == "--ranks") {
@@ -130,7 +124,7 @@ Options parse(int argc, char** argv) {
     } else {
       QMESH_THROW("unknown option ", arg, " (see --help)");
     }
-  }
+  });
   QMESH_CHECK(o.backend == "mpi" || o.backend == "ucx" || o.backend == "local", "--backend ",
               o.backend, " is not one of mpi, ucx, local");
   QMESH_CHECK(o.ranks >= 1, "--ranks ", o.ranks, " must be >= 1");

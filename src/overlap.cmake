@@ -1,2 +1,8 @@
-# Collective GEMMs: all-gather + GEMM and GEMM + reduce-scatter rings over a Communicator.
-target_sources(qmesh PRIVATE overlap/collective_gemm.cpp)
+# Collective GEMMs: all-gather + GEMM and GEMM + reduce-scatter rings over a Communicator,
+# on host tensors or on one CUDA device (compute and transfer streams joined by events).
+target_sources(qmesh PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/overlap/collective_gemm.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/overlap/ring_device.cpp)
+if(QMESH_WITH_CUDA)
+  target_sources(qmesh PRIVATE ${CMAKE_CURRENT_LIST_DIR}/overlap/ring_add.cu)
+endif()

@@ -2,10 +2,13 @@
 
 #include <chrono>
 #include <cstring>
+#include <deque>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "qmesh/error.h"
+#include "ring_device.h"
 
 namespace qmesh {
 
@@ -43,14 +46,6 @@ GemmOperand operand_rows(const GemmOperand& op, int64_t begin, int64_t count) {
 
 // One step's GEMM: `a_rows` times B into `d_rows` (and aux rows [begin, begin + count) when
 // the epilogue uses aux).
-void gemm_rows(const GemmArgs& args, const GemmOperand& a_rows, const TensorView& d_rows,
-               int64_t begin, int64_t count) {
-  GemmArgs step = args;
-  step.a = a_rows;
-  step.d = d_rows;
-  if (!args.aux.empty()) step.aux = rows_of(args.aux, begin, count);
-  gemm(step);
-}
 
 // Waits bounded by one deadline for the whole collective, so that a dead peer ends it after
 // comm_timeout() whatever the number of steps.
@@ -81,14 +76,199 @@ std::string describe(const char* op, const Communicator& comm) {
          std::to_string(comm.size()) + ")";
 }
 
-void check_common(const GemmArgs& args, const char* op) {
+// Where a ring's pieces run, so that each schedule is written once for both places.
+// Host: a GEMM or a sum is computed before the call returns; the host waits for every
+// transfer. CUDA: GEMMs, sums and copies are enqueued on streams.compute, transfers on
+// streams.comm; a Mark (a CUDA event) recorded on one stream orders work on the other. The
+// host waits for a transfer only when the backend completes it on the host (everything but
+// NCCL: the local backend copies device buffers when both sides have posted); NCCL's
+// transfers complete in stream order, so nothing in the ring blocks the host. On every exit
+// the compute stream is made to wait for the comm stream (so that later work on it sees
+// every transfer finished) and the scratch memory is released in its order.
+class RingExec {
+ public:
+  using Mark = void*;  // nullptr on the host and for "nothing to wait for"
+  // The two transfers of a ring step (either may be absent).
+  struct Exchange {
+    WorkHandle send, recv;
+  };
+
+  RingExec(Communicator& comm, Device device, const CollectiveGemmStreams& streams,
+           std::string what)
+      : comm_(comm),
+        cuda_(device.is_cuda()),
+        stream_native_(cuda_ && comm.backend_name() == "nccl"),
+        device_(device),
+        streams_(streams),
+        waiter_(std::move(what)) {
+    if (cuda_) current_device_.emplace(device.index);
+  }
+  ~RingExec() {
+    if (!cuda_) return;
+    overlap_detail::join_streams(streams_.compute, streams_.comm);
+    for (void* p : device_scratch_) overlap_detail::free_async(p, streams_.compute);
+    for (void* e : events_) overlap_detail::destroy_event(e);
+  }
+  RingExec(const RingExec&) = delete;
+  RingExec& operator=(const RingExec&) = delete;
+
+  bool on_cuda() const { return cuda_; }
+  const Waiter& waiter() const { return waiter_; }
+
+  // Scratch memory that lives until the ring ends. CUDA: allocated in the compute stream's
+  // order, and the comm stream is ordered after the allocation.
+  TensorView scratch(DType dtype, Shape shape) {
+    if (!cuda_) return host_scratch_.emplace_back(dtype, shape).view();
+    const size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
+    device_scratch_.push_back(overlap_detail::alloc_async(bytes, streams_.compute));
+    start();
+    return TensorView(device_scratch_.back(), dtype, shape, device_);
+  }
+  // CUDA: the comm stream waits for what the compute stream holds so far (the work that
+  // produced the call's inputs). Call before the first transfer.
+  void start() {
+    if (cuda_) overlap_detail::wait_event(streams_.comm, computed());
+  }
+  // A mark after the work enqueued on the compute stream so far (nullptr on the host).
+  Mark computed() { return cuda_ ? mark(streams_.compute) : nullptr; }
+  // Work enqueued on the compute stream from now on waits for `m`.
+  void compute_after(Mark m) {
+    if (m) overlap_detail::wait_event(streams_.compute, m);
+  }
+  // Host: post (the transfers), then compute (blocking GEMMs). CUDA: compute first (only
+  // enqueued), then post: a backend that copies on the posting thread then copies while
+  // the GEMM runs.
+  template <class Post, class Compute>
+  void in_order(Post&& post, Compute&& compute) {
+    if (cuda_) {
+      compute();
+      post();
+    } else {
+      post();
+      compute();
+    }
+  }
+  // A transfer on the comm stream, after `after` (a mark of the data it reads or of the last
+  // reader of the buffer it overwrites).
+  WorkHandle recv(const TensorView& buf, int peer, int tag, Mark after = nullptr) {
+    if (after) overlap_detail::wait_event(streams_.comm, after);
+    return comm_.recv_async(buf, peer, tag, streams_.comm);
+  }
+  WorkHandle send(const TensorView& buf, int peer, int tag, Mark after = nullptr) {
+    if (after) overlap_detail::wait_event(streams_.comm, after);
+    return comm_.send_async(buf, peer, tag, streams_.comm);
+  }
+  // One ring step's send of `out` to `to` (after out_ready) and receive of `in` from `from`
+  // (after in_free); an empty view is no transfer. Even ranks send first and odd ranks
+  // receive first: NCCL runs one communicator's operations one after another, each send
+  // holding until its receive runs, and this order pairs them on every ring, odd tp included
+  // (the other backends post without blocking, so the order does not matter there).
+  Exchange exchange(const TensorView& out, int to, Mark out_ready, const TensorView& in, int from,
+                    Mark in_free, int tag) {
+    Exchange x;
+    auto post_send = [&] {
+      if (!out.empty()) x.send = send(out, to, tag, out_ready);
+    };
+    auto post_recv = [&] {
+      if (!in.empty()) x.recv = recv(in, from, tag, in_free);
+    };
+    if (comm_.rank() % 2 == 0) {
+      post_send();
+      post_recv();
+    } else {
+      post_recv();
+      post_send();
+    }
+    return x;
+  }
+  // Ends a transfer: the host waits for it (bounded by the call's deadline) unless it
+  // completes in stream order; CUDA: returns a mark after it on the comm stream.
+  Mark finish(WorkHandle& work, int step, std::string_view what) {
+    if (stream_native_)
+      work.reset();  // stream-ordered: dropping the handle does not block
+    else
+      waiter_.wait(work, step, what);
+    return cuda_ ? mark(streams_.comm) : nullptr;
+  }
+  // A collective on the comm stream, ended like a transfer.
+  Mark all_gather(const TensorView& in, const TensorView& out, int step, std::string_view what) {
+    WorkHandle work = comm_.all_gather_async(in, out, streams_.comm);
+    return finish(work, step, what);
+  }
+  // Every rank's fp32 scalar `value` (on the tensors' device), in rank order, on the host.
+  // Blocking (for CUDA tensors: one synchronisation of the comm stream).
+  std::vector<float> gather_scalar(float* value) {
+    const int n = comm_.size();
+    std::vector<float> out(static_cast<size_t>(n));
+    const TensorView host_out(out.data(), DType::kFloat32, Shape{n});
+    const TensorView in(value, DType::kFloat32, Shape{1}, device_);
+    const TensorView gathered = cuda_ ? scratch(DType::kFloat32, Shape{n}) : host_out;
+    WorkHandle work = comm_.all_gather_async(in, gathered, streams_.comm);
+    waiter_.wait(work, 0, "scale_inv all-gather");
+    if (cuda_)
+      overlap_detail::copy_to_host(out.data(), gathered.data, host_out.nbytes(), streams_.comm);
+    return out;
+  }
+
+  void gemm(const GemmArgs& args) { qmesh::gemm(args, streams_.compute); }
+  // out = a + b, element-wise in fp32 (the three are [rows, cols] fp32).
+  void add(const TensorView& out, const TensorView& a, const TensorView& b) {
+    const int64_t count = out.numel();
+    if (cuda_) {
+      overlap_detail::add_fp32_async(out.data_as<float>(), a.data_as<float>(), b.data_as<float>(),
+                                     count, streams_.compute);
+      return;
+    }
+    float* t = out.data_as<float>();
+    const float* x = a.data_as<float>();
+    const float* y = b.data_as<float>();
+    for (int64_t i = 0; i < count; ++i) t[i] = x[i] + y[i];
+  }
+  void copy(void* dst, const void* src, size_t bytes) {
+    if (cuda_)
+      overlap_detail::copy_async(dst, src, bytes, streams_.compute);
+    else
+      std::memcpy(dst, src, bytes);
+  }
+
+ private:
+  Mark mark(Stream stream) {
+    events_.push_back(nullptr);
+    events_.back() = overlap_detail::record_event(stream);
+    return events_.back();
+  }
+
+  Communicator& comm_;
+  bool cuda_;
+  bool stream_native_;
+  Device device_;
+  CollectiveGemmStreams streams_;
+  Waiter waiter_;
+  std::optional<overlap_detail::CurrentDevice> current_device_;
+  std::deque<Tensor> host_scratch_;
+  std::vector<void*> device_scratch_;
+  std::vector<void*> events_;
+};
+
+// All tensors on A's device; CUDA tensors need the two streams.
+Device check_common(const GemmArgs& args, const CollectiveGemmStreams& streams, const char* op) {
   QMESH_CHECK(args.trans_a == GemmTranspose::kNo, op,
               ": A must be stored [tokens, K] (trans_a kNo), got trans_a kYes");
-  QMESH_CHECK(args.a.device().is_host() && args.d.device.is_host(), op,
-              ": collective GEMMs run on host tensors; A is on ", args.a.device().str(),
-              " and D on ", args.d.device.str());
+  const Device device = args.a.device();
+  QMESH_CHECK(args.d.device == device, op, ": A is on ", device.str(), " and D on ",
+              args.d.device.str(), "; a collective GEMM's tensors live on one device");
   QMESH_CHECK(args.epilogue != GemmEpilogue::kBiasGrad, op,
               ": the kBiasGrad epilogue sums over the token chunks and cannot be split");
+  if (device.is_cuda()) {
+    require_device(device);
+    const void* c = streams.compute.handle;
+    const void* m = streams.comm.handle;
+    QMESH_CHECK(c && m && c != m, op,
+                ": CUDA tensors need two distinct, non-null streams (compute, comm) in "
+                "CollectiveGemmStreams; got compute ",
+                c, " and comm ", m, "; create them with cudaStreamCreate");
+  }
+  return device;
 }
 
 void check_gemm(const GemmArgs& probe, const char* op) {
@@ -96,7 +276,26 @@ void check_gemm(const GemmArgs& probe, const char* op) {
   QMESH_CHECK(st.ok(), op, ": ", st.reason());
 }
 
+void check_same_scales(const std::vector<float>& scales, int rank, const std::string& what) {
+  for (size_t p = 0; p < scales.size(); ++p)
+    QMESH_CHECK(scales[p] == scales[static_cast<size_t>(rank)], what, ": rank ", p,
+                "'s FP8 scale_inv ", scales[p], " differs from this rank's ",
+                scales[static_cast<size_t>(rank)],
+                "; reduce the amax over the tensor-parallel group before quantizing");
+}
+
 int mod(int x, int n) { return ((x % n) + n) % n; }
+
+// One step's GEMM: `a_rows` times B into `d_rows` (and aux rows [begin, begin + count) when
+// the epilogue uses aux).
+void gemm_rows(RingExec& exec, const GemmArgs& args, const GemmOperand& a_rows,
+               const TensorView& d_rows, int64_t begin, int64_t count) {
+  GemmArgs step = args;
+  step.a = a_rows;
+  step.d = d_rows;
+  if (!args.aux.empty()) step.aux = rows_of(args.aux, begin, count);
+  exec.gemm(step);
+}
 
 }  // namespace
 
@@ -119,9 +318,9 @@ Overlap parse_overlap(std::string_view name) {
 }
 
 void all_gather_gemm(Communicator& comm, const GemmArgs& args, const GemmOperand& gathered,
-                     Overlap overlap) {
+                     Overlap overlap, const CollectiveGemmStreams& streams) {
   const char* op = "all_gather_gemm";
-  check_common(args, op);
+  const Device device = check_common(args, streams, op);
   const int n = comm.size(), r = comm.rank();
   const TensorView& a = operand_data(args.a);
   const TensorView& g = operand_data(gathered);
@@ -129,9 +328,11 @@ void all_gather_gemm(Communicator& comm, const GemmArgs& args, const GemmOperand
   QMESH_CHECK(gathered.is_quantized() == args.a.is_quantized() && g.dtype == a.dtype, op,
               ": gathered must have A's dtype ", dtype_name(a.dtype), ", got ",
               dtype_name(g.dtype));
-  QMESH_CHECK(g.device.is_host(), op, ": gathered must be a host tensor, got ", g.device.str());
+  QMESH_CHECK(g.device == device, op, ": gathered must be on A's device ", device.str(), ", got ",
+              g.device.str());
   QMESH_CHECK(!gathered.is_quantized() || !gathered.quantized.has_columnwise(), op,
-              ": gathered FP8 storage must not have a columnwise copy (host only)");
+              ": gathered FP8 storage must not have a columnwise copy (it receives rowwise "
+              "chunks only)");
   QMESH_CHECK(g.shape.rows() == tokens && g.shape.cols() == k, op, ": gathered must be [", tokens,
               ", ", k, "] (tp=", n, " chunks of A ", a.shape.str(), "), got ", g.shape.str());
   QMESH_CHECK(args.d.shape.rows() == tokens, op, ": D must have ", tokens, " rows (tp=", n, " x ",
@@ -151,67 +352,85 @@ void all_gather_gemm(Communicator& comm, const GemmArgs& args, const GemmOperand
   const char* g_begin = static_cast<const char*>(g.data);
   QMESH_CHECK(a_begin + a.nbytes() <= g_begin || g_begin + g.nbytes() <= a_begin, op,
               ": A must not overlap the gathered storage");
-  if (gathered.is_quantized()) {
+  RingExec exec(comm, device, streams, describe(op, comm));
+  exec.start();
+  const bool fp8 = gathered.is_quantized();
+  // kNone checks the scales with an all-gather; so does every schedule on CUDA, where the
+  // device scalars must be read on the host anyway (once, before the ring).
+  const bool gather_scales = fp8 && n > 1 && (overlap == Overlap::kNone || exec.on_cuda());
+  if (gather_scales) check_same_scales(exec.gather_scalar(args.a.quantized.scale_inv), r, op);
+  if (fp8) {
     const QuantizedTensorView& qa = args.a.quantized;
     const QuantizedTensorView& qg = gathered.quantized;
-    *qg.scale = *qa.scale;
-    *qg.scale_inv = *qa.scale_inv;
-    if (qg.amax && qa.amax) *qg.amax = *qa.amax;
+    exec.copy(qg.scale, qa.scale, sizeof(float));
+    exec.copy(qg.scale_inv, qa.scale_inv, sizeof(float));
+    if (qg.amax && qa.amax) exec.copy(qg.amax, qa.amax, sizeof(float));
   }
+  // arrived[c]: the mark after which chunk c is in `gathered`.
+  std::vector<RingExec::Mark> arrived(static_cast<size_t>(n), nullptr);
+  auto slot = [&](int c) { return rows_of(g, c * chunk, chunk); };
   auto chunk_gemm = [&](int c) {
-    gemm_rows(args, operand_rows(gathered, c * chunk, chunk), rows_of(args.d, c * chunk, chunk),
-              c * chunk, chunk);
+    exec.compute_after(arrived[static_cast<size_t>(c)]);
+    gemm_rows(exec, args, operand_rows(gathered, c * chunk, chunk),
+              rows_of(args.d, c * chunk, chunk), c * chunk, chunk);
   };
   if (overlap == Overlap::kNone || n == 1) {
-    comm.all_gather(a, g);
-    if (gathered.is_quantized() && n > 1) {
-      std::vector<float> scales(static_cast<size_t>(n));
-      comm.all_gather(TensorView(args.a.quantized.scale_inv, DType::kFloat32, Shape{1}),
-                      TensorView(scales.data(), DType::kFloat32, Shape{n}));
-      for (int p = 0; p < n; ++p)
-        QMESH_CHECK(scales[p] == *args.a.quantized.scale_inv, op, ": rank ", p, "'s FP8 scale_inv ",
-                    scales[p], " differs from this rank's ", *args.a.quantized.scale_inv,
-                    "; reduce the amax over the tensor-parallel group before quantizing");
+    const RingExec::Mark all = exec.all_gather(a, g, 0, "all-gather");
+    for (int c = 0; c < n; ++c) {
+      arrived[static_cast<size_t>(c)] = all;
+      chunk_gemm(c);
     }
-    for (int c = 0; c < n; ++c) chunk_gemm(c);
     return;
   }
-  std::memcpy(rows_of(g, r * chunk, chunk).data, a.data, a.nbytes());
+  exec.copy(slot(r).data, a.data, a.nbytes());
+  arrived[static_cast<size_t>(r)] = exec.computed();
   // Chunks moving right (from rank - 1) and left (from rank + 1): h_right + h_left = n - 1.
   const int h_right = overlap == Overlap::kRing ? n - 1 : n / 2;
   const int h_left = n - 1 - h_right;
   const int next = mod(r + 1, n), prev = mod(r - 1, n);
-  const Waiter waiter(describe(op, comm));
+  const bool exchange_scales = fp8 && !gather_scales;
   float scale_from_prev = 0, scale_from_next = 0;
   TensorView scale_prev_view(&scale_from_prev, DType::kFloat32, Shape{1});
   TensorView scale_next_view(&scale_from_next, DType::kFloat32, Shape{1});
   for (int s = 0; s <= h_right; ++s) {
-    WorkHandle recv_right, send_right, recv_left, send_left, scale_works[4];
+    RingExec::Exchange right, left;
+    WorkHandle scale_works[4];
+    const int right_in = mod(r - s - 1, n), right_out = mod(r - s, n);
+    const int left_in = mod(r + s + 1, n), left_out = mod(r + s, n);
+    auto post = [&] {
+      if (s < h_right)
+        right = exec.exchange(slot(right_out), next, arrived[static_cast<size_t>(right_out)],
+                              slot(right_in), prev, nullptr, kTagRight);
+      if (s < h_left)
+        left = exec.exchange(slot(left_out), prev, arrived[static_cast<size_t>(left_out)],
+                             slot(left_in), next, nullptr, kTagLeft);
+      if (s == 0 && exchange_scales) {  // host tensors only
+        const TensorView mine(args.a.quantized.scale_inv, DType::kFloat32, Shape{1});
+        scale_works[0] = exec.recv(scale_prev_view, prev, kTagScaleRight);
+        scale_works[1] = exec.send(mine, next, kTagScaleRight);
+        scale_works[2] = exec.recv(scale_next_view, next, kTagScaleLeft);
+        scale_works[3] = exec.send(mine, prev, kTagScaleLeft);
+      }
+    };
+    auto compute = [&] {
+      chunk_gemm(right_out);
+      if (s >= 1 && s <= h_left) chunk_gemm(left_out);
+    };
+    exec.in_order(post, compute);
     if (s < h_right) {
-      recv_right = comm.recv_async(rows_of(g, mod(r - s - 1, n) * chunk, chunk), prev, kTagRight);
-      send_right = comm.send_async(rows_of(g, mod(r - s, n) * chunk, chunk), next, kTagRight);
+      exec.finish(right.send, s, "send to the next rank");
+      arrived[static_cast<size_t>(right_in)] =
+          exec.finish(right.recv, s, "receive from the previous rank");
     }
     if (s < h_left) {
-      recv_left = comm.recv_async(rows_of(g, mod(r + s + 1, n) * chunk, chunk), next, kTagLeft);
-      send_left = comm.send_async(rows_of(g, mod(r + s, n) * chunk, chunk), prev, kTagLeft);
+      exec.finish(left.send, s, "send to the previous rank");
+      arrived[static_cast<size_t>(left_in)] =
+          exec.finish(left.recv, s, "receive from the next rank");
     }
-    if (s == 0 && gathered.is_quantized()) {
-      const TensorView mine(args.a.quantized.scale_inv, DType::kFloat32, Shape{1});
-      scale_works[0] = comm.recv_async(scale_prev_view, prev, kTagScaleRight);
-      scale_works[1] = comm.send_async(mine, next, kTagScaleRight);
-      scale_works[2] = comm.recv_async(scale_next_view, next, kTagScaleLeft);
-      scale_works[3] = comm.send_async(mine, prev, kTagScaleLeft);
-    }
-    chunk_gemm(mod(r - s, n));
-    if (s >= 1 && s <= h_left) chunk_gemm(mod(r + s, n));
-    waiter.wait(send_right, s, "send to the next rank");
-    waiter.wait(recv_right, s, "receive from the previous rank");
-    waiter.wait(send_left, s, "send to the previous rank");
-    waiter.wait(recv_left, s, "receive from the next rank");
-    for (WorkHandle& w : scale_works) waiter.wait(w, s, "scale_inv exchange");
-    if (s == 0 && gathered.is_quantized()) {
+    for (WorkHandle& w : scale_works) exec.waiter().wait(w, s, "scale_inv exchange");
+    if (s == 0 && exchange_scales) {
       const float mine = *args.a.quantized.scale_inv;
-      QMESH_CHECK(scale_from_prev == mine && scale_from_next == mine, waiter.what(),
+      QMESH_CHECK(scale_from_prev == mine && scale_from_next == mine, exec.waiter().what(),
                   ": the neighbours' FP8 scale_inv (", scale_from_prev, ", ", scale_from_next,
                   ") differ from this rank's ", mine,
                   "; reduce the amax over the tensor-parallel group before quantizing");
@@ -219,9 +438,10 @@ void all_gather_gemm(Communicator& comm, const GemmArgs& args, const GemmOperand
   }
 }
 
-void gemm_reduce_scatter(Communicator& comm, const GemmArgs& args, Overlap overlap) {
+void gemm_reduce_scatter(Communicator& comm, const GemmArgs& args, Overlap overlap,
+                         const CollectiveGemmStreams& streams) {
   const char* op = "gemm_reduce_scatter";
-  check_common(args, op);
+  const Device device = check_common(args, streams, op);
   QMESH_CHECK(args.epilogue == GemmEpilogue::kNone && args.output == GemmOutputMode::kWrite, op,
               ": partial sums take no epilogue and no accumulation (got epilogue ",
               gemm_epilogue_name(args.epilogue), "); add the bias after the reduction");
@@ -239,54 +459,65 @@ void gemm_reduce_scatter(Communicator& comm, const GemmArgs& args, Overlap overl
     probe.a = operand_rows(args.a, 0, chunk);
     check_gemm(probe, op);
   }
+  RingExec exec(comm, device, streams, describe(op, comm));
   auto chunk_gemm = [&](int c, const TensorView& into) {
-    gemm_rows(args, operand_rows(args.a, c * chunk, chunk), into, 0, chunk);
+    gemm_rows(exec, args, operand_rows(args.a, c * chunk, chunk), into, 0, chunk);
   };
   if (n == 1) {
     chunk_gemm(0, args.d);
     return;
   }
+  const Shape part{chunk, cols};
   // kNone computes every partial first; the reduction is the same ring either way, so that
   // the sums are added in one order on every backend (docs/design/overlap.md).
-  Tensor partial;
+  TensorView partial;
   if (overlap == Overlap::kNone) {
-    partial = Tensor(DType::kFloat32, Shape{tokens, cols});
+    partial = exec.scratch(DType::kFloat32, Shape{tokens, cols});
     for (int c = 0; c < n; ++c) chunk_gemm(c, rows_of(partial, c * chunk, chunk));
   }
   // Step s computes this rank's partial of chunk (r - s - 1) mod n and adds the running sum
   // of the same chunk received from rank - 1 (which started it one step earlier); the sum
   // goes on to rank + 1, until at step n - 1 rank r adds its own chunk's last term:
-  // chunk c = ((P[c+1] + P[c+2]) + ...) + P[c].
+  // chunk c = ((P[c+1] + P[c+2]) + ...) + P[c]. The sum of step s is sent at the start of
+  // step s + 1 (CUDA: after that step's GEMM is enqueued). Receive and send buffers
+  // alternate (index s % 2), so that a transfer never touches memory being summed into.
+  const TensorView mine = exec.scratch(DType::kFloat32, part);
+  const TensorView incoming[2] = {exec.scratch(DType::kFloat32, part),
+                                  exec.scratch(DType::kFloat32, part)};
+  const TensorView outgoing[2] = {exec.scratch(DType::kFloat32, part),
+                                  exec.scratch(DType::kFloat32, part)};
+  exec.start();
+  using Mark = RingExec::Mark;
+  // summed[b]: after the last sum that read incoming[b]; sent[b]: after the last send that
+  // read outgoing[b].
+  Mark summed[2] = {nullptr, nullptr}, sent[2] = {nullptr, nullptr};
   const int next = mod(r + 1, n), prev = mod(r - 1, n);
-  const Waiter waiter(describe(op, comm));
-  Tensor mine(DType::kFloat32, Shape{chunk, cols});
-  Tensor incoming(DType::kFloat32, Shape{chunk, cols});
-  Tensor outgoing[2] = {Tensor(DType::kFloat32, Shape{chunk, cols}),
-                        Tensor(DType::kFloat32, Shape{chunk, cols})};
-  WorkHandle send;
-  const int64_t count = chunk * cols;
+  TensorView pending;  // the sum to send at the start of the next step
+  Mark pending_ready = nullptr;
   for (int s = 0; s < n; ++s) {
-    const int c = mod(r - s - 1, n);
-    WorkHandle recv;
-    if (s > 0) recv = comm.recv_async(incoming, prev, kTagPartial);
-    TensorView own = s == 0 ? TensorView(outgoing[0]) : TensorView(mine);
-    if (overlap == Overlap::kNone)
-      own = rows_of(partial, c * chunk, chunk);
-    else
-      chunk_gemm(c, own);
-    waiter.wait(recv, s, "receive from the previous rank");
-    // The send of step s - 1 reads the other buffer; the one of step s - 2 (this buffer)
-    // was waited for in step s - 1.
+    const int c = mod(r - s - 1, n), b = s % 2;
+    RingExec::Exchange x;
+    TensorView own = s == 0 ? outgoing[0] : mine;
+    if (overlap == Overlap::kNone) own = rows_of(partial, c * chunk, chunk);
+    auto post = [&] {
+      x = exec.exchange(pending, next, pending_ready, s > 0 ? incoming[b] : TensorView(), prev,
+                        summed[b], kTagPartial);
+    };
+    auto compute = [&] {
+      if (overlap != Overlap::kNone) chunk_gemm(c, own);
+    };
+    exec.in_order(post, compute);
     TensorView target = own;
     if (s > 0) {
-      target = s == n - 1 ? args.d : TensorView(outgoing[s % 2]);
-      float* t = target.data_as<float>();
-      const float* in = incoming.data_as<float>();
-      const float* m = own.data_as<float>();
-      for (int64_t i = 0; i < count; ++i) t[i] = in[i] + m[i];
+      exec.compute_after(exec.finish(x.recv, s, "receive from the previous rank"));
+      target = s == n - 1 ? args.d : outgoing[b];
+      exec.compute_after(sent[b]);
+      exec.add(target, incoming[b], own);
+      summed[b] = exec.computed();
     }
-    waiter.wait(send, s, "send to the next rank");
-    if (s < n - 1) send = comm.send_async(target, next, kTagPartial);
+    if (x.send) sent[1 - b] = exec.finish(x.send, s, "send to the next rank");
+    pending = s < n - 1 ? target : TensorView();
+    pending_ready = s < n - 1 ? exec.computed() : nullptr;
   }
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "qmesh/comm/communicator.h"
+#include "qmesh/copy.h"
 #include "qmesh/float16.h"
 #include "qmesh/fp8.h"
 #include "qmesh/overlap/collective_gemm.h"
@@ -68,22 +69,35 @@ struct Operand {
   }
 };
 
-// Storage of A's dtype for the gathered [rows, cols] operand.
+// Storage of A's dtype for a [rows, cols] operand on `device`: the gathered operand, or a
+// device copy of an Operand (copy_from).
 struct Gathered {
   Tensor plain;
   QuantizedTensor fp8;
-  Gathered(Operands kind, int64_t rows, int64_t cols) {
+  Gathered(Operands kind, int64_t rows, int64_t cols, Device device = Device::host()) {
     if (kind == Operands::kFp8)
-      fp8 = QuantizedTensor(DType::kFloat8E4M3, Shape{rows, cols}, Device::host(), false);
+      fp8 = QuantizedTensor(DType::kFloat8E4M3, Shape{rows, cols}, device, false);
     else
-      plain =
-          Tensor(kind == Operands::kBf16 ? DType::kBFloat16 : DType::kFloat32, Shape{rows, cols});
+      plain = Tensor(kind == Operands::kBf16 ? DType::kBFloat16 : DType::kFloat32,
+                     Shape{rows, cols}, device);
   }
   GemmOperand op() const {
     return plain.data() ? GemmOperand::plain(plain) : GemmOperand::fp8(fp8.view());
   }
-  const void* bytes() const { return plain.data() ? plain.data() : fp8.data().data(); }
-  size_t nbytes() const { return plain.data() ? plain.nbytes() : fp8.data().nbytes(); }
+  const Tensor& data() const { return plain.data() ? plain : fp8.data(); }
+  const void* bytes() const { return data().data(); }
+  size_t nbytes() const { return data().nbytes(); }
+  // The stored bytes, copied to the host.
+  std::vector<uint8_t> host_bytes() const {
+    std::vector<uint8_t> out(nbytes());
+    copy_bytes(out.data(), Device::host(), bytes(), data().device(), out.size());
+    return out;
+  }
+  // Copies an operand of the same kind and shape: its values and, for FP8, its scalars.
+  void copy_from(const Operand& from) const {
+    copy_tensor(data(), from.plain.data() ? from.plain : from.fp8.data());
+    if (fp8.data().data()) copy_tensor(fp8.scalars(), from.fp8.scalars());
+  }
 };
 
 // d[t, n] = sum_k a[t, k] · b[n, k] in float64 (the TN form).

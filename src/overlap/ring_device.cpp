@@ -1,0 +1,97 @@
+#include "ring_device.h"
+
+#include "qmesh/config.h"
+#include "qmesh/error.h"
+
+#if QMESH_WITH_CUDA
+#include <cuda_runtime_api.h>
+
+#include "cuda/check.h"
+#endif
+
+namespace qmesh::overlap_detail {
+
+#if QMESH_WITH_CUDA
+
+namespace {
+cudaStream_t native(Stream s) { return static_cast<cudaStream_t>(s.handle); }
+}  // namespace
+
+CurrentDevice::CurrentDevice(int device) {
+  QMESH_CHECK_CUDA(cudaGetDevice(&previous_));
+  if (device != previous_) QMESH_CHECK_CUDA(cudaSetDevice(device));
+}
+
+CurrentDevice::~CurrentDevice() {
+  if (previous_ >= 0) (void)cudaSetDevice(previous_);
+}
+
+void* record_event(Stream stream) {
+  cudaEvent_t event = nullptr;
+  QMESH_CHECK_CUDA(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  const cudaError_t status = cudaEventRecord(event, native(stream));
+  if (status != cudaSuccess) (void)cudaEventDestroy(event);
+  QMESH_CHECK_CUDA(status);
+  return event;
+}
+
+void wait_event(Stream stream, void* event) {
+  QMESH_CHECK_CUDA(cudaStreamWaitEvent(native(stream), static_cast<cudaEvent_t>(event), 0));
+}
+
+void destroy_event(void* event) noexcept {
+  (void)cudaEventDestroy(static_cast<cudaEvent_t>(event));
+}
+
+void join_streams(Stream into, Stream from) noexcept {
+  cudaEvent_t event = nullptr;
+  if (cudaEventCreateWithFlags(&event, cudaEventDisableTiming) != cudaSuccess) return;
+  if (cudaEventRecord(event, native(from)) == cudaSuccess)
+    (void)cudaStreamWaitEvent(native(into), event, 0);
+  (void)cudaEventDestroy(event);
+}
+
+void* alloc_async(size_t bytes, Stream stream) {
+  void* p = nullptr;
+  QMESH_CHECK_CUDA(cudaMallocAsync(&p, bytes, native(stream)));
+  return p;
+}
+
+void free_async(void* p, Stream stream) noexcept { (void)cudaFreeAsync(p, native(stream)); }
+
+void copy_async(void* dst, const void* src, size_t bytes, Stream stream) {
+  QMESH_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, native(stream)));
+}
+
+void copy_to_host(void* dst, const void* src, size_t bytes, Stream stream) {
+  QMESH_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, native(stream)));
+  QMESH_CHECK_CUDA(cudaStreamSynchronize(native(stream)));
+}
+
+// add_fp32_async: ring_add.cu.
+
+#else
+
+namespace {
+[[noreturn]] void no_cuda() {
+  QMESH_THROW(
+      "collective GEMM on CUDA tensors: this build of qmesh has no CUDA support "
+      "(configure with QMESH_WITH_CUDA=ON)");
+}
+}  // namespace
+
+CurrentDevice::CurrentDevice(int) { no_cuda(); }
+CurrentDevice::~CurrentDevice() = default;
+void* record_event(Stream) { no_cuda(); }
+void wait_event(Stream, void*) { no_cuda(); }
+void destroy_event(void*) noexcept {}
+void join_streams(Stream, Stream) noexcept {}
+void* alloc_async(size_t, Stream) { no_cuda(); }
+void free_async(void*, Stream) noexcept {}
+void copy_async(void*, const void*, size_t, Stream) { no_cuda(); }
+void copy_to_host(void*, const void*, size_t, Stream) { no_cuda(); }
+void add_fp32_async(float*, const float*, const float*, int64_t, Stream) { no_cuda(); }
+
+#endif
+
+}  // namespace qmesh::overlap_detail

@@ -1,0 +1,53 @@
+// CUDA pieces of the collective-GEMM rings (internal to src/overlap): events that order one
+// stream after another, stream-ordered scratch memory, copies, and the fp32 sum of two
+// partials. In a build without CUDA every function throws qmesh::Error (the rings reach them
+// only for CUDA tensors, which such a build refuses first).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "qmesh/stream.h"
+
+namespace qmesh::overlap_detail {
+
+// Makes CUDA device `device` current for the scope and restores the previous one.
+class CurrentDevice {
+ public:
+  explicit CurrentDevice(int device);
+  ~CurrentDevice();
+  CurrentDevice(const CurrentDevice&) = delete;
+  CurrentDevice& operator=(const CurrentDevice&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
+// A new event (timing disabled) recorded on `stream`; release it with destroy_event.
+void* record_event(Stream stream);
+// Work enqueued on `stream` after this call starts once `event` has completed.
+void wait_event(Stream stream, void* event);
+// Never throws; a pending event is released once it completes.
+void destroy_event(void* event) noexcept;
+
+// Work enqueued on `into` from now on waits for what `from` holds now. Never throws (errors
+// are ignored: it runs on every exit path of a ring, error paths included).
+void join_streams(Stream into, Stream from) noexcept;
+
+// Stream-ordered allocation on the current device (cudaMallocAsync); usable by other
+// streams once they wait for an event recorded on `stream` after this call.
+void* alloc_async(size_t bytes, Stream stream);
+// Stream-ordered release (cudaFreeAsync); never throws.
+void free_async(void* p, Stream stream) noexcept;
+
+// Enqueues a copy of `bytes` between device buffers on `stream`.
+void copy_async(void* dst, const void* src, size_t bytes, Stream stream);
+// Copies device memory to host memory after the work on `stream`; blocking (synchronizes
+// `stream`).
+void copy_to_host(void* dst, const void* src, size_t bytes, Stream stream);
+
+// Enqueues out[i] = a[i] + b[i] (fp32, round to nearest) for i < n on `stream`. `out` may be
+// `a` or `b`.
+void add_fp32_async(float* out, const float* a, const float* b, int64_t n, Stream stream);
+
+}  // namespace qmesh::overlap_detail
