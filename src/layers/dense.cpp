@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cmath>
 
-#include "cpu/gelu.h"
 #include "layers/activation_buffer.h"
 #include "layers/operand_cast.h"
+#include "layers/parameter_init.h"
 #include "qmesh/error.h"
+#include "qmesh/ops/bias.h"
+#include "qmesh/ops/gelu.h"
 #include "qmesh/ops/gemm.h"
 #include "qmesh/overlap/collective_gemm.h"
 #include "qmesh/random.h"
@@ -14,16 +16,6 @@
 namespace qmesh {
 
 namespace {
-
-// Column sums of a [rows, cols] fp32 matrix into out [cols]: the bias gradient, from the
-// unquantized gradient whatever the recipe.
-void column_sums(const TensorView& g, float* out) {
-  const int64_t rows = g.shape.rows(), cols = g.shape.cols();
-  const float* p = g.data_as<float>();
-  std::fill_n(out, cols, 0.0f);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) out[c] += p[r * cols + c];
-}
 
 Shape with_rows(int64_t rows, int64_t cols) { return Shape{rows, cols}; }
 
@@ -50,6 +42,11 @@ struct Dense::Impl {
         ": a row-parallel layer cannot fuse GELU (its output is a partial sum)");
     QMESH_CHECK(opt.bias || opt.activation == DenseActivation::kNone, name,
                 ": GELU is fused with the bias; enable the bias");
+    // The collective GEMMs (overlap/collective_gemm.h) are host-only.
+    QMESH_CHECK(!opt.sequence_parallel || context.device().is_host(), name,
+                ": sequence_parallel runs on the host only (the collective GEMMs are host-only); "
+                "on ",
+                context.device().str(), " use tensor parallelism without sequence_parallel");
     in_local = in;
     out_local = out;
     if (opt.parallelism == DenseParallelism::kColumn) {
@@ -64,19 +61,18 @@ struct Dense::Impl {
     // Slice [out0, out0 + out_local) x [in0, in0 + in_local) of the global [out, in] matrix.
     const int64_t out0 = opt.parallelism == DenseParallelism::kColumn ? tp->rank() * out_local : 0;
     const int64_t in0 = opt.parallelism == DenseParallelism::kRow ? tp->rank() * in_local : 0;
-    weight = {name + ".weight", Tensor(DType::kFloat32, Shape{out_local, in_local}),
-              Tensor(DType::kFloat32, Shape{out_local, in_local})};
+    // Drawn on the host and then copied: every device starts from the same bits.
+    Tensor init(DType::kFloat32, Shape{out_local, in_local});
     const float stddev = 1.0f / std::sqrt(float(in));
-    float* w = weight.value.data_as<float>();
+    float* w = init.data_as<float>();
     for (int64_t r = 0; r < out_local; ++r)
       for (int64_t c = 0; c < in_local; ++c)
         w[r * in_local + c] = stddev * counter_normal(seed, uint64_t((out0 + r) * in + in0 + c));
-    std::fill_n(weight.grad.data_as<float>(), weight.grad.numel(), 0.0f);
+    weight = make_parameter(name + ".weight", std::move(init), context.device());
     if (opt.bias) {
-      const int64_t n = out_local;
-      bias = {name + ".bias", Tensor(DType::kFloat32, Shape{n}), Tensor(DType::kFloat32, Shape{n})};
-      std::fill_n(bias.value.data_as<float>(), n, 0.0f);
-      std::fill_n(bias.grad.data_as<float>(), n, 0.0f);
+      Tensor zeros(DType::kFloat32, Shape{out_local});
+      std::fill_n(zeros.data_as<float>(), out_local, 0.0f);
+      bias = make_parameter(name + ".bias", std::move(zeros), context.device());
     }
   }
 
@@ -88,7 +84,7 @@ struct Dense::Impl {
 
   TensorView forward(const TensorView& x) {
     check_dtype(x, DType::kFloat32, name + " input");
-    check_device(x, Device::host(), name + " input");
+    check_device(x, ctx.device(), name + " input");
     QMESH_CHECK(x.shape.cols() == in_local, name, ": input must have ", in_local,
                 " features (last dimension), got shape ", x.shape.str());
     x_in = x;
@@ -121,34 +117,28 @@ struct Dense::Impl {
     } else if (row() && sp()) {  // partial products reduce-scattered to [T/tp, out]
       gemm_reduce_scatter(*tp, args, overlap);
     } else {
-      gemm(args);
-      if (row()) tp->all_reduce(out, ReduceOp::kSum);
+      gemm(args, ctx.stream());
+      if (row()) tp->all_reduce(out, ReduceOp::kSum, ctx.stream());
     }
-    if (!row()) return out;
     // Row parallel: the partial products are summed over tp; add the (replicated) bias.
-    if (options.bias) {
-      float* o = out.data_as<float>();
-      const float* b = bias.value.data_as<float>();
-      for (int64_t r = 0; r < out.shape.rows(); ++r)
-        for (int64_t c = 0; c < out_local; ++c) o[r * out_local + c] += b[c];
-    }
+    if (row() && options.bias) add_bias(out, bias.value, ctx.stream());
     return out;
   }
 
   TensorView backward(const TensorView& dy_in) {
     QMESH_CHECK(!x_in.empty(), name, ": backward called before forward");
     check_dtype(dy_in, DType::kFloat32, name + " output gradient");
+    check_device(dy_in, ctx.device(), name + " output gradient");
     const Shape x_shape = with_rows(tokens, in_local);  // x as the GEMMs saw it
     if (row() && sp()) return backward_row_sp(dy_in, x_shape);
     check_shape(dy_in, Shape{tokens, out_local}, name + " output gradient");
     TensorView dy = dy_in;
     if (options.activation == DenseActivation::kGelu) {  // through GELU: dy * gelu'(pre)
       const TensorView d = ensure_tensor(dpre, DType::kFloat32, dy.shape, dy.device);
-      std::copy_n(dy.data_as<float>(), dy.numel(), d.data_as<float>());
-      dgelu_mul_inplace(d.data_as<float>(), pre_activation.data_as<float>(), d.numel());
+      dgelu(dy, pre_activation, d, ctx.stream());
       dy = d;
     }
-    if (options.bias) column_sums(dy, bias.grad.data_as<float>());
+    if (options.bias) bias_grad(dy, bias.grad, ctx.stream());
     const GemmOperand dy_op = dy_cast.cast(dy, columnwise());
     run_wgrad(dy_op);
     // dgrad: dx [T, in] = dy · W.
@@ -159,9 +149,9 @@ struct Dense::Impl {
       return dgrad.d;
     }
     dgrad.d = ensure_tensor(dx, DType::kFloat32, x_shape, x_in.device);
-    gemm(dgrad);
+    gemm(dgrad, ctx.stream());
     // Column parallel: every tp rank holds a partial dx over the full input features.
-    if (column()) tp->all_reduce(dgrad.d, ReduceOp::kSum);
+    if (column()) tp->all_reduce(dgrad.d, ReduceOp::kSum, ctx.stream());
     return dgrad.d;
   }
 
@@ -175,14 +165,9 @@ struct Dense::Impl {
     if (options.bias) {
       const TensorView sums =
           ensure_tensor(bias_sums, DType::kFloat32, Shape{n, out_local}, dy_in.device);
-      const TensorView mine(bias.grad.data_as<float>(), DType::kFloat32, Shape{out_local},
-                            dy_in.device);
-      column_sums(dy_in, mine.data_as<float>());
-      tp->all_gather(mine, sums);
-      float* g = bias.grad.data_as<float>();
-      std::copy_n(sums.data_as<float>(), out_local, g);
-      for (int r = 1; r < n; ++r)
-        for (int64_t c = 0; c < out_local; ++c) g[c] += sums.data_as<float>()[r * out_local + c];
+      bias_grad(dy_in, bias.grad);
+      tp->all_gather(bias.grad, sums);
+      bias_grad(sums, bias.grad);  // rank 0's sums plus the others' in rank order
     }
     GemmArgs dgrad = dgrad_args(dy_cast.cast(dy_in, columnwise()));
     const GemmOperand dy_gathered = dy_cast.gathered(dgrad.a, tokens);
@@ -201,7 +186,7 @@ struct Dense::Impl {
     wgrad.trans_b = GemmTranspose::kNo;
     wgrad.d = weight.grad;
     wgrad.accumulation = GemmAccumulation::kSplit;
-    gemm(wgrad);
+    gemm(wgrad, ctx.stream());
   }
 
   // dgrad: dx = dy · W (D to be set by the caller).
