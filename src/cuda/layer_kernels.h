@@ -18,6 +18,7 @@ void layer_norm_backward(int device, const float* dy, const float* x, const floa
 // out[c] = sum_r g[r, c].
 void column_sums(int device, const float* g, float* out, int64_t rows, int64_t cols, Stream stream);
 void add_bias(int device, float* y, const float* bias, int64_t rows, int64_t cols, Stream stream);
+void gelu(int device, const float* x, float* y, int64_t n, Stream stream);
 void dgelu(int device, const float* dy, const float* pre, float* dx, int64_t n, Stream stream);
 void add(int device, const float* a, const float* b, float* out, int64_t n, Stream stream);
 void convert_to_bf16(int device, const float* in, uint16_t* out, int64_t n, Stream stream);

@@ -139,14 +139,22 @@ __global__ void add_bias_kernel(float* y, const float* bias, int64_t n, int64_t 
   if (i < n) y[i] += bias[i % cols];
 }
 
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+constexpr float kGeluCubic = 0.044715f;
+
+__device__ float gelu_tanh(float x) { return tanhf(kSqrt2OverPi * (x + kGeluCubic * x * x * x)); }
+
+__global__ void gelu_kernel(const float* x, float* y, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (i < n) y[i] = 0.5f * x[i] * (1.0f + gelu_tanh(x[i]));
+}
+
 __global__ void dgelu_kernel(const float* dy, const float* pre, float* dx, int64_t n) {
   const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
   if (i >= n) return;
-  constexpr float kSqrt2OverPi = 0.7978845608028654f;
-  constexpr float kCubic = 0.044715f;
   const float x = pre[i];
-  const float t = tanhf(kSqrt2OverPi * (x + kCubic * x * x * x));
-  const float du = kSqrt2OverPi * (1.0f + 3.0f * kCubic * x * x);
+  const float t = gelu_tanh(x);
+  const float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * x * x);
   dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
 }
 
@@ -214,6 +222,12 @@ void add_bias(int device, float* y, const float* bias, int64_t rows, int64_t col
   const DeviceGuard guard(device);
   add_bias_kernel<<<blocks_for(rows * cols), kThreads, 0, native(stream)>>>(y, bias, rows * cols,
                                                                             cols);
+  QMESH_CHECK_CUDA(cudaGetLastError());
+}
+
+void gelu(int device, const float* x, float* y, int64_t n, Stream stream) {
+  const DeviceGuard guard(device);
+  gelu_kernel<<<blocks_for(n), kThreads, 0, native(stream)>>>(x, y, n);
   QMESH_CHECK_CUDA(cudaGetLastError());
 }
 

@@ -117,7 +117,7 @@ struct Dense::Impl {
     } else if (row() && sp()) {  // partial products reduce-scattered to [T/tp, out]
       gemm_reduce_scatter(*tp, args, overlap);
     } else {
-      gemm(args, ctx.stream());
+      gemm_with_epilogue(args);
       if (row()) tp->all_reduce(out, ReduceOp::kSum, ctx.stream());
     }
     // Row parallel: the partial products are summed over tp; add the (replicated) bias.
@@ -175,6 +175,25 @@ struct Dense::Impl {
     all_gather_gemm(*tp, dgrad, dy_gathered, overlap);
     run_wgrad(dy_gathered);
     return dgrad.d;
+  }
+
+  // The forward GEMM with its bias (+ GELU) epilogue, or, where the backend does not offer
+  // that epilogue for these operands (cuBLASLt with some FP8 combinations), the plain GEMM
+  // followed by the bias and GELU ops: the same math, in separate passes.
+  void gemm_with_epilogue(GemmArgs args) {
+    if (args.epilogue == GemmEpilogue::kNone || Gemm::can_implement(args)) {
+      gemm(args, ctx.stream());
+      return;
+    }
+    const bool with_gelu = args.epilogue == GemmEpilogue::kBiasGeluAux;
+    const TensorView out = args.d;
+    if (with_gelu) args.d = args.aux;  // the pre-activation, kept for backward
+    args.epilogue = GemmEpilogue::kNone;
+    args.bias = {};
+    args.aux = {};
+    gemm(args, ctx.stream());
+    add_bias(args.d, bias.value, ctx.stream());
+    if (with_gelu) gelu(args.d, out, ctx.stream());
   }
 
   // wgrad: dW [out, in] = dyᵀ · x, with the operands forward cast.

@@ -178,6 +178,22 @@ void add_bias(const TensorView& y, const TensorView& bias, Stream stream) {
       [&](int device) { detail::cuda::add_bias(device, o, b, rows, cols, stream); });
 }
 
+void gelu(const TensorView& x, const TensorView& y, Stream stream) {
+  check_fp32(x, x.device, "gelu input");
+  check_fp32(y, x.device, "gelu output");
+  check_shape(y, x.shape, "gelu output");
+  const float* in = x.data_as<float>();
+  float* out = y.data_as<float>();
+  const int64_t n = x.numel();
+  dispatch(
+      x.device,
+      [&] {
+        if (out != in) std::copy_n(in, n, out);
+        gelu_inplace(out, n);
+      },
+      [&](int device) { detail::cuda::gelu(device, in, out, n, stream); });
+}
+
 void dgelu(const TensorView& dy, const TensorView& pre, const TensorView& dx, Stream stream) {
   check_fp32(dy, dy.device, "dgelu output gradient");
   for (auto [t, what] : {std::pair{pre, "pre-activation"}, std::pair{dx, "input gradient"}}) {
