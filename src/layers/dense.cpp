@@ -118,7 +118,7 @@ struct Dense::Impl {
       gemm_reduce_scatter(*tp, args, overlap);
     } else {
       gemm_with_epilogue(args);
-      if (row()) tp->all_reduce(out, ReduceOp::kSum, ctx.stream());
+      if (row() && tp->size() > 1) tp->all_reduce(out, ReduceOp::kSum, ctx.stream());
     }
     // Row parallel: the partial products are summed over tp; add the (replicated) bias.
     if (row() && options.bias) add_bias(out, bias.value, ctx.stream());
@@ -151,7 +151,7 @@ struct Dense::Impl {
     dgrad.d = ensure_tensor(dx, DType::kFloat32, x_shape, x_in.device);
     gemm(dgrad, ctx.stream());
     // Column parallel: every tp rank holds a partial dx over the full input features.
-    if (column()) tp->all_reduce(dgrad.d, ReduceOp::kSum, ctx.stream());
+    if (column() && tp->size() > 1) tp->all_reduce(dgrad.d, ReduceOp::kSum, ctx.stream());
     return dgrad.d;
   }
 
