@@ -25,7 +25,8 @@ if [ "$mode" != "--bench-only" ]; then
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
 if [ "$mode" != "--tests-only" ]; then
-  # Every GPU benchmark program writes a table to stdout and JSON next to it.
+  # Every GPU benchmark program writes a table to stdout and JSON next to it (gemm_gpu_bench,
+  # quant_gpu_bench, dense_gpu_bench: LayerNormMLP BF16 vs FP8 delayed, and more as added).
   for b in build-gpu/bench/*_gpu_bench; do
     [ -x "$b" ] || continue
     name=$(basename "$b")
