@@ -2,7 +2,10 @@
 // convert). The CUDA kernels are in cuda/layer_ops.cu.
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <string>
+#include <string_view>
+#include <utility>
 
 #include "cpu/gelu.h"
 #include "qmesh/config.h"
@@ -27,6 +30,16 @@ void check_fp32(const TensorView& t, const Device& device, const std::string& wh
   check_device(t, device, what);
 }
 
+// Each argument: a non-empty fp32 tensor of `shape` on `device`; named "<op> <name>" in errors.
+void check_args(std::string_view op, const Device& device, const Shape& shape,
+                std::initializer_list<std::pair<TensorView, const char*>> args) {
+  for (const auto& [t, name] : args) {
+    const std::string what = detail::concat(op, " ", name);
+    check_fp32(t, device, what);
+    check_shape(t, shape, what);
+  }
+}
+
 // Runs `host` on the host, else `cuda(device index)` after checking that the device is usable.
 template <class Host, class Cuda>
 void dispatch(const Device& device, Host&& host, [[maybe_unused]] Cuda&& cuda) {
@@ -48,16 +61,9 @@ void layer_norm_forward(const TensorView& x, const TensorView& gamma, const Tens
   check_fp32(x, x.device, "layer_norm_forward input");
   const int64_t rows = x.shape.rows(), cols = x.shape.cols();
   QMESH_CHECK(eps > 0, "layer_norm_forward: eps must be > 0, got ", eps);
-  for (auto [t, what] : {std::pair{gamma, "gamma"}, std::pair{beta, "beta"}}) {
-    check_fp32(t, x.device, std::string("layer_norm_forward ") + what);
-    check_shape(t, Shape{cols}, std::string("layer_norm_forward ") + what);
-  }
-  check_fp32(y, x.device, "layer_norm_forward output");
-  check_shape(y, x.shape, "layer_norm_forward output");
-  for (auto [t, what] : {std::pair{mean, "mean"}, std::pair{rstd, "rstd"}}) {
-    check_fp32(t, x.device, std::string("layer_norm_forward ") + what);
-    check_shape(t, Shape{rows}, std::string("layer_norm_forward ") + what);
-  }
+  check_args("layer_norm_forward", x.device, Shape{cols}, {{gamma, "gamma"}, {beta, "beta"}});
+  check_args("layer_norm_forward", x.device, x.shape, {{y, "output"}});
+  check_args("layer_norm_forward", x.device, Shape{rows}, {{mean, "mean"}, {rstd, "rstd"}});
   const float* in = x.data_as<float>();
   const float* g = gamma.data_as<float>();
   const float* b = beta.data_as<float>();
@@ -91,20 +97,12 @@ void layer_norm_backward(const TensorView& dy, const TensorView& x, const Tensor
                          const TensorView& dgamma, const TensorView& dbeta, Stream stream) {
   check_fp32(x, x.device, "layer_norm_backward input");
   const int64_t rows = x.shape.rows(), cols = x.shape.cols();
-  for (auto [t, what] : {std::pair{dy, "output gradient"}, std::pair{dx, "input gradient"}}) {
-    check_fp32(t, x.device, std::string("layer_norm_backward ") + what);
-    check_shape(t, x.shape, std::string("layer_norm_backward ") + what);
-  }
+  check_args("layer_norm_backward", x.device, x.shape,
+             {{dy, "output gradient"}, {dx, "input gradient"}});
   QMESH_CHECK(dx.data != dy.data, "layer_norm_backward: dx must not alias dy");
-  for (auto [t, what] :
-       {std::pair{gamma, "gamma"}, std::pair{dgamma, "dgamma"}, std::pair{dbeta, "dbeta"}}) {
-    check_fp32(t, x.device, std::string("layer_norm_backward ") + what);
-    check_shape(t, Shape{cols}, std::string("layer_norm_backward ") + what);
-  }
-  for (auto [t, what] : {std::pair{mean, "mean"}, std::pair{rstd, "rstd"}}) {
-    check_fp32(t, x.device, std::string("layer_norm_backward ") + what);
-    check_shape(t, Shape{rows}, std::string("layer_norm_backward ") + what);
-  }
+  check_args("layer_norm_backward", x.device, Shape{cols},
+             {{gamma, "gamma"}, {dgamma, "dgamma"}, {dbeta, "dbeta"}});
+  check_args("layer_norm_backward", x.device, Shape{rows}, {{mean, "mean"}, {rstd, "rstd"}});
   const float* pdy = dy.data_as<float>();
   const float* px = x.data_as<float>();
   const float* g = gamma.data_as<float>();
@@ -148,8 +146,7 @@ void layer_norm_backward(const TensorView& dy, const TensorView& x, const Tensor
 void bias_grad(const TensorView& g, const TensorView& dbias, Stream stream) {
   check_fp32(g, g.device, "bias_grad gradient");
   const int64_t rows = g.shape.rows(), cols = g.shape.cols();
-  check_fp32(dbias, g.device, "bias_grad output");
-  check_shape(dbias, Shape{cols}, "bias_grad output");
+  check_args("bias_grad", g.device, Shape{cols}, {{dbias, "output"}});
   const float* p = g.data_as<float>();
   float* out = dbias.data_as<float>();
   dispatch(
@@ -165,8 +162,7 @@ void bias_grad(const TensorView& g, const TensorView& dbias, Stream stream) {
 void add_bias(const TensorView& y, const TensorView& bias, Stream stream) {
   check_fp32(y, y.device, "add_bias output");
   const int64_t rows = y.shape.rows(), cols = y.shape.cols();
-  check_fp32(bias, y.device, "add_bias bias");
-  check_shape(bias, Shape{cols}, "add_bias bias");
+  check_args("add_bias", y.device, Shape{cols}, {{bias, "bias"}});
   float* o = y.data_as<float>();
   const float* b = bias.data_as<float>();
   dispatch(
@@ -180,8 +176,7 @@ void add_bias(const TensorView& y, const TensorView& bias, Stream stream) {
 
 void gelu(const TensorView& x, const TensorView& y, Stream stream) {
   check_fp32(x, x.device, "gelu input");
-  check_fp32(y, x.device, "gelu output");
-  check_shape(y, x.shape, "gelu output");
+  check_args("gelu", x.device, x.shape, {{y, "output"}});
   const float* in = x.data_as<float>();
   float* out = y.data_as<float>();
   const int64_t n = x.numel();
@@ -196,10 +191,7 @@ void gelu(const TensorView& x, const TensorView& y, Stream stream) {
 
 void dgelu(const TensorView& dy, const TensorView& pre, const TensorView& dx, Stream stream) {
   check_fp32(dy, dy.device, "dgelu output gradient");
-  for (auto [t, what] : {std::pair{pre, "pre-activation"}, std::pair{dx, "input gradient"}}) {
-    check_fp32(t, dy.device, std::string("dgelu ") + what);
-    check_shape(t, dy.shape, std::string("dgelu ") + what);
-  }
+  check_args("dgelu", dy.device, dy.shape, {{pre, "pre-activation"}, {dx, "input gradient"}});
   const float* d = dy.data_as<float>();
   const float* p = pre.data_as<float>();
   float* out = dx.data_as<float>();
@@ -215,10 +207,7 @@ void dgelu(const TensorView& dy, const TensorView& pre, const TensorView& dx, St
 
 void add(const TensorView& a, const TensorView& b, const TensorView& out, Stream stream) {
   check_fp32(a, a.device, "add first operand");
-  for (auto [t, what] : {std::pair{b, "second operand"}, std::pair{out, "output"}}) {
-    check_fp32(t, a.device, std::string("add ") + what);
-    check_shape(t, a.shape, std::string("add ") + what);
-  }
+  check_args("add", a.device, a.shape, {{b, "second operand"}, {out, "output"}});
   const float* pa = a.data_as<float>();
   const float* pb = b.data_as<float>();
   float* po = out.data_as<float>();

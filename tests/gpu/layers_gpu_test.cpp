@@ -9,7 +9,6 @@
 
 #include <cmath>
 #include <cstring>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -25,6 +24,7 @@
 #include "qmesh/ops/layer_norm.h"
 #include "qmesh/train/grad_sync.h"
 #include "qmesh/train/optimizer.h"
+#include "random_tensor.h"
 
 namespace qmesh {
 namespace {
@@ -54,13 +54,7 @@ class OwnStream {
   cudaStream_t stream_ = nullptr;
 };
 
-Tensor random_tensor(const Shape& shape, uint32_t seed, float lo = -2.0f, float hi = 2.0f) {
-  Tensor t(DType::kFloat32, shape);
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data_as<float>()[i] = dist(gen);
-  return t;
-}
+using test::random_tensor;
 
 Tensor to_gpu(const TensorView& host) { return clone(host, kGpu); }
 Tensor to_host(const TensorView& t) { return clone(t, Device::host()); }

@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <random>
 #include <vector>
 
 #include "expect_error.h"
@@ -14,17 +13,12 @@
 #include "qmesh/ops/convert.h"
 #include "qmesh/ops/gelu.h"
 #include "qmesh/ops/layer_norm.h"
+#include "random_tensor.h"
 
 namespace qmesh {
 namespace {
 
-Tensor random_tensor(const Shape& shape, uint32_t seed, float lo = -2.0f, float hi = 2.0f) {
-  Tensor t(DType::kFloat32, shape);
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data_as<float>()[i] = dist(gen);
-  return t;
-}
+using test::random_tensor;
 
 // |actual - expected| <= tol * max(1, |expected|), element by element.
 void expect_close(const TensorView& actual, const std::vector<double>& expected, double tol) {
