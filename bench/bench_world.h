@@ -3,6 +3,8 @@
 // bootstrapped by MPI). Shared by comm_bench and cgemm_bench.
 #pragma once
 
+#include <cstdio>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <string>
@@ -46,6 +48,25 @@ inline void run_on_world(int* argc, char*** argv, const std::string& backend, in
   QMESH_THROW("--backend ", backend, ": this build has no MPI backend (QMESH_WITH_MPI=OFF); ",
               "use --backend local");
 #endif
+}
+
+// main() of a benchmark over a world: options = parse(argc, argv) (which takes --backend and,
+// for "local", the rank count), results = run(comm, options) on every rank, then
+// report(results, options, ranks) on rank 0. Returns the exit status; an error is printed
+// as "<name>: <message>".
+template <class Parse, class Run, class Report>
+int world_main(const char* name, int argc, char** argv, Parse parse, Run run, Report report) {
+  try {
+    const auto options = parse(argc, argv);
+    run_on_world(&argc, &argv, options.backend, options.ranks, [&](Communicator& comm) {
+      const auto results = run(comm, options);
+      if (comm.rank() == 0) report(results, options, comm.size());
+    });
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", name, e.what());
+    return 1;
+  }
 }
 
 }  // namespace qmesh::bench

@@ -52,7 +52,7 @@ struct Result {
 void usage(const char* argv0) {
   std::printf(
       "usage: %s [options]\n"
-      "  --backend mpi|local   transport (mpi: run under mpirun; default mpi)\n"
+      "  --backend mpi|ucx|local  transport (mpi, ucx: run under mpirun; default mpi)\n"
       "  --ranks N             tp ranks (threads) of the local backend (default 4)\n"
       "  --scale S             divide M=8192, K=4096, N in {4096, 16384} by S (default 16)\n"
       "  --iters N             timed repetitions, median reported (default 5)\n"
@@ -93,8 +93,8 @@ Options parse(int argc, char** argv) {
     else
       QMESH_THROW("unknown option ", arg, " (see --help)");
   }
-  QMESH_CHECK(o.backend == "mpi" || o.backend == "local", "--backend ", o.backend,
-              " is not one of mpi, local");
+  QMESH_CHECK(o.backend == "mpi" || o.backend == "ucx" || o.backend == "local", "--backend ",
+              o.backend, " is not one of mpi, ucx, local");
   return o;
 }
 
@@ -229,15 +229,5 @@ void report(const std::vector<Result>& results, const Options& o, int tp) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    const Options o = parse(argc, argv);
-    bench::run_on_world(&argc, &argv, o.backend, o.ranks, [&](Communicator& comm) {
-      const auto results = run_all(comm, o);
-      if (comm.rank() == 0) report(results, o, comm.size());
-    });
-    return 0;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "cgemm_bench: %s\n", e.what());
-    return 1;
-  }
+  return qmesh::bench::world_main("cgemm_bench", argc, argv, parse, run_all, report);
 }

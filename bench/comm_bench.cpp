@@ -241,15 +241,5 @@ void report(const std::vector<Result>& results, const Options& o, int n) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    const Options o = parse(argc, argv);
-    bench::run_on_world(&argc, &argv, o.backend, o.ranks, [&](Communicator& comm) {
-      const auto results = run_all(comm, o);
-      if (comm.rank() == 0) report(results, o, comm.size());
-    });
-    return 0;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "comm_bench: %s\n", e.what());
-    return 1;
-  }
+  return qmesh::bench::world_main("comm_bench", argc, argv, parse, run_all, report);
 }

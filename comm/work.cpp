@@ -5,6 +5,7 @@
 #include "qmesh/comm/reduce_op.h"
 #include "qmesh/error.h"
 #include "qmesh/param.h"
+#include "timeout_text.h"
 
 namespace qmesh {
 
@@ -15,6 +16,13 @@ std::chrono::milliseconds comm_timeout() {
               " must be a positive number of seconds (default ", kDefaultSeconds, ")");
   return std::chrono::milliseconds(static_cast<int64_t>(std::ceil(seconds * 1000.0)));
 }
+
+namespace comm_detail {
+std::string timeout_text(std::string_view what, std::chrono::milliseconds limit) {
+  return detail::concat(what, " timed out after ", std::chrono::duration<double>(limit).count(),
+                        " s (QMESH_COMM_TIMEOUT_S)");
+}
+}  // namespace comm_detail
 
 Work::~Work() = default;
 

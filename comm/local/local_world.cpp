@@ -2,6 +2,7 @@
 
 #include "qmesh/error.h"
 #include "qmesh/logging.h"
+#include "timeout_text.h"
 
 namespace qmesh::local {
 
@@ -67,9 +68,9 @@ void World::wait(std::unique_lock<std::mutex>& lock, Clock::time_point deadline,
     if (aborted_) QMESH_THROW(what, " failed: the local world was aborted: ", abort_reason_);
     if (cv.wait_until(lock, deadline) == std::cv_status::timeout && !done()) {
       if (aborted_) continue;
-      const double waited = std::chrono::duration<double>(Clock::now() - start).count();
-      QMESH_THROW(what, " timed out after ", waited,
-                  " s: a peer rank did not take part (raise QMESH_COMM_TIMEOUT_S if it is "
+      QMESH_THROW(comm_detail::timeout_text(
+                      what, std::chrono::ceil<std::chrono::milliseconds>(Clock::now() - start)),
+                  ": a peer rank did not take part (raise QMESH_COMM_TIMEOUT_S if it is "
                   "just slow)");
     }
   }

@@ -10,8 +10,10 @@
 
 #include "algorithms/reduce.h"
 #include "mpi/check.h"
+#include "mpi/progress_thread.h"
 #include "qmesh/comm/mpi.h"
 #include "qmesh/logging.h"
+#include "timeout_text.h"
 
 namespace qmesh {
 
@@ -50,7 +52,8 @@ class MpiWork : public Work {
         request_(request),
         what_(std::move(what)),
         on_done_(std::move(on_done)),
-        cancellable_(cancellable) {}
+        cancellable_(cancellable),
+        progress_(ProgressThread::track()) {}
 
   ~MpiWork() override {
     if (done_ || timed_out_) return;
@@ -75,6 +78,7 @@ class MpiWork : public Work {
       throw;
     }
     done_ = flag != 0;
+    if (done_) progress_.release();
     return done_;
   }
 
@@ -87,9 +91,7 @@ class MpiWork : public Work {
       const auto now = Clock::now();
       if (now >= deadline) {
         timed_out_ = true;
-        const std::string reason = detail::concat(what_, " did not complete within ",
-                                                  std::chrono::duration<double>(timeout).count(),
-                                                  " s (QMESH_COMM_TIMEOUT_S)");
+        const std::string reason = comm_detail::timeout_text(what_, timeout);
         switch (try_cancel()) {
           case Cancel::kCancelled:
             QMESH_THROW(reason, ": the peer sent nothing; the receive was withdrawn");
@@ -138,6 +140,7 @@ class MpiWork : public Work {
   std::string what_;
   OnDone on_done_;
   bool cancellable_;
+  ProgressThread::Active progress_;  // background progress while in flight
   bool done_ = false;
   bool timed_out_ = false;
   std::exception_ptr error_;

@@ -11,6 +11,7 @@
 #include "qmesh/comm/nccl.h"
 #include "qmesh/copy.h"
 #include "qmesh/logging.h"
+#include "timeout_text.h"
 
 namespace qmesh {
 namespace {
@@ -174,8 +175,8 @@ class NcclWork : public Work {
     while (!test()) {
       if (Clock::now() > deadline) {
         const std::string reason =
-            detail::concat(what_, " timed out after ", timeout.count(),
-                           " ms; the NCCL communicator is aborted (a peer may have failed "
+            detail::concat(comm_detail::timeout_text(what_, timeout),
+                           ": the NCCL communicator is aborted (a peer may have failed "
                            "or not issued the matching call; raise QMESH_COMM_TIMEOUT_S if "
                            "the job is only slow)");
         handle_->abort(reason);

@@ -11,6 +11,7 @@
 #include "qmesh/comm/one_sided.h"
 #include "qmesh/comm/ucx.h"
 #include "qmesh/logging.h"
+#include "timeout_text.h"
 
 namespace qmesh {
 namespace ucx_detail {
@@ -40,7 +41,9 @@ class UcxWork : public Work {
       : owner_(std::move(owner)), engine_(engine), op_(std::move(op)) {}
 
   ~UcxWork() override {
-    if (op_->is_done()) return;
+    // A work that already timed out is not waited for again: the caller is handling that
+    // error (usually by exiting), and a second full timeout would only delay it.
+    if (op_->is_done() || timed_out_) return;
     try {
       wait(comm_timeout());
     } catch (const std::exception& e) {
@@ -58,8 +61,9 @@ class UcxWork : public Work {
   void wait(std::chrono::milliseconds timeout) override {
     const bool done = engine_.wait_until([this] { return op_->is_done(); }, Clock::now() + timeout);
     if (!done) {
-      QMESH_THROW(op_->what, " timed out after ", timeout.count(),
-                  " ms; a peer may have failed or not issued the matching call (raise "
+      timed_out_ = true;
+      QMESH_THROW(comm_detail::timeout_text(op_->what, timeout),
+                  ": a peer may have failed or not issued the matching call (raise "
                   "QMESH_COMM_TIMEOUT_S if the job is only slow)");
     }
     rethrow();
@@ -73,6 +77,7 @@ class UcxWork : public Work {
 
   std::shared_ptr<Engine> owner_;
   Engine& engine_;
+  bool timed_out_ = false;
   std::shared_ptr<Op> op_;
 };
 
@@ -230,8 +235,8 @@ class UcxWindow : public Window {
         [&] { return arrived.load(std::memory_order_acquire) - consumed_ >= count; },
         Clock::now() + timeout);
     if (!done) {
-      QMESH_THROW("ucx wait_puts timed out after ", timeout.count(),
-                  " ms: ", arrived.load() - consumed_, " of ", count,
+      QMESH_THROW(comm_detail::timeout_text("ucx wait_puts", timeout), ": ",
+                  arrived.load() - consumed_, " of ", count,
                   " expected puts arrived; a peer may have failed or issued fewer puts (raise "
                   "QMESH_COMM_TIMEOUT_S if the job is only slow)");
     }

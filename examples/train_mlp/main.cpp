@@ -40,9 +40,12 @@ class Model {
  public:
   Model(const Options& o, qmesh::LayerContext& ctx) {
     for (int l = 0; l < o.layers; ++l)
-      blocks_.emplace_back("block" + std::to_string(l), o.hidden, o.ffn,
-                           qmesh::LayerNormMLPOptions{o.sequence_parallel, 1e-5f, std::nullopt},
-                           ctx, o.seed + 1000 * uint64_t(l + 1));
+      blocks_.emplace_back(
+          "block" + std::to_string(l), o.hidden, o.ffn,
+          qmesh::LayerNormMLPOptions{
+              o.sequence_parallel, 1e-5f, std::nullopt,
+              o.regather_input ? qmesh::GatheredInput::kRegather : qmesh::GatheredInput::kSave},
+          ctx, o.seed + 1000 * uint64_t(l + 1));
   }
   qmesh::TensorView forward(qmesh::TensorView x) {
     for (auto& b : blocks_) x = b.forward(x);

@@ -49,6 +49,10 @@ std::optional<Options> parse_options(int argc, char** argv) {
     ("device", po::value(&device)->default_value(device),
      "where the layers run: cpu, cuda (one GPU per rank: local rank modulo the GPUs of the "
      "node, NCCL between ranks) or auto (cuda when a GPU is visible)")
+    ("regather-input", po::bool_switch(&o.regather_input),
+     "with --sequence-parallel: keep only this rank's chunk of each fc1 input and all-gather "
+     "it again in backward, alongside the dgrad GEMM (saves the gathered activations; same "
+     "result)")
     ("seed", po::value(&o.seed)->default_value(o.seed), "seed of weights, teacher and data")
     ("log-every", po::value(&o.log_every)->default_value(o.log_every),
      "print a progress line every N steps")
@@ -99,6 +103,9 @@ void validate(Options& o, int world) {
               qmesh::overlap_name(o.overlap),
               " overlaps the sequence-parallel collectives: add --sequence-parallel or use "
               "--overlap none");
+  QMESH_CHECK(!o.regather_input || o.sequence_parallel,
+              "--regather-input applies to the sequence-parallel all-gather: add "
+              "--sequence-parallel");
   QMESH_CHECK(o.steps >= 1, "--steps must be >= 1, got ", o.steps);
   QMESH_CHECK(o.lr > 0, "--lr must be > 0, got ", o.lr);
   QMESH_CHECK(o.optimizer == "adamw" || o.optimizer == "sgd",

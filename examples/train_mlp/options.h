@@ -29,6 +29,7 @@ struct Options {
   int amax_history = 16;
   float margin = 0.0f;
   bool sequence_parallel = false;
+  bool regather_input = false;  // fc1's gathered input: kept (false) or gathered again
   qmesh::Overlap overlap = qmesh::Overlap::kNone;  // collective-GEMM schedule (needs sp)
   DeviceChoice device = DeviceChoice::kAuto;
   uint64_t seed = 1234;

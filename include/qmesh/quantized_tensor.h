@@ -4,7 +4,8 @@
 //               fused cast_transpose so that Hopper's TN-only FP8 GEMM needs no extra pass;
 //   scale       fp32 scalar: q = sat_rne(x * scale);
 //   scale_inv   fp32 scalar, 1 / scale: x ~= q * scale_inv (cuBLASLt's A/B_SCALE_POINTER);
-//   amax        fp32 scalar: max |x| of the unscaled input that was quantized.
+//   amax        fp32 scalar: max |x| of the unscaled inputs quantized into it since it was last
+//               reset (a running max; see ops/quantize.h).
 // The scalars live on the same device as the data, so GPU kernels and cuBLASLt read them
 // without a host round trip.
 #pragma once

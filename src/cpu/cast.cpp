@@ -84,6 +84,8 @@ void transpose_block(const uint8_t* src, int64_t src_stride, uint8_t* dst, int64
 }
 
 void write_scalars(const CastJob& job, uint32_t amax_bits) {
+  if (job.amax_update == AmaxUpdate::kRunningMax)
+    amax_bits = std::max(amax_bits, std::bit_cast<uint32_t>(*job.amax));
   *job.amax = std::bit_cast<float>(amax_bits);
   if (job.out) *job.scale_inv = 1.0f / *job.scale;
 }

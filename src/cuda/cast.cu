@@ -117,6 +117,7 @@ struct FlatGroup {
   const float* scale;
   float* scale_inv;
   float* amax;
+  bool replace_amax;  // AmaxUpdate::kReplace: zeroed before the kernel's atomicMax
   int64_t n;
   int64_t first_block;
 };
@@ -126,7 +127,8 @@ struct FlatParams {
 };
 
 __global__ void zero_amax_kernel(FlatParams p) {
-  if (threadIdx.x < p.count) *p.groups[threadIdx.x].amax = 0.0f;
+  if (threadIdx.x < p.count && p.groups[threadIdx.x].replace_amax)
+    *p.groups[threadIdx.x].amax = 0.0f;
 }
 
 template <class T, __nv_fp8_interpretation_t kFmt>
@@ -322,14 +324,19 @@ int resident_blocks() {
 void cast_flat(const CastSpec& spec, std::span<const CastJob> jobs, cudaStream_t stream) {
   FlatParams p{};
   int64_t blocks = 0;
+  bool any_replace = false;
   for (const CastJob& job : jobs) {
     const int64_t n = job.rows * job.cols;
-    p.groups[p.count++] = {job.in, job.out, job.scale, job.scale_inv, job.amax, n, blocks};
+    const bool replace = job.amax_update == AmaxUpdate::kReplace;
+    any_replace = any_replace || replace;
+    p.groups[p.count++] = {job.in, job.out, job.scale, job.scale_inv, job.amax, replace, n, blocks};
     blocks += std::max<int64_t>(1, (n + kFlatChunk - 1) / kFlatChunk);
   }
   QMESH_CHECK(blocks < (int64_t{1} << 31), "CUDA cast of ", blocks, " blocks is too large");
-  zero_amax_kernel<<<1, kMaxGroups, 0, stream>>>(p);
-  QMESH_CHECK_CUDA(cudaGetLastError());
+  if (any_replace) {
+    zero_amax_kernel<<<1, kMaxGroups, 0, stream>>>(p);
+    QMESH_CHECK_CUDA(cudaGetLastError());
+  }
   dispatch(spec.in_dtype, spec.fp8, [&](auto type, auto fmt) {
     cast_flat_kernel<typename decltype(type)::type, decltype(fmt)::value>
         <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p);
@@ -349,8 +356,10 @@ void cast_tiled(const CastSpec& spec, const CastJob& job, cudaStream_t stream) {
     QMESH_CHECK_CUDA(cudaMallocAsync(&scratch, row_tiles * job.cols * sizeof(float), stream));
     p.partials = static_cast<float*>(scratch);
   }
-  zero_scalar_kernel<<<1, 1, 0, stream>>>(job.amax);
-  QMESH_CHECK_CUDA(cudaGetLastError());
+  if (job.amax_update == AmaxUpdate::kReplace) {
+    zero_scalar_kernel<<<1, 1, 0, stream>>>(job.amax);
+    QMESH_CHECK_CUDA(cudaGetLastError());
+  }
   const auto grid = static_cast<unsigned>(std::min<int64_t>(tiles, resident_blocks()));
   dispatch(spec.in_dtype, spec.fp8, [&](auto type, auto fmt) {
     cast_tiled_kernel<typename decltype(type)::type, decltype(fmt)::value>

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "layers/activation_buffer.h"
+#include "layers/gather_buffer.h"
 #include "layers/operand_cast.h"
 #include "layers/parameter_init.h"
 #include "qmesh/error.h"
@@ -95,7 +96,13 @@ struct Dense::Impl {
                 " tokens cannot be reduce-scattered over tp=", tp->size());
     GemmArgs args;
     args.a = x_cast.cast(x, columnwise());
-    last_x = column() && sp() ? x_cast.gathered(args.a, tokens) : args.a;
+    GemmOperand x_gathered;
+    if (column() && sp()) {
+      x_gathered = gather_buffer().get(args.a, tokens);
+      last_x = regather() ? args.a : x_gathered;
+    } else {
+      last_x = args.a;
+    }
     last_w = w_cast.cast(weight.value, columnwise());
     args.b = last_w;
     args.trans_b = GemmTranspose::kYes;  // y = x · Wᵀ
@@ -113,7 +120,7 @@ struct Dense::Impl {
     }
     args.accumulation = GemmAccumulation::kFast;
     if (column() && sp()) {
-      all_gather_gemm(*tp, args, last_x, overlap);
+      all_gather_gemm(*tp, args, x_gathered, overlap);
     } else if (row() && sp()) {  // partial products reduce-scattered to [T/tp, out]
       gemm_reduce_scatter(*tp, args, overlap);
     } else {
@@ -140,14 +147,23 @@ struct Dense::Impl {
     }
     if (options.bias) bias_grad(dy, bias.grad, ctx.stream());
     const GemmOperand dy_op = dy_cast.cast(dy, columnwise());
-    run_wgrad(dy_op);
     // dgrad: dx [T, in] = dy · W.
     GemmArgs dgrad = dgrad_args(dy_op);
     if (column() && sp()) {  // partial dx reduce-scattered to this rank's [T/tp, in]
+      // Bulk overlap: wgrad's input, when not kept, is all-gathered again during dgrad.
+      GemmOperand x_full = last_x;
+      WorkHandle gather;
+      if (regather()) {
+        x_full = gather_buffer().get(last_x, tokens);
+        gather = start_gather(last_x, x_full);
+      }
       dgrad.d = ensure_tensor(dx, DType::kFloat32, x_in.shape, x_in.device);
       gemm_reduce_scatter(*tp, dgrad, overlap);
+      if (gather) gather->wait();
+      run_wgrad(dy_op, x_full);
       return dgrad.d;
     }
+    run_wgrad(dy_op, last_x);
     dgrad.d = ensure_tensor(dx, DType::kFloat32, x_shape, x_in.device);
     gemm(dgrad, ctx.stream());
     // Column parallel: every tp rank holds a partial dx over the full input features.
@@ -170,10 +186,10 @@ struct Dense::Impl {
       bias_grad(sums, bias.grad);  // rank 0's sums plus the others' in rank order
     }
     GemmArgs dgrad = dgrad_args(dy_cast.cast(dy_in, columnwise()));
-    const GemmOperand dy_gathered = dy_cast.gathered(dgrad.a, tokens);
+    const GemmOperand dy_gathered = dy_gather.get(dgrad.a, tokens);
     dgrad.d = ensure_tensor(dx, DType::kFloat32, x_shape, x_in.device);
     all_gather_gemm(*tp, dgrad, dy_gathered, overlap);
-    run_wgrad(dy_gathered);
+    run_wgrad(dy_gathered, last_x);
     return dgrad.d;
   }
 
@@ -196,17 +212,33 @@ struct Dense::Impl {
     if (with_gelu) gelu(args.d, out, ctx.stream());
   }
 
-  // wgrad: dW [out, in] = dyᵀ · x, with the operands forward cast.
-  void run_wgrad(const GemmOperand& dy_op) {
+  // wgrad: dW [out, in] = dyᵀ · x, with x as forward cast it (gathered under column SP).
+  void run_wgrad(const GemmOperand& dy_op, const GemmOperand& x_op) {
     GemmArgs wgrad;
     wgrad.a = dy_op;
     wgrad.trans_a = GemmTranspose::kYes;
-    wgrad.b = last_x;
+    wgrad.b = x_op;
     wgrad.trans_b = GemmTranspose::kNo;
     wgrad.d = weight.grad;
     wgrad.accumulation = GemmAccumulation::kSplit;
     gemm(wgrad, ctx.stream());
   }
+
+  // Starts the all-gather of this rank's cast input chunk into `full` (the bytes and the
+  // scale factors that forward's gather produced).
+  WorkHandle start_gather(const GemmOperand& chunk, const GemmOperand& full) {
+    if (!chunk.is_quantized()) return tp->all_gather_async(chunk.tensor, full.tensor);
+    const QuantizedTensorView &q = chunk.quantized, &g = full.quantized;
+    *g.scale = *q.scale;
+    *g.scale_inv = *q.scale_inv;
+    if (g.amax && q.amax) *g.amax = *q.amax;
+    return tp->all_gather_async(q.data, g.data);
+  }
+
+  bool regather() const { return options.gathered_input == GatheredInput::kRegather; }
+  // Where the column-parallel SP input is gathered: this layer's own buffer, or with
+  // kRegather the context's shared one.
+  GatherBuffer& gather_buffer() { return regather() ? ctx.shared_gather_buffer() : x_gather; }
 
   // dgrad: dx = dy · W (D to be set by the caller).
   GemmArgs dgrad_args(const GemmOperand& dy_op) const {
@@ -226,7 +258,8 @@ struct Dense::Impl {
   int64_t in_local = 0, out_local = 0;
   Parameter weight, bias;
   OperandCast x_cast, w_cast, dy_cast;
-  GemmOperand last_x, last_w;  // forward's operands, reused by backward
+  GatherBuffer x_gather, dy_gather;  // gathered operands (x: column SP, dy: row SP)
+  GemmOperand last_x, last_w;  // forward's operands, reused by backward (x: see GatheredInput)
   TensorView x_in;
   int64_t tokens = 0;  // rows of the forward GEMM (the gathered sequence under column SP)
   Tensor y, pre_activation, bias_sums, dpre, dx;

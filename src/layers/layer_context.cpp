@@ -1,5 +1,6 @@
 #include "qmesh/layers/layer_context.h"
 
+#include "layers/gather_buffer.h"
 #include "qmesh/error.h"
 #include "qmesh/scaling/amax_reducer.h"
 
@@ -33,6 +34,13 @@ LayerContext::LayerContext(const Mesh& mesh, Recipe recipe, DelayedScaling delay
   (void)recipe_name(recipe);  // rejects an out-of-range value
   validate(delayed_);
   validate(current_);
+}
+
+LayerContext::~LayerContext() = default;
+
+GatherBuffer& LayerContext::shared_gather_buffer() {
+  if (!shared_gather_) shared_gather_ = std::make_unique<GatherBuffer>();
+  return *shared_gather_;
 }
 
 DType LayerContext::fp8_dtype(OperandRole role) const {

@@ -52,19 +52,4 @@ GemmOperand OperandCast::cast(const TensorView& x, bool columnwise) {
   return GemmOperand::fp8(q);
 }
 
-GemmOperand OperandCast::gathered(const GemmOperand& chunk, int64_t rows) {
-  if (chunk.is_quantized()) {
-    const Shape shape{rows, chunk.quantized.data.shape.cols()};
-    if (!gathered_fp8_.data().data() || !(gathered_fp8_.shape() == shape) ||
-        gathered_fp8_.dtype() != chunk.dtype())
-      gathered_fp8_ = QuantizedTensor(chunk.dtype(), shape, chunk.device(), false);
-    return GemmOperand::fp8(gathered_fp8_.view());
-  }
-  const Shape shape{rows, chunk.tensor.shape.cols()};
-  if (!gathered_plain_.data() || !(gathered_plain_.shape() == shape) ||
-      gathered_plain_.dtype() != chunk.dtype())
-    gathered_plain_ = Tensor(chunk.dtype(), shape, chunk.device());
-  return GemmOperand::plain(gathered_plain_);
-}
-
 }  // namespace qmesh

@@ -23,10 +23,6 @@ class OperandCast {
   // x: fp32, any 2-D shape. `columnwise` also makes the transposed FP8 copy (what the CUDA
   // GEMM needs for non-TN layouts).
   GemmOperand cast(const TensorView& x, bool columnwise);
-  // Storage for `rows` rows of `chunk`'s kind (same dtype and columns; FP8 without a
-  // columnwise copy): where a collective GEMM gathers the chunks of the ranks. Owned by this
-  // object and reused while the shape stays the same.
-  GemmOperand gathered(const GemmOperand& chunk, int64_t rows);
 
  private:
   LayerContext& ctx_;
@@ -34,8 +30,6 @@ class OperandCast {
   int slot_ = -1;
   Tensor bf16_;
   QuantizedTensor fp8_;
-  Tensor gathered_plain_;
-  QuantizedTensor gathered_fp8_;
 };
 
 }  // namespace qmesh

@@ -10,6 +10,12 @@
 
 namespace qmesh::detail {
 
+// How a cast writes its amax: kReplace stores max|in| (the amax op); kRunningMax stores
+// max(*amax, max|in|) (the quantizing ops, so that the micro-batches of one step accumulate
+// in the delayed-scaling history until the scaling update zeroes it). Both compare the fp32
+// bits as unsigned integers (NaN above +inf).
+enum class AmaxUpdate { kReplace, kRunningMax };
+
 // rows x cols elements of `in` (row-major). Null outputs are not produced.
 struct CastJob {
   const void* in = nullptr;
@@ -20,7 +26,8 @@ struct CastJob {
   float* dbias = nullptr;    // fp32 [cols]: column sums of `in`
   const float* scale = nullptr;
   float* scale_inv = nullptr;  // written as 1 / *scale when `out` is set
-  float* amax = nullptr;       // max|in|, always written
+  float* amax = nullptr;       // always written, per amax_update
+  AmaxUpdate amax_update = AmaxUpdate::kRunningMax;
 };
 
 // What the jobs of one call share: the input dtype (fp32, bf16, fp16) and the FP8 format.

@@ -80,6 +80,7 @@ void amax(const TensorView& x, const TensorView& out, Stream stream) {
   job.rows = 1;
   job.cols = x.numel();
   job.amax = static_cast<float*>(out.data);
+  job.amax_update = detail::AmaxUpdate::kReplace;
   run(x.device, CastSpec{x.dtype, DType::kFloat8E4M3}, {&job, 1}, stream);
 }
 

@@ -42,8 +42,8 @@ MlpRun run_sharded(const std::shared_ptr<Communicator>& world, const ShardedCase
   Mesh mesh(world, {{"dp", c.dp}, {"tp", c.tp}});
   LayerContext ctx(mesh, c.recipe, {}, {}, c.placement);
   ctx.set_overlap(c.overlap);
-  LayerNormMLP block("mlp", c.hidden, c.ffn, {c.sequence_parallel, 1e-5f, std::nullopt}, ctx,
-                     c.seed);
+  LayerNormMLP block("mlp", c.hidden, c.ffn,
+                     {c.sequence_parallel, 1e-5f, std::nullopt, c.gathered_input}, ctx, c.seed);
   const int dp_rank = mesh.coord("dp"), tp_rank = mesh.coord("tp");
   const int64_t T = c.tokens_per_dp, H = c.hidden, F = c.ffn;
   const int64_t local_tokens = c.sequence_parallel ? T / c.tp : T;

@@ -142,6 +142,7 @@ struct ShardedCase {
   int steps = 2;  // > 1 exercises the delayed-scaling update between steps
   uint64_t seed = 7;
   Overlap overlap = Overlap::kNone;  // the context's collective-GEMM schedule (with sp)
+  GatheredInput gathered_input = GatheredInput::kSave;  // fc1's, with sp
   // Where the block runs (each rank's own stream on CUDA); inputs are copied there and the
   // results back to the host.
   Placement placement;

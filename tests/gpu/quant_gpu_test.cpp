@@ -82,6 +82,23 @@ TEST_P(GpuCastTest, QuantizeAndCastTransposeMatchHostBitwise) {
   }
 }
 
+// Two micro-batches into one tensor: the CUDA amax is the same running max as the host's.
+TEST_P(GpuCastTest, RunningAmaxOfTwoCastsMatchesHost) {
+  SKIP_WITHOUT_GPU();
+  const Tensor first = test::random_wide(in(), shape(), 14);
+  const Tensor second = input(in(), shape(), 15);
+  const Tensor d_first = to_device(first), d_second = to_device(second);
+  QuantizedTensor h(fp8(), shape(), Device::host(), true);
+  QuantizedTensor d(fp8(), shape(), kGpu, true);
+  set_scale(h, 0.5f);
+  set_scale(d, 0.5f);
+  quantize(first, h.view());
+  cast_transpose(second, h.view());
+  quantize(d_first, d.view());
+  cast_transpose(d_second, d.view());
+  EXPECT_EQ(bytes_of(d.scalars()), bytes_of(h.scalars()));
+}
+
 TEST_P(GpuCastTest, DbiasQuantizeMatchesHost) {
   SKIP_WITHOUT_GPU();
   // No specials: fp16 turns +-1e30 into +-inf, whose column sums are not comparable.

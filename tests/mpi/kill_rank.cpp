@@ -1,10 +1,12 @@
-// A 4-rank job in which one rank dies (SIGKILL) in the middle of a series of all-reduces.
-// Every surviving rank must notice through its own timeout: it writes what happened to
+// A 4-rank job in which one rank dies (SIGKILL) in the middle of a series of collectives:
+// all-reduces, or ring collective GEMMs (GEMM + reduce-scatter, Overlap::kRing), over the MPI
+// backend or UCX (test_world.h: QMESH_TEST_WORLD=ucx). Every
+// surviving rank must notice through its own timeout: it writes what happened to
 // <dir>/rank<r>.txt ("FAILED <unix ms> <message>") and exits with status 3. The victim
 // writes <dir>/victim.txt ("KILLED <unix ms>") just before it dies. kill_rank_test.sh
 // checks the files.
 //
-// usage: mpi_kill_rank <result dir> <victim rank>
+// usage: mpi_kill_rank <result dir> <victim rank> <all_reduce|ring>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -13,6 +15,8 @@
 
 #include "qmesh/comm/mpi.h"
 #include "qmesh/error.h"
+#include "qmesh/overlap/collective_gemm.h"
+#include "test_world.h"
 
 namespace {
 
@@ -29,23 +33,36 @@ void write_file(const std::string& path, const std::string& text) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: %s <result dir> <victim rank>\n", argv[0]);
+  const std::string mode = argc == 4 ? argv[3] : "";
+  if (mode != "all_reduce" && mode != "ring") {
+    std::fprintf(stderr, "usage: %s <result dir> <victim rank> <all_reduce|ring>\n", argv[0]);
     return 2;
   }
   const std::string dir = argv[1];
   const int victim = std::atoi(argv[2]);
   qmesh::MpiSession session(&argc, &argv);
-  auto world = qmesh::make_mpi_world();
+  auto world = qmesh::testing_world::world();
   const int rank = world->rank();
-  qmesh::Tensor buf(qmesh::DType::kFloat32, qmesh::Shape{1 << 18});
+  using qmesh::DType, qmesh::Shape, qmesh::Tensor;
+  Tensor buf(DType::kFloat32, Shape{1 << 18});
+  // Ring: partial products [4 x 64 tokens, 256] of every rank reduce-scattered to [64, 256].
+  Tensor a(DType::kFloat32, Shape{256, 128}), b(DType::kFloat32, Shape{256, 128}),
+      d(DType::kFloat32, Shape{64, 256});
+  qmesh::GemmArgs args;
+  args.a = qmesh::GemmOperand::plain(a);
+  args.b = qmesh::GemmOperand::plain(b);
+  args.trans_b = qmesh::GemmTranspose::kYes;
+  args.d = d;
   try {
     for (int step = 0; step < 10; ++step) {
       if (rank == victim && step == 3) {
         write_file(dir + "/victim.txt", "KILLED " + std::to_string(unix_ms()));
         std::raise(SIGKILL);
       }
-      world->all_reduce(buf, qmesh::ReduceOp::kSum);
+      if (mode == "ring")
+        qmesh::gemm_reduce_scatter(*world, args, qmesh::Overlap::kRing);
+      else
+        world->all_reduce(buf, qmesh::ReduceOp::kSum);
     }
   } catch (const qmesh::Error& e) {
     const std::string line = "FAILED " + std::to_string(unix_ms()) + " " + e.what();

@@ -1,30 +1,35 @@
-// Collective GEMMs over the MPI backend with 4 ranks (tp = 4): every Overlap schedule gives
-// the same bits as the unoverlapped one and agrees with a float64 reference, for fp32, bf16
-// and FP8 operands; and a sequence-parallel LayerNormMLP gives the same bits with and
-// without overlap, forward and backward.
+// Collective GEMMs over 4 processes (tp = 4) on the MPI backend, or on UCX with
+// QMESH_TEST_WORLD=ucx: every Overlap schedule gives the same bits as the unoverlapped one and
+// agrees with a float64 reference, for fp32, bf16 and FP8 operands; and a sequence-parallel
+// LayerNormMLP gives the same bits with and without overlap (and with fc1's input
+// gathered again in backward), forward and backward.
 #include <gtest/gtest.h>
 
 #include "collective_gemm_checks.h"
 #include "mlp_harness.h"
-#include "qmesh/comm/mpi.h"
+#include "qmesh/param.h"
+#include "test_world.h"
 
 namespace qmesh {
 namespace {
 
 using namespace testing_overlap;
+using testing_world::world;
+
+TEST(OverlapWorld, IsTheRequestedBackend) {
+  EXPECT_EQ(world()->backend_name(), param_string("TEST_WORLD", "mpi"));
+}
 
 class MpiCollectiveGemm : public testing::TestWithParam<Operands> {};
 
 TEST_P(MpiCollectiveGemm, AllGatherGemmIsBitwiseEqualToUnoverlapped) {
-  const auto world = make_mpi_world();
-  ASSERT_EQ(world->size(), 4) << "run with mpirun -np 4";
-  check_all_gather_gemm(*world, GetParam());
+  ASSERT_EQ(world()->size(), 4) << "run with mpirun -np 4";
+  check_all_gather_gemm(*world(), GetParam());
 }
 
 TEST_P(MpiCollectiveGemm, GemmReduceScatterIsBitwiseEqualToUnoverlapped) {
-  const auto world = make_mpi_world();
-  ASSERT_EQ(world->size(), 4) << "run with mpirun -np 4";
-  check_gemm_reduce_scatter(*world, GetParam());
+  ASSERT_EQ(world()->size(), 4) << "run with mpirun -np 4";
+  check_gemm_reduce_scatter(*world(), GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(Operands, MpiCollectiveGemm,
@@ -35,15 +40,16 @@ class MpiOverlappedMLP : public testing::TestWithParam<Recipe> {};
 
 TEST_P(MpiOverlappedMLP, IsBitwiseEqualToUnoverlapped) {
   using namespace testing_mlp;
-  const auto world = make_mpi_world();
-  ASSERT_EQ(world->size(), 4) << "run with mpirun -np 4";
+  ASSERT_EQ(world()->size(), 4) << "run with mpirun -np 4";
   ShardedCase c;
   c.tp = 4, c.sequence_parallel = true, c.recipe = GetParam();
-  const MlpRun none = run_sharded(world, c);
+  const MlpRun none = run_sharded(world(), c);
   for (Overlap o : {Overlap::kRing, Overlap::kBidirectional}) {
     c.overlap = o;
-    expect_bitwise_equal(run_sharded(world, c), none, std::string(overlap_name(o)));
+    expect_bitwise_equal(run_sharded(world(), c), none, std::string(overlap_name(o)));
   }
+  c.gathered_input = GatheredInput::kRegather;  // fc1's input gathered again during dgrad
+  expect_bitwise_equal(run_sharded(world(), c), none, "ring, regather");
 }
 
 INSTANTIATE_TEST_SUITE_P(Recipes, MpiOverlappedMLP,

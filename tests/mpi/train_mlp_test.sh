@@ -3,7 +3,8 @@
 # Usage: train_mlp_test.sh <qmeshrun> <train_mlp> <case>
 #   converge   FP8 delayed scaling learns, and ends within 5% of the BF16 run's loss
 #   resume     20 steps == 10 steps, checkpoint, resume, 10 more (bit for bit)
-#   overlap    --overlap ring and bidir train to the same bits as --overlap none (FP8, SP)
+#   overlap    --overlap ring and bidir, and --regather-input, train to the same bits as
+#              --overlap none (FP8, SP)
 #   bad-input  bad options and checkpoints give one clear message and a non-zero exit
 set -uo pipefail
 run=$1
@@ -51,7 +52,11 @@ overlap)
     train4 "${small[@]}" --steps 10 --recipe delayed --sequence-parallel --overlap $o \
       --csv "$work/$o.csv" >"$work/$o.log" 2>&1 || { cat "$work/$o.log"; fail "--overlap $o"; }
   done
-  for o in ring bidir; do
+  # fc1's input gathered again in backward (bulk overlap with dgrad) instead of kept.
+  train4 "${small[@]}" --steps 10 --recipe delayed --sequence-parallel --overlap ring \
+    --regather-input --csv "$work/regather.csv" >"$work/regather.log" 2>&1 ||
+    { cat "$work/regather.log"; fail "--regather-input"; }
+  for o in ring bidir regather; do
     diff "$work/none.csv" "$work/$o.csv" || fail "loss curves of --overlap $o and none differ"
     a=$(field "parameter checksums" "$work/none.log")
     b=$(field "parameter checksums" "$work/$o.log")
@@ -76,6 +81,7 @@ bad-input)
   expect "unknown recipe 'fp9'" --recipe fp9
   expect "add --sequence-parallel or use --overlap none" "${small[@]}" --overlap ring
   expect "expected one of: none, ring, bidir" "${small[@]}" --overlap both
+  expect "add --sequence-parallel" "${small[@]}" --regather-input
   expect "unrecognised option '--bogus'" --bogus
   expect "--device must be auto, cpu or cuda" "${small[@]}" --device gpu
   if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" = 0 ]; then

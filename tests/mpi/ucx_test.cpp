@@ -12,22 +12,15 @@
 #include "collective_suite.h"
 #include "expect_error.h"
 #include "qmesh/comm/mesh.h"
-#include "qmesh/comm/mpi.h"
 #include "qmesh/comm/one_sided.h"
+#include "test_world.h"
 
 namespace qmesh {
 namespace {
 
 using std::chrono::milliseconds;
 
-// Created on first use from an MPI bootstrap; lives until the process exits.
-std::shared_ptr<Communicator> world() {
-  static std::shared_ptr<Communicator> w = [] {
-    auto bootstrap = make_mpi_bootstrap();
-    return make_ucx_world(*bootstrap);
-  }();
-  return w;
-}
+using testing_world::world;  // UCX: ctest runs this test with QMESH_TEST_WORLD=ucx
 
 TEST(UcxMpi, IsAUcxCommunicatorWithOneSided) {
   EXPECT_EQ(world()->backend_name(), "ucx");

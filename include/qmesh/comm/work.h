@@ -22,7 +22,8 @@ QMESH_API std::chrono::milliseconds comm_timeout();
 // A Work may be waited on by one thread at a time. Destroying an unfinished Work:
 // - host transfers that have not matched yet (a posted receive) are withdrawn; other host
 //   transfers are waited for (bounded by comm_timeout(); a failure is logged, never thrown),
-//   because the buffers they use must outlive them;
+//   because the buffers they use must outlive them — except one whose wait() already timed
+//   out: its communicator may be unusable then (see wait()) and the process should exit;
 // - stream-ordered device work (NCCL) is left to its stream and does not block: the stream
 //   keeps the order, and an asynchronous failure surfaces at the communicator's next call.
 class QMESH_API Work {

@@ -6,7 +6,8 @@
 //   kNone:   x [T, in] -> y [T, out].
 //   kColumn: W rows sharded: W [out/tp, in], b [out/tp]. x [T, in] replicated
 //            (sequence_parallel: x [T/tp, in], all-gathered first) -> y [T, out/tp].
-//            Backward reduces dx over tp (all-reduce; sequence_parallel: reduce-scatter).
+//            Backward reduces dx over tp (all-reduce; sequence_parallel: reduce-scatter,
+//            and GatheredInput says whether wgrad's gathered x is kept or gathered again).
 //   kRow:    W columns sharded: W [out, in/tp], b [out] replicated. x [T, in/tp] ->
 //            partial sums all-reduced (sequence_parallel: reduce-scattered to [T/tp, out]),
 //            then + b. Backward all-gathers dy first under sequence_parallel.
@@ -42,6 +43,15 @@ namespace qmesh {
 enum class DenseParallelism { kNone, kColumn, kRow };
 enum class DenseActivation { kNone, kGelu };  // GELU: tanh approximation
 
+// What a column-parallel, sequence-parallel layer keeps of its all-gathered input for the
+// weight gradient (ignored by other layers).
+enum class GatheredInput {
+  kSave,      // the gathered [T, in] operand from forward (one such buffer per layer)
+  kRegather,  // only this rank's [T/tp, in] chunk: forward gathers into the context's shared
+              // buffer, and backward all-gathers the chunk again, asynchronously, while the
+              // dgrad GEMM runs (bulk overlap). The same bits as kSave.
+};
+
 struct DenseOptions {
   DenseParallelism parallelism = DenseParallelism::kNone;
   bool sequence_parallel = false;  // only with kColumn / kRow
@@ -50,6 +60,7 @@ struct DenseOptions {
   // Collective-GEMM schedule under sequence_parallel (ignored otherwise); unset: the
   // LayerContext's overlap() at construction.
   std::optional<Overlap> overlap;
+  GatheredInput gathered_input = GatheredInput::kSave;
 };
 
 class QMESH_API Dense {

@@ -21,6 +21,8 @@
 
 namespace qmesh {
 
+class GatherBuffer;  // internal (src/layers/gather_buffer.h)
+
 enum class Recipe {
   kFp32,        // fp32 GEMM operands (the reference in tests)
   kBf16,        // operands rounded to bf16, fp32 accumulation: the high-precision baseline
@@ -42,6 +44,7 @@ class QMESH_API LayerContext {
   // placement.stream; on the host everything is blocking.
   LayerContext(const Mesh& mesh, Recipe recipe, DelayedScaling delayed = {},
                Float8CurrentScaling current = {}, Placement placement = {});
+  ~LayerContext();
 
   const Mesh& mesh() const { return mesh_; }
   const Placement& placement() const { return placement_; }
@@ -66,6 +69,11 @@ class QMESH_API LayerContext {
   // device().
   ScalingStates& scaling();
 
+  // Where layers with GatheredInput::kRegather gather their input in forward and again in
+  // backward: one buffer for all of them, so that the gathered [T, in] operand is not kept
+  // per layer between forward and backward. Used by the library's layers.
+  GatherBuffer& shared_gather_buffer();
+
   // Once per training step, after backward, on every rank of the mesh. Delayed scaling:
   // one all-reduce(MAX) of every operand's current amax over mesh().amax_group(), then
   // the fused update, both ordered on stream(). Other recipes: nothing.
@@ -80,6 +88,7 @@ class QMESH_API LayerContext {
   Overlap overlap_ = Overlap::kNone;
   std::vector<OperandRole> roles_;
   std::unique_ptr<ScalingStates> states_;
+  std::unique_ptr<GatherBuffer> shared_gather_;
 };
 
 }  // namespace qmesh

@@ -22,6 +22,8 @@ struct LayerNormMLPOptions {
   float layer_norm_eps = 1e-5f;
   // Collective-GEMM schedule of fc1 and fc2 under sequence_parallel; unset: the context's.
   std::optional<Overlap> overlap;
+  // What fc1 (column parallel) keeps of its gathered input under sequence_parallel.
+  GatheredInput gathered_input = GatheredInput::kSave;
 };
 
 class QMESH_API LayerNormMLP {

@@ -10,7 +10,7 @@ namespace qmesh {
 
 // g is the output gradient, read as [rows, cols] (fp32, bf16 or fp16). In one pass:
 //   out.data (and out.data_t if out has a columnwise copy) as cast_transpose / quantize,
-//   *out.scale_inv = 1 / scale, *out.amax = max|g|,
+//   *out.scale_inv = 1 / scale, *out.amax = max(*out.amax, max|g|) (running, as quantize),
 //   dbias[c] = sum over rows r of g[r, c]   (fp32 [cols], accumulated in fp32).
 // The summation order is fixed for a given shape and device (deterministic), but differs
 // between host and CUDA, so the two agree to fp32 rounding, not bitwise.

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <tuple>
 #include <vector>
@@ -176,6 +177,42 @@ TEST(Amax, NanPropagatesAndInfinityWins) {
   v[1] = std::numeric_limits<float>::quiet_NaN();
   amax(x, out);
   EXPECT_TRUE(std::isnan(out.data_as<float>()[0]));
+}
+
+// The quantizing ops keep a running max in *amax (micro-batches accumulate); the amax op
+// replaces it.
+TEST(CastOps, QuantizingOpsKeepARunningAmaxAndAmaxReplacesIt) {
+  const std::vector<float> big = {1.0f, -6.0f, 2.0f, 0.5f}, small = {0.25f, -1.5f, 1.0f, 0.0f};
+  const TensorView x_big(const_cast<float*>(big.data()), DType::kFloat32, Shape{2, 2});
+  const TensorView x_small(const_cast<float*>(small.data()), DType::kFloat32, Shape{2, 2});
+  std::vector<float> dbias(2);
+  const TensorView dbias_view(dbias.data(), DType::kFloat32, Shape{2});
+  using Op = std::function<void(const TensorView&, const QuantizedTensorView&)>;
+  const std::pair<const char*, Op> ops[] = {
+      {"quantize", [](const TensorView& x, const QuantizedTensorView& q) { quantize(x, q); }},
+      {"cast_transpose",
+       [](const TensorView& x, const QuantizedTensorView& q) { cast_transpose(x, q); }},
+      {"dbias_quantize", [&](const TensorView& x,
+                             const QuantizedTensorView& q) { dbias_quantize(x, q, dbias_view); }},
+      {"grouped_quantize",
+       [](const TensorView& x, const QuantizedTensorView& q) {
+         grouped_quantize(x, {&q, 1});
+       }},
+  };
+  for (const auto& [name, op] : ops) {
+    QuantizedTensor q(DType::kFloat8E4M3, Shape{2, 2}, Device::host(), true);
+    const QuantizedTensorView v = q.view();
+    op(x_big, v);
+    EXPECT_EQ(*v.amax, 6.0f) << name;
+    op(x_small, v);  // a second micro-batch with a smaller amax does not lower it
+    EXPECT_EQ(*v.amax, 6.0f) << name;
+    *v.amax = 0.0f;  // reset, as the delayed-scaling update does to the history row
+    op(x_small, v);
+    EXPECT_EQ(*v.amax, 1.5f) << name;
+  }
+  float a = 100.0f;
+  amax(x_small, TensorView(&a, DType::kFloat32, Shape{1}));
+  EXPECT_EQ(a, 1.5f) << "amax replaces";
 }
 
 TEST(Quantize, SpecialValuesSaturateAndNanStaysNan) {

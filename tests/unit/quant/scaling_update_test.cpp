@@ -164,6 +164,29 @@ TEST(DelayedUpdate, BindPointsQuantizeAtTheState) {
   EXPECT_EQ(states.current_amax().data_as<float>()[0], 0.0f);
 }
 
+// Several micro-batches before one update: the history records the max over all of them,
+// and the update starts the next step's row from zero.
+TEST(DelayedUpdate, MicroBatchesOfOneStepAccumulateTheirAmax) {
+  DelayedScaling recipe;
+  recipe.amax_history_len = 4;
+  ScalingStates states(recipe, {OperandRole::kInput});
+  QuantizedTensor q(DType::kFloat8E4M3, Shape{1, 2}, Device::host(), false);
+  QuantizedTensorView v = q.view();
+  states.bind(0, v);
+  const float batches[3][2] = {{1.0f, -2.0f}, {7.0f, 0.5f}, {-3.0f, 3.0f}};
+  for (const auto& b : batches)
+    quantize(TensorView(const_cast<float*>(b), DType::kFloat32, Shape{1, 2}), v);
+  EXPECT_EQ(states.current_amax().data_as<float>()[0], 7.0f);
+  states.update();
+  const float* history = states.amax_history().data_as<float>();
+  EXPECT_EQ(history[0], 0.0f) << "the next step's row starts at zero";
+  EXPECT_EQ(history[3], 7.0f) << "the step's amax is the max over its micro-batches";
+  EXPECT_EQ(states.scale().data_as<float>()[0], 448.0f / 7.0f);
+  const float next[2] = {0.25f, -0.5f};
+  quantize(TensorView(const_cast<float*>(next), DType::kFloat32, Shape{1, 2}), v);
+  EXPECT_EQ(states.current_amax().data_as<float>()[0], 0.5f);
+}
+
 TEST(DelayedUpdate, BadArgumentsAreErrors) {
   DelayedScaling bad;
   bad.amax_history_len = 0;
