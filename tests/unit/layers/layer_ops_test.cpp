@@ -8,6 +8,9 @@
 #include <vector>
 
 #include "expect_error.h"
+#include "qmesh/comm/local.h"
+#include "qmesh/comm/mesh.h"
+#include "qmesh/layers/layer_context.h"
 #include "qmesh/ops/add.h"
 #include "qmesh/ops/bias.h"
 #include "qmesh/ops/convert.h"
@@ -175,6 +178,22 @@ TEST(LayerOps, BadArgumentsAreRejected) {
   const TensorView on_gpu(y.data(), DType::kFloat32, Shape{2, 4}, Device::cuda(0));
   EXPECT_QMESH_ERROR(add(x, on_gpu, y), "second operand");
   if (cuda_device_count() == 0) EXPECT_QMESH_ERROR(add(on_gpu, on_gpu, on_gpu), "not available");
+}
+
+// Without a usable GPU, asking the layers or the ops for CUDA is an Error that says so (with a GPU,
+// tests/gpu/layers_gpu_test.cpp covers these paths).
+TEST(LayerOps, CudaPlacementWithoutAGpuIsAClearError) {
+  if (cuda_device_count() > 0) GTEST_SKIP() << "a CUDA device is present";
+  run_local_ranks(1, [](Communicator& comm) {
+    Mesh mesh(std::shared_ptr<Communicator>(&comm, [](Communicator*) {}), {{"dp", 1}, {"tp", 1}});
+    EXPECT_QMESH_ERROR(LayerContext(mesh, Recipe::kBf16, {}, {}, Placement{Device::cuda(0), {}}),
+                       "not available");
+  });
+  float w = 1.0f, g = 0.5f;
+  const TensorView on_gpu_w(&w, DType::kFloat32, Shape{1}, Device::cuda(0));
+  const TensorView on_gpu_g(&g, DType::kFloat32, Shape{1}, Device::cuda(0));
+  EXPECT_QMESH_ERROR(synchronize(Device::cuda(0)), "not available");
+  EXPECT_QMESH_ERROR(add(on_gpu_w, on_gpu_w, on_gpu_g), "not available");
 }
 
 }  // namespace
