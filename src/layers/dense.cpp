@@ -195,9 +195,14 @@ struct Dense::Impl {
 
   // The forward GEMM with its bias (+ GELU) epilogue, or, where the backend does not offer
   // that epilogue for these operands (cuBLASLt with some FP8 combinations), the plain GEMM
-  // followed by the bias and GELU ops: the same math, in separate passes.
+  // followed by the bias and GELU ops: the same math, in separate passes. The backend is asked
+  // once per token count.
   void gemm_with_epilogue(GemmArgs args) {
-    if (args.epilogue == GemmEpilogue::kNone || Gemm::can_implement(args)) {
+    if (args.epilogue != GemmEpilogue::kNone && epilogue_checked_for != tokens) {
+      fused_epilogue = Gemm::can_implement(args).ok();
+      epilogue_checked_for = tokens;
+    }
+    if (args.epilogue == GemmEpilogue::kNone || fused_epilogue) {
       gemm(args, ctx.stream());
       return;
     }
@@ -262,6 +267,8 @@ struct Dense::Impl {
   GemmOperand last_x, last_w;  // forward's operands, reused by backward (x: see GatheredInput)
   TensorView x_in;
   int64_t tokens = 0;  // rows of the forward GEMM (the gathered sequence under column SP)
+  int64_t epilogue_checked_for = -1;  // the token count fused_epilogue was decided for
+  bool fused_epilogue = true;         // the backend offers the forward GEMM's epilogue
   Tensor y, pre_activation, bias_sums, dpre, dx;
 };
 
