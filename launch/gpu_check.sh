@@ -25,8 +25,9 @@ if [ "$mode" != "--bench-only" ]; then
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
 if [ "$mode" != "--tests-only" ]; then
-  # Every GPU benchmark program (gemm_gpu_bench, quant_gpu_bench, cgemm_gpu_bench, ...)
-  # writes a table to stdout and JSON next to it.
+  # Every GPU benchmark program writes a table to stdout and JSON next to it: gemm_gpu_bench,
+  # quant_gpu_bench, cgemm_gpu_bench (collective GEMMs), dense_gpu_bench (LayerNormMLP BF16
+  # vs FP8 delayed).
   for b in build-gpu/bench/*_gpu_bench; do
     [ -x "$b" ] || continue
     name=$(basename "$b")

@@ -1,10 +1,16 @@
-# Layers (host fp32 activations; GEMMs through qmesh::gemm) and training utilities.
+# Layers (fp32 activations on the host or a CUDA device; GEMMs through qmesh::gemm), the layer
+# ops they run between GEMMs (LayerNorm, bias, GELU backward, add, bf16 cast) and training
+# utilities (gradient sync, optimizers).
 target_sources(qmesh PRIVATE
-  layers/dense.cpp
-  layers/gather_buffer.cpp
-  layers/layer_context.cpp
-  layers/layer_norm.cpp
-  layers/layer_norm_mlp.cpp
-  layers/operand_cast.cpp
-  train/grad_sync.cpp
-  train/optimizer.cpp)
+  ${CMAKE_CURRENT_LIST_DIR}/layers/dense.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/layers/gather_buffer.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/layers/layer_context.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/layers/layer_norm.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/layers/layer_norm_mlp.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/layers/operand_cast.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/ops/layer_ops.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/train/grad_sync.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/train/optimizer.cpp)
+if(QMESH_WITH_CUDA)
+  target_sources(qmesh PRIVATE ${CMAKE_CURRENT_LIST_DIR}/cuda/layer_ops.cu)
+endif()

@@ -1,6 +1,6 @@
 // train_mlp: trains a stack of LayerNormMLP blocks with data x tensor parallelism and FP8
-// (or BF16) GEMMs on a synthetic teacher task, one MPI rank per process. See --help and
-// docs/train_mlp.md.
+// (or BF16) GEMMs on a synthetic teacher task, one MPI rank per process, on the CPU or one
+// GPU per rank (--device). See --help and docs/train_mlp.md.
 #include <boost/program_options/errors.hpp>
 #include <chrono>
 #include <cmath>
@@ -9,6 +9,7 @@
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "checkpoint.h"
@@ -16,12 +17,19 @@
 #include "plot.h"
 #include "qmesh/comm/mesh.h"
 #include "qmesh/comm/mpi.h"
+#include "qmesh/config.h"
+#include "qmesh/copy.h"
 #include "qmesh/error.h"
 #include "qmesh/layers/layer_norm_mlp.h"
 #include "qmesh/train/grad_sync.h"
 #include "qmesh/train/optimizer.h"
 #include "qmesh/version.h"
 #include "teacher.h"
+#if QMESH_WITH_NCCL
+#include <cuda_runtime_api.h>
+
+#include "qmesh/comm/nccl.h"
+#endif
 
 namespace train_mlp {
 namespace {
@@ -81,10 +89,41 @@ double mse(const qmesh::TensorView& y, const qmesh::TensorView& t, double global
 uint32_t checksum(const std::vector<qmesh::Parameter*>& params) {
   uint32_t h = 2166136261u;  // FNV-1a over the raw bytes of the local shards
   for (const auto* p : params) {
-    const auto* b = static_cast<const uint8_t*>(p->value.data());
-    for (size_t i = 0; i < p->value.nbytes(); ++i) h = (h ^ b[i]) * 16777619u;
+    const qmesh::Tensor host = qmesh::clone(p->value, qmesh::Device::host());
+    const auto* b = static_cast<const uint8_t*>(host.data());
+    for (size_t i = 0; i < host.nbytes(); ++i) h = (h ^ b[i]) * 16777619u;
   }
   return h;
+}
+
+// The communicator the layers compute over, and their device: the MPI world on the CPU; with
+// --device cuda, an NCCL world (bootstrapped over MPI) on GPU (local rank % GPUs of the node).
+std::shared_ptr<qmesh::Communicator> compute_world(
+    const Options& o, const std::shared_ptr<qmesh::Communicator>& world, qmesh::Device& device) {
+  device = qmesh::Device::host();
+  if (o.device != DeviceChoice::kCuda) return world;
+#if QMESH_WITH_NCCL
+  const std::vector<int> hosts = world->host_ids();
+  int local_rank = 0;
+  for (int r = 0; r < world->rank(); ++r)
+    local_rank += hosts[size_t(r)] == hosts[size_t(world->rank())];
+  device = qmesh::Device::cuda(local_rank % qmesh::cuda_device_count());
+  const cudaError_t set = cudaSetDevice(device.index);
+  QMESH_CHECK(set == cudaSuccess, "cannot use ", device.str(), ": ", cudaGetErrorString(set));
+  const auto bootstrap = qmesh::make_mpi_bootstrap();
+  return qmesh::make_nccl_world(*bootstrap);
+#else
+  QMESH_THROW("--device cuda needs qmesh built with NCCL");
+#endif
+}
+
+// `host` itself when the layers run on the host; else `staging` on `device`, holding a copy.
+// Blocking.
+qmesh::TensorView placed(const qmesh::Tensor& host, qmesh::Tensor& staging, qmesh::Device device) {
+  if (device.is_host()) return host;
+  if (staging.data() == nullptr) staging = qmesh::Tensor(host.dtype(), host.shape(), device);
+  qmesh::copy_tensor(staging, host);
+  return staging;
 }
 
 // Runs fn on every rank; if it throws on any rank, every rank throws (the failing ones with
@@ -106,12 +145,21 @@ void all_ranks_or_throw(qmesh::Communicator& world, const std::function<void()>&
 // Options must have been validated against the world size.
 int run(const Options& o, const std::shared_ptr<qmesh::Communicator>& world) {
   const bool root = world->rank() == 0;
-  qmesh::Mesh mesh(world, {{"dp", o.dp}, {"tp", o.tp}});
+  qmesh::Device device;
+  qmesh::Mesh mesh(compute_world(o, world, device), {{"dp", o.dp}, {"tp", o.tp}});
+  // Host-side reductions (the loss) run over MPI: a mesh of the MPI world when the layers'
+  // mesh is NCCL's.
+  std::optional<qmesh::Mesh> mpi_mesh;
+  if (!device.is_host())
+    mpi_mesh.emplace(world, std::vector<qmesh::MeshAxis>{{"dp", o.dp}, {"tp", o.tp}});
+  const qmesh::Mesh& host_mesh = mpi_mesh ? *mpi_mesh : mesh;
   const int tp = o.tp, tp_rank = mesh.coord("tp"), dp_rank = mesh.coord("dp");
   qmesh::DelayedScaling delayed;
   delayed.amax_history_len = o.amax_history;
   delayed.margin = o.margin;
-  qmesh::LayerContext ctx(mesh, o.recipe, delayed);
+  // Every layer call, copy and collective of the step is ordered on the legacy default stream
+  // (Stream{}), so the blocking copies between host and device need no extra synchronization.
+  qmesh::LayerContext ctx(mesh, o.recipe, delayed, {}, qmesh::Placement{device, {}});
   ctx.set_overlap(o.overlap);
   Model model(o, ctx);
   auto params = model.parameters();
@@ -127,7 +175,7 @@ int run(const Options& o, const std::shared_ptr<qmesh::Communicator>& world) {
   const int64_t first = dp_rank * dp_tokens + (o.sequence_parallel ? tp_rank * tokens : 0);
   const double global_count = double(dp_tokens) * o.dp * double(o.hidden);
   // Replicated outputs (no sequence parallelism) are summed over dp only.
-  auto loss_comm = o.sequence_parallel ? mesh.group({"dp", "tp"}) : mesh.axis("dp");
+  auto loss_comm = o.sequence_parallel ? host_mesh.group({"dp", "tp"}) : host_mesh.axis("dp");
 
   qmesh::Tensor config(qmesh::DType::kInt32, qmesh::Shape{7});
   const int32_t cfg[7] = {o.dp,
@@ -158,9 +206,10 @@ int run(const Options& o, const std::shared_ptr<qmesh::Communicator>& world) {
   if (root) {
     std::printf("%s\n", qmesh::build_info().c_str());
     std::printf(
-        "train_mlp: %d ranks = dp %d x tp %d%s, %d x LayerNormMLP(hidden %lld, ffn %lld), "
-        "recipe %s, %lld tokens/step, %d steps\n",
-        world->size(), o.dp, o.tp, o.sequence_parallel ? " (sequence parallel)" : "", o.layers,
+        "train_mlp: %d ranks = dp %d x tp %d%s on %s, %d x LayerNormMLP(hidden %lld, ffn "
+        "%lld), recipe %s, %lld tokens/step, %d steps\n",
+        world->size(), o.dp, o.tp, o.sequence_parallel ? " (sequence parallel)" : "",
+        device.is_host() ? "the CPU" : "CUDA (one GPU per rank, NCCL)", o.layers,
         (long long)o.hidden, (long long)o.ffn, std::string(qmesh::recipe_name(o.recipe)).c_str(),
         (long long)(dp_tokens * o.dp), o.steps);
     std::printf("loss of predicting the mean: %.6f\n", baseline);
@@ -172,17 +221,22 @@ int run(const Options& o, const std::shared_ptr<qmesh::Communicator>& world) {
     if (!o.resume) csv << "step,loss\n";
   }
 
+  // Data and targets are generated on the host. On CUDA, x is copied to the device, and the
+  // output comes back to the host for the loss (the teacher and MSE are host code), which
+  // sends dL/dy back to the device.
   qmesh::Tensor x(qmesh::DType::kFloat32, qmesh::Shape{tokens, o.hidden});
-  qmesh::Tensor t(x.dtype(), x.shape()), dy(x.dtype(), x.shape());
+  qmesh::Tensor t(x.dtype(), x.shape()), dy(x.dtype(), x.shape()), y_host(x.dtype(), x.shape());
+  qmesh::Tensor x_dev, dy_dev;
   qmesh::Tensor loss_sum(qmesh::DType::kFloat64, qmesh::Shape{1});
   const auto begin = Clock::now();
   auto window_start = begin;
   double loss = 0;
   for (int step = start + 1; step <= o.steps; ++step) {
     task.batch(step, first, x, t);
-    const qmesh::TensorView y = model.forward(x);
-    *loss_sum.data_as<double>() = mse(y, t, global_count, dy);
-    model.backward(dy, sync);
+    const qmesh::TensorView y = model.forward(placed(x, x_dev, device));
+    if (!device.is_host()) qmesh::copy_tensor(y_host, y);
+    *loss_sum.data_as<double>() = mse(device.is_host() ? y : y_host.view(), t, global_count, dy);
+    model.backward(placed(dy, dy_dev, device), sync);
     sync.finish();
     ctx.end_step();  // the step's one amax all-reduce and scale update (FP8 delayed)
     opt->step();
@@ -204,8 +258,10 @@ int run(const Options& o, const std::shared_ptr<qmesh::Communicator>& world) {
     }
     const bool last = step == o.steps;
     if (!o.checkpoint_dir.empty() &&
-        (last || (o.checkpoint_every > 0 && step % o.checkpoint_every == 0)))
+        (last || (o.checkpoint_every > 0 && step % o.checkpoint_every == 0))) {
+      qmesh::synchronize(device);  // the step's updates are complete before they are saved
       save_checkpoint(o.checkpoint_dir, step, ckpt, *world);
+    }
   }
   // Every rank's parameter checksum, to compare runs bit for bit.
   qmesh::Tensor sums(qmesh::DType::kInt32, qmesh::Shape{world->size()});

@@ -3,6 +3,8 @@
 #include <boost/program_options.hpp>
 #include <iostream>
 
+#include "qmesh/config.h"
+#include "qmesh/device.h"
 #include "qmesh/error.h"
 
 namespace train_mlp {
@@ -13,6 +15,7 @@ std::optional<Options> parse_options(int argc, char** argv) {
   Options o;
   std::string recipe = "delayed";
   std::string overlap = "none";
+  std::string device = "auto";
   po::options_description desc(
       "train_mlp: train a stack of LayerNormMLP blocks with data and tensor parallelism and\n"
       "FP8 on a synthetic teacher task. Run under mpirun (or launch/qmeshrun), one process\n"
@@ -43,6 +46,9 @@ std::optional<Options> parse_options(int argc, char** argv) {
     ("overlap", po::value(&overlap)->default_value(overlap),
      "collective-GEMM schedule with --sequence-parallel: none, ring (all-gather/reduce-scatter "
      "hidden behind the GEMMs in tp steps) or bidir (chunks travel both ways)")
+    ("device", po::value(&device)->default_value(device),
+     "where the layers run: cpu, cuda (one GPU per rank: local rank modulo the GPUs of the "
+     "node, NCCL between ranks) or auto (cuda when a GPU is visible)")
     ("regather-input", po::bool_switch(&o.regather_input),
      "with --sequence-parallel: keep only this rank's chunk of each fc1 input and all-gather "
      "it again in backward, alongside the dgrad GEMM (saves the gathered activations; same "
@@ -69,6 +75,11 @@ std::optional<Options> parse_options(int argc, char** argv) {
   po::notify(vm);
   o.recipe = qmesh::parse_recipe(recipe);
   o.overlap = qmesh::parse_overlap(overlap);
+  QMESH_CHECK(device == "auto" || device == "cpu" || device == "cuda",
+              "--device must be auto, cpu or cuda, got '", device, "'");
+  o.device = device == "cuda"  ? DeviceChoice::kCuda
+             : device == "cpu" ? DeviceChoice::kCpu
+                               : DeviceChoice::kAuto;
   return o;
 }
 
@@ -105,6 +116,23 @@ void validate(Options& o, int world) {
   QMESH_CHECK(o.checkpoint_every >= 0, "--checkpoint-every must be >= 0");
   QMESH_CHECK(!o.resume || !o.checkpoint_dir.empty(), "--resume needs --checkpoint-dir");
   QMESH_CHECK(o.plot.empty() || !o.csv.empty(), "--plot draws the --csv file: give --csv too");
+  const int gpus = qmesh::cuda_device_count();
+  if (o.device == DeviceChoice::kAuto)
+    o.device = gpus > 0 && QMESH_WITH_NCCL ? DeviceChoice::kCuda : DeviceChoice::kCpu;
+  if (o.device == DeviceChoice::kCpu) return;
+  QMESH_CHECK(gpus > 0,
+              "--device cuda: this process sees no CUDA device (no GPU, no driver, or a build "
+              "without CUDA); use --device cpu");
+  QMESH_CHECK(QMESH_WITH_NCCL, "--device cuda needs qmesh built with NCCL (QMESH_WITH_NCCL=ON)");
+  QMESH_CHECK(!o.sequence_parallel,
+              "--sequence-parallel runs on the CPU only (its collective GEMMs are host-only); "
+              "drop it or use --device cpu");
+  const bool fp8 = o.recipe == qmesh::Recipe::kFp8Delayed || o.recipe == qmesh::Recipe::kFp8Current;
+  QMESH_CHECK(
+      !fp8 || (o.hidden % 16 == 0 && (o.ffn / o.tp) % 16 == 0 && (o.seq * o.batch) % 16 == 0),
+      "FP8 GEMMs on CUDA need --hidden, --ffn / --tp and --seq x --batch to be multiples "
+      "of 16, got ",
+      o.hidden, ", ", o.ffn / o.tp, " and ", o.seq * o.batch);
 }
 
 }  // namespace train_mlp

@@ -10,6 +10,10 @@
 
 namespace train_mlp {
 
+// Where the layers run: kAuto resolves (in validate) to kCuda when a GPU is visible and qmesh
+// has NCCL, else kCpu.
+enum class DeviceChoice { kAuto, kCpu, kCuda };
+
 struct Options {
   int dp = 0;  // 0: world size / tp
   int tp = 1;
@@ -27,6 +31,7 @@ struct Options {
   bool sequence_parallel = false;
   bool regather_input = false;  // fc1's gathered input: kept (false) or gathered again
   qmesh::Overlap overlap = qmesh::Overlap::kNone;  // collective-GEMM schedule (needs sp)
+  DeviceChoice device = DeviceChoice::kAuto;
   uint64_t seed = 1234;
   int log_every = 10;
   std::string checkpoint_dir;
@@ -42,7 +47,8 @@ struct Options {
 std::optional<Options> parse_options(int argc, char** argv);
 
 // Checks the options against the world size (e.g. dp * tp == world, sizes divisible by tp)
-// and fills dp when it was left 0. Throws qmesh::Error naming the option.
+// and the machine (--device cuda needs a GPU), fills dp when it was left 0 and resolves
+// --device auto. Throws qmesh::Error naming the option.
 void validate(Options& options, int world_size);
 
 }  // namespace train_mlp

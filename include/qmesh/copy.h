@@ -5,6 +5,7 @@
 
 #include "qmesh/device.h"
 #include "qmesh/export.h"
+#include "qmesh/stream.h"
 #include "qmesh/tensor.h"
 
 namespace qmesh {
@@ -13,7 +14,14 @@ namespace qmesh {
 // the data has arrived. Error if a CUDA device is involved in a build without CUDA.
 QMESH_API void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device,
                           size_t bytes);
+// copy_bytes ordered on `stream` when a CUDA device is involved (cudaMemcpyAsync: returns at
+// once; host memory must stay valid until the stream reaches the copy). Host to host:
+// memcpy, blocking.
+QMESH_API void copy_bytes_async(void* dst, Device dst_device, const void* src, Device src_device,
+                                size_t bytes, Stream stream);
 // Copies a whole tensor; dtype and shape must match (Error naming both otherwise).
 QMESH_API void copy_tensor(const TensorView& dst, const TensorView& src);
+// A new tensor on `device` holding a copy of src (blocking).
+QMESH_API Tensor clone(const TensorView& src, Device device);
 
 }  // namespace qmesh

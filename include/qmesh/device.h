@@ -4,6 +4,7 @@
 #include <string>
 
 #include "qmesh/export.h"
+#include "qmesh/stream.h"
 
 namespace qmesh {
 
@@ -27,5 +28,9 @@ QMESH_API int cuda_device_count();
 
 // Throws qmesh::Error if `device` is a CUDA device that this process cannot use.
 QMESH_API void require_device(const Device& device);
+
+// Blocks until all work enqueued so far on `stream` of `device` has completed (CUDA errors of
+// that work surface here as qmesh::Error). Nothing to wait for on the host.
+QMESH_API void synchronize(const Device& device, Stream stream = {});
 
 }  // namespace qmesh

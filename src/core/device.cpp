@@ -3,7 +3,8 @@
 #include "qmesh/config.h"
 #include "qmesh/error.h"
 #if QMESH_WITH_CUDA
-#include <cuda_runtime_api.h>
+#include "cuda/check.h"
+#include "cuda/device_guard.h"
 #endif
 
 namespace qmesh {
@@ -33,6 +34,17 @@ void require_device(const Device& device) {
   QMESH_CHECK(device.index >= 0 && device.index < count, "device ", device.str(),
               " is not available: this process sees ", count, " CUDA device(s)",
               QMESH_WITH_CUDA ? "" : " (qmesh was built with QMESH_WITH_CUDA=OFF)");
+}
+
+void synchronize(const Device& device, Stream stream) {
+  if (device.is_host()) return;
+  require_device(device);
+#if QMESH_WITH_CUDA
+  const detail::cuda::DeviceGuard guard(device.index);
+  QMESH_CHECK_CUDA(cudaStreamSynchronize(static_cast<cudaStream_t>(stream.handle)));
+#else
+  (void)stream;
+#endif
 }
 
 }  // namespace qmesh

@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cmath>
 
-#include "cpu/gelu.h"
 #include "layers/activation_buffer.h"
 #include "layers/gather_buffer.h"
 #include "layers/operand_cast.h"
+#include "layers/parameter_init.h"
 #include "qmesh/error.h"
+#include "qmesh/ops/bias.h"
+#include "qmesh/ops/gelu.h"
 #include "qmesh/ops/gemm.h"
 #include "qmesh/overlap/collective_gemm.h"
 #include "qmesh/random.h"
@@ -15,16 +17,6 @@
 namespace qmesh {
 
 namespace {
-
-// Column sums of a [rows, cols] fp32 matrix into out [cols]: the bias gradient, from the
-// unquantized gradient whatever the recipe.
-void column_sums(const TensorView& g, float* out) {
-  const int64_t rows = g.shape.rows(), cols = g.shape.cols();
-  const float* p = g.data_as<float>();
-  std::fill_n(out, cols, 0.0f);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) out[c] += p[r * cols + c];
-}
 
 Shape with_rows(int64_t rows, int64_t cols) { return Shape{rows, cols}; }
 
@@ -51,6 +43,11 @@ struct Dense::Impl {
         ": a row-parallel layer cannot fuse GELU (its output is a partial sum)");
     QMESH_CHECK(opt.bias || opt.activation == DenseActivation::kNone, name,
                 ": GELU is fused with the bias; enable the bias");
+    // The collective GEMMs (overlap/collective_gemm.h) are host-only.
+    QMESH_CHECK(!opt.sequence_parallel || context.device().is_host(), name,
+                ": sequence_parallel runs on the host only (the collective GEMMs are host-only); "
+                "on ",
+                context.device().str(), " use tensor parallelism without sequence_parallel");
     in_local = in;
     out_local = out;
     if (opt.parallelism == DenseParallelism::kColumn) {
@@ -65,19 +62,18 @@ struct Dense::Impl {
     // Slice [out0, out0 + out_local) x [in0, in0 + in_local) of the global [out, in] matrix.
     const int64_t out0 = opt.parallelism == DenseParallelism::kColumn ? tp->rank() * out_local : 0;
     const int64_t in0 = opt.parallelism == DenseParallelism::kRow ? tp->rank() * in_local : 0;
-    weight = {name + ".weight", Tensor(DType::kFloat32, Shape{out_local, in_local}),
-              Tensor(DType::kFloat32, Shape{out_local, in_local})};
+    // Drawn on the host and then copied: every device starts from the same bits.
+    Tensor init(DType::kFloat32, Shape{out_local, in_local});
     const float stddev = 1.0f / std::sqrt(float(in));
-    float* w = weight.value.data_as<float>();
+    float* w = init.data_as<float>();
     for (int64_t r = 0; r < out_local; ++r)
       for (int64_t c = 0; c < in_local; ++c)
         w[r * in_local + c] = stddev * counter_normal(seed, uint64_t((out0 + r) * in + in0 + c));
-    std::fill_n(weight.grad.data_as<float>(), weight.grad.numel(), 0.0f);
+    weight = make_parameter(name + ".weight", std::move(init), context.device());
     if (opt.bias) {
-      const int64_t n = out_local;
-      bias = {name + ".bias", Tensor(DType::kFloat32, Shape{n}), Tensor(DType::kFloat32, Shape{n})};
-      std::fill_n(bias.value.data_as<float>(), n, 0.0f);
-      std::fill_n(bias.grad.data_as<float>(), n, 0.0f);
+      Tensor zeros(DType::kFloat32, Shape{out_local});
+      std::fill_n(zeros.data_as<float>(), out_local, 0.0f);
+      bias = make_parameter(name + ".bias", std::move(zeros), context.device());
     }
   }
 
@@ -89,7 +85,7 @@ struct Dense::Impl {
 
   TensorView forward(const TensorView& x) {
     check_dtype(x, DType::kFloat32, name + " input");
-    check_device(x, Device::host(), name + " input");
+    check_device(x, ctx.device(), name + " input");
     QMESH_CHECK(x.shape.cols() == in_local, name, ": input must have ", in_local,
                 " features (last dimension), got shape ", x.shape.str());
     x_in = x;
@@ -128,34 +124,28 @@ struct Dense::Impl {
     } else if (row() && sp()) {  // partial products reduce-scattered to [T/tp, out]
       gemm_reduce_scatter(*tp, args, overlap);
     } else {
-      gemm(args);
-      if (row()) tp->all_reduce(out, ReduceOp::kSum);
+      gemm_with_epilogue(args);
+      if (row() && tp->size() > 1) tp->all_reduce(out, ReduceOp::kSum, ctx.stream());
     }
-    if (!row()) return out;
     // Row parallel: the partial products are summed over tp; add the (replicated) bias.
-    if (options.bias) {
-      float* o = out.data_as<float>();
-      const float* b = bias.value.data_as<float>();
-      for (int64_t r = 0; r < out.shape.rows(); ++r)
-        for (int64_t c = 0; c < out_local; ++c) o[r * out_local + c] += b[c];
-    }
+    if (row() && options.bias) add_bias(out, bias.value, ctx.stream());
     return out;
   }
 
   TensorView backward(const TensorView& dy_in) {
     QMESH_CHECK(!x_in.empty(), name, ": backward called before forward");
     check_dtype(dy_in, DType::kFloat32, name + " output gradient");
+    check_device(dy_in, ctx.device(), name + " output gradient");
     const Shape x_shape = with_rows(tokens, in_local);  // x as the GEMMs saw it
     if (row() && sp()) return backward_row_sp(dy_in, x_shape);
     check_shape(dy_in, Shape{tokens, out_local}, name + " output gradient");
     TensorView dy = dy_in;
     if (options.activation == DenseActivation::kGelu) {  // through GELU: dy * gelu'(pre)
       const TensorView d = ensure_tensor(dpre, DType::kFloat32, dy.shape, dy.device);
-      std::copy_n(dy.data_as<float>(), dy.numel(), d.data_as<float>());
-      dgelu_mul_inplace(d.data_as<float>(), pre_activation.data_as<float>(), d.numel());
+      dgelu(dy, pre_activation, d, ctx.stream());
       dy = d;
     }
-    if (options.bias) column_sums(dy, bias.grad.data_as<float>());
+    if (options.bias) bias_grad(dy, bias.grad, ctx.stream());
     const GemmOperand dy_op = dy_cast.cast(dy, columnwise());
     // dgrad: dx [T, in] = dy · W.
     GemmArgs dgrad = dgrad_args(dy_op);
@@ -175,9 +165,9 @@ struct Dense::Impl {
     }
     run_wgrad(dy_op, last_x);
     dgrad.d = ensure_tensor(dx, DType::kFloat32, x_shape, x_in.device);
-    gemm(dgrad);
+    gemm(dgrad, ctx.stream());
     // Column parallel: every tp rank holds a partial dx over the full input features.
-    if (column()) tp->all_reduce(dgrad.d, ReduceOp::kSum);
+    if (column() && tp->size() > 1) tp->all_reduce(dgrad.d, ReduceOp::kSum, ctx.stream());
     return dgrad.d;
   }
 
@@ -191,14 +181,9 @@ struct Dense::Impl {
     if (options.bias) {
       const TensorView sums =
           ensure_tensor(bias_sums, DType::kFloat32, Shape{n, out_local}, dy_in.device);
-      const TensorView mine(bias.grad.data_as<float>(), DType::kFloat32, Shape{out_local},
-                            dy_in.device);
-      column_sums(dy_in, mine.data_as<float>());
-      tp->all_gather(mine, sums);
-      float* g = bias.grad.data_as<float>();
-      std::copy_n(sums.data_as<float>(), out_local, g);
-      for (int r = 1; r < n; ++r)
-        for (int64_t c = 0; c < out_local; ++c) g[c] += sums.data_as<float>()[r * out_local + c];
+      bias_grad(dy_in, bias.grad);
+      tp->all_gather(bias.grad, sums);
+      bias_grad(sums, bias.grad);  // rank 0's sums plus the others' in rank order
     }
     GemmArgs dgrad = dgrad_args(dy_cast.cast(dy_in, columnwise()));
     const GemmOperand dy_gathered = dy_gather.get(dgrad.a, tokens);
@@ -206,6 +191,30 @@ struct Dense::Impl {
     all_gather_gemm(*tp, dgrad, dy_gathered, overlap);
     run_wgrad(dy_gathered, last_x);
     return dgrad.d;
+  }
+
+  // The forward GEMM with its bias (+ GELU) epilogue, or, where the backend does not offer
+  // that epilogue for these operands (cuBLASLt with some FP8 combinations), the plain GEMM
+  // followed by the bias and GELU ops: the same math, in separate passes. The backend is asked
+  // once per token count.
+  void gemm_with_epilogue(GemmArgs args) {
+    if (args.epilogue != GemmEpilogue::kNone && epilogue_checked_for != tokens) {
+      fused_epilogue = Gemm::can_implement(args).ok();
+      epilogue_checked_for = tokens;
+    }
+    if (args.epilogue == GemmEpilogue::kNone || fused_epilogue) {
+      gemm(args, ctx.stream());
+      return;
+    }
+    const bool with_gelu = args.epilogue == GemmEpilogue::kBiasGeluAux;
+    const TensorView out = args.d;
+    if (with_gelu) args.d = args.aux;  // the pre-activation, kept for backward
+    args.epilogue = GemmEpilogue::kNone;
+    args.bias = {};
+    args.aux = {};
+    gemm(args, ctx.stream());
+    add_bias(args.d, bias.value, ctx.stream());
+    if (with_gelu) gelu(args.d, out, ctx.stream());
   }
 
   // wgrad: dW [out, in] = dyᵀ · x, with x as forward cast it (gathered under column SP).
@@ -217,7 +226,7 @@ struct Dense::Impl {
     wgrad.trans_b = GemmTranspose::kNo;
     wgrad.d = weight.grad;
     wgrad.accumulation = GemmAccumulation::kSplit;
-    gemm(wgrad);
+    gemm(wgrad, ctx.stream());
   }
 
   // Starts the all-gather of this rank's cast input chunk into `full` (the bytes and the
@@ -258,6 +267,8 @@ struct Dense::Impl {
   GemmOperand last_x, last_w;  // forward's operands, reused by backward (x: see GatheredInput)
   TensorView x_in;
   int64_t tokens = 0;  // rows of the forward GEMM (the gathered sequence under column SP)
+  int64_t epilogue_checked_for = -1;  // the token count fused_epilogue was decided for
+  bool fused_epilogue = true;         // the backend offers the forward GEMM's epilogue
   Tensor y, pre_activation, bias_sums, dpre, dx;
 };
 

@@ -28,8 +28,9 @@ Recipe parse_recipe(std::string_view name) {
 }
 
 LayerContext::LayerContext(const Mesh& mesh, Recipe recipe, DelayedScaling delayed,
-                           Float8CurrentScaling current)
-    : mesh_(mesh), recipe_(recipe), delayed_(delayed), current_(current) {
+                           Float8CurrentScaling current, Placement placement)
+    : mesh_(mesh), recipe_(recipe), delayed_(delayed), current_(current), placement_(placement) {
+  require_device(placement_.device);
   (void)recipe_name(recipe);  // rejects an out-of-range value
   validate(delayed_);
   validate(current_);
@@ -58,14 +59,14 @@ int LayerContext::add_operand(OperandRole role) {
 ScalingStates& LayerContext::scaling() {
   if (!states_) {
     QMESH_CHECK(!roles_.empty(), "no FP8 operands were registered with this context");
-    states_ = std::make_unique<ScalingStates>(delayed_, roles_, Device::host());
+    states_ = std::make_unique<ScalingStates>(delayed_, roles_, placement_.device);
   }
   return *states_;
 }
 
 void LayerContext::end_step() {
   if (recipe_ != Recipe::kFp8Delayed || roles_.empty()) return;
-  AmaxReducer(mesh_).reduce_and_update(scaling());
+  AmaxReducer(mesh_).reduce_and_update(scaling(), placement_.stream);
 }
 
 }  // namespace qmesh

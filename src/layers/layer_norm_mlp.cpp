@@ -2,6 +2,7 @@
 
 #include "layers/activation_buffer.h"
 #include "qmesh/error.h"
+#include "qmesh/ops/add.h"
 
 namespace qmesh {
 
@@ -12,14 +13,7 @@ namespace {
 void reduce_norm_grads(LayerNorm& norm, LayerContext& ctx, bool sequence_parallel) {
   if (!sequence_parallel) return;
   const auto tp = ctx.mesh().role(ctx.mesh().resource().tp);
-  for (Parameter* p : norm.parameters()) tp->all_reduce(p->grad, ReduceOp::kSum);
-}
-
-void add(const TensorView& a, const TensorView& b, const TensorView& out) {
-  const float* pa = a.data_as<float>();
-  const float* pb = b.data_as<float>();
-  float* po = out.data_as<float>();
-  for (int64_t i = 0; i < out.numel(); ++i) po[i] = pa[i] + pb[i];
+  for (Parameter* p : norm.parameters()) tp->all_reduce(p->grad, ReduceOp::kSum, ctx.stream());
 }
 
 std::vector<Parameter*> concat(std::vector<Parameter*> a, const std::vector<Parameter*>& b) {
@@ -33,7 +27,7 @@ LayerNormMLP::LayerNormMLP(std::string name, int64_t hidden, int64_t ffn,
                            LayerNormMLPOptions options, LayerContext& ctx, uint64_t seed)
     : options_(options),
       ctx_(ctx),
-      norm_(name + ".ln", hidden, options.layer_norm_eps),
+      norm_(name + ".ln", hidden, options.layer_norm_eps, ctx.placement()),
       fc1_(name + ".fc1", hidden, ffn,
            DenseOptions{DenseParallelism::kColumn, options.sequence_parallel, true,
                         DenseActivation::kGelu, options.overlap, options.gathered_input},
@@ -47,7 +41,7 @@ TensorView LayerNormMLP::forward(const TensorView& x) {
   const TensorView out = fc2_.forward(fc1_.forward(norm_.forward(x)));
   check_shape(out, x.shape, "LayerNormMLP output");
   const TensorView y = ensure_tensor(y_, DType::kFloat32, x.shape, x.device);
-  add(x, out, y);
+  add(x, out, y, ctx_.stream());
   return y;
 }
 
@@ -55,7 +49,7 @@ TensorView LayerNormMLP::backward(const TensorView& dy) {
   const TensorView d_norm = norm_.backward(fc1_.backward(fc2_.backward(dy)));
   reduce_norm_grads(norm_, ctx_, options_.sequence_parallel);
   const TensorView dx = ensure_tensor(dx_, DType::kFloat32, dy.shape, dy.device);
-  add(dy, d_norm, dx);  // the residual path
+  add(dy, d_norm, dx, ctx_.stream());  // the residual path
   return dx;
 }
 
@@ -67,7 +61,7 @@ LayerNormDense::LayerNormDense(std::string name, int64_t hidden, int64_t out,
                                bool sequence_parallel, LayerContext& ctx, uint64_t seed)
     : sequence_parallel_(sequence_parallel),
       ctx_(ctx),
-      norm_(name + ".ln", hidden),
+      norm_(name + ".ln", hidden, 1e-5f, ctx.placement()),
       dense_(name + ".dense", hidden, out,
              DenseOptions{DenseParallelism::kColumn, sequence_parallel, true,
                           DenseActivation::kNone, std::nullopt},

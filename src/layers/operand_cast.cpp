@@ -1,8 +1,8 @@
 #include "layers/operand_cast.h"
 
-#include "qmesh/float16.h"
 #include "qmesh/ops/amax.h"
 #include "qmesh/ops/cast_transpose.h"
+#include "qmesh/ops/convert.h"
 #include "qmesh/ops/quantize.h"
 #include "qmesh/scaling/current_scaling.h"
 
@@ -14,14 +14,15 @@ OperandCast::OperandCast(LayerContext& ctx, OperandRole role) : ctx_(ctx), role_
 
 GemmOperand OperandCast::cast(const TensorView& x, bool columnwise) {
   check_dtype(x, DType::kFloat32, "layer operand");
+  check_device(x, ctx_.device(), "layer operand");
+  const Stream stream = ctx_.stream();
   switch (ctx_.recipe()) {
     case Recipe::kFp32:
       return GemmOperand::plain(x);
     case Recipe::kBf16: {
       if (!bf16_.data() || !(bf16_.shape() == x.shape))
         bf16_ = Tensor(DType::kBFloat16, x.shape, x.device);
-      fp32_to_bf16(x.data_as<float>(), static_cast<uint16_t*>(bf16_.data()),
-                   static_cast<size_t>(x.numel()));
+      convert_to_bf16(x, bf16_, stream);
       return GemmOperand::plain(bf16_);
     }
     case Recipe::kFp8Delayed:
@@ -37,16 +38,17 @@ GemmOperand OperandCast::cast(const TensorView& x, bool columnwise) {
     // Every rank that holds a piece of this tensor must use the same scale (else a sharded
     // GEMM is no longer the unsharded one): reduce the amax over the mesh's amax group.
     const TensorView amax_view(q.amax, DType::kFloat32, Shape{1}, x.device);
-    amax(x, amax_view);
-    ctx_.mesh().amax_group()->all_reduce(amax_view, ReduceOp::kMax);
-    *q.scale = current_scale(*q.amax, fp8, ctx_.current_scaling());
+    // On CUDA the amax, its reduction and the scale stay on the device, ordered on the stream.
+    amax(x, amax_view, stream);
+    ctx_.mesh().amax_group()->all_reduce(amax_view, ReduceOp::kMax, stream);
+    set_current_scale(q, ctx_.current_scaling(), stream);
   } else {
     ctx_.scaling().bind(slot_, q);
   }
   if (columnwise)
-    cast_transpose(x, q);
+    cast_transpose(x, q, stream);
   else
-    quantize(x, q);
+    quantize(x, q, stream);
   return GemmOperand::fp8(q);
 }
 

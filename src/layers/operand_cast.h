@@ -1,7 +1,8 @@
-// Turns an fp32 host activation or weight into the GEMM operand that the recipe asks for:
-// itself (fp32), a bf16 copy, or FP8 codes with delayed or current scaling. Current scaling
-// reduces the tensor's amax over the mesh's amax group first (one small all-reduce per
-// operand), so that all ranks holding pieces of one tensor quantize it with one scale. Owns the
+// Turns an fp32 activation or weight (on the context's device) into the GEMM operand that the
+// recipe asks for: itself (fp32), a bf16 copy, or FP8 codes with delayed or current scaling.
+// Current scaling reduces the tensor's amax over the mesh's amax group first (one small all-reduce
+// per operand), so that all ranks holding pieces of one tensor quantize it with one scale. All work
+// is ordered on the context's stream (on CUDA the scale never leaves the device). Owns the
 // converted storage, which stays valid until the next cast (backward reuses forward's
 // operands).
 #pragma once

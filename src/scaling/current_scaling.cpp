@@ -15,6 +15,21 @@ float current_scale(float amax, DType fp8, const Float8CurrentScaling& recipe) {
                                     recipe.amax_epsilon);
 }
 
+void set_current_scale(const QuantizedTensorView& out, const Float8CurrentScaling& recipe,
+                       Stream stream) {
+  validate(recipe);
+  out.validate("set_current_scale output");
+  if (out.device().is_host()) {
+    *out.scale = current_scale(*out.amax, out.dtype(), recipe);
+    return;
+  }
+  require_device(out.device());
+#if QMESH_WITH_CUDA
+  detail::cuda::set_current_scale(out.device().index, out.amax, out.scale, fp8_max(out.dtype()),
+                                  recipe.power_of_two_scales, recipe.amax_epsilon, stream);
+#endif
+}
+
 void quantize_current_scaling(const TensorView& x, const QuantizedTensorView& out,
                               const Float8CurrentScaling& recipe, Stream stream) {
   validate(recipe);
@@ -22,14 +37,7 @@ void quantize_current_scaling(const TensorView& x, const QuantizedTensorView& ou
   check_not_empty(x, "quantize_current_scaling input");
   check_device(x, out.device(), "quantize_current_scaling input");
   amax(x, TensorView(out.amax, DType::kFloat32, Shape{1}, out.device()), stream);
-  if (out.device().is_host()) {
-    *out.scale = current_scale(*out.amax, out.dtype(), recipe);
-  } else {
-#if QMESH_WITH_CUDA
-    detail::cuda::set_current_scale(out.device().index, out.amax, out.scale, fp8_max(out.dtype()),
-                                    recipe.power_of_two_scales, recipe.amax_epsilon, stream);
-#endif
-  }
+  set_current_scale(out, recipe, stream);
   if (out.has_columnwise())
     cast_transpose(x, out, stream);
   else

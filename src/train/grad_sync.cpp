@@ -1,9 +1,8 @@
 #include "qmesh/train/grad_sync.h"
 
-#include <algorithm>
-#include <cstring>
 #include <map>
 
+#include "qmesh/copy.h"
 #include "qmesh/error.h"
 
 namespace qmesh {
@@ -11,7 +10,7 @@ namespace qmesh {
 namespace {
 struct Bucket {
   std::vector<Parameter*> params;
-  Tensor flat;  // fp32, the concatenated gradients
+  Tensor flat;  // fp32 on the gradients' device, the concatenated gradients
   size_t pending = 0;
   WorkHandle work;
 };
@@ -19,6 +18,8 @@ struct Bucket {
 
 struct GradSync::Impl {
   std::shared_ptr<Communicator> dp;
+  Stream stream;
+  Device device;  // of every gradient
   std::vector<Bucket> buckets;
   std::map<const Parameter*, size_t> bucket_of;
   std::map<const Parameter*, bool> marked;
@@ -26,23 +27,25 @@ struct GradSync::Impl {
   void launch(Bucket& b) {
     float* out = b.flat.data_as<float>();
     for (Parameter* p : b.params) {
-      std::memcpy(out, p->grad.data(), p->grad.nbytes());
+      copy_bytes_async(out, device, p->grad.data(), device, p->grad.nbytes(), stream);
       out += p->grad.numel();
     }
-    b.work = dp->all_reduce_async(b.flat, ReduceOp::kSum);
+    b.work = dp->all_reduce_async(b.flat, ReduceOp::kSum, stream);
   }
 };
 
 GradSync::GradSync(std::shared_ptr<Communicator> dp, std::vector<Parameter*> params,
-                   size_t bucket_bytes)
+                   size_t bucket_bytes, Stream stream)
     : impl_(std::make_unique<Impl>()) {
   QMESH_CHECK(dp != nullptr, "GradSync needs a data-parallel communicator");
   impl_->dp = std::move(dp);
+  impl_->stream = stream;
+  if (!params.empty()) impl_->device = params.front()->grad.device();
   std::vector<std::vector<Parameter*>> groups;
   size_t bytes = 0;
   for (Parameter* p : params) {
     check_dtype(p->grad, DType::kFloat32, p->name + ".grad");
-    check_device(p->grad, Device::host(), p->name + ".grad");
+    check_device(p->grad, impl_->device, p->name + ".grad (every gradient on one device)");
     QMESH_CHECK(!impl_->bucket_of.count(p), "parameter ", p->name, " is listed twice");
     if (groups.empty() || bytes + p->grad.nbytes() > bucket_bytes) {
       groups.emplace_back();
@@ -55,7 +58,8 @@ GradSync::GradSync(std::shared_ptr<Communicator> dp, std::vector<Parameter*> par
   for (auto& g : groups) {
     int64_t n = 0;
     for (Parameter* p : g) n += p->grad.numel();
-    impl_->buckets.push_back(Bucket{g, Tensor(DType::kFloat32, Shape{n}), 0, nullptr});
+    impl_->buckets.push_back(
+        Bucket{g, Tensor(DType::kFloat32, Shape{n}, impl_->device), 0, nullptr});
   }
 }
 
@@ -81,7 +85,8 @@ void GradSync::finish() {
     b.work->wait();
     const float* in = b.flat.data_as<float>();
     for (Parameter* p : b.params) {
-      std::memcpy(p->grad.data(), in, p->grad.nbytes());
+      copy_bytes_async(p->grad.data(), impl_->device, in, impl_->device, p->grad.nbytes(),
+                       impl_->stream);
       in += p->grad.numel();
     }
     b.work.reset();

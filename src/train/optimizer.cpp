@@ -4,7 +4,12 @@
 #include <cmath>
 
 #include "core/simd.h"
+#include "qmesh/config.h"
+#include "qmesh/copy.h"
 #include "qmesh/error.h"
+#if QMESH_WITH_CUDA
+#include "cuda/layer_kernels.h"
+#endif
 
 namespace qmesh {
 
@@ -14,21 +19,28 @@ namespace {
 
 void check_param(const Parameter& p) {
   check_dtype(p.value, DType::kFloat32, p.name);
-  check_device(p.value, Device::host(), p.name);
+  check_dtype(p.grad, DType::kFloat32, p.name + ".grad");
+  check_device(p.grad, p.value.device(), p.name + ".grad");
   check_shape(p.grad, p.value.shape(), p.name + ".grad");
+  require_device(p.value.device());
 }
 
+// Zeros shaped like t, on t's device (blocking).
 Tensor zeros_like(const Tensor& t) {
-  Tensor z(t.dtype(), t.shape(), t.device());
+  Tensor z(t.dtype(), t.shape());
   std::fill_n(z.data_as<float>(), z.numel(), 0.0f);
-  return z;
+  return t.device().is_host() ? std::move(z) : clone(z, t.device());
 }
+
+// The CUDA device index of p (a CUDA parameter; builds without CUDA never get here, since
+// check_param's require_device rejects CUDA parameters there).
+[[maybe_unused]] int cuda_index(const Parameter& p) { return p.value.device().index; }
 
 // The step counter is kept as a tensor so that it is saved with the rest of the state.
 class CountedOptimizer : public Optimizer {
  public:
-  explicit CountedOptimizer(std::vector<Parameter*> params)
-      : params_(std::move(params)), count_(DType::kInt32, Shape{1}) {
+  CountedOptimizer(std::vector<Parameter*> params, Stream stream)
+      : params_(std::move(params)), stream_(stream), count_(DType::kInt32, Shape{1}) {
     for (const Parameter* p : params_) check_param(*p);
     *count_.data_as<int32_t>() = 0;
   }
@@ -36,7 +48,8 @@ class CountedOptimizer : public Optimizer {
 
  protected:
   std::vector<Parameter*> params_;
-  Tensor count_;
+  Stream stream_;  // orders the updates of CUDA parameters
+  Tensor count_;   // host
 };
 
 QMESH_SIMD_CLONES void sgd_update(float* w, const float* g, float* m, int64_t n, SgdOptions o) {
@@ -52,17 +65,24 @@ QMESH_SIMD_CLONES void sgd_update(float* w, const float* g, float* m, int64_t n,
 
 class Sgd final : public CountedOptimizer {
  public:
-  Sgd(std::vector<Parameter*> params, SgdOptions options)
-      : CountedOptimizer(std::move(params)), options_(options) {
+  Sgd(std::vector<Parameter*> params, SgdOptions options, Stream stream)
+      : CountedOptimizer(std::move(params), stream), options_(options) {
     if (options_.momentum != 0.0f)
       for (const Parameter* p : params_) momentum_.push_back(zeros_like(p->value));
   }
   void step() override {
     for (size_t i = 0; i < params_.size(); ++i) {
       Parameter& p = *params_[i];
-      sgd_update(p.value.data_as<float>(), p.grad.data_as<float>(),
-                 momentum_.empty() ? nullptr : momentum_[i].data_as<float>(), p.value.numel(),
-                 options_);
+      float* m = momentum_.empty() ? nullptr : momentum_[i].data_as<float>();
+      if (p.value.device().is_host()) {
+        sgd_update(p.value.data_as<float>(), p.grad.data_as<float>(), m, p.value.numel(), options_);
+        continue;
+      }
+#if QMESH_WITH_CUDA
+      detail::cuda::sgd_update(cuda_index(p), p.value.data_as<float>(), p.grad.data_as<float>(), m,
+                               p.value.numel(), options_.lr, options_.momentum,
+                               options_.weight_decay, stream_);
+#endif
     }
     ++*count_.data_as<int32_t>();
   }
@@ -90,8 +110,8 @@ QMESH_SIMD_CLONES void adamw_update(float* w, const float* g, float* m, float* v
 
 class AdamW final : public CountedOptimizer {
  public:
-  AdamW(std::vector<Parameter*> params, AdamWOptions options)
-      : CountedOptimizer(std::move(params)), options_(options) {
+  AdamW(std::vector<Parameter*> params, AdamWOptions options, Stream stream)
+      : CountedOptimizer(std::move(params), stream), options_(options) {
     for (const Parameter* p : params_) {
       m_.push_back(zeros_like(p->value));
       v_.push_back(zeros_like(p->value));
@@ -103,8 +123,17 @@ class AdamW final : public CountedOptimizer {
     const float bias2 = 1.0f - std::pow(options_.beta2, float(t));
     for (size_t i = 0; i < params_.size(); ++i) {
       Parameter& p = *params_[i];
-      adamw_update(p.value.data_as<float>(), p.grad.data_as<float>(), m_[i].data_as<float>(),
-                   v_[i].data_as<float>(), p.value.numel(), options_, bias1, bias2);
+      if (p.value.device().is_host()) {
+        adamw_update(p.value.data_as<float>(), p.grad.data_as<float>(), m_[i].data_as<float>(),
+                     v_[i].data_as<float>(), p.value.numel(), options_, bias1, bias2);
+        continue;
+      }
+#if QMESH_WITH_CUDA
+      detail::cuda::adamw_update(cuda_index(p), p.value.data_as<float>(), p.grad.data_as<float>(),
+                                 m_[i].data_as<float>(), v_[i].data_as<float>(), p.value.numel(),
+                                 options_.lr, options_.beta1, options_.beta2, options_.eps,
+                                 options_.weight_decay, bias1, bias2, stream_);
+#endif
     }
   }
   std::vector<std::pair<std::string, Tensor*>> state() override {
@@ -123,16 +152,18 @@ class AdamW final : public CountedOptimizer {
 
 }  // namespace
 
-std::unique_ptr<Optimizer> make_sgd(std::vector<Parameter*> params, SgdOptions options) {
+std::unique_ptr<Optimizer> make_sgd(std::vector<Parameter*> params, SgdOptions options,
+                                    Stream stream) {
   QMESH_CHECK(options.lr > 0, "SGD learning rate must be > 0, got ", options.lr);
-  return std::make_unique<Sgd>(std::move(params), options);
+  return std::make_unique<Sgd>(std::move(params), options, stream);
 }
 
-std::unique_ptr<Optimizer> make_adamw(std::vector<Parameter*> params, AdamWOptions options) {
+std::unique_ptr<Optimizer> make_adamw(std::vector<Parameter*> params, AdamWOptions options,
+                                      Stream stream) {
   QMESH_CHECK(options.lr > 0, "AdamW learning rate must be > 0, got ", options.lr);
   QMESH_CHECK(options.beta1 >= 0 && options.beta1 < 1 && options.beta2 >= 0 && options.beta2 < 1,
               "AdamW betas must be in [0, 1), got ", options.beta1, ", ", options.beta2);
-  return std::make_unique<AdamW>(std::move(params), options);
+  return std::make_unique<AdamW>(std::move(params), options, stream);
 }
 
 }  // namespace qmesh

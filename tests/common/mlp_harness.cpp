@@ -1,14 +1,19 @@
 #include "mlp_harness.h"
 
 #include "qmesh/comm/local.h"
+#include "qmesh/copy.h"
 
 namespace qmesh::testing_mlp {
 
 namespace {
 
+// A host copy of t (blocking; the work that wrote t must have completed).
+Tensor on_host(const TensorView& t) { return clone(t, Device::host()); }
+
 std::vector<double> to_double(const TensorView& t) {
-  const float* p = t.data_as<float>();
-  return std::vector<double>(p, p + t.numel());
+  const Tensor h = on_host(t);
+  const float* p = h.data_as<float>();
+  return std::vector<double>(p, p + h.numel());
 }
 
 Tensor to_tensor(const std::vector<double>& v, Shape shape) {
@@ -35,7 +40,7 @@ std::vector<double> gather(Communicator& comm, const TensorView& slice) {
 
 MlpRun run_sharded(const std::shared_ptr<Communicator>& world, const ShardedCase& c) {
   Mesh mesh(world, {{"dp", c.dp}, {"tp", c.tp}});
-  LayerContext ctx(mesh, c.recipe);
+  LayerContext ctx(mesh, c.recipe, {}, {}, c.placement);
   ctx.set_overlap(c.overlap);
   LayerNormMLP block("mlp", c.hidden, c.ffn,
                      {c.sequence_parallel, 1e-5f, std::nullopt, c.gathered_input}, ctx, c.seed);
@@ -48,15 +53,16 @@ MlpRun run_sharded(const std::shared_ptr<Communicator>& world, const ShardedCase
   for (int step = 0; step < c.steps; ++step) {
     const auto gx = sample(c.seed + 1, step, c.dp * T * H);
     const auto gdy = sample(c.seed + 2, step, c.dp * T * H);
-    x = rows_of(gx, row0, local_tokens, H);
-    dy = rows_of(gdy, row0, local_tokens, H);
+    x = clone(rows_of(gx, row0, local_tokens, H), c.placement.device);
+    dy = clone(rows_of(gdy, row0, local_tokens, H), c.placement.device);
     y = block.forward(x);
     dx = block.backward(dy);
     ctx.end_step();
   }
+  synchronize(c.placement.device, c.placement.stream);
   // Outputs: gather every rank's slice, keep tp rank 0's copy when tp ranks hold the same.
   MlpRun r;
-  const auto ys = gather(*world, y), dxs = gather(*world, dx);
+  const auto ys = gather(*world, on_host(y)), dxs = gather(*world, on_host(dx));
   r.y.resize(size_t(c.dp * T * H));
   r.dx.resize(r.y.size());
   for (int rank = 0; rank < world->size(); ++rank) {
@@ -69,20 +75,23 @@ MlpRun run_sharded(const std::shared_ptr<Communicator>& world, const ShardedCase
   }
   // Gradients: sum over dp, then assemble the tp shards into the global layouts.
   const auto dp = mesh.axis("dp"), tp = mesh.axis("tp");
-  const auto params = block.parameters();  // ln.gamma, ln.beta, fc1.w, fc1.b, fc2.w, fc2.b
-  for (Parameter* p : params) dp->all_reduce(p->grad, ReduceOp::kSum);
-  r.grads.gamma = to_double(params[0]->grad);
-  r.grads.beta = to_double(params[1]->grad);
-  r.grads.w1 = gather(*tp, params[2]->grad);  // row shards: concatenation is the layout
-  r.grads.b1 = gather(*tp, params[3]->grad);
-  const auto w2_shards = gather(*tp, params[4]->grad);  // [tp][H][F/tp]
+  std::vector<Tensor> grads;  // ln.gamma, ln.beta, fc1.w, fc1.b, fc2.w, fc2.b on the host
+  for (Parameter* p : block.parameters()) {
+    grads.push_back(on_host(p->grad));
+    dp->all_reduce(grads.back(), ReduceOp::kSum);
+  }
+  r.grads.gamma = to_double(grads[0]);
+  r.grads.beta = to_double(grads[1]);
+  r.grads.w1 = gather(*tp, grads[2]);  // row shards: concatenation is the layout
+  r.grads.b1 = gather(*tp, grads[3]);
+  const auto w2_shards = gather(*tp, grads[4]);  // [tp][H][F/tp]
   const int64_t fl = F / c.tp;
   r.grads.w2.resize(size_t(H * F));
   for (int t = 0; t < c.tp; ++t)
     for (int64_t i = 0; i < H; ++i)
       for (int64_t j = 0; j < fl; ++j)
         r.grads.w2[i * F + t * fl + j] = w2_shards[(t * H + i) * fl + j];
-  r.grads.b2 = to_double(params[5]->grad);
+  r.grads.b2 = to_double(grads[5]);
   return r;
 }
 

@@ -143,6 +143,9 @@ struct ShardedCase {
   uint64_t seed = 7;
   Overlap overlap = Overlap::kNone;  // the context's collective-GEMM schedule (with sp)
   GatheredInput gathered_input = GatheredInput::kSave;  // fc1's, with sp
+  // Where the block runs (each rank's own stream on CUDA); inputs are copied there and the
+  // results back to the host.
+  Placement placement;
 };
 
 // Collective over `world` (dp * tp ranks, or 1 for the unsharded block): runs `steps`
@@ -153,5 +156,17 @@ MlpRun run_sharded(const std::shared_ptr<Communicator>& world, const ShardedCase
 
 // The block's global parameters (from an unsharded block built with the case's seed).
 MlpParams initial_params(const ShardedCase& c);
+
+// The float64 reference of the case's first step (the global batch of step 0).
+inline MlpRun reference_of(const ShardedCase& c) {
+  const int64_t T = c.tokens_per_dp * c.dp;
+  return reference(initial_params(c), sample(c.seed + 1, 0, T * c.hidden),
+                   sample(c.seed + 2, 0, T * c.hidden), T, c.hidden, c.ffn);
+}
+
+// A non-owning shared_ptr to a communicator (e.g. the one run_local_ranks lends a thread).
+inline std::shared_ptr<Communicator> borrowed(Communicator& comm) {
+  return std::shared_ptr<Communicator>(&comm, [](Communicator*) {});
+}
 
 }  // namespace qmesh::testing_mlp

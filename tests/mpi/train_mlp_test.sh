@@ -83,6 +83,10 @@ bad-input)
   expect "expected one of: none, ring, bidir" "${small[@]}" --overlap both
   expect "add --sequence-parallel" "${small[@]}" --regather-input
   expect "unrecognised option '--bogus'" --bogus
+  expect "--device must be auto, cpu or cuda" "${small[@]}" --device gpu
+  if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" = 0 ]; then
+    expect "this process sees no CUDA device" "${small[@]}" --device cuda
+  fi
   expect "no checkpoint to resume from" "${small[@]}" --resume --checkpoint-dir "$work/none"
   train4 "${small[@]}" --steps 2 --checkpoint-dir "$work/c" >/dev/null 2>&1 || fail "save"
   expect "another dp/tp/layers" --dp 2 --tp 2 --layers 1 --hidden 64 --ffn 256 --seq 32 \

@@ -19,7 +19,12 @@
 //
 // Precision (LayerContext::recipe): each GEMM operand is cast to bf16 or quantized to FP8
 // (x and W in E4M3, the output gradient in E5M2 under the HYBRID format), each with its own
-// scaling state; GEMMs accumulate in fp32 and activations are fp32 host tensors.
+// scaling state; GEMMs accumulate in fp32 and activations are fp32 tensors.
+//
+// Device (LayerContext::placement): parameters, activations and scratch live on the context's
+// device; on CUDA every call is asynchronous on the context's stream (GEMMs, casts, bias and
+// GELU kernels, and the tp collectives, which must then carry CUDA buffers: NCCL or the local
+// backend). sequence_parallel is host-only (the collective GEMMs are): Error on CUDA.
 #pragma once
 
 #include <cstdint>
@@ -71,8 +76,8 @@ class QMESH_API Dense {
   Dense(Dense&&) noexcept;
   Dense& operator=(Dense&&) = delete;
 
-  // x: fp32 host, [tokens, in_local] (see the sharding table). Returns y, owned by the layer
-  // and valid until the next forward. x must stay alive and unchanged until backward.
+  // x: fp32 on the context's device, [tokens, in_local] (see the sharding table). Returns y, owned
+  // by the layer and valid until the next forward. x must stay alive and unchanged until backward.
   TensorView forward(const TensorView& x);
   // dy: gradient of the loss w.r.t. forward's output (after GELU for kGelu), shaped like it.
   // Writes weight.grad and bias.grad; returns dx (owned by the layer) shaped like x.

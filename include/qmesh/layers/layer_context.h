@@ -1,5 +1,6 @@
-// What every layer of a model shares: the mesh, the precision recipe, and (for FP8 delayed
-// scaling) the one ScalingStates object that holds every quantized operand's state.
+// What every layer of a model shares: the mesh, the precision recipe, the placement (device
+// and stream), and (for FP8 delayed scaling) the one ScalingStates object that holds every
+// quantized operand's state.
 //
 // Lifecycle: construct the context, construct the layers (each registers its FP8 operands
 // with add_operand), then train; call end_step() once per step after backward, on every
@@ -13,6 +14,7 @@
 
 #include "qmesh/comm/mesh.h"
 #include "qmesh/export.h"
+#include "qmesh/layers/placement.h"
 #include "qmesh/overlap/collective_gemm.h"
 #include "qmesh/scaling/recipe.h"
 #include "qmesh/scaling/scaling_states.h"
@@ -36,12 +38,18 @@ QMESH_API Recipe parse_recipe(std::string_view name);
 class QMESH_API LayerContext {
  public:
   // `mesh` must outlive the context. The recipes are validated; only the one that
-  // `recipe` selects is used.
+  // `recipe` selects is used. `placement`: where the layers built on this context run (Error
+  // if its device is unusable). On CUDA the mesh's communicators must carry CUDA buffers of
+  // that device (NCCL, or the local backend) and every layer call is asynchronous on
+  // placement.stream; on the host everything is blocking.
   LayerContext(const Mesh& mesh, Recipe recipe, DelayedScaling delayed = {},
-               Float8CurrentScaling current = {});
+               Float8CurrentScaling current = {}, Placement placement = {});
   ~LayerContext();
 
   const Mesh& mesh() const { return mesh_; }
+  const Placement& placement() const { return placement_; }
+  Device device() const { return placement_.device; }
+  Stream stream() const { return placement_.stream; }
   Recipe recipe() const { return recipe_; }
   bool is_fp8() const { return recipe_ == Recipe::kFp8Delayed || recipe_ == Recipe::kFp8Current; }
   const Float8CurrentScaling& current_scaling() const { return current_; }
@@ -57,7 +65,8 @@ class QMESH_API LayerContext {
   // Registers one quantized operand and returns its index in the scaling states. Only
   // before the first scaling() call (Error afterwards: the states are already laid out).
   int add_operand(OperandRole role);
-  // The delayed-scaling states of all registered operands, created on first use.
+  // The delayed-scaling states of all registered operands, created on first use on
+  // device().
   ScalingStates& scaling();
 
   // Where layers with GatheredInput::kRegather gather their input in forward and again in
@@ -67,7 +76,7 @@ class QMESH_API LayerContext {
 
   // Once per training step, after backward, on every rank of the mesh. Delayed scaling:
   // one all-reduce(MAX) of every operand's current amax over mesh().amax_group(), then
-  // the fused update. Other recipes: nothing.
+  // the fused update, both ordered on stream(). Other recipes: nothing.
   void end_step();
 
  private:
@@ -75,6 +84,7 @@ class QMESH_API LayerContext {
   Recipe recipe_;
   DelayedScaling delayed_;
   Float8CurrentScaling current_;
+  Placement placement_;
   Overlap overlap_ = Overlap::kNone;
   std::vector<OperandRole> roles_;
   std::unique_ptr<ScalingStates> states_;

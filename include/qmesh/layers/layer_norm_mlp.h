@@ -2,7 +2,8 @@
 //   y = x + fc2(gelu(fc1(LayerNorm(x))))
 // fc1 is column-parallel and fc2 row-parallel over the mesh's tp axis, so the [T, ffn]
 // activation never leaves its rank; with sequence_parallel, x and y are sharded on the
-// token dimension ([T/tp, hidden]) and LayerNorm runs on the local shard.
+// token dimension ([T/tp, hidden]) and LayerNorm runs on the local shard. Everything runs on
+// the LayerContext's placement (device and stream).
 #pragma once
 
 #include <optional>
@@ -31,8 +32,9 @@ class QMESH_API LayerNormMLP {
   LayerNormMLP(std::string name, int64_t hidden, int64_t ffn, LayerNormMLPOptions options,
                LayerContext& ctx, uint64_t seed);
 
-  // x: fp32 host [T, hidden] (sequence_parallel: [T/tp, hidden]). Returns y shaped like x,
-  // owned by the block; x must stay alive until backward.
+  // x: fp32 [T, hidden] (sequence_parallel: [T/tp, hidden]) on the context's device. Returns
+  // y shaped like x, owned by the block; x must stay alive until backward. On CUDA forward
+  // and backward are asynchronous on the context's stream.
   TensorView forward(const TensorView& x);
   // dy shaped like y; writes every parameter's grad and returns dx (owned by the block).
   TensorView backward(const TensorView& dy);

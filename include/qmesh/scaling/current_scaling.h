@@ -16,6 +16,12 @@ namespace qmesh {
 //   bits of s are cleared (s rounded down to a power of two).
 QMESH_API float current_scale(float amax, DType fp8, const Float8CurrentScaling& recipe);
 
+// *out.scale = current_scale(*out.amax, out.dtype(), recipe), computed where out lives: for
+// an amax measured (and possibly all-reduced) beforehand. Host: blocking. CUDA: one kernel
+// on `stream`; amax and scale never leave the device.
+QMESH_API void set_current_scale(const QuantizedTensorView& out, const Float8CurrentScaling& recipe,
+                                 Stream stream = {});
+
 // Current-scaling quantization of x into out (out's dtype is the FP8 format): measures
 // max|x| into *out.amax, sets *out.scale = current_scale(...), then quantizes (and also fills
 // out.data_t when out has a columnwise copy, as cast_transpose does). Two passes over x.

@@ -13,6 +13,7 @@
 #include "qmesh/comm/communicator.h"
 #include "qmesh/export.h"
 #include "qmesh/layers/parameter.h"
+#include "qmesh/stream.h"
 
 namespace qmesh {
 
@@ -20,15 +21,19 @@ class QMESH_API GradSync {
  public:
   // `params` in the order their gradients become ready (reverse layer order). Buckets hold
   // consecutive parameters up to bucket_bytes (a larger parameter gets a bucket alone).
-  // fp32 host gradients only.
+  // fp32 gradients, all on one device (host or CUDA; Error otherwise). For CUDA gradients
+  // `dp` must carry CUDA buffers (NCCL, local backend), and the bucket copies and
+  // all-reduces are ordered on `stream` (ignored on the host).
   GradSync(std::shared_ptr<Communicator> dp, std::vector<Parameter*> params,
-           size_t bucket_bytes = 4u << 20);
+           size_t bucket_bytes = 4u << 20, Stream stream = {});
   ~GradSync();
 
   // Marks these parameters' gradients final for this step; launches the all-reduce of each
   // bucket that became complete. Error if a parameter is unknown or marked twice.
   void ready(const std::vector<Parameter*>& params);
-  // Waits for every bucket (comm timeout applies) and writes the sums back into the grads.
+  // Waits for every bucket (comm timeout applies) and writes the sums back into the grads
+  // (CUDA: the copies back are enqueued on the stream; synchronize it before reading the
+  // grads on the host).
   // Error if some parameter was never marked ready.
   void finish();
 

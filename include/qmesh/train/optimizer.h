@@ -1,6 +1,9 @@
 // Optimizers over fp32 master weights (each rank updates its own shards after the
-// data-parallel gradient reduction). Host tensors; the update is element-wise and
-// deterministic, so a resumed run continues bit for bit.
+// data-parallel gradient reduction). Each parameter is updated where it lives: host loops,
+// or one CUDA kernel per parameter on the optimizer's stream (asynchronous; the same float
+// operations, so host and CUDA agree to a few ulp). The update is element-wise and
+// deterministic, so a resumed run continues bit for bit. The moment buffers live on their
+// parameter's device; the step counter on the host.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +13,7 @@
 
 #include "qmesh/export.h"
 #include "qmesh/layers/parameter.h"
+#include "qmesh/stream.h"
 
 namespace qmesh {
 
@@ -31,7 +35,7 @@ struct AdamWOptions {
 class QMESH_API Optimizer {
  public:
   virtual ~Optimizer();
-  // Applies one update from each parameter's grad. Error if a parameter is not fp32 host.
+  // Applies one update from each parameter's grad.
   virtual void step() = 0;
   // Number of steps taken (restored by load_state).
   virtual int64_t steps() const = 0;
@@ -40,8 +44,11 @@ class QMESH_API Optimizer {
   virtual std::vector<std::pair<std::string, Tensor*>> state() = 0;
 };
 
-QMESH_API std::unique_ptr<Optimizer> make_sgd(std::vector<Parameter*> params, SgdOptions options);
+// Error if a parameter is not fp32, its grad differs in dtype, device or shape, or its device
+// is unusable. `stream` orders the updates of CUDA parameters (ignored for host ones).
+QMESH_API std::unique_ptr<Optimizer> make_sgd(std::vector<Parameter*> params, SgdOptions options,
+                                              Stream stream = {});
 QMESH_API std::unique_ptr<Optimizer> make_adamw(std::vector<Parameter*> params,
-                                                AdamWOptions options);
+                                                AdamWOptions options, Stream stream = {});
 
 }  // namespace qmesh

@@ -12,10 +12,6 @@ namespace {
 
 using namespace testing_mlp;
 
-std::shared_ptr<Communicator> borrowed(Communicator& comm) {
-  return std::shared_ptr<Communicator>(&comm, [](Communicator*) {});
-}
-
 MlpRun run_unsharded(const ShardedCase& c) {
   ShardedCase u = c;
   u.tokens_per_dp = c.tokens_per_dp * c.dp;
@@ -46,12 +42,6 @@ void expect_close(const MlpRun& got, const MlpRun& want, double tol, const char*
 }
 
 // The float64 reference of the one-step case.
-MlpRun reference_of(const ShardedCase& c) {
-  const int64_t T = c.tokens_per_dp * c.dp;
-  return reference(initial_params(c), sample(c.seed + 1, 0, T * c.hidden),
-                   sample(c.seed + 2, 0, T * c.hidden), T, c.hidden, c.ffn);
-}
-
 TEST(LayerNormMLPReference, AgreesWithFiniteDifferences) {
   ShardedCase c;
   c.hidden = 6, c.ffn = 10, c.tokens_per_dp = 3;

@@ -1,0 +1,270 @@
+// CUDA kernels of the layer ops and the optimizers: fp32 math, one launch per call,
+// asynchronous on the caller's stream.
+//
+// LayerNorm: one block per row; the row's sums are block reductions (warp shuffles, then
+// shared memory across warps), in two passes like the host loop (mean, then squared
+// deviations). The column sums (bias and LayerNorm parameter gradients) run in two passes:
+// blocks of kSumRows rows write partial sums, then one thread per column adds them up.
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "cuda/check.h"
+#include "cuda/device_guard.h"
+#include "cuda/layer_kernels.h"
+
+namespace qmesh::detail::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kSumRows = 256;  // rows per partial sum in the column-sum kernels
+
+cudaStream_t native(Stream stream) { return static_cast<cudaStream_t>(stream.handle); }
+
+unsigned blocks_for(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
+
+// The sum of `v` over the block, returned to every thread. `scratch` holds kWarps floats.
+__device__ float block_sum(float v, float* scratch) {
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __syncthreads();  // scratch may still be read by a previous call
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float total = 0.0f;
+  for (int w = 0; w < kWarps; ++w) total += scratch[w];
+  return total;
+}
+
+__global__ void __launch_bounds__(kThreads)
+    layer_norm_forward_kernel(const float* x, const float* gamma, const float* beta, float eps,
+                              float* y, float* mean, float* rstd, int64_t cols) {
+  __shared__ float scratch[kWarps];
+  const int64_t row = blockIdx.x;
+  const float* xr = x + row * cols;
+  float s = 0.0f;
+  for (int64_t c = threadIdx.x; c < cols; c += kThreads) s += xr[c];
+  const float m = block_sum(s, scratch) / float(cols);
+  float sq = 0.0f;
+  for (int64_t c = threadIdx.x; c < cols; c += kThreads) sq += (xr[c] - m) * (xr[c] - m);
+  const float r = 1.0f / sqrtf(block_sum(sq, scratch) / float(cols) + eps);
+  float* yr = y + row * cols;
+  for (int64_t c = threadIdx.x; c < cols; c += kThreads)
+    yr[c] = (xr[c] - m) * r * gamma[c] + beta[c];
+  if (threadIdx.x == 0) {
+    mean[row] = m;
+    rstd[row] = r;
+  }
+}
+
+__global__ void __launch_bounds__(kThreads)
+    layer_norm_dx_kernel(const float* dy, const float* x, const float* gamma, const float* mean,
+                         const float* rstd, float* dx, int64_t cols) {
+  __shared__ float scratch[kWarps];
+  const int64_t row = blockIdx.x;
+  const float* xr = x + row * cols;
+  const float* dyr = dy + row * cols;
+  const float m = mean[row], r = rstd[row];
+  float s1 = 0.0f, s2 = 0.0f;
+  for (int64_t c = threadIdx.x; c < cols; c += kThreads) {
+    const float dxhat = dyr[c] * gamma[c];
+    s1 += dxhat;
+    s2 += dxhat * ((xr[c] - m) * r);
+  }
+  const float inv_n = 1.0f / float(cols);
+  const float sum_dxhat = block_sum(s1, scratch);
+  const float sum_dxhat_xhat = block_sum(s2, scratch);
+  float* dxr = dx + row * cols;
+  for (int64_t c = threadIdx.x; c < cols; c += kThreads) {
+    const float xhat = (xr[c] - m) * r;
+    dxr[c] = r * (dyr[c] * gamma[c] - inv_n * sum_dxhat - xhat * inv_n * sum_dxhat_xhat);
+  }
+}
+
+// Pass 1 of the column sums: partial[blockIdx.y, c] = sum of rows [y * kSumRows, ...) of
+// column c, of g (and, with x/mean/rstd, of g * xhat into partial_xhat).
+__global__ void __launch_bounds__(kThreads)
+    partial_column_sums_kernel(const float* g, const float* x, const float* mean, const float* rstd,
+                               float* partial, float* partial_xhat, int64_t rows, int64_t cols) {
+  const int64_t c = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (c >= cols) return;
+  const int64_t r0 = int64_t(blockIdx.y) * kSumRows;
+  const int64_t r1 = r0 + kSumRows < rows ? r0 + kSumRows : rows;
+  float s = 0.0f, sx = 0.0f;
+  for (int64_t r = r0; r < r1; ++r) {
+    const float v = g[r * cols + c];
+    s += v;
+    if (x != nullptr) sx += v * ((x[r * cols + c] - mean[r]) * rstd[r]);
+  }
+  partial[blockIdx.y * cols + c] = s;
+  if (x != nullptr) partial_xhat[blockIdx.y * cols + c] = sx;
+}
+
+// Pass 2: out[c] = sum over the `parts` rows of partial.
+__global__ void __launch_bounds__(kThreads)
+    sum_partials_kernel(const float* partial, float* out, int64_t parts, int64_t cols) {
+  const int64_t c = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (c >= cols) return;
+  float s = 0.0f;
+  for (int64_t p = 0; p < parts; ++p) s += partial[p * cols + c];
+  out[c] = s;
+}
+
+// out[c] = sum_r g[r, c] (and out_xhat[c] = sum_r g[r, c] * xhat[r, c] when x is given), with
+// a stream-ordered workspace for the partial sums.
+void column_sums_impl(const float* g, const float* x, const float* mean, const float* rstd,
+                      float* out, float* out_xhat, int64_t rows, int64_t cols, Stream stream) {
+  const cudaStream_t s = native(stream);
+  const int64_t parts = (rows + kSumRows - 1) / kSumRows;
+  const int64_t slices = x != nullptr ? 2 : 1;
+  float* partial = nullptr;
+  QMESH_CHECK_CUDA(cudaMallocAsync(reinterpret_cast<void**>(&partial),
+                                   size_t(slices * parts * cols) * sizeof(float), s));
+  float* partial_xhat = x != nullptr ? partial + parts * cols : nullptr;
+  partial_column_sums_kernel<<<dim3(blocks_for(cols), static_cast<unsigned>(parts)), kThreads, 0,
+                               s>>>(g, x, mean, rstd, partial, partial_xhat, rows, cols);
+  QMESH_CHECK_CUDA(cudaGetLastError());
+  sum_partials_kernel<<<blocks_for(cols), kThreads, 0, s>>>(partial, out, parts, cols);
+  QMESH_CHECK_CUDA(cudaGetLastError());
+  if (x != nullptr) {
+    sum_partials_kernel<<<blocks_for(cols), kThreads, 0, s>>>(partial_xhat, out_xhat, parts, cols);
+    QMESH_CHECK_CUDA(cudaGetLastError());
+  }
+  QMESH_CHECK_CUDA(cudaFreeAsync(partial, s));
+}
+
+__global__ void add_bias_kernel(float* y, const float* bias, int64_t n, int64_t cols) {
+  const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (i < n) y[i] += bias[i % cols];
+}
+
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+constexpr float kGeluCubic = 0.044715f;
+
+__device__ float gelu_tanh(float x) { return tanhf(kSqrt2OverPi * (x + kGeluCubic * x * x * x)); }
+
+__global__ void gelu_kernel(const float* x, float* y, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (i < n) y[i] = 0.5f * x[i] * (1.0f + gelu_tanh(x[i]));
+}
+
+__global__ void dgelu_kernel(const float* dy, const float* pre, float* dx, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (i >= n) return;
+  const float x = pre[i];
+  const float t = gelu_tanh(x);
+  const float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * x * x);
+  dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
+}
+
+__global__ void add_kernel(const float* a, const float* b, float* out, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (i < n) out[i] = a[i] + b[i];
+}
+
+__global__ void bf16_kernel(const float* in, __nv_bfloat16* out, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (i < n) out[i] = __float2bfloat16_rn(in[i]);
+}
+
+__global__ void sgd_kernel(float* w, const float* g, float* m, int64_t n, float lr, float momentum,
+                           float weight_decay) {
+  const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (i >= n) return;
+  float d = g[i];
+  if (m != nullptr) {
+    m[i] = momentum * m[i] + d;
+    d = m[i];
+  }
+  w[i] -= lr * (d + weight_decay * w[i]);
+}
+
+__global__ void adamw_kernel(float* w, const float* g, float* m, float* v, int64_t n, float lr,
+                             float beta1, float beta2, float eps, float weight_decay, float bias1,
+                             float bias2) {
+  const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (i >= n) return;
+  m[i] = beta1 * m[i] + (1.0f - beta1) * g[i];
+  v[i] = beta2 * v[i] + (1.0f - beta2) * g[i] * g[i];
+  const float m_hat = m[i] / bias1, v_hat = v[i] / bias2;
+  w[i] -= lr * (m_hat / (sqrtf(v_hat) + eps) + weight_decay * w[i]);
+}
+
+}  // namespace
+
+void layer_norm_forward(int device, const float* x, const float* gamma, const float* beta,
+                        float eps, float* y, float* mean, float* rstd, int64_t rows, int64_t cols,
+                        Stream stream) {
+  const DeviceGuard guard(device);
+  layer_norm_forward_kernel<<<static_cast<unsigned>(rows), kThreads, 0, native(stream)>>>(
+      x, gamma, beta, eps, y, mean, rstd, cols);
+  QMESH_CHECK_CUDA(cudaGetLastError());
+}
+
+void layer_norm_backward(int device, const float* dy, const float* x, const float* gamma,
+                         const float* mean, const float* rstd, float* dx, float* dgamma,
+                         float* dbeta, int64_t rows, int64_t cols, Stream stream) {
+  const DeviceGuard guard(device);
+  layer_norm_dx_kernel<<<static_cast<unsigned>(rows), kThreads, 0, native(stream)>>>(
+      dy, x, gamma, mean, rstd, dx, cols);
+  QMESH_CHECK_CUDA(cudaGetLastError());
+  column_sums_impl(dy, x, mean, rstd, dbeta, dgamma, rows, cols, stream);
+}
+
+void column_sums(int device, const float* g, float* out, int64_t rows, int64_t cols,
+                 Stream stream) {
+  const DeviceGuard guard(device);
+  column_sums_impl(g, nullptr, nullptr, nullptr, out, nullptr, rows, cols, stream);
+}
+
+void add_bias(int device, float* y, const float* bias, int64_t rows, int64_t cols, Stream stream) {
+  const DeviceGuard guard(device);
+  add_bias_kernel<<<blocks_for(rows * cols), kThreads, 0, native(stream)>>>(y, bias, rows * cols,
+                                                                            cols);
+  QMESH_CHECK_CUDA(cudaGetLastError());
+}
+
+void gelu(int device, const float* x, float* y, int64_t n, Stream stream) {
+  const DeviceGuard guard(device);
+  gelu_kernel<<<blocks_for(n), kThreads, 0, native(stream)>>>(x, y, n);
+  QMESH_CHECK_CUDA(cudaGetLastError());
+}
+
+void dgelu(int device, const float* dy, const float* pre, float* dx, int64_t n, Stream stream) {
+  const DeviceGuard guard(device);
+  dgelu_kernel<<<blocks_for(n), kThreads, 0, native(stream)>>>(dy, pre, dx, n);
+  QMESH_CHECK_CUDA(cudaGetLastError());
+}
+
+void add(int device, const float* a, const float* b, float* out, int64_t n, Stream stream) {
+  const DeviceGuard guard(device);
+  add_kernel<<<blocks_for(n), kThreads, 0, native(stream)>>>(a, b, out, n);
+  QMESH_CHECK_CUDA(cudaGetLastError());
+}
+
+void convert_to_bf16(int device, const float* in, uint16_t* out, int64_t n, Stream stream) {
+  const DeviceGuard guard(device);
+  bf16_kernel<<<blocks_for(n), kThreads, 0, native(stream)>>>(
+      in, reinterpret_cast<__nv_bfloat16*>(out), n);
+  QMESH_CHECK_CUDA(cudaGetLastError());
+}
+
+void sgd_update(int device, float* w, const float* g, float* m, int64_t n, float lr, float momentum,
+                float weight_decay, Stream stream) {
+  const DeviceGuard guard(device);
+  sgd_kernel<<<blocks_for(n), kThreads, 0, native(stream)>>>(w, g, m, n, lr, momentum,
+                                                             weight_decay);
+  QMESH_CHECK_CUDA(cudaGetLastError());
+}
+
+void adamw_update(int device, float* w, const float* g, float* m, float* v, int64_t n, float lr,
+                  float beta1, float beta2, float eps, float weight_decay, float bias1, float bias2,
+                  Stream stream) {
+  const DeviceGuard guard(device);
+  adamw_kernel<<<blocks_for(n), kThreads, 0, native(stream)>>>(w, g, m, v, n, lr, beta1, beta2, eps,
+                                                               weight_decay, bias1, bias2);
+  QMESH_CHECK_CUDA(cudaGetLastError());
+}
+
+}  // namespace qmesh::detail::cuda

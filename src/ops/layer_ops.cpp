@@ -1,0 +1,238 @@
+// Argument checks, host loops and CUDA dispatch of the layer ops (layer_norm, bias, gelu, add,
+// convert). The CUDA kernels are in cuda/layer_ops.cu.
+#include <algorithm>
+#include <cmath>
+#include <initializer_list>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "cpu/gelu.h"
+#include "qmesh/config.h"
+#include "qmesh/float16.h"
+#include "qmesh/ops/add.h"
+#include "qmesh/ops/bias.h"
+#include "qmesh/ops/convert.h"
+#include "qmesh/ops/gelu.h"
+#include "qmesh/ops/layer_norm.h"
+#if QMESH_WITH_CUDA
+#include "cuda/layer_kernels.h"
+#endif
+
+namespace qmesh {
+
+namespace {
+
+// t: a non-empty fp32 tensor on `device`.
+void check_fp32(const TensorView& t, const Device& device, const std::string& what) {
+  check_not_empty(t, what);
+  check_dtype(t, DType::kFloat32, what);
+  check_device(t, device, what);
+}
+
+// Each argument: a non-empty fp32 tensor of `shape` on `device`; named "<op> <name>" in errors.
+void check_args(std::string_view op, const Device& device, const Shape& shape,
+                std::initializer_list<std::pair<TensorView, const char*>> args) {
+  for (const auto& [t, name] : args) {
+    const std::string what = detail::concat(op, " ", name);
+    check_fp32(t, device, what);
+    check_shape(t, shape, what);
+  }
+}
+
+// Runs `host` on the host, else `cuda(device index)` after checking that the device is usable.
+template <class Host, class Cuda>
+void dispatch(const Device& device, Host&& host, [[maybe_unused]] Cuda&& cuda) {
+  if (device.is_host()) {
+    host();
+    return;
+  }
+  require_device(device);
+#if QMESH_WITH_CUDA
+  cuda(device.index);
+#endif
+}
+
+}  // namespace
+
+void layer_norm_forward(const TensorView& x, const TensorView& gamma, const TensorView& beta,
+                        float eps, const TensorView& y, const TensorView& mean,
+                        const TensorView& rstd, Stream stream) {
+  check_fp32(x, x.device, "layer_norm_forward input");
+  const int64_t rows = x.shape.rows(), cols = x.shape.cols();
+  QMESH_CHECK(eps > 0, "layer_norm_forward: eps must be > 0, got ", eps);
+  check_args("layer_norm_forward", x.device, Shape{cols}, {{gamma, "gamma"}, {beta, "beta"}});
+  check_args("layer_norm_forward", x.device, x.shape, {{y, "output"}});
+  check_args("layer_norm_forward", x.device, Shape{rows}, {{mean, "mean"}, {rstd, "rstd"}});
+  const float* in = x.data_as<float>();
+  const float* g = gamma.data_as<float>();
+  const float* b = beta.data_as<float>();
+  float* out = y.data_as<float>();
+  float* mu = mean.data_as<float>();
+  float* rs = rstd.data_as<float>();
+  dispatch(
+      x.device,
+      [&] {
+        for (int64_t r = 0; r < rows; ++r) {
+          const float* xr = in + r * cols;
+          float sum = 0.0f;
+          for (int64_t c = 0; c < cols; ++c) sum += xr[c];
+          const float m = sum / float(cols);
+          float sq = 0.0f;
+          for (int64_t c = 0; c < cols; ++c) sq += (xr[c] - m) * (xr[c] - m);
+          const float s = 1.0f / std::sqrt(sq / float(cols) + eps);
+          float* yr = out + r * cols;
+          for (int64_t c = 0; c < cols; ++c) yr[c] = (xr[c] - m) * s * g[c] + b[c];
+          mu[r] = m;
+          rs[r] = s;
+        }
+      },
+      [&](int device) {
+        detail::cuda::layer_norm_forward(device, in, g, b, eps, out, mu, rs, rows, cols, stream);
+      });
+}
+
+void layer_norm_backward(const TensorView& dy, const TensorView& x, const TensorView& gamma,
+                         const TensorView& mean, const TensorView& rstd, const TensorView& dx,
+                         const TensorView& dgamma, const TensorView& dbeta, Stream stream) {
+  check_fp32(x, x.device, "layer_norm_backward input");
+  const int64_t rows = x.shape.rows(), cols = x.shape.cols();
+  check_args("layer_norm_backward", x.device, x.shape,
+             {{dy, "output gradient"}, {dx, "input gradient"}});
+  QMESH_CHECK(dx.data != dy.data, "layer_norm_backward: dx must not alias dy");
+  check_args("layer_norm_backward", x.device, Shape{cols},
+             {{gamma, "gamma"}, {dgamma, "dgamma"}, {dbeta, "dbeta"}});
+  check_args("layer_norm_backward", x.device, Shape{rows}, {{mean, "mean"}, {rstd, "rstd"}});
+  const float* pdy = dy.data_as<float>();
+  const float* px = x.data_as<float>();
+  const float* g = gamma.data_as<float>();
+  const float* mu = mean.data_as<float>();
+  const float* rs = rstd.data_as<float>();
+  float* pdx = dx.data_as<float>();
+  float* dg = dgamma.data_as<float>();
+  float* db = dbeta.data_as<float>();
+  dispatch(
+      x.device,
+      [&] {
+        std::fill_n(dg, cols, 0.0f);
+        std::fill_n(db, cols, 0.0f);
+        const float inv_n = 1.0f / float(cols);
+        for (int64_t r = 0; r < rows; ++r) {
+          const float* xr = px + r * cols;
+          const float* dyr = pdy + r * cols;
+          float* dxr = pdx + r * cols;
+          const float m = mu[r], s = rs[r];
+          float sum_dxhat = 0.0f, sum_dxhat_xhat = 0.0f;
+          for (int64_t c = 0; c < cols; ++c) {
+            const float xhat = (xr[c] - m) * s;
+            const float dxhat = dyr[c] * g[c];
+            sum_dxhat += dxhat;
+            sum_dxhat_xhat += dxhat * xhat;
+            dg[c] += dyr[c] * xhat;
+            db[c] += dyr[c];
+          }
+          for (int64_t c = 0; c < cols; ++c) {
+            const float xhat = (xr[c] - m) * s;
+            dxr[c] = s * (dyr[c] * g[c] - inv_n * sum_dxhat - xhat * inv_n * sum_dxhat_xhat);
+          }
+        }
+      },
+      [&](int device) {
+        detail::cuda::layer_norm_backward(device, pdy, px, g, mu, rs, pdx, dg, db, rows, cols,
+                                          stream);
+      });
+}
+
+void bias_grad(const TensorView& g, const TensorView& dbias, Stream stream) {
+  check_fp32(g, g.device, "bias_grad gradient");
+  const int64_t rows = g.shape.rows(), cols = g.shape.cols();
+  check_args("bias_grad", g.device, Shape{cols}, {{dbias, "output"}});
+  const float* p = g.data_as<float>();
+  float* out = dbias.data_as<float>();
+  dispatch(
+      g.device,
+      [&] {
+        std::fill_n(out, cols, 0.0f);
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t c = 0; c < cols; ++c) out[c] += p[r * cols + c];
+      },
+      [&](int device) { detail::cuda::column_sums(device, p, out, rows, cols, stream); });
+}
+
+void add_bias(const TensorView& y, const TensorView& bias, Stream stream) {
+  check_fp32(y, y.device, "add_bias output");
+  const int64_t rows = y.shape.rows(), cols = y.shape.cols();
+  check_args("add_bias", y.device, Shape{cols}, {{bias, "bias"}});
+  float* o = y.data_as<float>();
+  const float* b = bias.data_as<float>();
+  dispatch(
+      y.device,
+      [&] {
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t c = 0; c < cols; ++c) o[r * cols + c] += b[c];
+      },
+      [&](int device) { detail::cuda::add_bias(device, o, b, rows, cols, stream); });
+}
+
+void gelu(const TensorView& x, const TensorView& y, Stream stream) {
+  check_fp32(x, x.device, "gelu input");
+  check_args("gelu", x.device, x.shape, {{y, "output"}});
+  const float* in = x.data_as<float>();
+  float* out = y.data_as<float>();
+  const int64_t n = x.numel();
+  dispatch(
+      x.device,
+      [&] {
+        if (out != in) std::copy_n(in, n, out);
+        gelu_inplace(out, n);
+      },
+      [&](int device) { detail::cuda::gelu(device, in, out, n, stream); });
+}
+
+void dgelu(const TensorView& dy, const TensorView& pre, const TensorView& dx, Stream stream) {
+  check_fp32(dy, dy.device, "dgelu output gradient");
+  check_args("dgelu", dy.device, dy.shape, {{pre, "pre-activation"}, {dx, "input gradient"}});
+  const float* d = dy.data_as<float>();
+  const float* p = pre.data_as<float>();
+  float* out = dx.data_as<float>();
+  const int64_t n = dy.numel();
+  dispatch(
+      dy.device,
+      [&] {
+        if (out != d) std::copy_n(d, n, out);
+        dgelu_mul_inplace(out, p, n);
+      },
+      [&](int device) { detail::cuda::dgelu(device, d, p, out, n, stream); });
+}
+
+void add(const TensorView& a, const TensorView& b, const TensorView& out, Stream stream) {
+  check_fp32(a, a.device, "add first operand");
+  check_args("add", a.device, a.shape, {{b, "second operand"}, {out, "output"}});
+  const float* pa = a.data_as<float>();
+  const float* pb = b.data_as<float>();
+  float* po = out.data_as<float>();
+  const int64_t n = a.numel();
+  dispatch(
+      a.device,
+      [&] {
+        for (int64_t i = 0; i < n; ++i) po[i] = pa[i] + pb[i];
+      },
+      [&](int device) { detail::cuda::add(device, pa, pb, po, n, stream); });
+}
+
+void convert_to_bf16(const TensorView& in, const TensorView& out, Stream stream) {
+  check_fp32(in, in.device, "convert_to_bf16 input");
+  check_not_empty(out, "convert_to_bf16 output");
+  check_dtype(out, DType::kBFloat16, "convert_to_bf16 output");
+  check_device(out, in.device, "convert_to_bf16 output");
+  QMESH_CHECK(out.numel() == in.numel(), "convert_to_bf16 output must hold ", in.numel(),
+              " elements like the input ", in.shape.str(), ", got shape ", out.shape.str());
+  const float* src = in.data_as<float>();
+  auto* dst = static_cast<uint16_t*>(out.data);
+  const int64_t n = in.numel();
+  dispatch(
+      in.device, [&] { fp32_to_bf16(src, dst, static_cast<size_t>(n)); },
+      [&](int device) { detail::cuda::convert_to_bf16(device, src, dst, n, stream); });
+}
+
+}  // namespace qmesh

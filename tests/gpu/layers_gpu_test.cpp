@@ -1,0 +1,324 @@
+// The layer path on CUDA against the host: each layer op (LayerNorm forward/backward, bias
+// gradient and add, GELU and its backward, add, bf16 conversion) and the optimizer steps on
+// the same inputs; LayerNormMLP forward + backward for every recipe on a single-rank mesh and
+// on a tp = 2 mesh of local-backend threads sharing the GPU (each with its own stream), against
+// the host run and the float64 reference; GradSync + AdamW on device gradients. Skipped
+// without a GPU.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "expect_error.h"
+#include "mlp_harness.h"
+#include "qmesh/comm/local.h"
+#include "qmesh/copy.h"
+#include "qmesh/layers/layer_norm_mlp.h"
+#include "qmesh/ops/add.h"
+#include "qmesh/ops/bias.h"
+#include "qmesh/ops/convert.h"
+#include "qmesh/ops/gelu.h"
+#include "qmesh/ops/layer_norm.h"
+#include "qmesh/train/grad_sync.h"
+#include "qmesh/train/optimizer.h"
+#include "random_tensor.h"
+
+namespace qmesh {
+namespace {
+
+using namespace testing_mlp;
+
+const Device kGpu = Device::cuda(0);
+
+class LayersGpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  }
+};
+
+// A stream of its own for the calling thread (one per virtual rank), destroyed with it.
+class OwnStream {
+ public:
+  OwnStream() { EXPECT_EQ(cudaStreamCreate(&stream_), cudaSuccess); }
+  ~OwnStream() { cudaStreamDestroy(stream_); }
+  OwnStream(const OwnStream&) = delete;
+  OwnStream& operator=(const OwnStream&) = delete;
+  Stream stream() const { return {stream_}; }
+  void sync() const { synchronize(kGpu, stream()); }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
+using test::random_tensor;
+
+Tensor to_gpu(const TensorView& host) { return clone(host, kGpu); }
+Tensor to_host(const TensorView& t) { return clone(t, Device::host()); }
+
+// Element by element: |gpu - host| <= tol * max(1, |host|). gpu is read back to the host.
+void expect_close(const TensorView& gpu, const TensorView& host, double tol, const char* what) {
+  const Tensor got = to_host(gpu);
+  ASSERT_EQ(got.numel(), host.numel()) << what;
+  int reported = 0;
+  for (int64_t i = 0; i < host.numel() && reported < 10; ++i) {
+    const double want = host.data_as<float>()[i], have = got.data_as<float>()[i];
+    if (std::abs(have - want) > tol * std::max(1.0, std::abs(want))) {
+      ADD_FAILURE() << what << "[" << i << "]: cuda " << have << " vs host " << want;
+      ++reported;
+    }
+  }
+}
+
+TEST_F(LayersGpu, LayerNormMatchesTheHost) {
+  OwnStream s;
+  // 300 rows: more than one row block of the column sums; 1000 columns: several per thread.
+  const int64_t rows = 300, cols = 1000;
+  const float eps = 1e-5f;
+  const Tensor x = random_tensor(Shape{rows, cols}, 1, -3.0f, 5.0f);
+  const Tensor gamma = random_tensor(Shape{cols}, 2), beta = random_tensor(Shape{cols}, 3);
+  const Tensor dy = random_tensor(Shape{rows, cols}, 4);
+  Tensor y(DType::kFloat32, x.shape()), mean(DType::kFloat32, Shape{rows}),
+      rstd(DType::kFloat32, Shape{rows}), dx(DType::kFloat32, x.shape()),
+      dgamma(DType::kFloat32, Shape{cols}), dbeta(DType::kFloat32, Shape{cols});
+  layer_norm_forward(x, gamma, beta, eps, y, mean, rstd);
+  layer_norm_backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta);
+
+  const Tensor gx = to_gpu(x), ggamma = to_gpu(gamma), gbeta = to_gpu(beta), gdy = to_gpu(dy);
+  Tensor gy(DType::kFloat32, x.shape(), kGpu), gmean(DType::kFloat32, Shape{rows}, kGpu),
+      grstd(DType::kFloat32, Shape{rows}, kGpu), gdx(DType::kFloat32, x.shape(), kGpu),
+      gdgamma(DType::kFloat32, Shape{cols}, kGpu), gdbeta(DType::kFloat32, Shape{cols}, kGpu);
+  layer_norm_forward(gx, ggamma, gbeta, eps, gy, gmean, grstd, s.stream());
+  layer_norm_backward(gdy, gx, ggamma, gmean, grstd, gdx, gdgamma, gdbeta, s.stream());
+  s.sync();
+  expect_close(gy, y, 1e-5, "y");
+  expect_close(gmean, mean, 1e-5, "mean");
+  expect_close(grstd, rstd, 1e-5, "rstd");
+  expect_close(gdx, dx, 1e-4, "dx");
+  expect_close(gdgamma, dgamma, 1e-4, "dgamma");  // sums of 300 terms in another order
+  expect_close(gdbeta, dbeta, 1e-4, "dbeta");
+}
+
+TEST_F(LayersGpu, BiasOpsMatchTheHost) {
+  OwnStream s;
+  const int64_t rows = 600, cols = 300;
+  const Tensor g = random_tensor(Shape{rows, cols}, 5);
+  Tensor dbias(DType::kFloat32, Shape{cols}), gdbias(DType::kFloat32, Shape{cols}, kGpu);
+  bias_grad(g, dbias);
+  const Tensor gg = to_gpu(g);
+  bias_grad(gg, gdbias, s.stream());
+
+  const Tensor bias = random_tensor(Shape{cols}, 6);
+  Tensor y = random_tensor(Shape{rows, cols}, 7);
+  Tensor gy = to_gpu(y);
+  const Tensor gbias = to_gpu(bias);
+  add_bias(y, bias);
+  add_bias(gy, gbias, s.stream());
+  s.sync();
+  expect_close(gdbias, dbias, 1e-4, "bias_grad");
+  expect_close(gy, y, 0.0, "add_bias");  // one fp32 addition: exact on both
+}
+
+TEST_F(LayersGpu, ElementwiseOpsMatchTheHost) {
+  OwnStream s;
+  const Shape shape{37, 129};
+  const Tensor a = random_tensor(shape, 8, -6.0f, 6.0f), b = random_tensor(shape, 9);
+  Tensor sum(DType::kFloat32, shape), act(DType::kFloat32, shape), grad(DType::kFloat32, shape);
+  add(a, b, sum);
+  gelu(a, act);
+  dgelu(b, a, grad);
+  const Tensor ga = to_gpu(a), gb = to_gpu(b);
+  Tensor gsum(DType::kFloat32, shape, kGpu), gact(DType::kFloat32, shape, kGpu);
+  Tensor ggrad = to_gpu(b);  // in place: dx aliases dy
+  add(ga, gb, gsum, s.stream());
+  gelu(ga, gact, s.stream());
+  dgelu(ggrad, ga, ggrad, s.stream());
+  s.sync();
+  expect_close(gsum, sum, 0.0, "add");
+  // The host's polynomial tanh and CUDA's tanhf differ by a few 1e-7, which gelu' amplifies
+  // where 1 - tanh^2 cancels.
+  expect_close(gact, act, 1e-5, "gelu");
+  expect_close(ggrad, grad, 1e-5, "dgelu");
+}
+
+TEST_F(LayersGpu, Bf16ConversionIsBitIdentical) {
+  OwnStream s;
+  Tensor x = random_tensor(Shape{1000}, 10, -1e4f, 1e4f);
+  const float specials[] = {0.0f, -0.0f, 1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, 3.4e38f, 1e-40f};
+  std::memcpy(x.data(), specials, sizeof(specials));
+  Tensor out(DType::kBFloat16, x.shape()), gout(DType::kBFloat16, x.shape(), kGpu);
+  convert_to_bf16(x, out);
+  convert_to_bf16(to_gpu(x), gout, s.stream());
+  s.sync();
+  const Tensor got = to_host(gout);
+  EXPECT_EQ(std::memcmp(got.data(), out.data(), out.nbytes()), 0);
+}
+
+// The same parameters and gradients on the host and on the GPU, `steps` optimizer steps each.
+void expect_optimizer_matches(bool adamw) {
+  OwnStream s;
+  const Shape shape{1000};
+  Parameter host{"p", random_tensor(shape, 11), Tensor(DType::kFloat32, shape)};
+  Parameter dev{"p", to_gpu(host.value), Tensor(DType::kFloat32, shape, kGpu)};
+  auto make = [&](Parameter& p, Stream stream) {
+    return adamw ? make_adamw({&p}, AdamWOptions{0.01f, 0.9f, 0.999f, 1e-8f, 0.1f}, stream)
+                 : make_sgd({&p}, SgdOptions{0.05f, 0.9f, 0.01f}, stream);
+  };
+  auto on_host = make(host, {}), on_gpu = make(dev, s.stream());
+  for (int step = 0; step < 3; ++step) {
+    const Tensor g = random_tensor(shape, 20 + step);
+    copy_tensor(host.grad, g);
+    copy_tensor(dev.grad, g);  // blocking: the previous step's kernel has finished
+    on_host->step();
+    on_gpu->step();
+    s.sync();
+  }
+  EXPECT_EQ(on_gpu->steps(), 3);
+  // The same float operations; contraction into FMAs may move the last bits.
+  expect_close(dev.value, host.value, 1e-6, adamw ? "AdamW weights" : "SGD weights");
+}
+
+TEST_F(LayersGpu, AdamWStepMatchesTheHost) { expect_optimizer_matches(true); }
+TEST_F(LayersGpu, SgdMomentumStepMatchesTheHost) { expect_optimizer_matches(false); }
+
+// One LayerNormMLP case run by tp threads of the local backend, on the host or the GPU (each
+// thread with its own stream); returns rank 0's gathered result.
+MlpRun run_case(ShardedCase c, bool gpu) {
+  std::vector<MlpRun> runs(size_t(c.dp * c.tp));
+  run_local_ranks(c.dp * c.tp, [&](Communicator& comm) {
+    OwnStream s;
+    ShardedCase mine = c;
+    if (gpu) mine.placement = Placement{kGpu, s.stream()};
+    runs[size_t(comm.rank())] = run_sharded(borrowed(comm), mine);
+  });
+  return runs[0];
+}
+
+struct Tolerance {
+  double y, dx, grads;
+};
+
+Tolerance tolerance(Recipe recipe) {
+  switch (recipe) {
+    case Recipe::kFp32:
+      return {1e-4, 1e-4, 1e-4};
+    case Recipe::kBf16:
+      return {2e-2, 2e-2, 2e-2};
+    default:  // FP8: the host suite's bounds (NUMERICS.md: e4m3 / e5m2 precision)
+      return {0.05, 0.1, 0.15};
+  }
+}
+
+void expect_run_close(const MlpRun& got, const MlpRun& want, Tolerance tol,
+                      const std::string& what) {
+  EXPECT_LT(rel_norm(got.y, want.y), tol.y) << what << ": y";
+  EXPECT_LT(rel_norm(got.dx, want.dx), tol.dx) << what << ": dx";
+  EXPECT_LT(rel_norm(got.grads.gamma, want.grads.gamma), tol.grads) << what << ": dgamma";
+  EXPECT_LT(rel_norm(got.grads.beta, want.grads.beta), tol.grads) << what << ": dbeta";
+  EXPECT_LT(rel_norm(got.grads.w1, want.grads.w1), tol.grads) << what << ": dW1";
+  EXPECT_LT(rel_norm(got.grads.b1, want.grads.b1), tol.grads) << what << ": db1";
+  EXPECT_LT(rel_norm(got.grads.w2, want.grads.w2), tol.grads) << what << ": dW2";
+  EXPECT_LT(rel_norm(got.grads.b2, want.grads.b2), tol.grads) << what << ": db2";
+}
+
+struct MlpGpuCase {
+  int tp;
+  Recipe recipe;
+};
+
+void PrintTo(const MlpGpuCase& c, std::ostream* os) {
+  *os << "tp" << c.tp << "_" << recipe_name(c.recipe);
+}
+
+class LayerNormMLPGpu : public ::testing::TestWithParam<MlpGpuCase> {
+ protected:
+  void SetUp() override {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  }
+};
+
+// Forward + backward of one step (the float64 reference's) and of two steps (delayed scaling
+// then quantizes with the scales its first update computed on the device).
+TEST_P(LayerNormMLPGpu, MatchesTheHostAndTheFloat64Reference) {
+  const MlpGpuCase p = GetParam();
+  ShardedCase c;
+  c.tp = p.tp;
+  c.recipe = p.recipe;
+  // Multiples of 16: the FP8 GEMM's leading-dimension rule on CUDA (tp = 2 halves ffn).
+  c.hidden = 32, c.ffn = 64, c.tokens_per_dp = 16;
+  const Tolerance tol = tolerance(p.recipe);
+  for (int steps : {1, 2}) {
+    c.steps = steps;
+    const std::string what = detail::concat(recipe_name(p.recipe), " tp=", p.tp, " steps=", steps);
+    const MlpRun gpu = run_case(c, true);
+    expect_run_close(gpu, run_case(c, false), tol, detail::concat(what, ", cuda vs host"));
+    if (steps == 1)
+      expect_run_close(gpu, reference_of(c), tol, detail::concat(what, ", cuda vs float64"));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Recipes, LayerNormMLPGpu,
+    ::testing::Values(MlpGpuCase{1, Recipe::kFp32}, MlpGpuCase{1, Recipe::kBf16},
+                      MlpGpuCase{1, Recipe::kFp8Delayed}, MlpGpuCase{1, Recipe::kFp8Current},
+                      MlpGpuCase{2, Recipe::kFp32}, MlpGpuCase{2, Recipe::kBf16},
+                      MlpGpuCase{2, Recipe::kFp8Delayed}, MlpGpuCase{2, Recipe::kFp8Current}));
+
+// Two data-parallel ranks on one GPU: bucketed all-reduce of device gradients, then AdamW on
+// the device, equal to the same on the host.
+TEST_F(LayersGpu, GradSyncAndAdamWOnDeviceMatchTheHost) {
+  const int ranks = 2;
+  const Shape shapes[] = {Shape{300}, Shape{17, 5}, Shape{2000}};
+  std::vector<Tensor> host_result;  // rank 0's weights after the host run
+  for (bool gpu : {false, true}) {
+    std::vector<std::vector<Tensor>> results(ranks);
+    run_local_ranks(ranks, [&](Communicator& comm) {
+      OwnStream s;
+      const Device device = gpu ? kGpu : Device::host();
+      const Stream stream = gpu ? s.stream() : Stream{};
+      std::vector<Parameter> params;
+      for (size_t i = 0; i < std::size(shapes); ++i)
+        params.push_back({detail::concat("p", i), clone(random_tensor(shapes[i], 30 + i), device),
+                          clone(random_tensor(shapes[i], 40 + i + 10 * comm.rank()), device)});
+      std::vector<Parameter*> ptrs;
+      for (auto& p : params) ptrs.push_back(&p);
+      GradSync sync(borrowed(comm), ptrs, 4096, stream);  // 4 KiB: several buckets
+      EXPECT_GT(sync.bucket_count(), 1u);
+      auto opt = make_adamw(ptrs, AdamWOptions{}, stream);
+      for (auto it = ptrs.rbegin(); it != ptrs.rend(); ++it) sync.ready({*it});
+      sync.finish();
+      opt->step();
+      synchronize(device, stream);
+      for (auto& p : params) results[size_t(comm.rank())].push_back(to_host(p.value));
+    });
+    if (!gpu) {
+      host_result = std::move(results[0]);
+      continue;
+    }
+    for (int r = 0; r < ranks; ++r)
+      for (size_t i = 0; i < host_result.size(); ++i)
+        expect_close(results[size_t(r)][i], host_result[i], 1e-6,
+                     detail::concat("rank ", r, " p", i).c_str());
+  }
+}
+
+TEST_F(LayersGpu, MisplacedInputsAreClearErrors) {
+  run_local_ranks(1, [&](Communicator& comm) {
+    Mesh mesh(borrowed(comm), {{"dp", 1}, {"tp", 1}});
+    LayerContext ctx(mesh, Recipe::kBf16, {}, {}, Placement{kGpu, {}});
+    LayerNormMLP block("mlp", 32, 64, {}, ctx, 1);
+    const Tensor host_x = random_tensor(Shape{16, 32}, 50);
+    EXPECT_QMESH_ERROR(block.forward(host_x), "cuda:0");
+    EXPECT_QMESH_ERROR(LayerNormMLP("sp", 32, 64, {true, 1e-5f, std::nullopt}, ctx, 1),
+                       "sequence_parallel");
+    Parameter on_host{"h", random_tensor(Shape{4}, 51), Tensor(DType::kFloat32, Shape{4})};
+    Parameter on_gpu{"g", to_gpu(on_host.value), to_gpu(on_host.grad)};
+    EXPECT_QMESH_ERROR(GradSync(borrowed(comm), {&on_gpu, &on_host}), "one device");
+  });
+}
+
+}  // namespace
+}  // namespace qmesh
