@@ -152,11 +152,31 @@ class RingExec {
   // reader of the buffer it overwrites).
   WorkHandle recv(const TensorView& buf, int peer, int tag, Mark after = nullptr) {
     if (after) overlap_detail::wait_event(streams_.comm, after);
-    return comm_.recv_async(buf, peer, tag, streams_.comm);
+    return track(comm_.recv_async(buf, peer, tag, streams_.comm));
   }
   WorkHandle send(const TensorView& buf, int peer, int tag, Mark after = nullptr) {
     if (after) overlap_detail::wait_event(streams_.comm, after);
-    return comm_.send_async(buf, peer, tag, streams_.comm);
+    return track(comm_.send_async(buf, peer, tag, streams_.comm));
+  }
+  // The host waits for a transfer, bounded by the call's deadline. When it fails (a dead or
+  // stuck peer), the ring's other transfers still in flight get what is left of that
+  // deadline, which is nothing, so that dropping them does not wait a further
+  // comm_timeout() each; then the error is thrown.
+  void wait(WorkHandle& work, int step, std::string_view what) {
+    if (!work) return;
+    untrack(work.get());
+    try {
+      waiter_.wait(work, step, what);
+    } catch (const Error&) {
+      for (Work* w : in_flight_) {
+        try {
+          w->wait(std::chrono::milliseconds(0));
+        } catch (const Error&) {  // abandoned: the first error is the one reported
+        }
+      }
+      in_flight_.clear();
+      throw;
+    }
   }
   // One ring step's send of `out` to `to` (after out_ready) and receive of `in` from `from`
   // (after in_free); an empty view is no transfer. Even ranks send first and odd ranks
@@ -184,10 +204,12 @@ class RingExec {
   // Ends a transfer: the host waits for it (bounded by the call's deadline) unless it
   // completes in stream order; CUDA: returns a mark after it on the comm stream.
   Mark finish(WorkHandle& work, int step, std::string_view what) {
-    if (stream_native_)
+    if (stream_native_) {
+      untrack(work.get());
       work.reset();  // stream-ordered: dropping the handle does not block
-    else
-      waiter_.wait(work, step, what);
+    } else {
+      wait(work, step, what);
+    }
     return cuda_ ? mark(streams_.comm) : nullptr;
   }
   // A collective on the comm stream, ended like a transfer.
@@ -232,6 +254,12 @@ class RingExec {
   }
 
  private:
+  WorkHandle track(WorkHandle work) {
+    if (work) in_flight_.push_back(work.get());
+    return work;
+  }
+  void untrack(const Work* work) { std::erase(in_flight_, work); }
+
   Mark mark(Stream stream) {
     events_.push_back(nullptr);
     events_.back() = overlap_detail::record_event(stream);
@@ -248,6 +276,7 @@ class RingExec {
   std::deque<Tensor> host_scratch_;
   std::vector<void*> device_scratch_;
   std::vector<void*> events_;
+  std::vector<Work*> in_flight_;  // posted transfers not yet finished
 };
 
 // All tensors on A's device; CUDA tensors need the two streams.
@@ -427,7 +456,7 @@ void all_gather_gemm(Communicator& comm, const GemmArgs& args, const GemmOperand
       arrived[static_cast<size_t>(left_in)] =
           exec.finish(left.recv, s, "receive from the next rank");
     }
-    for (WorkHandle& w : scale_works) exec.waiter().wait(w, s, "scale_inv exchange");
+    for (WorkHandle& w : scale_works) exec.wait(w, s, "scale_inv exchange");
     if (s == 0 && exchange_scales) {
       const float mine = *args.a.quantized.scale_inv;
       QMESH_CHECK(scale_from_prev == mine && scale_from_next == mine, exec.waiter().what(),

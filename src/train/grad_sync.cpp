@@ -1,5 +1,7 @@
 #include "qmesh/train/grad_sync.h"
 
+#include <algorithm>
+#include <chrono>
 #include <map>
 
 #include "qmesh/copy.h"
@@ -23,6 +25,21 @@ struct GradSync::Impl {
   std::vector<Bucket> buckets;
   std::map<const Parameter*, size_t> bucket_of;
   std::map<const Parameter*, bool> marked;
+
+  // After a failed wait: the other buckets' reductions get no more time (so that dropping
+  // them does not wait a further comm_timeout() each) and are dropped.
+  void abandon() {
+    for (Bucket& b : buckets) {
+      if (!b.work) continue;
+      try {
+        b.work->wait(std::chrono::milliseconds(0));
+      } catch (const Error&) {  // the first error is the one reported
+      }
+      b.work.reset();
+      b.pending = 0;
+    }
+    marked.clear();
+  }
 
   void launch(Bucket& b) {
     float* out = b.flat.data_as<float>();
@@ -79,10 +96,19 @@ void GradSync::ready(const std::vector<Parameter*>& params) {
 }
 
 void GradSync::finish() {
+  // One deadline for the step's reduction, whatever the number of buckets.
+  const auto deadline = std::chrono::steady_clock::now() + comm_timeout();
   for (Bucket& b : impl_->buckets) {
     QMESH_CHECK(b.work != nullptr, "GradSync::finish: parameter ", b.params.front()->name,
                 " (or another in its bucket) was never marked ready this step");
-    b.work->wait();
+    try {
+      b.work->wait(std::max(
+          std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()),
+          std::chrono::milliseconds(0)));
+    } catch (const Error&) {
+      impl_->abandon();
+      throw;
+    }
     const float* in = b.flat.data_as<float>();
     for (Parameter* p : b.params) {
       copy_bytes_async(p->grad.data(), impl_->device, in, impl_->device, p->grad.nbytes(),

@@ -1,21 +1,24 @@
 // A 4-rank job in which one rank dies (SIGKILL) in the middle of a series of collectives:
-// all-reduces, or ring collective GEMMs (GEMM + reduce-scatter, Overlap::kRing), over the MPI
+// all-reduces, ring collective GEMMs (GEMM + reduce-scatter, Overlap::kRing), or bucketed
+// data-parallel gradient reductions (GradSync, several buckets in flight), over the MPI
 // backend or UCX (test_world.h: QMESH_TEST_WORLD=ucx). Every
 // surviving rank must notice through its own timeout: it writes what happened to
 // <dir>/rank<r>.txt ("FAILED <unix ms> <message>") and exits with status 3. The victim
 // writes <dir>/victim.txt ("KILLED <unix ms>") just before it dies. kill_rank_test.sh
 // checks the files.
 //
-// usage: mpi_kill_rank <result dir> <victim rank> <all_reduce|ring>
+// usage: mpi_kill_rank <result dir> <victim rank> <all_reduce|ring|grad_sync>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "qmesh/comm/mpi.h"
 #include "qmesh/error.h"
 #include "qmesh/overlap/collective_gemm.h"
+#include "qmesh/train/grad_sync.h"
 #include "test_world.h"
 
 namespace {
@@ -34,8 +37,9 @@ void write_file(const std::string& path, const std::string& text) {
 
 int main(int argc, char** argv) {
   const std::string mode = argc == 4 ? argv[3] : "";
-  if (mode != "all_reduce" && mode != "ring") {
-    std::fprintf(stderr, "usage: %s <result dir> <victim rank> <all_reduce|ring>\n", argv[0]);
+  if (mode != "all_reduce" && mode != "ring" && mode != "grad_sync") {
+    std::fprintf(stderr, "usage: %s <result dir> <victim rank> <all_reduce|ring|grad_sync>\n",
+                 argv[0]);
     return 2;
   }
   const std::string dir = argv[1];
@@ -54,15 +58,28 @@ int main(int argc, char** argv) {
   args.trans_b = qmesh::GemmTranspose::kYes;
   args.d = d;
   try {
+    // grad_sync: four gradients, one bucket each, all in flight when the victim dies. The
+    // GradSync lives in this scope, as in a trainer, so it is destroyed while unwinding.
+    std::vector<qmesh::Parameter> params;
+    for (int i = 0; i < 4; ++i)
+      params.push_back({qmesh::detail::concat("p", i), Tensor(DType::kFloat32, Shape{1 << 16}),
+                        Tensor(DType::kFloat32, Shape{1 << 16})});
+    std::vector<qmesh::Parameter*> ptrs;
+    for (auto& p : params) ptrs.push_back(&p);
+    qmesh::GradSync sync(world, ptrs, 1 << 18);
     for (int step = 0; step < 10; ++step) {
       if (rank == victim && step == 3) {
         write_file(dir + "/victim.txt", "KILLED " + std::to_string(unix_ms()));
         std::raise(SIGKILL);
       }
-      if (mode == "ring")
+      if (mode == "ring") {
         qmesh::gemm_reduce_scatter(*world, args, qmesh::Overlap::kRing);
-      else
+      } else if (mode == "grad_sync") {
+        for (qmesh::Parameter* p : ptrs) sync.ready({p});
+        sync.finish();
+      } else {
         world->all_reduce(buf, qmesh::ReduceOp::kSum);
+      }
     }
   } catch (const qmesh::Error& e) {
     const std::string line = "FAILED " + std::to_string(unix_ms()) + " " + e.what();
