@@ -2,9 +2,9 @@
 # Runs mpi_kill_rank with 4 ranks, rank 2 the victim, in one mode (all_reduce: a series of
 # all-reduces; ring: ring collective GEMMs; grad_sync: GradSync buckets), and checks that
 # every survivor exited with a non-zero status and a clear timeout message within
-# 2 x QMESH_COMM_TIMEOUT_S of the kill. Each rank runs under a small shell wrapper that records its exit status and time
-# (<dir>/exit<r>), so the check does not depend on what mpirun reports. Never hangs: mpirun
-# runs under `timeout`.
+# 2 x QMESH_COMM_TIMEOUT_S of the kill. Each rank runs under a small shell wrapper that
+# records its exit status and time (<dir>/exit<r>), so the check does not depend on what
+# mpirun reports. Never hangs: mpirun runs under `timeout`.
 #
 # usage: kill_rank_test.sh <mpirun> <mpi_kill_rank> <timeout seconds> <mode> [mpirun args...]
 #
