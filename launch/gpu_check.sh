@@ -21,7 +21,9 @@ cmake --build build-gpu -j "$(nproc)" 2>&1 | tail -n 40 | tee "$out/build.log"
 
 status=0
 if [ "$mode" != "--bench-only" ]; then
-  ctest --test-dir build-gpu -L gpu --output-on-failure -j 1 2>&1 | tee "$out/gpu-tests.log"
+  # Bounded: a hung test or benchmark must not eat the machine's time.
+  ctest --test-dir build-gpu -L gpu --output-on-failure -j 1 --timeout 180 2>&1 |
+    tee "$out/gpu-tests.log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
 if [ "$mode" != "--tests-only" ]; then
@@ -32,11 +34,12 @@ if [ "$mode" != "--tests-only" ]; then
     [ -x "$b" ] || continue
     name=$(basename "$b")
     echo "=== $name"
-    "$b" --json "$out/$name.json" 2>&1 | tee "$out/$name.txt"
+    timeout 240 "$b" --json "$out/$name.json" 2>&1 | tee "$out/$name.txt"
   done
   if python3 -c "import torch" 2>/dev/null && [ -f bench/gemm_torch.py ]; then
     echo "=== gemm_torch.py"
-    python3 bench/gemm_torch.py --json "$out/gemm_torch.json" 2>&1 | tee "$out/gemm_torch.txt"
+    timeout 240 python3 bench/gemm_torch.py --json "$out/gemm_torch.json" 2>&1 |
+      tee "$out/gemm_torch.txt"
   fi
 fi
 exit $status
