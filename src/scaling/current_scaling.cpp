@@ -27,6 +27,8 @@ void set_current_scale(const QuantizedTensorView& out, const Float8CurrentScalin
 #if QMESH_WITH_CUDA
   detail::cuda::set_current_scale(out.device().index, out.amax, out.scale, fp8_max(out.dtype()),
                                   recipe.power_of_two_scales, recipe.amax_epsilon, stream);
+#else
+  (void)stream;
 #endif
 }
 
