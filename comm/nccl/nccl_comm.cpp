@@ -218,6 +218,7 @@ class NcclComm final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string_view backend_name() const override { return "nccl"; }
+  bool stream_ordered() const override { return true; }
 
   WorkHandle all_reduce_async(TensorView buf, ReduceOp op, Stream stream) override {
     comm_check::reducible(buf, "all_reduce buffer");

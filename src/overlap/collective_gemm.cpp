@@ -97,7 +97,7 @@ class RingExec {
            std::string what)
       : comm_(comm),
         cuda_(device.is_cuda()),
-        stream_native_(cuda_ && comm.backend_name() == "nccl"),
+        stream_native_(cuda_ && comm.stream_ordered()),
         device_(device),
         streams_(streams),
         waiter_(std::move(what)) {

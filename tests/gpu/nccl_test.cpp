@@ -114,6 +114,7 @@ TEST_F(Nccl, AsyncWorkCompletesWithItsStream) {
 
 TEST_F(Nccl, SplitBarrierHostIds) {
   EXPECT_EQ(comm_->backend_name(), "nccl");
+  EXPECT_TRUE(comm_->stream_ordered());
   EXPECT_EQ(comm_->one_sided(), nullptr);
   comm_->barrier();
   auto sub = comm_->split(3, 0);

@@ -86,6 +86,12 @@ class QMESH_API Communicator : public Collectives, public PointToPoint {
   // "local", "mpi", "nccl", "ucx".
   virtual std::string_view backend_name() const = 0;
 
+  // True when operations on device buffers complete in stream order (NCCL): work enqueued
+  // on the same stream afterwards may use the results without waiting on the Work, and
+  // dropping the Work does not block. False when the host drives device transfers (local,
+  // which stages or copies them when both sides have posted): wait on the Work first.
+  virtual bool stream_ordered() const { return false; }
+
   // Collective over this communicator (blocking, bounded by comm_timeout()): ranks with the
   // same color >= 0 form a new communicator, ordered by (key, old rank). A negative color
   // returns nullptr for that rank (as MPI_UNDEFINED does).

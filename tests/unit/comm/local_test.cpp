@@ -34,6 +34,7 @@ TEST_P(LocalCollectives, MatchReferences) {
   ScopedTimeout timeout("60");  // a failing check must not leave peers waiting for minutes
   run_local_ranks(GetParam(), [](Communicator& comm) {
     EXPECT_EQ(comm.backend_name(), "local");
+    EXPECT_FALSE(comm.stream_ordered());
     testing::run_collective_suite(comm);
   });
 }
