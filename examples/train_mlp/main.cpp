@@ -1,6 +1,7 @@
 // train_mlp: trains a stack of LayerNormMLP blocks with data x tensor parallelism and FP8
 // (or BF16) GEMMs on a synthetic teacher task, one MPI rank per process, on the CPU or one
 // GPU per rank (--device). See --help and docs/train_mlp.md.
+#include <algorithm>
 #include <boost/program_options/errors.hpp>
 #include <chrono>
 #include <cmath>
@@ -97,7 +98,7 @@ uint32_t checksum(const std::vector<qmesh::Parameter*>& params) {
 }
 
 // The communicator the layers compute over, and their device: the MPI world on the CPU; with
-// --device cuda, an NCCL world (bootstrapped over MPI) on GPU (local rank % GPUs of the node).
+// --device cuda, an NCCL world (bootstrapped over MPI), one GPU per rank (its local rank).
 std::shared_ptr<qmesh::Communicator> compute_world(
     const Options& o, const std::shared_ptr<qmesh::Communicator>& world, qmesh::Device& device) {
   device = qmesh::Device::host();
@@ -107,7 +108,7 @@ std::shared_ptr<qmesh::Communicator> compute_world(
   int local_rank = 0;
   for (int r = 0; r < world->rank(); ++r)
     local_rank += hosts[size_t(r)] == hosts[size_t(world->rank())];
-  device = qmesh::Device::cuda(local_rank % qmesh::cuda_device_count());
+  device = qmesh::Device::cuda(local_rank);  // validate() saw a GPU for every rank of a node
   const cudaError_t set = cudaSetDevice(device.index);
   QMESH_CHECK(set == cudaSuccess, "cannot use ", device.str(), ": ", cudaGetErrorString(set));
   const auto bootstrap = qmesh::make_mpi_bootstrap();
@@ -304,7 +305,14 @@ int main(int argc, char** argv) {
     qmesh::MpiSession mpi(&argc, &argv);
     auto world = qmesh::make_mpi_world();
     try {
-      train_mlp::validate(*options, world->size());
+      const std::vector<int> hosts = world->host_ids();
+      int ranks_per_node = 0;
+      for (int h : hosts)
+        ranks_per_node = std::max(ranks_per_node, int(std::count(hosts.begin(), hosts.end(), h)));
+      train_mlp::validate(*options, world->size(), ranks_per_node);
+      if (world->rank() == 0 && !options->cpu_reason.empty())
+        std::printf("train_mlp: --device auto: training on the CPU backend: %s\n",
+                    options->cpu_reason.c_str());
     } catch (const qmesh::Error& e) {  // the same on every rank: say it once, exit cleanly
       if (world->rank() == 0) std::fprintf(stderr, "train_mlp: %s\n", e.message().c_str());
       return 2;

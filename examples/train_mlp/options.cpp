@@ -83,7 +83,33 @@ std::optional<Options> parse_options(int argc, char** argv) {
   return o;
 }
 
-void validate(Options& o, int world) {
+namespace {
+
+// Why the layers cannot run on CUDA with these options here; empty when they can.
+std::string cuda_obstacle(const Options& o, int ranks_per_node) {
+  const int gpus = qmesh::cuda_device_count();
+  if (gpus == 0)
+    return "this process sees no CUDA device (no GPU, no driver, or a build without CUDA)";
+  if (!QMESH_WITH_NCCL) return "qmesh was built without NCCL (QMESH_WITH_NCCL=OFF)";
+  if (ranks_per_node > gpus)
+    return qmesh::detail::concat(ranks_per_node, " ranks share a node's ", gpus,
+                                 " GPU(s), and NCCL needs one GPU per rank; start at most ", gpus,
+                                 " ranks per node");
+  if (o.sequence_parallel)
+    return "--sequence-parallel runs on the CPU only (the layers' collective GEMMs are "
+           "host-only)";
+  const bool fp8 = o.recipe == qmesh::Recipe::kFp8Delayed || o.recipe == qmesh::Recipe::kFp8Current;
+  if (fp8 && (o.hidden % 16 != 0 || (o.ffn / o.tp) % 16 != 0 || (o.seq * o.batch) % 16 != 0))
+    return qmesh::detail::concat(
+        "FP8 GEMMs on CUDA need --hidden, --ffn / --tp and --seq x --batch to be multiples "
+        "of 16, got ",
+        o.hidden, ", ", o.ffn / o.tp, " and ", o.seq * o.batch);
+  return "";
+}
+
+}  // namespace
+
+void validate(Options& o, int world, int ranks_per_node) {
   QMESH_CHECK(o.tp >= 1, "--tp must be >= 1, got ", o.tp);
   QMESH_CHECK(world % o.tp == 0, "--tp ", o.tp, " does not divide the number of ranks ", world,
               "; choose tp among the divisors of ", world);
@@ -116,23 +142,13 @@ void validate(Options& o, int world) {
   QMESH_CHECK(o.checkpoint_every >= 0, "--checkpoint-every must be >= 0");
   QMESH_CHECK(!o.resume || !o.checkpoint_dir.empty(), "--resume needs --checkpoint-dir");
   QMESH_CHECK(o.plot.empty() || !o.csv.empty(), "--plot draws the --csv file: give --csv too");
-  const int gpus = qmesh::cuda_device_count();
-  if (o.device == DeviceChoice::kAuto)
-    o.device = gpus > 0 && QMESH_WITH_NCCL ? DeviceChoice::kCuda : DeviceChoice::kCpu;
-  if (o.device == DeviceChoice::kCpu) return;
-  QMESH_CHECK(gpus > 0,
-              "--device cuda: this process sees no CUDA device (no GPU, no driver, or a build "
-              "without CUDA); use --device cpu");
-  QMESH_CHECK(QMESH_WITH_NCCL, "--device cuda needs qmesh built with NCCL (QMESH_WITH_NCCL=ON)");
-  QMESH_CHECK(!o.sequence_parallel,
-              "--sequence-parallel runs on the CPU only (its collective GEMMs are host-only); "
-              "drop it or use --device cpu");
-  const bool fp8 = o.recipe == qmesh::Recipe::kFp8Delayed || o.recipe == qmesh::Recipe::kFp8Current;
-  QMESH_CHECK(
-      !fp8 || (o.hidden % 16 == 0 && (o.ffn / o.tp) % 16 == 0 && (o.seq * o.batch) % 16 == 0),
-      "FP8 GEMMs on CUDA need --hidden, --ffn / --tp and --seq x --batch to be multiples "
-      "of 16, got ",
-      o.hidden, ", ", o.ffn / o.tp, " and ", o.seq * o.batch);
+  const std::string obstacle = cuda_obstacle(o, ranks_per_node);
+  if (o.device == DeviceChoice::kAuto) {
+    o.device = obstacle.empty() ? DeviceChoice::kCuda : DeviceChoice::kCpu;
+    if (qmesh::cuda_device_count() > 0) o.cpu_reason = obstacle;
+  }
+  QMESH_CHECK(o.device != DeviceChoice::kCuda || obstacle.empty(), "--device cuda: ", obstacle,
+              "; or use --device cpu");
 }
 
 }  // namespace train_mlp

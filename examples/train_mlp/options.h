@@ -10,8 +10,8 @@
 
 namespace train_mlp {
 
-// Where the layers run: kAuto resolves (in validate) to kCuda when a GPU is visible and qmesh
-// has NCCL, else kCpu.
+// Where the layers run: kAuto resolves (in validate) to kCuda when the run can work there (a
+// GPU per rank of a node, NCCL, options the CUDA path supports), else kCpu.
 enum class DeviceChoice { kAuto, kCpu, kCuda };
 
 struct Options {
@@ -32,6 +32,7 @@ struct Options {
   bool regather_input = false;  // fc1's gathered input: kept (false) or gathered again
   qmesh::Overlap overlap = qmesh::Overlap::kNone;  // collective-GEMM schedule (needs sp)
   DeviceChoice device = DeviceChoice::kAuto;
+  std::string cpu_reason;  // set by validate when --device auto chose the CPU despite a GPU
   uint64_t seed = 1234;
   int log_every = 10;
   std::string checkpoint_dir;
@@ -47,8 +48,9 @@ struct Options {
 std::optional<Options> parse_options(int argc, char** argv);
 
 // Checks the options against the world size (e.g. dp * tp == world, sizes divisible by tp)
-// and the machine (--device cuda needs a GPU), fills dp when it was left 0 and resolves
-// --device auto. Throws qmesh::Error naming the option.
-void validate(Options& options, int world_size);
+// and the machine (--device cuda needs a GPU for each of the ranks_per_node ranks of the
+// fullest node), fills dp when it was left 0 and resolves --device auto. The same on every
+// rank. Throws qmesh::Error naming the option.
+void validate(Options& options, int world_size, int ranks_per_node);
 
 }  // namespace train_mlp
