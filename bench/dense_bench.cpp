@@ -36,7 +36,7 @@ Result measure(qmesh::Recipe recipe, int64_t tokens, int64_t hidden, int64_t ffn
   Result r{std::string(qmesh::recipe_name(recipe)), 0, 0};
   qmesh::run_local_ranks(1, [&](qmesh::Communicator& comm) {
     const std::shared_ptr<qmesh::Communicator> world(&comm, [](qmesh::Communicator*) {});
-    bench::MlpStep step(world, recipe, tokens, hidden, ffn, qmesh::Placement{device, {}});
+    bench::MlpStep step(world, recipe, tokens, hidden, ffn, qmesh::Placement{device, {}, {}});
     std::vector<double> times;
     for (int i = 0; i < iters + 1; ++i) {  // the first iteration warms up (allocations)
       const auto t0 = std::chrono::steady_clock::now();

@@ -41,7 +41,7 @@ double median_step_ms(qmesh::Recipe recipe, int64_t tokens, int64_t hidden, int6
     {
       const std::shared_ptr<qmesh::Communicator> world(&comm, [](qmesh::Communicator*) {});
       bench::MlpStep step(world, recipe, tokens, hidden, ffn,
-                          qmesh::Placement{qmesh::Device::cuda(0), {stream}});
+                          qmesh::Placement{qmesh::Device::cuda(0), {stream}, {}});
       for (int i = 0; i < 2; ++i) step.run();  // plans, workspaces, scaling state
       std::vector<cudaEvent_t> events(size_t(iters) + 1);
       for (auto& e : events) check(cudaEventCreate(&e), "cudaEventCreate");

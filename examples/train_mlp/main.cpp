@@ -160,7 +160,7 @@ int run(const Options& o, const std::shared_ptr<qmesh::Communicator>& world) {
   delayed.margin = o.margin;
   // Every layer call, copy and collective of the step is ordered on the legacy default stream
   // (Stream{}), so the blocking copies between host and device need no extra synchronization.
-  qmesh::LayerContext ctx(mesh, o.recipe, delayed, {}, qmesh::Placement{device, {}});
+  qmesh::LayerContext ctx(mesh, o.recipe, delayed, {}, qmesh::Placement{device, {}, {}});
   ctx.set_overlap(o.overlap);
   Model model(o, ctx);
   auto params = model.parameters();

@@ -96,8 +96,8 @@ std::string cuda_obstacle(const Options& o, int ranks_per_node) {
                                  " GPU(s), and NCCL needs one GPU per rank; start at most ", gpus,
                                  " ranks per node");
   if (o.sequence_parallel)
-    return "--sequence-parallel runs on the CPU only (the layers' collective GEMMs are "
-           "host-only)";
+    return "train_mlp runs --sequence-parallel on the CPU only (on CUDA the layers need a "
+           "second stream for the collective GEMMs, which this example does not set up)";
   const bool fp8 = o.recipe == qmesh::Recipe::kFp8Delayed || o.recipe == qmesh::Recipe::kFp8Current;
   if (fp8 && (o.hidden % 16 != 0 || (o.ffn / o.tp) % 16 != 0 || (o.seq * o.batch) % 16 != 0))
     return qmesh::detail::concat(

@@ -22,6 +22,9 @@ void gelu(int device, const float* x, float* y, int64_t n, Stream stream);
 void dgelu(int device, const float* dy, const float* pre, float* dx, int64_t n, Stream stream);
 void add(int device, const float* a, const float* b, float* out, int64_t n, Stream stream);
 void convert_to_bf16(int device, const float* in, uint16_t* out, int64_t n, Stream stream);
+// out [cols, rows] = in [rows, cols]^T, elements of `bytes` (1, 2, 4 or 8) bytes.
+void transpose(int device, const void* in, void* out, int64_t rows, int64_t cols, int bytes,
+               Stream stream);
 
 // The optimizer updates of src/train/optimizer.cpp, element by element with the same float
 // operations. m is null for SGD without momentum.

@@ -19,7 +19,25 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr int kSumRows = 256;  // rows per partial sum in the column-sum kernels
+constexpr int kSumRows = 256;             // rows per partial sum in the column-sum kernels
+constexpr int kTile = 32, kTileRows = 8;  // transpose: 32 x 32 tiles, 8 rows of threads
+
+// One 32 x 32 tile per block through shared memory (padded against bank conflicts): reads and
+// writes are both coalesced along rows.
+template <class T>
+__global__ void transpose_kernel(const T* in, T* out, int64_t rows, int64_t cols) {
+  __shared__ T tile[kTile][kTile + 1];
+  const int64_t c0 = int64_t(blockIdx.x) * kTile, r0 = int64_t(blockIdx.y) * kTile;
+  for (int i = threadIdx.y; i < kTile; i += kTileRows) {
+    const int64_t r = r0 + i, c = c0 + threadIdx.x;
+    if (r < rows && c < cols) tile[i][threadIdx.x] = in[r * cols + c];
+  }
+  __syncthreads();
+  for (int i = threadIdx.y; i < kTile; i += kTileRows) {
+    const int64_t c = c0 + i, r = r0 + threadIdx.x;  // out row c, column r
+    if (c < cols && r < rows) out[c * rows + r] = tile[threadIdx.x][i];
+  }
+}
 
 cudaStream_t native(Stream stream) { return static_cast<cudaStream_t>(stream.handle); }
 
@@ -240,6 +258,38 @@ void dgelu(int device, const float* dy, const float* pre, float* dx, int64_t n, 
 void add(int device, const float* a, const float* b, float* out, int64_t n, Stream stream) {
   const DeviceGuard guard(device);
   add_kernel<<<blocks_for(n), kThreads, 0, native(stream)>>>(a, b, out, n);
+  QMESH_CHECK_CUDA(cudaGetLastError());
+}
+
+void transpose(int device, const void* in, void* out, int64_t rows, int64_t cols, int bytes,
+               Stream stream) {
+  const DeviceGuard guard(device);
+  const dim3 block(kTile, kTileRows);
+  const int64_t tiles_x = (cols + kTile - 1) / kTile, tiles_y = (rows + kTile - 1) / kTile;
+  QMESH_CHECK(tiles_y < 65536, "CUDA transpose: ", rows, " rows are too many (at most ",
+              65535 * kTile, ")");
+  const dim3 grid(static_cast<unsigned>(tiles_x), static_cast<unsigned>(tiles_y));
+  const cudaStream_t s = native(stream);
+  switch (bytes) {
+    case 1:
+      transpose_kernel<uint8_t><<<grid, block, 0, s>>>(static_cast<const uint8_t*>(in),
+                                                       static_cast<uint8_t*>(out), rows, cols);
+      break;
+    case 2:
+      transpose_kernel<uint16_t><<<grid, block, 0, s>>>(static_cast<const uint16_t*>(in),
+                                                        static_cast<uint16_t*>(out), rows, cols);
+      break;
+    case 4:
+      transpose_kernel<uint32_t><<<grid, block, 0, s>>>(static_cast<const uint32_t*>(in),
+                                                        static_cast<uint32_t*>(out), rows, cols);
+      break;
+    case 8:
+      transpose_kernel<uint64_t><<<grid, block, 0, s>>>(static_cast<const uint64_t*>(in),
+                                                        static_cast<uint64_t*>(out), rows, cols);
+      break;
+    default:
+      QMESH_THROW("CUDA transpose: elements of ", bytes, " bytes are not supported");
+  }
   QMESH_CHECK_CUDA(cudaGetLastError());
 }
 

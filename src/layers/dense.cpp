@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 #include "layers/activation_buffer.h"
 #include "layers/gather_buffer.h"
@@ -11,6 +12,7 @@
 #include "qmesh/ops/bias.h"
 #include "qmesh/ops/gelu.h"
 #include "qmesh/ops/gemm.h"
+#include "qmesh/ops/transpose.h"
 #include "qmesh/overlap/collective_gemm.h"
 #include "qmesh/random.h"
 
@@ -19,6 +21,11 @@ namespace qmesh {
 namespace {
 
 Shape with_rows(int64_t rows, int64_t cols) { return Shape{rows, cols}; }
+
+// The first `rows` rows of a row-major 2-D tensor.
+TensorView first_rows(const TensorView& t, int64_t rows) {
+  return TensorView(t.data, t.dtype, Shape{rows, t.shape.cols()}, t.device);
+}
 
 }  // namespace
 
@@ -43,11 +50,17 @@ struct Dense::Impl {
         ": a row-parallel layer cannot fuse GELU (its output is a partial sum)");
     QMESH_CHECK(opt.bias || opt.activation == DenseActivation::kNone, name,
                 ": GELU is fused with the bias; enable the bias");
-    // The collective GEMMs (overlap/collective_gemm.h) are host-only.
-    QMESH_CHECK(!opt.sequence_parallel || context.device().is_host(), name,
-                ": sequence_parallel runs on the host only (the collective GEMMs are host-only); "
-                "on ",
-                context.device().str(), " use tensor parallelism without sequence_parallel");
+    if (opt.sequence_parallel && context.device().is_cuda()) {
+      const Placement& place = context.placement();
+      QMESH_CHECK(place.stream.handle && place.comm_stream.handle &&
+                      place.stream.handle != place.comm_stream.handle,
+                  name, ": sequence_parallel on ", context.device().str(),
+                  " needs two CUDA streams in the context's Placement: `stream` for the GEMMs "
+                  "and `comm_stream` for the collective GEMMs' transfers (non-null, different)");
+      QMESH_CHECK(opt.gathered_input == GatheredInput::kSave, name,
+                  ": GatheredInput::kRegather runs on the host only; use kSave on ",
+                  context.device().str());
+    }
     in_local = in;
     out_local = out;
     if (opt.parallelism == DenseParallelism::kColumn) {
@@ -98,7 +111,7 @@ struct Dense::Impl {
     args.a = x_cast.cast(x, columnwise());
     GemmOperand x_gathered;
     if (column() && sp()) {
-      x_gathered = gather_buffer().get(args.a, tokens);
+      x_gathered = gather_buffer().get(args.a, tokens, columnwise());
       last_x = regather() ? args.a : x_gathered;
     } else {
       last_x = args.a;
@@ -120,11 +133,14 @@ struct Dense::Impl {
     }
     args.accumulation = GemmAccumulation::kFast;
     if (column() && sp()) {
-      all_gather_gemm(*tp, args, x_gathered, overlap);
+      gemm_with_epilogue(args, x.shape.rows(), [&](const GemmArgs& a) {
+        all_gather_gemm(*tp, a, rowwise(x_gathered), overlap, streams());
+      });
+      fill_columnwise(x_gathered);
     } else if (row() && sp()) {  // partial products reduce-scattered to [T/tp, out]
-      gemm_reduce_scatter(*tp, args, overlap);
+      gemm_reduce_scatter(*tp, args, overlap, streams());
     } else {
-      gemm_with_epilogue(args);
+      gemm_with_epilogue(args, tokens, [&](const GemmArgs& a) { gemm(a, ctx.stream()); });
       if (row() && tp->size() > 1) tp->all_reduce(out, ReduceOp::kSum, ctx.stream());
     }
     // Row parallel: the partial products are summed over tp; add the (replicated) bias.
@@ -158,7 +174,7 @@ struct Dense::Impl {
         gather = start_gather(last_x, x_full);
       }
       dgrad.d = ensure_tensor(dx, DType::kFloat32, x_in.shape, x_in.device);
-      gemm_reduce_scatter(*tp, dgrad, overlap);
+      gemm_reduce_scatter(*tp, dgrad, overlap, streams());
       if (gather) gather->wait();
       run_wgrad(dy_op, x_full);
       return dgrad.d;
@@ -181,29 +197,35 @@ struct Dense::Impl {
     if (options.bias) {
       const TensorView sums =
           ensure_tensor(bias_sums, DType::kFloat32, Shape{n, out_local}, dy_in.device);
-      bias_grad(dy_in, bias.grad);
-      tp->all_gather(bias.grad, sums);
-      bias_grad(sums, bias.grad);  // rank 0's sums plus the others' in rank order
+      bias_grad(dy_in, bias.grad, ctx.stream());
+      tp->all_gather(bias.grad, sums, ctx.stream());
+      bias_grad(sums, bias.grad, ctx.stream());  // rank 0's sums plus the others' in rank order
     }
     GemmArgs dgrad = dgrad_args(dy_cast.cast(dy_in, columnwise()));
-    const GemmOperand dy_gathered = dy_gather.get(dgrad.a, tokens);
+    const GemmOperand dy_gathered = dy_gather.get(dgrad.a, tokens, columnwise());
     dgrad.d = ensure_tensor(dx, DType::kFloat32, x_shape, x_in.device);
-    all_gather_gemm(*tp, dgrad, dy_gathered, overlap);
+    all_gather_gemm(*tp, dgrad, rowwise(dy_gathered), overlap, streams());
+    fill_columnwise(dy_gathered);
     run_wgrad(dy_gathered, last_x);
     return dgrad.d;
   }
 
-  // The forward GEMM with its bias (+ GELU) epilogue, or, where the backend does not offer
-  // that epilogue for these operands (cuBLASLt with some FP8 combinations), the plain GEMM
-  // followed by the bias and GELU ops: the same math, in separate passes. The backend is asked
-  // once per token count.
-  void gemm_with_epilogue(GemmArgs args) {
+  // The forward GEMM, run by `run` (a plain GEMM, or the all-gather GEMM whose chunks have
+  // `a_rows` rows), with its bias (+ GELU) epilogue, or, where the backend does not offer that
+  // epilogue for these operands (cuBLASLt with some FP8 combinations), the plain GEMM followed
+  // by the bias and GELU ops: the same math, in separate passes. The backend is asked once
+  // per token count, with the shapes of one GEMM call.
+  void gemm_with_epilogue(GemmArgs args, int64_t a_rows,
+                          const std::function<void(const GemmArgs&)>& run) {
     if (args.epilogue != GemmEpilogue::kNone && epilogue_checked_for != tokens) {
-      fused_epilogue = Gemm::can_implement(args).ok();
+      GemmArgs probe = args;
+      probe.d = first_rows(args.d, a_rows);
+      if (!args.aux.empty()) probe.aux = first_rows(args.aux, a_rows);
+      fused_epilogue = Gemm::can_implement(probe).ok();
       epilogue_checked_for = tokens;
     }
     if (args.epilogue == GemmEpilogue::kNone || fused_epilogue) {
-      gemm(args, ctx.stream());
+      run(args);
       return;
     }
     const bool with_gelu = args.epilogue == GemmEpilogue::kBiasGeluAux;
@@ -212,9 +234,22 @@ struct Dense::Impl {
     args.epilogue = GemmEpilogue::kNone;
     args.bias = {};
     args.aux = {};
-    gemm(args, ctx.stream());
+    run(args);
     add_bias(args.d, bias.value, ctx.stream());
     if (with_gelu) gelu(args.d, out, ctx.stream());
+  }
+
+  // The streams of the collective GEMMs (ignored on the host).
+  CollectiveGemmStreams streams() const { return {ctx.stream(), ctx.placement().comm_stream}; }
+  // A gathered operand as the collective GEMM fills it: the rowwise codes only.
+  static GemmOperand rowwise(GemmOperand op) {
+    if (op.is_quantized()) op.quantized.data_t = TensorView();
+    return op;
+  }
+  // The columnwise copy of a gathered FP8 operand, where the CUDA GEMMs need it for wgrad.
+  void fill_columnwise(const GemmOperand& op) {
+    if (op.is_quantized() && op.quantized.has_columnwise())
+      transpose(op.quantized.data, op.quantized.data_t, ctx.stream());
   }
 
   // wgrad: dW [out, in] = dyᵀ · x, with x as forward cast it (gathered under column SP).

@@ -2,12 +2,12 @@
 
 namespace qmesh {
 
-GemmOperand GatherBuffer::get(const GemmOperand& chunk, int64_t rows) {
+GemmOperand GatherBuffer::get(const GemmOperand& chunk, int64_t rows, bool columnwise) {
   if (chunk.is_quantized()) {
     const Shape shape{rows, chunk.quantized.data.shape.cols()};
     if (!fp8_.data().data() || !(fp8_.shape() == shape) || fp8_.dtype() != chunk.dtype() ||
-        fp8_.device() != chunk.device())
-      fp8_ = QuantizedTensor(chunk.dtype(), shape, chunk.device(), false);
+        fp8_.device() != chunk.device() || fp8_.has_columnwise() != columnwise)
+      fp8_ = QuantizedTensor(chunk.dtype(), shape, chunk.device(), columnwise);
     return GemmOperand::fp8(fp8_.view());
   }
   const Shape shape{rows, chunk.tensor.shape.cols()};

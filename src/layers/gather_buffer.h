@@ -1,6 +1,6 @@
 // Storage for an all-gathered GEMM operand: `rows` rows of a chunk's kind (same dtype and
-// columns; FP8 without a columnwise copy, with its own scale, scale_inv and amax), on the
-// chunk's device. Reallocated only when the shape, dtype or device changes.
+// columns; FP8 with its own scale, scale_inv and amax, and a columnwise copy when asked),
+// on the chunk's device. Reallocated only when the shape, dtype, device or layout changes.
 #pragma once
 
 #include "qmesh/ops/gemm.h"
@@ -12,7 +12,8 @@ namespace qmesh {
 class GatherBuffer {
  public:
   // The storage, valid until the next get() with another shape, dtype or device.
-  GemmOperand get(const GemmOperand& chunk, int64_t rows);
+  // `columnwise`: FP8 storage also gets the transposed copy (plain operands have none).
+  GemmOperand get(const GemmOperand& chunk, int64_t rows, bool columnwise = false);
 
  private:
   Tensor plain_;

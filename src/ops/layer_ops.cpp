@@ -1,7 +1,8 @@
 // Argument checks, host loops and CUDA dispatch of the layer ops (layer_norm, bias, gelu, add,
-// convert). The CUDA kernels are in cuda/layer_ops.cu.
+// convert, transpose). The CUDA kernels are in cuda/layer_ops.cu.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <initializer_list>
 #include <string>
 #include <string_view>
@@ -15,6 +16,7 @@
 #include "qmesh/ops/convert.h"
 #include "qmesh/ops/gelu.h"
 #include "qmesh/ops/layer_norm.h"
+#include "qmesh/ops/transpose.h"
 // Declarations only: without CUDA the launchers are named by dispatch()'s CUDA branches but
 // never called, so the build needs no definitions.
 #include "cuda/layer_kernels.h"
@@ -233,6 +235,30 @@ void convert_to_bf16(const TensorView& in, const TensorView& out, Stream stream)
   dispatch(
       in.device, [&] { fp32_to_bf16(src, dst, static_cast<size_t>(n)); },
       [&](int device) { detail::cuda::convert_to_bf16(device, src, dst, n, stream); });
+}
+
+void transpose(const TensorView& in, const TensorView& out, Stream stream) {
+  check_not_empty(in, "transpose input");
+  check_not_empty(out, "transpose output");
+  check_dtype(out, in.dtype, "transpose output");
+  check_device(out, in.device, "transpose output");
+  const int64_t rows = in.shape.rows(), cols = in.shape.cols();
+  check_shape(out, Shape{cols, rows}, "transpose output");
+  const size_t bytes = dtype_size(in.dtype);
+  const auto* src = static_cast<const char*>(in.data);
+  auto* dst = static_cast<char*>(out.data);
+  QMESH_CHECK(src + in.nbytes() <= dst || dst + out.nbytes() <= src,
+              "transpose output must not overlap the input");
+  dispatch(
+      in.device,
+      [&] {
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t c = 0; c < cols; ++c)
+            std::memcpy(dst + (c * rows + r) * bytes, src + (r * cols + c) * bytes, bytes);
+      },
+      [&](int device) {
+        detail::cuda::transpose(device, src, dst, rows, cols, static_cast<int>(bytes), stream);
+      });
 }
 
 }  // namespace qmesh

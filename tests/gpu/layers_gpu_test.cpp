@@ -22,6 +22,7 @@
 #include "qmesh/ops/convert.h"
 #include "qmesh/ops/gelu.h"
 #include "qmesh/ops/layer_norm.h"
+#include "qmesh/ops/transpose.h"
 #include "qmesh/train/grad_sync.h"
 #include "qmesh/train/optimizer.h"
 #include "random_tensor.h"
@@ -157,6 +158,25 @@ TEST_F(LayersGpu, Bf16ConversionIsBitIdentical) {
   EXPECT_EQ(std::memcmp(got.data(), out.data(), out.nbytes()), 0);
 }
 
+TEST_F(LayersGpu, TransposeMatchesTheHost) {
+  OwnStream s;
+  for (DType dtype : {DType::kFloat8E4M3, DType::kBFloat16, DType::kFloat32, DType::kFloat64}) {
+    for (const Shape& shape : {Shape{37, 70}, Shape{1, 100}, Shape{256, 96}}) {
+      Tensor in(dtype, shape), out(dtype, Shape{shape.cols(), shape.rows()});
+      auto* p = static_cast<uint8_t*>(in.data());
+      for (size_t i = 0; i < in.nbytes(); ++i) p[i] = static_cast<uint8_t>(i * 131 + 7);
+      Tensor gin(dtype, shape, kGpu), gout(dtype, out.shape(), kGpu);
+      copy_tensor(gin, in);
+      transpose(in, out);
+      transpose(gin, gout, s.stream());
+      s.sync();
+      const Tensor got = to_host(gout);
+      EXPECT_EQ(std::memcmp(got.data(), out.data(), out.nbytes()), 0)
+          << dtype_name(dtype) << " " << shape.str();
+    }
+  }
+}
+
 // The same parameters and gradients on the host and on the GPU, `steps` optimizer steps each.
 void expect_optimizer_matches(bool adamw) {
   OwnStream s;
@@ -185,13 +205,14 @@ TEST_F(LayersGpu, AdamWStepMatchesTheHost) { expect_optimizer_matches(true); }
 TEST_F(LayersGpu, SgdMomentumStepMatchesTheHost) { expect_optimizer_matches(false); }
 
 // One LayerNormMLP case run by tp threads of the local backend, on the host or the GPU (each
-// thread with its own stream); returns rank 0's gathered result.
+// thread with its own stream, and a second one for the collective GEMMs' transfers); returns
+// rank 0's gathered result.
 MlpRun run_case(ShardedCase c, bool gpu) {
   std::vector<MlpRun> runs(size_t(c.dp * c.tp));
   run_local_ranks(c.dp * c.tp, [&](Communicator& comm) {
-    OwnStream s;
+    OwnStream s, comm_stream;
     ShardedCase mine = c;
-    if (gpu) mine.placement = Placement{kGpu, s.stream()};
+    if (gpu) mine.placement = Placement{kGpu, s.stream(), comm_stream.stream()};
     runs[size_t(comm.rank())] = run_sharded(borrowed(comm), mine);
   });
   return runs[0];
@@ -227,10 +248,11 @@ void expect_run_close(const MlpRun& got, const MlpRun& want, Tolerance tol,
 struct MlpGpuCase {
   int tp;
   Recipe recipe;
+  bool sequence_parallel = false;
 };
 
 void PrintTo(const MlpGpuCase& c, std::ostream* os) {
-  *os << "tp" << c.tp << "_" << recipe_name(c.recipe);
+  *os << "tp" << c.tp << "_" << recipe_name(c.recipe) << (c.sequence_parallel ? "_sp" : "");
 }
 
 class LayerNormMLPGpu : public ::testing::TestWithParam<MlpGpuCase> {
@@ -247,8 +269,10 @@ TEST_P(LayerNormMLPGpu, MatchesTheHostAndTheFloat64Reference) {
   ShardedCase c;
   c.tp = p.tp;
   c.recipe = p.recipe;
-  // Multiples of 16: the FP8 GEMM's leading-dimension rule on CUDA (tp = 2 halves ffn).
-  c.hidden = 32, c.ffn = 64, c.tokens_per_dp = 16;
+  c.sequence_parallel = p.sequence_parallel;
+  // Multiples of 16: the FP8 GEMM's leading-dimension rule on CUDA (tp = 2 halves ffn and,
+  // with sequence parallelism, the tokens: 32 / 2).
+  c.hidden = 32, c.ffn = 64, c.tokens_per_dp = p.sequence_parallel ? 32 : 16;
   const Tolerance tol = tolerance(p.recipe);
   for (int steps : {1, 2}) {
     c.steps = steps;
@@ -265,7 +289,41 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(MlpGpuCase{1, Recipe::kFp32}, MlpGpuCase{1, Recipe::kBf16},
                       MlpGpuCase{1, Recipe::kFp8Delayed}, MlpGpuCase{1, Recipe::kFp8Current},
                       MlpGpuCase{2, Recipe::kFp32}, MlpGpuCase{2, Recipe::kBf16},
-                      MlpGpuCase{2, Recipe::kFp8Delayed}, MlpGpuCase{2, Recipe::kFp8Current}));
+                      MlpGpuCase{2, Recipe::kFp8Delayed}, MlpGpuCase{2, Recipe::kFp8Current},
+                      MlpGpuCase{2, Recipe::kFp32, true}, MlpGpuCase{2, Recipe::kBf16, true},
+                      MlpGpuCase{2, Recipe::kFp8Delayed, true},
+                      MlpGpuCase{2, Recipe::kFp8Current, true}));
+
+// Sequence parallelism on CUDA: the collective GEMMs' schedules give the same bits on the
+// device (ring and bidirectional against none), outputs and every gradient.
+TEST_P(LayerNormMLPGpu, OverlapSchedulesAreBitwiseEqualOnTheDevice) {
+  const MlpGpuCase p = GetParam();
+  if (!p.sequence_parallel) GTEST_SKIP() << "without sequence parallelism nothing overlaps";
+  ShardedCase c;
+  c.tp = p.tp, c.recipe = p.recipe, c.sequence_parallel = true;
+  c.hidden = 32, c.ffn = 64, c.tokens_per_dp = 32;
+  const MlpRun none = run_case(c, true);
+  for (Overlap o : {Overlap::kRing, Overlap::kBidirectional}) {
+    c.overlap = o;
+    expect_bitwise_equal(run_case(c, true), none, std::string(overlap_name(o)));
+  }
+}
+
+// A sequence-parallel layer on CUDA needs the second stream, and keeps its gathered input.
+TEST_F(LayersGpu, SequenceParallelNeedsACommStream) {
+  OwnStream s;
+  run_local_ranks(1, [&](Communicator& comm) {
+    Mesh mesh(borrowed(comm), {{"dp", 1}, {"tp", 1}});
+    LayerContext ctx(mesh, Recipe::kBf16, {}, {}, Placement{kGpu, s.stream(), {}});
+    EXPECT_QMESH_ERROR(LayerNormMLP("mlp", 32, 64, {true, 1e-5f, std::nullopt}, ctx, 1),
+                       "comm_stream");
+    OwnStream second;
+    LayerContext ctx2(mesh, Recipe::kBf16, {}, {}, Placement{kGpu, s.stream(), second.stream()});
+    EXPECT_QMESH_ERROR(
+        LayerNormMLP("mlp", 32, 64, {true, 1e-5f, std::nullopt, GatheredInput::kRegather}, ctx2, 1),
+        "kRegather runs on the host only");
+  });
+}
 
 // Two data-parallel ranks on one GPU: bucketed all-reduce of device gradients, then AdamW on
 // the device, equal to the same on the host.
@@ -308,7 +366,7 @@ TEST_F(LayersGpu, GradSyncAndAdamWOnDeviceMatchTheHost) {
 TEST_F(LayersGpu, MisplacedInputsAreClearErrors) {
   run_local_ranks(1, [&](Communicator& comm) {
     Mesh mesh(borrowed(comm), {{"dp", 1}, {"tp", 1}});
-    LayerContext ctx(mesh, Recipe::kBf16, {}, {}, Placement{kGpu, {}});
+    LayerContext ctx(mesh, Recipe::kBf16, {}, {}, Placement{kGpu, {}, {}});
     LayerNormMLP block("mlp", 32, 64, {}, ctx, 1);
     const Tensor host_x = random_tensor(Shape{16, 32}, 50);
     EXPECT_QMESH_ERROR(block.forward(host_x), "cuda:0");

@@ -24,7 +24,8 @@
 // Device (LayerContext::placement): parameters, activations and scratch live on the context's
 // device; on CUDA every call is asynchronous on the context's stream (GEMMs, casts, bias and
 // GELU kernels, and the tp collectives, which must then carry CUDA buffers: NCCL or the local
-// backend). sequence_parallel is host-only (the collective GEMMs are): Error on CUDA.
+// backend). sequence_parallel on CUDA runs the collective GEMMs with their transfers on the
+// placement's comm_stream (required there); GatheredInput::kRegather is host-only.
 #pragma once
 
 #include <cstdint>

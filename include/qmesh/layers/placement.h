@@ -13,6 +13,10 @@ struct Placement {
   // Layer calls on CUDA return once their work is enqueued here: synchronize this stream
   // before reading results on the host.
   Stream stream;
+  // Sequence-parallel layers on CUDA only: a second cudaStream_t of `device`, different from
+  // `stream`, on which the collective GEMMs move their chunks while the GEMMs run on `stream`
+  // (overlap/collective_gemm.h); both must then be non-null. Ignored otherwise.
+  Stream comm_stream;
 };
 
 }  // namespace qmesh

@@ -16,6 +16,7 @@
 #include "qmesh/ops/convert.h"
 #include "qmesh/ops/gelu.h"
 #include "qmesh/ops/layer_norm.h"
+#include "qmesh/ops/transpose.h"
 #include "random_tensor.h"
 
 namespace qmesh {
@@ -29,6 +30,29 @@ void expect_close(const TensorView& actual, const std::vector<double>& expected,
   for (int64_t i = 0; i < actual.numel(); ++i)
     EXPECT_NEAR(actual.data_as<float>()[i], expected[i], tol * std::max(1.0, std::abs(expected[i])))
         << "element " << i;
+}
+
+// Element (r, c) of the input is element (c, r) of the output, for 1-, 2-, 4- and 8-byte
+// dtypes and shapes that are not multiples of anything.
+TEST(LayerOps, TransposeMovesEveryElement) {
+  for (DType dtype : {DType::kFloat8E4M3, DType::kBFloat16, DType::kFloat32, DType::kFloat64}) {
+    const int64_t rows = 37, cols = 70;
+    const size_t bytes = dtype_size(dtype);
+    Tensor in(dtype, Shape{rows, cols}), out(dtype, Shape{cols, rows});
+    auto* p = static_cast<uint8_t*>(in.data());
+    for (size_t i = 0; i < in.nbytes(); ++i) p[i] = static_cast<uint8_t>(i * 131 + 7);
+    transpose(in, out);
+    const auto* q = static_cast<const uint8_t*>(out.data());
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c)
+        ASSERT_EQ(std::memcmp(q + (c * rows + r) * bytes, p + (r * cols + c) * bytes, bytes), 0)
+            << dtype_name(dtype) << " (" << r << ", " << c << ")";
+  }
+  Tensor a(DType::kFloat32, Shape{4, 6}), wrong(DType::kFloat32, Shape{4, 6});
+  EXPECT_QMESH_ERROR(transpose(a, wrong), "transpose output");
+  Tensor b(DType::kBFloat16, Shape{6, 4});
+  EXPECT_QMESH_ERROR(transpose(a, b), "transpose output");
+  EXPECT_QMESH_ERROR(transpose(a, a), "transpose output");
 }
 
 TEST(LayerOps, LayerNormForwardAndBackwardMatchFloat64) {
@@ -186,7 +210,7 @@ TEST(LayerOps, CudaPlacementWithoutAGpuIsAClearError) {
   if (cuda_device_count() > 0) GTEST_SKIP() << "a CUDA device is present";
   run_local_ranks(1, [](Communicator& comm) {
     Mesh mesh(std::shared_ptr<Communicator>(&comm, [](Communicator*) {}), {{"dp", 1}, {"tp", 1}});
-    EXPECT_QMESH_ERROR(LayerContext(mesh, Recipe::kBf16, {}, {}, Placement{Device::cuda(0), {}}),
+    EXPECT_QMESH_ERROR(LayerContext(mesh, Recipe::kBf16, {}, {}, Placement{Device::cuda(0), {}, {}}),
                        "not available");
   });
   float w = 1.0f, g = 0.5f;
