@@ -1,6 +1,7 @@
 #include <mpi.h>
 
 #include "mpi/check.h"
+#include "mpi/progress_thread.h"
 #include "qmesh/comm/mpi.h"
 #include "qmesh/logging.h"
 
@@ -26,7 +27,9 @@ MpiSession::MpiSession(int* argc, char*** argv) {
 MpiSession::~MpiSession() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (owns_ && !finalized) MPI_Finalize();
+  if (!owns_ || finalized) return;
+  mpi::ProgressThread::stop();  // never inside MPI while it shuts down
+  MPI_Finalize();
 }
 
 }  // namespace qmesh

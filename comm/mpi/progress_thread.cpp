@@ -59,24 +59,40 @@ void ProgressThread::Active::release() {
   owner_ = nullptr;
 }
 
+namespace {
+std::mutex instance_mu;
+ProgressThread* instance = nullptr;  // created on first use, never destroyed
+bool stopped = false;                // stop() was called: no thread from now on
+}  // namespace
+
+ProgressThread* ProgressThread::started() {
+  std::lock_guard lock(instance_mu);
+  if (!instance && !stopped) instance = new ProgressThread;
+  return stopped ? nullptr : instance;
+}
+
 ProgressThread::Active ProgressThread::track() {
   if (!enabled()) return Active();
-  // Started on first use; joined at process exit (idle by then: MPI is finalized only
-  // after the communicators and their operations are gone).
-  static ProgressThread thread;
-  return Active(&thread);
+  return Active(started());
+}
+
+void ProgressThread::stop() {
+  ProgressThread* t = nullptr;
+  {
+    std::lock_guard lock(instance_mu);
+    stopped = true;
+    t = instance;
+  }
+  if (!t || !t->thread_.joinable()) return;
+  {
+    std::lock_guard lock(t->mu_);
+    t->stop_ = true;
+  }
+  t->wake_.notify_all();
+  t->thread_.join();
 }
 
 ProgressThread::ProgressThread() : thread_([this] { run(); }) {}
-
-ProgressThread::~ProgressThread() {
-  {
-    std::lock_guard lock(mu_);
-    stop_ = true;
-  }
-  wake_.notify_all();
-  thread_.join();
-}
 
 void ProgressThread::begin() {
   {
@@ -98,7 +114,7 @@ void ProgressThread::run() {
     wake_.wait(lock, [this] { return stop_ || active_ > 0; });
     if (stop_) return;
     lock.unlock();
-    if (mpi_usable()) {
+    if (mpi_usable()) {  // stop() joins this thread before MpiSession finalizes MPI
       int flag = 0;
       MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_SELF, &flag, MPI_STATUS_IGNORE);
     }

@@ -5,7 +5,9 @@
 // QMESH_MPI_PROGRESS_INTERVAL_US microseconds (MPI_Iprobe on MPI_COMM_SELF, which runs the
 // progress engine and matches nothing); when none is, it sleeps on a condition variable.
 //
-// On when MPI provides MPI_THREAD_MULTIPLE and QMESH_MPI_PROGRESS_THREAD is not 0.
+// On when MPI provides MPI_THREAD_MULTIPLE and QMESH_MPI_PROGRESS_THREAD is not 0. Started on
+// first use; MpiSession stops it (stop()) before MPI_Finalize, so that the thread is never
+// inside MPI while MPI shuts down.
 #pragma once
 
 #include <condition_variable>
@@ -30,13 +32,16 @@ class ProgressThread {
     ProgressThread* owner_ = nullptr;
   };
 
-  // An Active for a new in-flight operation; empty when background progress is off.
+  // An Active for a new in-flight operation; empty when background progress is off or
+  // stopped.
   static Active track();
-
-  ~ProgressThread();
+  // Ends the thread (joins it) if it was started; later operations get no background
+  // progress. Call before MPI_Finalize.
+  static void stop();
 
  private:
-  ProgressThread();
+  ProgressThread();  // the one instance lives until the process exits (never destroyed)
+  static ProgressThread* started();
   void run();
   void begin();
   void end();

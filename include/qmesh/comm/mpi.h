@@ -13,7 +13,8 @@
 namespace qmesh {
 
 // Initializes MPI (MPI_Init_thread asking for MPI_THREAD_MULTIPLE) unless it already is, and
-// finalizes it on destruction if this object initialized it. One per process, created
+// finalizes it on destruction if this object initialized it (after stopping the backend's
+// background progress thread). One per process, created
 // before any other MPI call. A failing job should not destroy it normally (MPI_Finalize
 // waits for the other ranks): exit with a non-zero status instead.
 class QMESH_API MpiSession {
