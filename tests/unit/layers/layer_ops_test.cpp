@@ -210,8 +210,9 @@ TEST(LayerOps, CudaPlacementWithoutAGpuIsAClearError) {
   if (cuda_device_count() > 0) GTEST_SKIP() << "a CUDA device is present";
   run_local_ranks(1, [](Communicator& comm) {
     Mesh mesh(std::shared_ptr<Communicator>(&comm, [](Communicator*) {}), {{"dp", 1}, {"tp", 1}});
-    EXPECT_QMESH_ERROR(LayerContext(mesh, Recipe::kBf16, {}, {}, Placement{Device::cuda(0), {}, {}}),
-                       "not available");
+    EXPECT_QMESH_ERROR(
+        LayerContext(mesh, Recipe::kBf16, {}, {}, Placement{Device::cuda(0), {}, {}}),
+        "not available");
   });
   float w = 1.0f, g = 0.5f;
   const TensorView on_gpu_w(&w, DType::kFloat32, Shape{1}, Device::cuda(0));
