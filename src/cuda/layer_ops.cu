@@ -270,22 +270,23 @@ void transpose(int device, const void* in, void* out, int64_t rows, int64_t cols
               65535 * kTile, ")");
   const dim3 grid(static_cast<unsigned>(tiles_x), static_cast<unsigned>(tiles_y));
   const cudaStream_t s = native(stream);
+  auto launch = [&](auto word) {  // elements moved as unsigned words of their size
+    using T = decltype(word);
+    transpose_kernel<T>
+        <<<grid, block, 0, s>>>(static_cast<const T*>(in), static_cast<T*>(out), rows, cols);
+  };
   switch (bytes) {
     case 1:
-      transpose_kernel<uint8_t><<<grid, block, 0, s>>>(static_cast<const uint8_t*>(in),
-                                                       static_cast<uint8_t*>(out), rows, cols);
+      launch(uint8_t{});
       break;
     case 2:
-      transpose_kernel<uint16_t><<<grid, block, 0, s>>>(static_cast<const uint16_t*>(in),
-                                                        static_cast<uint16_t*>(out), rows, cols);
+      launch(uint16_t{});
       break;
     case 4:
-      transpose_kernel<uint32_t><<<grid, block, 0, s>>>(static_cast<const uint32_t*>(in),
-                                                        static_cast<uint32_t*>(out), rows, cols);
+      launch(uint32_t{});
       break;
     case 8:
-      transpose_kernel<uint64_t><<<grid, block, 0, s>>>(static_cast<const uint64_t*>(in),
-                                                        static_cast<uint64_t*>(out), rows, cols);
+      launch(uint64_t{});
       break;
     default:
       QMESH_THROW("CUDA transpose: elements of ", bytes, " bytes are not supported");
