@@ -3,7 +3,9 @@
 #pragma once
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -34,11 +36,21 @@ inline void for_each_option(
   }
 }
 
-// The value of option `arg` as an integer >= 1 (Error naming the option otherwise).
-inline int positive(const std::string& arg, const std::string& value) {
-  const int v = std::atoi(value.c_str());
-  QMESH_CHECK(v >= 1, arg, " must be a positive integer, got '", value, "'");
+// The value of option `arg` as a whole integer >= `min` ("12x", "" and out-of-range values are
+// an Error naming the option).
+inline int64_t int_option(const std::string& arg, const std::string& value, int64_t min) {
+  int64_t v = 0;
+  const char* end = value.data() + value.size();
+  const auto [ptr, ec] = std::from_chars(value.data(), end, v);
+  QMESH_CHECK(ec == std::errc() && ptr == end && v >= min, arg, " must be an integer >= ", min,
+              ", got '", value, "'");
   return v;
+}
+// int_option(arg, value, 1) as an int.
+inline int positive(const std::string& arg, const std::string& value) {
+  const int64_t v = int_option(arg, value, 1);
+  QMESH_CHECK(v <= INT32_MAX, arg, " is too large: ", value);
+  return static_cast<int>(v);
 }
 
 // The slowest rank's median time in seconds of `fn` over `iters` runs, each started after

@@ -75,7 +75,7 @@ Options parse(int argc, char** argv) {
     else if (arg == "--iters")
       o.iters = positive(arg, value);
     else if (arg == "--warmup")
-      o.warmup = std::atoi(value.c_str());
+      o.warmup = static_cast<int>(bench::int_option(arg, value, 0));
     else if (arg == "--json")
       o.json = value;
     else

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "bench_util.h"
+#include "cuda/check.h"
 #include "qmesh/comm/local.h"
 #include "qmesh/copy.h"
 #include "qmesh/device.h"
@@ -79,7 +80,7 @@ Options parse(int argc, char** argv) {
     else if (arg == "--iters")
       o.iters = positive(arg, value);
     else if (arg == "--warmup")
-      o.warmup = std::max(0, std::atoi(value.c_str()));
+      o.warmup = static_cast<int>(bench::int_option(arg, value, 0));
     else if (arg == "--json")
       o.json = value;
     else
@@ -90,15 +91,11 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-void check_cuda(cudaError_t e, const char* what) {
-  QMESH_CHECK(e == cudaSuccess, what, " failed: ", cudaGetErrorString(e));
-}
-
 // One rank's compute and comm streams.
 class RankStreams {
  public:
   RankStreams() {
-    for (cudaStream_t& s : streams_) check_cuda(cudaStreamCreate(&s), "cudaStreamCreate");
+    for (cudaStream_t& s : streams_) QMESH_CHECK_CUDA(cudaStreamCreate(&s));
   }
   ~RankStreams() {
     for (cudaStream_t s : streams_) cudaStreamDestroy(s);
@@ -107,7 +104,7 @@ class RankStreams {
   RankStreams& operator=(const RankStreams&) = delete;
   CollectiveGemmStreams get() const { return {{streams_[0]}, {streams_[1]}}; }
   void sync() const {
-    for (cudaStream_t s : streams_) check_cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+    for (cudaStream_t s : streams_) QMESH_CHECK_CUDA(cudaStreamSynchronize(s));
   }
 
  private:
@@ -291,7 +288,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     cudaDeviceProp prop{};
-    check_cuda(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+    QMESH_CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
     std::vector<Result> results;
     for (int tp : {2, 4, 8}) {
       if (o.tp != 0 && o.tp != tp) continue;

@@ -110,7 +110,7 @@ Options parse(int argc, char** argv) {
     if (arg == "--backend") {
       o.backend = value;
     } else if (arg == "--ranks") {
-      o.ranks = std::atoi(value.c_str());
+      o.ranks = bench::positive(arg, value);
     } else if (arg == "--min-bytes") {
       o.min_bytes = parse_bytes(value);
     } else if (arg == "--max-bytes") {
@@ -118,7 +118,7 @@ Options parse(int argc, char** argv) {
     } else if (arg == "--bytes-per-size") {
       o.bytes_per_size = parse_bytes(value);
     } else if (arg == "--warmup") {
-      o.warmup = std::atoi(value.c_str());
+      o.warmup = static_cast<int>(bench::int_option(arg, value, 0));
     } else if (arg == "--json") {
       o.json = value;
     } else {

@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
+#include "cuda/check.h"
 #include "mlp_step.h"
 #include "qmesh/comm/local.h"
 #include "qmesh/device.h"
@@ -24,36 +26,29 @@
 
 namespace {
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "%s failed: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
-
 // Median milliseconds of one training step of `recipe`.
 double median_step_ms(qmesh::Recipe recipe, int64_t tokens, int64_t hidden, int64_t ffn,
                       int iters) {
   std::vector<float> ms(size_t(iters), 0.0f);
   qmesh::run_local_ranks(1, [&](qmesh::Communicator& comm) {
     cudaStream_t stream = nullptr;
-    check(cudaStreamCreate(&stream), "cudaStreamCreate");
+    QMESH_CHECK_CUDA(cudaStreamCreate(&stream));
     {
       const std::shared_ptr<qmesh::Communicator> world(&comm, [](qmesh::Communicator*) {});
       bench::MlpStep step(world, recipe, tokens, hidden, ffn,
                           qmesh::Placement{qmesh::Device::cuda(0), {stream}, {}});
       for (int i = 0; i < 2; ++i) step.run();  // plans, workspaces, scaling state
       std::vector<cudaEvent_t> events(size_t(iters) + 1);
-      for (auto& e : events) check(cudaEventCreate(&e), "cudaEventCreate");
-      check(cudaEventRecord(events[0], stream), "cudaEventRecord");
+      for (auto& e : events) QMESH_CHECK_CUDA(cudaEventCreate(&e));
+      QMESH_CHECK_CUDA(cudaEventRecord(events[0], stream));
       for (int i = 0; i < iters; ++i) {
         step.run();
-        check(cudaEventRecord(events[size_t(i) + 1], stream), "cudaEventRecord");
+        QMESH_CHECK_CUDA(cudaEventRecord(events[size_t(i) + 1], stream));
       }
-      check(cudaEventSynchronize(events.back()), "cudaEventSynchronize");
+      QMESH_CHECK_CUDA(cudaEventSynchronize(events.back()));
       for (int i = 0; i < iters; ++i)
-        check(cudaEventElapsedTime(&ms[size_t(i)], events[size_t(i)], events[size_t(i) + 1]),
-              "cudaEventElapsedTime");
+        QMESH_CHECK_CUDA(
+            cudaEventElapsedTime(&ms[size_t(i)], events[size_t(i)], events[size_t(i) + 1]));
       for (auto& e : events) cudaEventDestroy(e);
     }
     cudaStreamDestroy(stream);
@@ -68,43 +63,37 @@ int main(int argc, char** argv) try {
   int iters = 10;
   int64_t tokens = 4 * 2048, hidden = 4096, ffn = 16384;
   std::string json_path;
-  const char* usage =
-      "usage: dense_gpu_bench [--iters N] [--tokens T] [--hidden H] [--ffn F] [--json FILE]\n"
-      "  one LayerNormMLP forward+backward on GPU 0, BF16 vs FP8 delayed scaling\n"
-      "  --iters:  timed steps per recipe (default 10, after 2 warm-up steps; median reported)\n"
-      "  --tokens: batch x seq (default 8192), --hidden (4096), --ffn (16384); FP8 needs\n"
-      "            multiples of 16\n"
-      "  --json:   also write the JSON object to FILE\n";
-  for (int i = 1; i < argc; ++i) {
-    const bool has_value = i + 1 < argc;
-    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
-      std::printf("%s", usage);
-      return 0;
-    } else if (std::strcmp(argv[i], "--iters") == 0 && has_value) {
-      iters = std::atoi(argv[++i]);
-    } else if (std::strcmp(argv[i], "--tokens") == 0 && has_value) {
-      tokens = std::atoll(argv[++i]);
-    } else if (std::strcmp(argv[i], "--hidden") == 0 && has_value) {
-      hidden = std::atoll(argv[++i]);
-    } else if (std::strcmp(argv[i], "--ffn") == 0 && has_value) {
-      ffn = std::atoll(argv[++i]);
-    } else if (std::strcmp(argv[i], "--json") == 0 && has_value) {
-      json_path = argv[++i];
-    } else {
-      std::fprintf(stderr, "%s", usage);
-      return 2;
-    }
-  }
-  if (iters <= 0 || tokens <= 0 || hidden <= 0 || ffn <= 0) {
-    std::fprintf(stderr, "dense_gpu_bench: --iters, --tokens, --hidden and --ffn must be > 0\n");
-    return 2;
-  }
+  const auto usage = [](const char*) {
+    std::printf(
+        "usage: dense_gpu_bench [--iters N] [--tokens T] [--hidden H] [--ffn F] [--json FILE]\n"
+        "  one LayerNormMLP forward+backward on GPU 0, BF16 vs FP8 delayed scaling\n"
+        "  --iters:  timed steps per recipe (default 10, after 2 warm-up steps; median "
+        "reported)\n"
+        "  --tokens: batch x seq (default 8192), --hidden (4096), --ffn (16384); FP8 needs\n"
+        "            multiples of 16\n"
+        "  --json:   also write the JSON object to FILE\n");
+  };
+  qmesh::bench::for_each_option(argc, argv, usage,
+                                [&](const std::string& arg, const std::string& value) {
+                                  if (arg == "--iters")
+                                    iters = qmesh::bench::positive(arg, value);
+                                  else if (arg == "--tokens")
+                                    tokens = qmesh::bench::int_option(arg, value, 1);
+                                  else if (arg == "--hidden")
+                                    hidden = qmesh::bench::int_option(arg, value, 1);
+                                  else if (arg == "--ffn")
+                                    ffn = qmesh::bench::int_option(arg, value, 1);
+                                  else if (arg == "--json")
+                                    json_path = value;
+                                  else
+                                    QMESH_THROW("unknown option ", arg, " (see --help)");
+                                });
   if (qmesh::cuda_device_count() == 0) {
     std::printf("no GPU: dense_gpu_bench needs a CUDA device; nothing was measured\n");
     return 0;
   }
   cudaDeviceProp prop{};
-  check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  QMESH_CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
   const double flops = bench::MlpStep::flops(tokens, hidden, ffn);
   std::printf("%s: LayerNormMLP forward+backward, %lld tokens, hidden %lld, ffn %lld\n\n",
               prop.name, (long long)tokens, (long long)hidden, (long long)ffn);

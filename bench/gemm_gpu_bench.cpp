@@ -4,9 +4,7 @@
 // (16384, 4096)}. Prints a table, then one JSON object. Exits 0 with "no GPU" on a machine
 // without one. Each GEMM is timed twice in the same run: with the cuBLASLt heuristic's first
 // algorithm and autotuned (the program sets QMESH_GEMM_AUTOTUNE itself).
-//   usage: gemm_gpu_bench [--iters N] [--json FILE]
-//   --iters: timed runs per GEMM (default 50; 10 warm-up runs precede them)
-//   --json:  also write the JSON object to FILE
+//   usage: gemm_gpu_bench [--iters N] [--json FILE] (--help)
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -19,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
+#include "cuda/check.h"
 #include "qmesh/copy.h"
 #include "qmesh/device.h"
 #include "qmesh/float16.h"
@@ -31,13 +31,6 @@ namespace {
 struct Shape3 {
   int64_t m, n, k;
 };
-
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "%s failed: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
 
 // Random host bytes of `n` elements of `dtype` (values in [-1, 1], FP8 scaled by 448).
 std::vector<uint8_t> random_bytes(qmesh::DType dtype, int64_t n, uint32_t seed) {
@@ -56,19 +49,19 @@ std::vector<uint8_t> random_bytes(qmesh::DType dtype, int64_t n, uint32_t seed) 
 // Milliseconds per GEMM, averaged over `iters` runs after 10 warm-up runs.
 double time_gemm(const qmesh::GemmArgs& args, int iters) {
   cudaStream_t stream = nullptr;
-  check(cudaStreamCreate(&stream), "cudaStreamCreate");
+  QMESH_CHECK_CUDA(cudaStreamCreate(&stream));
   qmesh::Gemm op;
   op.initialize(args, nullptr, {stream});
   for (int i = 0; i < 10; ++i) op.run({stream});
   cudaEvent_t start, stop;
-  check(cudaEventCreate(&start), "cudaEventCreate");
-  check(cudaEventCreate(&stop), "cudaEventCreate");
-  check(cudaEventRecord(start, stream), "cudaEventRecord");
+  QMESH_CHECK_CUDA(cudaEventCreate(&start));
+  QMESH_CHECK_CUDA(cudaEventCreate(&stop));
+  QMESH_CHECK_CUDA(cudaEventRecord(start, stream));
   for (int i = 0; i < iters; ++i) op.run({stream});
-  check(cudaEventRecord(stop, stream), "cudaEventRecord");
-  check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+  QMESH_CHECK_CUDA(cudaEventRecord(stop, stream));
+  QMESH_CHECK_CUDA(cudaEventSynchronize(stop));
   float ms = 0;
-  check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+  QMESH_CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   cudaStreamDestroy(stream);
@@ -123,29 +116,31 @@ std::array<double, 2> bench(const Shape3& s, qmesh::DType dtype, int iters) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   int iters = 50;
   std::string json_path;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--iters") == 0 && i + 1 < argc) {
-      iters = std::atoi(argv[++i]);
-    } else if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) {
-      json_path = argv[++i];
-    } else {
-      std::fprintf(stderr, "usage: gemm_gpu_bench [--iters N] [--json FILE]\n");
-      return 2;
-    }
-  }
-  if (iters <= 0) {
-    std::fprintf(stderr, "gemm_gpu_bench: --iters must be > 0\n");
-    return 2;
-  }
+  const auto usage = [](const char*) {
+    std::printf(
+        "usage: gemm_gpu_bench [--iters N] [--json FILE]\n"
+        "  FP8 and BF16 GEMM throughput of the cuBLASLt backend on GPU 0\n"
+        "  --iters: timed runs per GEMM (default 50; 10 warm-up runs precede them)\n"
+        "  --json:  also write the JSON object to FILE\n");
+  };
+  qmesh::bench::for_each_option(argc, argv, usage,
+                                [&](const std::string& arg, const std::string& value) {
+                                  if (arg == "--iters")
+                                    iters = qmesh::bench::positive(arg, value);
+                                  else if (arg == "--json")
+                                    json_path = value;
+                                  else
+                                    QMESH_THROW("unknown option ", arg, " (see --help)");
+                                });
   if (qmesh::cuda_device_count() == 0) {
     std::printf("no GPU: gemm_gpu_bench needs a CUDA device; nothing was measured\n");
     return 0;
   }
   cudaDeviceProp prop{};
-  check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  QMESH_CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
   const Shape3 shapes[] = {{4096, 4096, 4096}, {8192, 8192, 8192},  {8192, 12288, 4096},
                            {8192, 4096, 4096}, {8192, 16384, 4096}, {8192, 4096, 16384}};
   std::printf("device: %s, %d iterations; TFLOP/s with the heuristic's algorithm and autotuned\n",
@@ -175,4 +170,7 @@ int main(int argc, char** argv) {
   std::printf("%s\n", json.c_str());
   if (!json_path.empty()) std::ofstream(json_path) << json << "\n";
   return 0;
+} catch (const qmesh::Error& e) {
+  std::fprintf(stderr, "gemm_gpu_bench: %s\n", e.message().c_str());
+  return 1;
 }

@@ -1,12 +1,15 @@
 // GPU throughput of the fused cast_transpose + amax (bf16 -> e4m3) against the measured
 // device-to-device copy bandwidth (bytes read + written in both cases), and the latency of
 // the fused delayed-scaling update of 1000 tensors x history 1024. Prints a table, then one
-// JSON object. Without a GPU it says "no GPU" and exits 0.
+// JSON object (also to --json FILE). Without a GPU it says "no GPU" and exits 0.
 #include <cuda_runtime_api.h>
 
 #include <cstdio>
+#include <fstream>
+#include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "cuda/check.h"
 #include "qmesh/copy.h"
 #include "qmesh/device.h"
@@ -47,7 +50,20 @@ struct Row {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) try {
+  std::string json_path;
+  const auto usage = [](const char*) {
+    std::printf(
+        "usage: quant_gpu_bench [--json FILE]\n"
+        "  cast_transpose bf16->e4m3 throughput against the D2D copy bandwidth, and the fused\n"
+        "  delayed-scaling update of 1000 tensors x history 1024, on GPU 0\n"
+        "  --json: also write the JSON object to FILE\n");
+  };
+  qmesh::bench::for_each_option(
+      argc, argv, usage, [&](const std::string& arg, const std::string& value) {
+        QMESH_CHECK(arg == "--json", "unknown option ", arg, " (see --help)");
+        json_path = value;
+      });
   if (qmesh::cuda_device_count() == 0) {
     std::printf("no GPU: quant_gpu_bench needs a CUDA device\n");
     return 0;
@@ -102,13 +118,23 @@ int main() {
                 row.us, row.gbps, 100.0 * row.fraction);
   std::printf("\nfused update, 1000 tensors x history 1024: %.1f us\n\n", update_us);
 
-  std::printf("{\"device\": \"%s\", \"copy_gbps\": %.1f, \"cast_transpose\": [", prop.name,
-              copy_gbps);
-  for (size_t i = 0; i < rows.size(); ++i)
-    std::printf(
+  char buf[256];
+  std::snprintf(buf, sizeof(buf), "\", \"copy_gbps\": %.1f, \"cast_transpose\": [", copy_gbps);
+  std::string json = std::string("{\"device\": \"") + prop.name + buf;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    std::snprintf(
+        buf, sizeof(buf),
         "%s{\"rows\": %lld, \"cols\": %lld, \"us\": %.2f, \"gbps\": %.1f, \"fraction\": %.4f}",
         i ? ", " : "", (long long)rows[i].rows, (long long)rows[i].cols, rows[i].us, rows[i].gbps,
         rows[i].fraction);
-  std::printf("], \"update_1000x1024_us\": %.2f}\n", update_us);
+    json += buf;
+  }
+  std::snprintf(buf, sizeof(buf), "], \"update_1000x1024_us\": %.2f}", update_us);
+  json += buf;
+  std::printf("%s\n", json.c_str());
+  if (!json_path.empty()) std::ofstream(json_path) << json << "\n";
   return 0;
+} catch (const qmesh::Error& e) {
+  std::fprintf(stderr, "quant_gpu_bench: %s\n", e.message().c_str());
+  return 1;
 }

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -97,18 +98,33 @@ uint32_t checksum(const std::vector<qmesh::Parameter*>& params) {
   return h;
 }
 
+// Where this rank sits among the ranks of its host (collective over the world, once).
+struct NodeLayout {
+  int local_rank = 0;      // position among the ranks of this rank's host
+  int ranks_per_node = 1;  // ranks on the fullest host
+};
+
+NodeLayout node_layout(qmesh::Communicator& world) {
+  const std::vector<int> hosts = world.host_ids();
+  std::map<int, int> per_host;
+  NodeLayout node;
+  for (int r = 0; r < world.size(); ++r) {
+    const int count = ++per_host[hosts[size_t(r)]];
+    if (r == world.rank()) node.local_rank = count - 1;
+    node.ranks_per_node = std::max(node.ranks_per_node, count);
+  }
+  return node;
+}
+
 // The communicator the layers compute over, and their device: the MPI world on the CPU; with
 // --device cuda, an NCCL world (bootstrapped over MPI), one GPU per rank (its local rank).
 std::shared_ptr<qmesh::Communicator> compute_world(
-    const Options& o, const std::shared_ptr<qmesh::Communicator>& world, qmesh::Device& device) {
+    const Options& o, const NodeLayout& node, const std::shared_ptr<qmesh::Communicator>& world,
+    qmesh::Device& device) {
   device = qmesh::Device::host();
   if (o.device != DeviceChoice::kCuda) return world;
 #if QMESH_WITH_NCCL
-  const std::vector<int> hosts = world->host_ids();
-  int local_rank = 0;
-  for (int r = 0; r < world->rank(); ++r)
-    local_rank += hosts[size_t(r)] == hosts[size_t(world->rank())];
-  device = qmesh::Device::cuda(local_rank);  // validate() saw a GPU for every rank of a node
+  device = qmesh::Device::cuda(node.local_rank);  // validate() saw a GPU for every rank
   const cudaError_t set = cudaSetDevice(device.index);
   QMESH_CHECK(set == cudaSuccess, "cannot use ", device.str(), ": ", cudaGetErrorString(set));
   const auto bootstrap = qmesh::make_mpi_bootstrap();
@@ -144,10 +160,11 @@ void all_ranks_or_throw(qmesh::Communicator& world, const std::function<void()>&
 }
 
 // Options must have been validated against the world size.
-int run(const Options& o, const std::shared_ptr<qmesh::Communicator>& world) {
+int run(const Options& o, const NodeLayout& node,
+        const std::shared_ptr<qmesh::Communicator>& world) {
   const bool root = world->rank() == 0;
   qmesh::Device device;
-  qmesh::Mesh mesh(compute_world(o, world, device), {{"dp", o.dp}, {"tp", o.tp}});
+  qmesh::Mesh mesh(compute_world(o, node, world, device), {{"dp", o.dp}, {"tp", o.tp}});
   // Host-side reductions (the loss) run over MPI: a mesh of the MPI world when the layers'
   // mesh is NCCL's.
   std::optional<qmesh::Mesh> mpi_mesh;
@@ -304,12 +321,9 @@ int main(int argc, char** argv) {
   try {
     qmesh::MpiSession mpi(&argc, &argv);
     auto world = qmesh::make_mpi_world();
+    const train_mlp::NodeLayout node = train_mlp::node_layout(*world);
     try {
-      const std::vector<int> hosts = world->host_ids();
-      int ranks_per_node = 0;
-      for (int h : hosts)
-        ranks_per_node = std::max(ranks_per_node, int(std::count(hosts.begin(), hosts.end(), h)));
-      train_mlp::validate(*options, world->size(), ranks_per_node);
+      train_mlp::validate(*options, world->size(), node.ranks_per_node);
       if (world->rank() == 0 && !options->cpu_reason.empty())
         std::printf("train_mlp: --device auto: training on the CPU backend: %s\n",
                     options->cpu_reason.c_str());
@@ -317,7 +331,7 @@ int main(int argc, char** argv) {
       if (world->rank() == 0) std::fprintf(stderr, "train_mlp: %s\n", e.message().c_str());
       return 2;
     }
-    return train_mlp::run(*options, world);
+    return train_mlp::run(*options, node, world);
   } catch (const qmesh::Error& e) {
     // A failed rank must not wait in MPI_Finalize for the others: report and exit.
     std::fprintf(stderr, "train_mlp: %s\n", e.message().c_str());
