@@ -23,7 +23,9 @@
 #include "qmesh/copy.h"
 #include "qmesh/error.h"
 #include "qmesh/layers/layer_norm_mlp.h"
+#include "qmesh/owned_stream.h"
 #include "qmesh/train/grad_sync.h"
+#include "qmesh/train/loss.h"
 #include "qmesh/train/optimizer.h"
 #include "qmesh/version.h"
 #include "teacher.h"
@@ -71,22 +73,6 @@ class Model {
  private:
   std::vector<qmesh::LayerNormMLP> blocks_;
 };
-
-// Mean squared error over every element of the global batch; writes dL/dy for the local
-// elements and returns the local sum of squared errors.
-double mse(const qmesh::TensorView& y, const qmesh::TensorView& t, double global_count,
-           const qmesh::TensorView& dy) {
-  const float* py = y.data_as<float>();
-  const float* pt = t.data_as<float>();
-  float* pd = dy.data_as<float>();
-  double sum = 0;
-  for (int64_t i = 0; i < y.numel(); ++i) {
-    const double d = double(py[i]) - pt[i];
-    sum += d * d;
-    pd[i] = float(2.0 * d / global_count);
-  }
-  return sum;
-}
 
 uint32_t checksum(const std::vector<qmesh::Parameter*>& params) {
   uint32_t h = 2166136261u;  // FNV-1a over the raw bytes of the local shards
@@ -136,7 +122,7 @@ std::shared_ptr<qmesh::Communicator> compute_world(
 }
 
 // `host` itself when the layers run on the host; else `staging` on `device`, holding a copy.
-// Blocking.
+// Blocking (cudaMemcpy on the legacy default stream, ordered with the streams of Streams).
 qmesh::TensorView placed(const qmesh::Tensor& host, qmesh::Tensor& staging, qmesh::Device device) {
   if (device.is_host()) return host;
   if (staging.data() == nullptr) staging = qmesh::Tensor(host.dtype(), host.shape(), device);
@@ -166,6 +152,14 @@ void all_ranks_or_exit(qmesh::Communicator& world, const std::function<void()>& 
   std::_Exit(1);  // not MPI_Finalize: every rank stops here, none waits for the others
 }
 
+// The streams of the layers on CUDA: their kernels, copies and collectives run on `compute`;
+// sequence-parallel layers move their chunks on `comm` meanwhile. Both synchronize with the
+// legacy default stream, so the example's blocking copies need no extra synchronization.
+struct Streams {
+  explicit Streams(qmesh::Device device) : compute(device), comm(device) {}
+  qmesh::OwnedStream compute, comm;
+};
+
 // Options must have been validated against the world size.
 int run(const Options& o, const NodeLayout& node,
         const std::shared_ptr<qmesh::Communicator>& world) {
@@ -182,16 +176,19 @@ int run(const Options& o, const NodeLayout& node,
   qmesh::DelayedScaling delayed;
   delayed.amax_history_len = o.amax_history;
   delayed.margin = o.margin;
-  // Every layer call, copy and collective of the step is ordered on the legacy default stream
-  // (Stream{}), so the blocking copies between host and device need no extra synchronization.
-  qmesh::LayerContext ctx(mesh, o.recipe, delayed, {}, qmesh::Placement{device, {}, {}});
+  std::optional<Streams> streams;
+  if (!device.is_host()) streams.emplace(device);
+  const qmesh::Stream stream = streams ? streams->compute.get() : qmesh::Stream{};
+  qmesh::LayerContext ctx(
+      mesh, o.recipe, delayed, {},
+      qmesh::Placement{device, stream, streams ? streams->comm.get() : qmesh::Stream{}});
   ctx.set_overlap(o.overlap);
   Model model(o, ctx);
   auto params = model.parameters();
   std::unique_ptr<qmesh::Optimizer> opt =
-      o.optimizer == "adamw" ? qmesh::make_adamw(params, {o.lr, 0.9f, 0.999f, 1e-8f, 0.0f})
-                             : qmesh::make_sgd(params, {o.lr, 0.9f, 0.0f});
-  qmesh::GradSync sync(mesh.axis("dp"), params);
+      o.optimizer == "adamw" ? qmesh::make_adamw(params, {o.lr, 0.9f, 0.999f, 1e-8f, 0.0f}, stream)
+                             : qmesh::make_sgd(params, {o.lr, 0.9f, 0.0f}, stream);
+  qmesh::GradSync sync(mesh.axis("dp"), params, 4u << 20, stream);
   TeacherTask task(o.hidden, o.seed);
 
   // Tokens of this rank: its dp rank's batch, sliced over tp under sequence parallelism.
@@ -246,25 +243,26 @@ int run(const Options& o, const NodeLayout& node,
     if (!o.resume) csv << "step,loss\n";
   }
 
-  // Data and targets are generated on the host. On CUDA, x is copied to the device, and the
-  // output comes back to the host for the loss (the teacher and MSE are host code), which
-  // sends dL/dy back to the device.
+  // Data and targets are generated on the host (the teacher is host code) and copied to the
+  // device; the loss and dL/dy are computed where the layers run, and only the local sum of
+  // squared errors comes back to the host, to be summed over the ranks.
   qmesh::Tensor x(qmesh::DType::kFloat32, qmesh::Shape{tokens, o.hidden});
-  qmesh::Tensor t(x.dtype(), x.shape()), dy(x.dtype(), x.shape()), y_host(x.dtype(), x.shape());
-  qmesh::Tensor x_dev, dy_dev;
+  qmesh::Tensor t(x.dtype(), x.shape()), x_dev, t_dev;
+  qmesh::Tensor dy(x.dtype(), x.shape(), device);
   qmesh::Tensor loss_sum(qmesh::DType::kFloat64, qmesh::Shape{1});
+  qmesh::Tensor local_sum(loss_sum.dtype(), loss_sum.shape(), device);
   const auto begin = Clock::now();
   auto window_start = begin;
   double loss = 0;
   for (int step = start + 1; step <= o.steps; ++step) {
     task.batch(step, first, x, t);
     const qmesh::TensorView y = model.forward(placed(x, x_dev, device));
-    if (!device.is_host()) qmesh::copy_tensor(y_host, y);
-    *loss_sum.data_as<double>() = mse(device.is_host() ? y : y_host.view(), t, global_count, dy);
-    model.backward(placed(dy, dy_dev, device), sync);
+    qmesh::mse_loss(y, placed(t, t_dev, device), global_count, dy, local_sum, stream);
+    model.backward(dy, sync);
     sync.finish();
     ctx.end_step();  // the step's one amax all-reduce and scale update (FP8 delayed)
     opt->step();
+    qmesh::copy_tensor(loss_sum, local_sum);  // on CUDA: waits for the whole step
     loss_comm->all_reduce(loss_sum, qmesh::ReduceOp::kSum);
     loss = *loss_sum.data_as<double>() / global_count;
     QMESH_CHECK(std::isfinite(loss), "the loss became ", loss, " at step ", step,
@@ -284,7 +282,7 @@ int run(const Options& o, const NodeLayout& node,
     const bool last = step == o.steps;
     if (!o.checkpoint_dir.empty() &&
         (last || (o.checkpoint_every > 0 && step % o.checkpoint_every == 0))) {
-      qmesh::synchronize(device);  // the step's updates are complete before they are saved
+      qmesh::synchronize(device, stream);  // the step's updates are complete before saving
       save_checkpoint(o.checkpoint_dir, step, ckpt, *world);
     }
   }

@@ -95,15 +95,17 @@ std::string cuda_obstacle(const Options& o, int ranks_per_node) {
     return qmesh::detail::concat(ranks_per_node, " ranks share a node's ", gpus,
                                  " GPU(s), and NCCL needs one GPU per rank; start at most ", gpus,
                                  " ranks per node");
-  if (o.sequence_parallel)
-    return "train_mlp runs --sequence-parallel on the CPU only (on CUDA the layers need a "
-           "second stream for the collective GEMMs, which this example does not set up)";
+  if (o.regather_input)
+    return "--regather-input runs on the CPU only (the layers keep the gathered input on CUDA)";
+  // Under sequence parallelism every GEMM of the rings multiplies one rank's chunk of tokens.
+  const int64_t tokens = o.sequence_parallel ? o.seq * o.batch / o.tp : o.seq * o.batch;
   const bool fp8 = o.recipe == qmesh::Recipe::kFp8Delayed || o.recipe == qmesh::Recipe::kFp8Current;
-  if (fp8 && (o.hidden % 16 != 0 || (o.ffn / o.tp) % 16 != 0 || (o.seq * o.batch) % 16 != 0))
+  if (fp8 && (o.hidden % 16 != 0 || (o.ffn / o.tp) % 16 != 0 || tokens % 16 != 0))
     return qmesh::detail::concat(
-        "FP8 GEMMs on CUDA need --hidden, --ffn / --tp and --seq x --batch to be multiples "
-        "of 16, got ",
-        o.hidden, ", ", o.ffn / o.tp, " and ", o.seq * o.batch);
+        "FP8 GEMMs on CUDA need --hidden, --ffn / --tp and the tokens per rank (--seq x "
+        "--batch",
+        o.sequence_parallel ? " / --tp" : "", ") to be multiples of 16, got ", o.hidden, ", ",
+        o.ffn / o.tp, " and ", tokens);
   return "";
 }
 

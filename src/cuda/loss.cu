@@ -1,0 +1,68 @@
+// Mean-squared-error loss on CUDA: one grid-stride pass writes dy and one float64 partial
+// sum per block; one block then adds the partials. The grid size is fixed, so every element
+// lands in the same partial in the same order on every call: the sum is deterministic.
+#include <cuda_runtime.h>
+
+#include "cuda/check.h"
+#include "cuda/device_guard.h"
+#include "cuda/loss_kernel.h"
+
+namespace qmesh::detail::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kBlocks = 1024;  // partial sums; enough blocks to fill an H100/H200
+
+// Sums v over the block in a fixed tree; the result is valid in thread 0.
+__device__ double block_sum(double v) {
+  __shared__ double warp_sums[kThreads / 32];
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_down_sync(0xffffffffu, v, offset);
+  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = v;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    v = threadIdx.x < kThreads / 32 ? warp_sums[threadIdx.x] : 0.0;
+    for (int offset = 16; offset > 0; offset /= 2) v += __shfl_down_sync(0xffffffffu, v, offset);
+  }
+  return v;
+}
+
+__global__ void __launch_bounds__(kThreads)
+    mse_partial_kernel(const float* y, const float* target, double global_count, float* dy,
+                       double* partial, int64_t n) {
+  double sum = 0;
+  const int64_t stride = int64_t(gridDim.x) * kThreads;
+  for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < n; i += stride) {
+    const double d = double(y[i]) - double(target[i]);
+    sum += d * d;
+    dy[i] = float(2.0 * d / global_count);
+  }
+  sum = block_sum(sum);
+  if (threadIdx.x == 0) partial[blockIdx.x] = sum;
+}
+
+__global__ void __launch_bounds__(kThreads)
+    sum_partials_kernel(const double* partial, double* out, int count) {
+  double sum = 0;
+  for (int i = threadIdx.x; i < count; i += kThreads) sum += partial[i];
+  sum = block_sum(sum);
+  if (threadIdx.x == 0) *out = sum;
+}
+
+}  // namespace
+
+void mse_loss(int device, const float* y, const float* target, double global_count, float* dy,
+              double* sum_sq, int64_t n, Stream stream) {
+  const DeviceGuard guard(device);
+  const cudaStream_t s = static_cast<cudaStream_t>(stream.handle);
+  double* partial = nullptr;
+  QMESH_CHECK_CUDA(
+      cudaMallocAsync(reinterpret_cast<void**>(&partial), kBlocks * sizeof(double), s));
+  mse_partial_kernel<<<kBlocks, kThreads, 0, s>>>(y, target, global_count, dy, partial, n);
+  QMESH_CHECK_CUDA(cudaGetLastError());
+  sum_partials_kernel<<<1, kThreads, 0, s>>>(partial, sum_sq, kBlocks);
+  QMESH_CHECK_CUDA(cudaGetLastError());
+  QMESH_CHECK_CUDA(cudaFreeAsync(partial, s));
+}
+
+}  // namespace qmesh::detail::cuda
