@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "cpu/gelu.h"
+#include "ops/device_dispatch.h"
 #include "qmesh/config.h"
 #include "qmesh/float16.h"
 #include "qmesh/ops/add.h"
@@ -42,18 +43,7 @@ void check_args(std::string_view op, const Device& device, const Shape& shape,
   }
 }
 
-// Runs `host` on the host, else `cuda(device index)` after checking that the device is usable.
-template <class Host, class Cuda>
-void dispatch(const Device& device, Host&& host, [[maybe_unused]] Cuda&& cuda) {
-  if (device.is_host()) {
-    host();
-    return;
-  }
-  require_device(device);
-#if QMESH_WITH_CUDA
-  cuda(device.index);
-#endif
-}
+using detail::dispatch;
 
 }  // namespace
 
