@@ -10,7 +10,6 @@
 
 #include "cpu/gelu.h"
 #include "ops/device_dispatch.h"
-#include "qmesh/config.h"
 #include "qmesh/float16.h"
 #include "qmesh/ops/add.h"
 #include "qmesh/ops/bias.h"
