@@ -101,10 +101,16 @@ class Handle {
   }
 
   // Throws (after aborting) if NCCL has reported an asynchronous error; returns whether
-  // the communicator is still busy with non-blocking setup (ncclInProgress).
+  // the communicator is still busy with non-blocking setup (ncclInProgress). Throws the
+  // abort reason once the communicator was aborted (ncclCommAbort freed it: it must not be
+  // queried again).
   bool poll_async(const std::string& what) {
     ncclResult_t state = ncclSuccess;
-    QMESH_CHECK_NCCL(ncclCommGetAsyncError(comm_, &state));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      QMESH_CHECK(!aborted_, what, ": the NCCL communicator was aborted (", reason_, ")");
+      QMESH_CHECK_NCCL(ncclCommGetAsyncError(comm_, &state));
+    }
     if (state == ncclSuccess) return false;
     if (state == ncclInProgress) return true;
     const std::string reason =
