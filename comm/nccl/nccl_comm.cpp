@@ -231,6 +231,7 @@ class NcclComm final : public Communicator {
   WorkHandle all_gather_async(TensorView in, TensorView out, Stream stream) override {
     comm_check::all_gather_args(in, out, size_);
     require_on_device(in, "all_gather input");
+    require_on_device(out, "all_gather output");
     Launch launch(*this, stream, "nccl all_gather");
     QMESH_CHECK_NCCL(
         ncclAllGather(in.data, out.data, in.nbytes(), ncclUint8, comm(), launch.stream));
@@ -241,6 +242,7 @@ class NcclComm final : public Communicator {
                                   Stream stream) override {
     comm_check::reduce_scatter_args(in, out, size_);
     require_on_device(in, "reduce_scatter input");
+    require_on_device(out, "reduce_scatter output");
     Launch launch(*this, stream, "nccl reduce_scatter");
     QMESH_CHECK_NCCL(ncclReduceScatter(in.data, out.data, count(out), reduction_type(in.dtype),
                                        reduction_op(op), comm(), launch.stream));
