@@ -304,7 +304,10 @@ class NcclComm final : public Communicator {
     std::memcpy(mine.data(), name.data(), std::min(name.size(), sizeof(int32_t) * kWords - 1));
     Tensor in(DType::kInt32, Shape{kWords}, device());
     Tensor out(DType::kInt32, Shape{kWords * size_}, device());
-    copy_bytes(in.data(), device(), mine.data(), Device::host(), in.nbytes());
+    // On the internal stream: a blocking cudaMemcpy from pageable memory may return before
+    // the data has landed, and the non-blocking internal stream would not wait for it.
+    copy_bytes_async(in.data(), device(), mine.data(), Device::host(), in.nbytes(),
+                     Stream{internal_});
     all_gather_async(in, out, Stream{internal_})->wait();
     std::vector<int32_t> all(kWords * size_);
     copy_bytes(all.data(), Device::host(), out.data(), device(), out.nbytes());
