@@ -101,10 +101,16 @@ class Handle {
   }
 
   // Throws (after aborting) if NCCL has reported an asynchronous error; returns whether
-  // the communicator is still busy with non-blocking setup (ncclInProgress).
+  // the communicator is still busy with non-blocking setup (ncclInProgress). Throws the
+  // abort reason once the communicator was aborted (ncclCommAbort freed it: it must not be
+  // queried again).
   bool poll_async(const std::string& what) {
     ncclResult_t state = ncclSuccess;
-    QMESH_CHECK_NCCL(ncclCommGetAsyncError(comm_, &state));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      QMESH_CHECK(!aborted_, what, ": the NCCL communicator was aborted (", reason_, ")");
+      QMESH_CHECK_NCCL(ncclCommGetAsyncError(comm_, &state));
+    }
     if (state == ncclSuccess) return false;
     if (state == ncclInProgress) return true;
     const std::string reason =
@@ -147,16 +153,9 @@ class NcclWork : public Work {
     QMESH_CHECK_CUDA(status);
   }
 
-  ~NcclWork() override {
-    if (!done_) {
-      try {
-        wait(comm_timeout());
-      } catch (const std::exception& e) {
-        QMESH_LOG_ERROR("unfinished work destroyed: ", e.what());
-      }
-    }
-    cudaEventDestroy(event_);
-  }
+  // Does not block (work.h): the operation stays ordered on its stream, and a pending event
+  // is released by CUDA once it completes.
+  ~NcclWork() override { cudaEventDestroy(event_); }
 
   bool test() override {
     if (done_) return true;
@@ -232,6 +231,7 @@ class NcclComm final : public Communicator {
   WorkHandle all_gather_async(TensorView in, TensorView out, Stream stream) override {
     comm_check::all_gather_args(in, out, size_);
     require_on_device(in, "all_gather input");
+    require_on_device(out, "all_gather output");
     Launch launch(*this, stream, "nccl all_gather");
     QMESH_CHECK_NCCL(
         ncclAllGather(in.data, out.data, in.nbytes(), ncclUint8, comm(), launch.stream));
@@ -242,6 +242,7 @@ class NcclComm final : public Communicator {
                                   Stream stream) override {
     comm_check::reduce_scatter_args(in, out, size_);
     require_on_device(in, "reduce_scatter input");
+    require_on_device(out, "reduce_scatter output");
     Launch launch(*this, stream, "nccl reduce_scatter");
     QMESH_CHECK_NCCL(ncclReduceScatter(in.data, out.data, count(out), reduction_type(in.dtype),
                                        reduction_op(op), comm(), launch.stream));
@@ -303,7 +304,10 @@ class NcclComm final : public Communicator {
     std::memcpy(mine.data(), name.data(), std::min(name.size(), sizeof(int32_t) * kWords - 1));
     Tensor in(DType::kInt32, Shape{kWords}, device());
     Tensor out(DType::kInt32, Shape{kWords * size_}, device());
-    copy_bytes(in.data(), device(), mine.data(), Device::host(), in.nbytes());
+    // On the internal stream: a blocking cudaMemcpy from pageable memory may return before
+    // the data has landed, and the non-blocking internal stream would not wait for it.
+    copy_bytes_async(in.data(), device(), mine.data(), Device::host(), in.nbytes(),
+                     Stream{internal_});
     all_gather_async(in, out, Stream{internal_})->wait();
     std::vector<int32_t> all(kWords * size_);
     copy_bytes(all.data(), Device::host(), out.data(), device(), out.nbytes());

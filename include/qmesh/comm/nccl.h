@@ -3,8 +3,9 @@
 // later work on that stream may use the results at once). A Work records a CUDA event after
 // the operation; wait() polls the event and ncclCommGetAsyncError against the deadline and,
 // on timeout or an asynchronous NCCL error, aborts the communicator (ncclCommAbort) and
-// throws. Communicators are created non-blocking, so initialization and split are bounded by
-// comm_timeout() too. No one-sided capability (one_sided() is nullptr).
+// throws; dropping a Work does not wait (work.h). Communicators are created non-blocking, so
+// initialization and split are bounded by comm_timeout() too. No one-sided capability (one_sided()
+// is nullptr).
 //
 // Differences from the PointToPoint contract, inherent to NCCL:
 // - NCCL matches the messages between two ranks in issue order; tags are range-checked
