@@ -32,13 +32,19 @@ if [ "$mode" != "--bench-only" ]; then
   for t in $tests; do
     echo "=== $t" | tee -a "$out/gpu-tests.log"
     (cd build-gpu/tests/gpu && timeout -k 10 180 "./$t" --gtest_brief=1) 2>&1 |
-      tee -a "$out/gpu-tests.log"
+      tee "$out/$t.log"
     rc=${PIPESTATUS[0]}
+    cat "$out/$t.log" >>"$out/gpu-tests.log"
     case $rc in
       0) verdict=passed ;;
       124 | 137) verdict="TIMED OUT (180 s)" ;;
       *) verdict="FAILED (exit status $rc)" ;;
     esac
+    # Every test skipped: the binary saw no GPU, which on this machine is a failure.
+    if [ "$rc" -eq 0 ] && grep -q '^\[  PASSED  \] 0 tests' "$out/$t.log"; then
+      verdict="NOTHING RAN (every test skipped)"
+      rc=1
+    fi
     echo "=== $t: $verdict" | tee -a "$out/gpu-tests.log"
     [ "$rc" -eq 0 ] || status=1
   done
