@@ -20,6 +20,7 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kSumRows = 256;             // rows per partial sum in the column-sum kernels
+constexpr int64_t kMaxGridY = 65535;      // CUDA's limit on gridDim.y
 constexpr int kTile = 32, kTileRows = 8;  // transpose: 32 x 32 tiles, 8 rows of threads
 
 // One 32 x 32 tile per block through shared memory (padded against bank conflicts): reads and
@@ -100,23 +101,27 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Pass 1 of the column sums: partial[blockIdx.y, c] = sum of rows [y * kSumRows, ...) of
-// column c, of g (and, with x/mean/rstd, of g * xhat into partial_xhat).
+// Pass 1 of the column sums: partial[p, c] = sum of rows [p * kSumRows, ...) of column c, of g
+// (and, with x/mean/rstd, of g * xhat into partial_xhat), for every row block p < parts. The
+// grid's y blocks take row blocks p = blockIdx.y, + gridDim.y, ... (gridDim.y <= 65535).
 __global__ void __launch_bounds__(kThreads)
     partial_column_sums_kernel(const float* g, const float* x, const float* mean, const float* rstd,
-                               float* partial, float* partial_xhat, int64_t rows, int64_t cols) {
+                               float* partial, float* partial_xhat, int64_t rows, int64_t cols,
+                               int64_t parts) {
   const int64_t c = int64_t(blockIdx.x) * kThreads + threadIdx.x;
   if (c >= cols) return;
-  const int64_t r0 = int64_t(blockIdx.y) * kSumRows;
-  const int64_t r1 = r0 + kSumRows < rows ? r0 + kSumRows : rows;
-  float s = 0.0f, sx = 0.0f;
-  for (int64_t r = r0; r < r1; ++r) {
-    const float v = g[r * cols + c];
-    s += v;
-    if (x != nullptr) sx += v * ((x[r * cols + c] - mean[r]) * rstd[r]);
+  for (int64_t p = blockIdx.y; p < parts; p += gridDim.y) {
+    const int64_t r0 = p * kSumRows;
+    const int64_t r1 = r0 + kSumRows < rows ? r0 + kSumRows : rows;
+    float s = 0.0f, sx = 0.0f;
+    for (int64_t r = r0; r < r1; ++r) {
+      const float v = g[r * cols + c];
+      s += v;
+      if (x != nullptr) sx += v * ((x[r * cols + c] - mean[r]) * rstd[r]);
+    }
+    partial[p * cols + c] = s;
+    if (x != nullptr) partial_xhat[p * cols + c] = sx;
   }
-  partial[blockIdx.y * cols + c] = s;
-  if (x != nullptr) partial_xhat[blockIdx.y * cols + c] = sx;
 }
 
 // Pass 2: out[c] = sum over the `parts` rows of partial.
@@ -140,8 +145,9 @@ void column_sums_impl(const float* g, const float* x, const float* mean, const f
   QMESH_CHECK_CUDA(cudaMallocAsync(reinterpret_cast<void**>(&partial),
                                    size_t(slices * parts * cols) * sizeof(float), s));
   float* partial_xhat = x != nullptr ? partial + parts * cols : nullptr;
-  partial_column_sums_kernel<<<dim3(blocks_for(cols), static_cast<unsigned>(parts)), kThreads, 0,
-                               s>>>(g, x, mean, rstd, partial, partial_xhat, rows, cols);
+  const auto grid_y = static_cast<unsigned>(parts < kMaxGridY ? parts : kMaxGridY);
+  partial_column_sums_kernel<<<dim3(blocks_for(cols), grid_y), kThreads, 0, s>>>(
+      g, x, mean, rstd, partial, partial_xhat, rows, cols, parts);
   QMESH_CHECK_CUDA(cudaGetLastError());
   sum_partials_kernel<<<blocks_for(cols), kThreads, 0, s>>>(partial, out, parts, cols);
   QMESH_CHECK_CUDA(cudaGetLastError());

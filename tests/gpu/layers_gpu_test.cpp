@@ -139,10 +139,11 @@ TEST_F(LayersGpu, ElementwiseOpsMatchTheHost) {
   dgelu(ggrad, ga, ggrad, s.stream());
   s.sync();
   expect_close(gsum, sum, 0.0, "add");
-  // The host's polynomial tanh and CUDA's tanhf differ by a few 1e-7, which gelu' amplifies
-  // where 1 - tanh^2 cancels.
+  // The host's polynomial tanh and CUDA's tanhf (within 2 ulp) differ by a few 1e-7, which
+  // gelu' amplifies where 1 - tanh^2 cancels: x * du ~ 14 at |x| ~ 5, times |dy| <= 2, moves
+  // dgelu by up to ~1.3e-5 on these inputs (a 2-ulp tanhf error, emulated on the host).
   expect_close(gact, act, 1e-5, "gelu");
-  expect_close(ggrad, grad, 1e-5, "dgelu");
+  expect_close(ggrad, grad, 5e-5, "dgelu");
 }
 
 TEST_F(LayersGpu, Bf16ConversionIsBitIdentical) {
@@ -284,21 +285,33 @@ TEST_P(LayerNormMLPGpu, MatchesTheHostAndTheFloat64Reference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Recipes, LayerNormMLPGpu,
-    ::testing::Values(MlpGpuCase{1, Recipe::kFp32}, MlpGpuCase{1, Recipe::kBf16},
-                      MlpGpuCase{1, Recipe::kFp8Delayed}, MlpGpuCase{1, Recipe::kFp8Current},
-                      MlpGpuCase{2, Recipe::kFp32}, MlpGpuCase{2, Recipe::kBf16},
-                      MlpGpuCase{2, Recipe::kFp8Delayed}, MlpGpuCase{2, Recipe::kFp8Current},
-                      MlpGpuCase{2, Recipe::kFp32, true}, MlpGpuCase{2, Recipe::kBf16, true},
-                      MlpGpuCase{2, Recipe::kFp8Delayed, true},
-                      MlpGpuCase{2, Recipe::kFp8Current, true}));
+constexpr Recipe kRecipes[] = {Recipe::kFp32, Recipe::kBf16, Recipe::kFp8Delayed,
+                               Recipe::kFp8Current};
+
+// Every recipe at tp = 1 and 2, and with sequence parallelism at tp = 2 (`sp_only`: those).
+std::vector<MlpGpuCase> mlp_cases(bool sp_only) {
+  std::vector<MlpGpuCase> out;
+  for (Recipe r : kRecipes) {
+    if (!sp_only) {
+      out.push_back({1, r});
+      out.push_back({2, r});
+    }
+    out.push_back({2, r, true});
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Recipes, LayerNormMLPGpu, ::testing::ValuesIn(mlp_cases(false)));
+
+// Sequence-parallel cases only: a GTEST_SKIP for the others would print "[  SKIPPED ]", which
+// makes ctest (SKIP_REGULAR_EXPRESSION of the gpu label) report the whole binary as skipped,
+// whatever its failures.
+class LayerNormMLPSpGpu : public LayerNormMLPGpu {};
 
 // Sequence parallelism on CUDA: the collective GEMMs' schedules give the same bits on the
 // device (ring and bidirectional against none), outputs and every gradient.
-TEST_P(LayerNormMLPGpu, OverlapSchedulesAreBitwiseEqualOnTheDevice) {
+TEST_P(LayerNormMLPSpGpu, OverlapSchedulesAreBitwiseEqualOnTheDevice) {
   const MlpGpuCase p = GetParam();
-  if (!p.sequence_parallel) GTEST_SKIP() << "without sequence parallelism nothing overlaps";
   ShardedCase c;
   c.tp = p.tp, c.recipe = p.recipe, c.sequence_parallel = true;
   c.hidden = 32, c.ffn = 64, c.tokens_per_dp = 32;
@@ -308,6 +321,8 @@ TEST_P(LayerNormMLPGpu, OverlapSchedulesAreBitwiseEqualOnTheDevice) {
     expect_bitwise_equal(run_case(c, true), none, std::string(overlap_name(o)));
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Recipes, LayerNormMLPSpGpu, ::testing::ValuesIn(mlp_cases(true)));
 
 // A sequence-parallel layer on CUDA needs the second stream, and keeps its gathered input.
 TEST_F(LayersGpu, SequenceParallelNeedsACommStream) {
