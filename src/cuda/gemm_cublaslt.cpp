@@ -4,10 +4,12 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <map>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -125,14 +127,34 @@ cublasLtMatrixLayout_t make_layout(DType t, int64_t rows, int64_t cols, int64_t 
   return layout;
 }
 
+// C: D itself (read only with beta = 1), or none for an FP8 D (beta = 0 there).
+const void* c_pointer(const CanonicalGemm& c) { return is_fp8(c.d_dtype) ? nullptr : c.d; }
+
+// The largest power of two up to 256 that divides the address (256 for nullptr).
+uint32_t alignment(const void* p) {
+  uint32_t a = 256;
+  while (reinterpret_cast<uintptr_t>(p) % a != 0) a /= 2;
+  return a;
+}
+
+// Byte alignments of A', B', C and D (A' is our B, B' our A). cuBLASLt's heuristic assumes
+// 256 for each unless told otherwise (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES, default
+// 256), and a kernel chosen for 256 fails on a less aligned view (a row chunk of a larger
+// tensor, as the collective GEMMs pass).
+std::array<uint32_t, 4> alignments(const CanonicalGemm& c) {
+  return {alignment(c.b.data), alignment(c.a.data), alignment(c_pointer(c)), alignment(c.d)};
+}
+
 // Everything that selects an algorithm, as the autotune cache key (tab-free).
 std::string problem_key(const CanonicalGemm& c) {
+  const std::array<uint32_t, 4> align = alignments(c);
   return concat(device_name(c.device.index), "|cublasLt ", cublasLtGetVersion(), "|m", c.cm.m, " n",
                 c.cm.n, " k", c.cm.k, "|", c.cm.trans_a ? 'T' : 'N', c.cm.trans_b ? 'T' : 'N',
                 " lda", c.cm.lda, " ldb", c.cm.ldb, "|", dtype_name(c.b.dtype), "x",
                 dtype_name(c.a.dtype), "->", dtype_name(c.d_dtype), "|beta", c.beta, "|epi",
                 int(c.epilogue), " bias ", dtype_name(c.bias_dtype), " aux ",
-                dtype_name(c.aux_dtype), "|fast", int(c.accumulation));
+                dtype_name(c.aux_dtype), "|fast", int(c.accumulation), "|align", align[0], " ",
+                align[1], " ", align[2], " ", align[3]);
 }
 
 // C's type: D's, except that an FP8 D (beta = 0, C not passed) takes the bias's type, or
@@ -218,19 +240,26 @@ struct CublasLtGemm::Impl {
   }
 
   std::vector<cublasLtMatmulHeuristicResult_t> candidates() {
-    cublasLtMatmulPreference_t pref = nullptr;
-    QMESH_CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
+    cublasLtMatmulPreference_t raw = nullptr;
+    QMESH_CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&raw));
+    const std::unique_ptr<std::remove_pointer_t<cublasLtMatmulPreference_t>,
+                          decltype(&cublasLtMatmulPreferenceDestroy)>
+        pref(raw, &cublasLtMatmulPreferenceDestroy);
     const uint64_t ws = kCublasLtWorkspaceBytes;
-    const cublasStatus_t set = cublasLtMatmulPreferenceSetAttribute(
-        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+    QMESH_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(
+        raw, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    const std::array<uint32_t, 4> align = alignments(c);
+    const cublasLtMatmulPreferenceAttributes_t align_attrs[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (size_t i = 0; i < align.size(); ++i)
+      QMESH_CHECK_CUBLAS(
+          cublasLtMatmulPreferenceSetAttribute(raw, align_attrs[i], &align[i], sizeof(align[i])));
     std::vector<cublasLtMatmulHeuristicResult_t> results(kHeuristicCandidates);
     int returned = 0;
     const cublasStatus_t status =
-        set != CUBLAS_STATUS_SUCCESS
-            ? set
-            : cublasLtMatmulAlgoGetHeuristic(handle, desc, a_layout, b_layout, c_layout, d_layout,
-                                             pref, kHeuristicCandidates, results.data(), &returned);
-    (void)cublasLtMatmulPreferenceDestroy(pref);
+        cublasLtMatmulAlgoGetHeuristic(handle, desc, a_layout, b_layout, c_layout, d_layout, raw,
+                                       kHeuristicCandidates, results.data(), &returned);
     QMESH_CHECK(status == CUBLAS_STATUS_SUCCESS && returned > 0,
                 "cuBLASLt has no algorithm for this GEMM (", problem_key(c), "; status ",
                 cublasLtGetStatusName(status),
@@ -241,10 +270,9 @@ struct CublasLtGemm::Impl {
   }
 
   void launch(const cublasLtMatmulAlgo_t& a, cudaStream_t stream, void* workspace) {
-    // A' = our B, B' = our A. C is D (read only with beta = 1), or none for an FP8 D.
-    const void* c_data = is_fp8(c.d_dtype) ? nullptr : c.d;
+    // A' = our B, B' = our A.
     QMESH_CHECK_CUBLAS(cublasLtMatmul(handle, desc, &alpha, c.b.data, a_layout, c.a.data, b_layout,
-                                      &beta, c_data, c_layout, c.d, d_layout, &a, workspace,
+                                      &beta, c_pointer(c), c_layout, c.d, d_layout, &a, workspace,
                                       kCublasLtWorkspaceBytes, stream));
   }
 
