@@ -120,10 +120,11 @@ class QMESH_API Gemm {
 
   // Throws qmesh::Error with can_implement's reason if the GEMM cannot run. `workspace` is
   // nullptr (use a cached workspace owned by qmesh: per thread on the host, per device and
-  // stream on CUDA) or at least workspace_size(args) bytes on the args' device, kept alive
-  // and unused by others until the last run() returns (host) or completes (CUDA). The
-  // tensors in args must outlive the runs. On CUDA, may time candidate algorithms on
-  // `stream` when autotuning is on (docs/params.md: QMESH_GEMM_AUTOTUNE).
+  // stream on CUDA) or at least workspace_size(args) bytes on the args' device (256-byte
+  // aligned on CUDA, as cudaMalloc returns), kept alive and unused by others until the last
+  // run() returns (host) or completes (CUDA). The tensors in args must outlive the runs. On
+  // CUDA, may time candidate algorithms on `stream` when autotuning is on (docs/params.md:
+  // QMESH_GEMM_AUTOTUNE).
   void initialize(const GemmArgs& args, void* workspace, Stream stream);
   // Host: computes D before returning (stream ignored). CUDA: enqueues on `stream` and
   // returns without waiting. Error if initialize() has not succeeded.
