@@ -89,7 +89,8 @@ struct QMESH_API GemmArgs {
   TensorView bias;  // kBias, kBiasGeluAux: input [N]; kBiasGrad: output [M]; fp32/bf16/fp16
   TensorView aux;   // kBiasGeluAux: output [M, N]; kDGelu: input [M, N]; fp32/bf16/fp16
   // On CUDA (cuBLASLt's rules): a plain GEMM's bias and aux have D's dtype; an FP8 GEMM's are
-  // usually bf16 (fp16 with an fp16 D), and 16-bit with an FP8 D.
+  // usually bf16 (fp16 with an fp16 D), and 16-bit with an FP8 D; an aux needs N to be a
+  // multiple of 8 (its leading dimension).
 
   GemmAccumulation accumulation = GemmAccumulation::kFast;
 };
