@@ -18,7 +18,8 @@ inline constexpr size_t kCublasLtWorkspaceAlignment = 256;
 // it. The device of `c` must be usable.
 class CublasLtGemm {
  public:
-  // `stream` (cudaStream_t) is where autotuning, if on, times the candidates.
+  // `stream` (cudaStream_t) is where autotuning, if on, times the candidates. Error if an FP8
+  // scale or amax pointer of `c` is not in the memory of c's device.
   CublasLtGemm(const CanonicalGemm& c, void* stream);
   ~CublasLtGemm();
   CublasLtGemm(const CublasLtGemm&) = delete;

@@ -119,7 +119,8 @@ class QMESH_API Gemm {
   // panels of dequantized operands; device memory for CUDA: cuBLASLt's 32 MiB).
   static size_t workspace_size(const GemmArgs& args);
 
-  // Throws qmesh::Error with can_implement's reason if the GEMM cannot run. `workspace` is
+  // Throws qmesh::Error with can_implement's reason if the GEMM cannot run, and on CUDA if
+  // an FP8 scale_inv, d_scale or d_amax pointer is not in the device's memory. `workspace` is
   // nullptr (use a cached workspace owned by qmesh: per thread on the host, per device and
   // stream on CUDA) or at least workspace_size(args) bytes on the args' device (256-byte
   // aligned on CUDA, as cudaMalloc returns), kept alive and unused by others until the last
