@@ -283,15 +283,21 @@ struct CublasLtGemm::Impl {
     return results;
   }
 
-  void launch(const cublasLtMatmulAlgo_t& a, cudaStream_t stream, void* workspace) {
+  cublasStatus_t enqueue(const cublasLtMatmulAlgo_t& a, cudaStream_t stream, void* workspace) {
     // A' = our B, B' = our A.
-    QMESH_CHECK_CUBLAS(cublasLtMatmul(handle, desc, &alpha, c.b.data, a_layout, c.a.data, b_layout,
-                                      &beta, c_pointer(c), c_layout, c.d, d_layout, &a, workspace,
-                                      kCublasLtWorkspaceBytes, stream));
+    return cublasLtMatmul(handle, desc, &alpha, c.b.data, a_layout, c.a.data, b_layout, &beta,
+                          c_pointer(c), c_layout, c.d, d_layout, &a, workspace,
+                          kCublasLtWorkspaceBytes, stream);
   }
 
-  // Times each candidate (one warm-up launch, then kTimedRuns) and returns the fastest.
-  // D is saved and restored around the trials when the GEMM accumulates into it.
+  void launch(const cublasLtMatmulAlgo_t& a, cudaStream_t stream, void* workspace) {
+    QMESH_CHECK_CUBLAS(enqueue(a, stream, workspace));
+  }
+
+  // Times each candidate (one warm-up launch, then kTimedRuns) and returns the fastest. A
+  // candidate that cuBLASLt refuses at launch is skipped (a heuristic result is not a
+  // promise that it runs). D is saved and restored around the trials when the GEMM
+  // accumulates into it.
   cublasLtMatmulAlgo_t tune(const std::vector<cublasLtMatmulHeuristicResult_t>& cands,
                             cudaStream_t stream) {
     void* workspace = workspace_for(c.device.index, stream);
@@ -304,9 +310,14 @@ struct CublasLtGemm::Impl {
     TimingEvents events;
     cudaEvent_t start = events.start, stop = events.stop;
     float best_ms = 0.0f;
-    size_t best = 0;
+    size_t best = cands.size();
     for (size_t i = 0; i < cands.size(); ++i) {
-      launch(cands[i].algo, stream, workspace);
+      const cublasStatus_t warm_up = enqueue(cands[i].algo, stream, workspace);
+      if (warm_up != CUBLAS_STATUS_SUCCESS) {
+        QMESH_LOG_DEBUG("GEMM autotune candidate ", i,
+                        " refused: ", cublasLtGetStatusName(warm_up));
+        continue;
+      }
       QMESH_CHECK_CUDA(cudaEventRecord(start, stream));
       for (int r = 0; r < kTimedRuns; ++r) launch(cands[i].algo, stream, workspace);
       QMESH_CHECK_CUDA(cudaEventRecord(stop, stream));
@@ -314,7 +325,7 @@ struct CublasLtGemm::Impl {
       float ms = 0.0f;
       QMESH_CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
       QMESH_LOG_DEBUG("GEMM autotune candidate ", i, ": ", ms / kTimedRuns, " ms");
-      if (i == 0 || ms < best_ms) {
+      if (best == cands.size() || ms < best_ms) {
         best_ms = ms;
         best = i;
       }
@@ -323,6 +334,9 @@ struct CublasLtGemm::Impl {
       QMESH_CHECK_CUDA(cudaMemcpyAsync(c.d, saved, d_bytes, cudaMemcpyDeviceToDevice, stream));
       QMESH_CHECK_CUDA(cudaFreeAsync(saved, stream));
     }
+    QMESH_CHECK(best < cands.size(), "cuBLASLt refused to launch every one of the ", cands.size(),
+                " algorithms its heuristic offered for ", problem_key(c),
+                " (QMESH_LOG_LEVEL=debug shows each status)");
     QMESH_LOG_INFO("GEMM autotune chose candidate ", best, " of ", cands.size(), " (",
                    best_ms / kTimedRuns, " ms) for ", problem_key(c));
     return cands[best].algo;
@@ -351,11 +365,11 @@ struct CublasLtGemm::Impl {
     const auto cands = candidates();
     // Timing needs to synchronize, which a capturing stream (CUDA graph) forbids: fall back
     // to the heuristic's first choice there, without caching it.
-    if (!tune_on || cands.size() == 1 || capturing(stream)) {
+    if (!tune_on || capturing(stream)) {
       algo = cands.front().algo;
       return;
     }
-    algo = tune(cands, stream);
+    algo = cands.size() == 1 ? cands.front().algo : tune(cands, stream);
     remember_gemm_algo(key, algo);
   }
 };
