@@ -89,7 +89,9 @@ void run_gpu_case(const GpuCase& c) {
   const Matrix b = bt ? random_matrix(c.b, c.n, c.k, 2) : random_matrix(c.b, c.k, c.n, 2);
   Matrix d = c.mode == GemmOutputMode::kAccumulate ? random_matrix(c.d, c.m, c.n, 3)
                                                    : Matrix(c.d, c.m, c.n);
-  const DType side = c.d == DType::kFloat16 ? DType::kFloat16 : kBf16;
+  // Bias and aux dtype: bf16, or fp16 with an fp16 D and with an FP8 D (where cuBLASLt's
+  // GELU aux may be fp16 but not bf16, and C takes the bias's dtype).
+  const DType side = c.d == DType::kFloat16 || is_fp8(c.d) ? DType::kFloat16 : kBf16;
   const bool bias_in =
       c.epilogue == GemmEpilogue::kBias || c.epilogue == GemmEpilogue::kBiasGeluAux;
   Matrix bias = bias_in ? random_matrix(side, 1, c.n, 4)
