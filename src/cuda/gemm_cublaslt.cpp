@@ -4,10 +4,12 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <map>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -125,14 +127,34 @@ cublasLtMatrixLayout_t make_layout(DType t, int64_t rows, int64_t cols, int64_t 
   return layout;
 }
 
+// C: D itself (read only with beta = 1), or none for an FP8 D (beta = 0 there).
+const void* c_pointer(const CanonicalGemm& c) { return is_fp8(c.d_dtype) ? nullptr : c.d; }
+
+// The largest power of two up to 256 that divides the address (256 for nullptr).
+uint32_t alignment(const void* p) {
+  uint32_t a = 256;
+  while (reinterpret_cast<uintptr_t>(p) % a != 0) a /= 2;
+  return a;
+}
+
+// Byte alignments of A', B', C and D (A' is our B, B' our A). cuBLASLt's heuristic assumes
+// 256 for each unless told otherwise (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES, default
+// 256), and a kernel chosen for 256 fails on a less aligned view (a row chunk of a larger
+// tensor, as the collective GEMMs pass).
+std::array<uint32_t, 4> alignments(const CanonicalGemm& c) {
+  return {alignment(c.b.data), alignment(c.a.data), alignment(c_pointer(c)), alignment(c.d)};
+}
+
 // Everything that selects an algorithm, as the autotune cache key (tab-free).
 std::string problem_key(const CanonicalGemm& c) {
+  const std::array<uint32_t, 4> align = alignments(c);
   return concat(device_name(c.device.index), "|cublasLt ", cublasLtGetVersion(), "|m", c.cm.m, " n",
                 c.cm.n, " k", c.cm.k, "|", c.cm.trans_a ? 'T' : 'N', c.cm.trans_b ? 'T' : 'N',
                 " lda", c.cm.lda, " ldb", c.cm.ldb, "|", dtype_name(c.b.dtype), "x",
                 dtype_name(c.a.dtype), "->", dtype_name(c.d_dtype), "|beta", c.beta, "|epi",
                 int(c.epilogue), " bias ", dtype_name(c.bias_dtype), " aux ",
-                dtype_name(c.aux_dtype), "|fast", int(c.accumulation));
+                dtype_name(c.aux_dtype), "|fast", int(c.accumulation), "|align", align[0], " ",
+                align[1], " ", align[2], " ", align[3]);
 }
 
 // C's type: D's, except that an FP8 D (beta = 0, C not passed) takes the bias's type, or
@@ -140,6 +162,20 @@ std::string problem_key(const CanonicalGemm& c) {
 DType c_dtype(const CanonicalGemm& c) {
   if (!is_fp8(c.d_dtype)) return c.d_dtype;
   return c.bias ? c.bias_dtype : DType::kBFloat16;
+}
+
+// cuBLASLt reads the FP8 scale factors and writes amax on the GPU, so a host pointer there
+// would fault the kernel (a sticky error that ends the process's use of the device).
+void check_device_scalar(const void* p, int device, const char* what) {
+  if (p == nullptr) return;
+  cudaPointerAttributes attr{};
+  QMESH_CHECK_CUDA(cudaPointerGetAttributes(&attr, p));
+  const bool on_device = attr.type == cudaMemoryTypeDevice;
+  QMESH_CHECK(attr.type == cudaMemoryTypeManaged || (on_device && attr.device == device),
+              "GemmArgs ", what, " must point to an fp32 scalar in the memory of cuda:", device,
+              " (cuBLASLt reads it on the GPU), got ",
+              on_device ? concat("memory of cuda:", attr.device) : std::string("host memory"),
+              " at ", p);
 }
 
 // A start/stop event pair for timing, destroyed with its scope.
@@ -218,19 +254,26 @@ struct CublasLtGemm::Impl {
   }
 
   std::vector<cublasLtMatmulHeuristicResult_t> candidates() {
-    cublasLtMatmulPreference_t pref = nullptr;
-    QMESH_CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
+    cublasLtMatmulPreference_t raw = nullptr;
+    QMESH_CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&raw));
+    const std::unique_ptr<std::remove_pointer_t<cublasLtMatmulPreference_t>,
+                          decltype(&cublasLtMatmulPreferenceDestroy)>
+        pref(raw, &cublasLtMatmulPreferenceDestroy);
     const uint64_t ws = kCublasLtWorkspaceBytes;
-    const cublasStatus_t set = cublasLtMatmulPreferenceSetAttribute(
-        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+    QMESH_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(
+        raw, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    const std::array<uint32_t, 4> align = alignments(c);
+    const cublasLtMatmulPreferenceAttributes_t align_attrs[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (size_t i = 0; i < align.size(); ++i)
+      QMESH_CHECK_CUBLAS(
+          cublasLtMatmulPreferenceSetAttribute(raw, align_attrs[i], &align[i], sizeof(align[i])));
     std::vector<cublasLtMatmulHeuristicResult_t> results(kHeuristicCandidates);
     int returned = 0;
     const cublasStatus_t status =
-        set != CUBLAS_STATUS_SUCCESS
-            ? set
-            : cublasLtMatmulAlgoGetHeuristic(handle, desc, a_layout, b_layout, c_layout, d_layout,
-                                             pref, kHeuristicCandidates, results.data(), &returned);
-    (void)cublasLtMatmulPreferenceDestroy(pref);
+        cublasLtMatmulAlgoGetHeuristic(handle, desc, a_layout, b_layout, c_layout, d_layout, raw,
+                                       kHeuristicCandidates, results.data(), &returned);
     QMESH_CHECK(status == CUBLAS_STATUS_SUCCESS && returned > 0,
                 "cuBLASLt has no algorithm for this GEMM (", problem_key(c), "; status ",
                 cublasLtGetStatusName(status),
@@ -240,16 +283,21 @@ struct CublasLtGemm::Impl {
     return results;
   }
 
-  void launch(const cublasLtMatmulAlgo_t& a, cudaStream_t stream, void* workspace) {
-    // A' = our B, B' = our A. C is D (read only with beta = 1), or none for an FP8 D.
-    const void* c_data = is_fp8(c.d_dtype) ? nullptr : c.d;
-    QMESH_CHECK_CUBLAS(cublasLtMatmul(handle, desc, &alpha, c.b.data, a_layout, c.a.data, b_layout,
-                                      &beta, c_data, c_layout, c.d, d_layout, &a, workspace,
-                                      kCublasLtWorkspaceBytes, stream));
+  cublasStatus_t enqueue(const cublasLtMatmulAlgo_t& a, cudaStream_t stream, void* workspace) {
+    // A' = our B, B' = our A.
+    return cublasLtMatmul(handle, desc, &alpha, c.b.data, a_layout, c.a.data, b_layout, &beta,
+                          c_pointer(c), c_layout, c.d, d_layout, &a, workspace,
+                          kCublasLtWorkspaceBytes, stream);
   }
 
-  // Times each candidate (one warm-up launch, then kTimedRuns) and returns the fastest.
-  // D is saved and restored around the trials when the GEMM accumulates into it.
+  void launch(const cublasLtMatmulAlgo_t& a, cudaStream_t stream, void* workspace) {
+    QMESH_CHECK_CUBLAS(enqueue(a, stream, workspace));
+  }
+
+  // Times each candidate (one warm-up launch, then kTimedRuns) and returns the fastest. A
+  // candidate that cuBLASLt refuses at launch is skipped (a heuristic result is not a
+  // promise that it runs). D is saved and restored around the trials when the GEMM
+  // accumulates into it.
   cublasLtMatmulAlgo_t tune(const std::vector<cublasLtMatmulHeuristicResult_t>& cands,
                             cudaStream_t stream) {
     void* workspace = workspace_for(c.device.index, stream);
@@ -262,9 +310,14 @@ struct CublasLtGemm::Impl {
     TimingEvents events;
     cudaEvent_t start = events.start, stop = events.stop;
     float best_ms = 0.0f;
-    size_t best = 0;
+    size_t best = cands.size();
     for (size_t i = 0; i < cands.size(); ++i) {
-      launch(cands[i].algo, stream, workspace);
+      const cublasStatus_t warm_up = enqueue(cands[i].algo, stream, workspace);
+      if (warm_up != CUBLAS_STATUS_SUCCESS) {
+        QMESH_LOG_DEBUG("GEMM autotune candidate ", i,
+                        " refused: ", cublasLtGetStatusName(warm_up));
+        continue;
+      }
       QMESH_CHECK_CUDA(cudaEventRecord(start, stream));
       for (int r = 0; r < kTimedRuns; ++r) launch(cands[i].algo, stream, workspace);
       QMESH_CHECK_CUDA(cudaEventRecord(stop, stream));
@@ -272,7 +325,7 @@ struct CublasLtGemm::Impl {
       float ms = 0.0f;
       QMESH_CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
       QMESH_LOG_DEBUG("GEMM autotune candidate ", i, ": ", ms / kTimedRuns, " ms");
-      if (i == 0 || ms < best_ms) {
+      if (best == cands.size() || ms < best_ms) {
         best_ms = ms;
         best = i;
       }
@@ -281,6 +334,9 @@ struct CublasLtGemm::Impl {
       QMESH_CHECK_CUDA(cudaMemcpyAsync(c.d, saved, d_bytes, cudaMemcpyDeviceToDevice, stream));
       QMESH_CHECK_CUDA(cudaFreeAsync(saved, stream));
     }
+    QMESH_CHECK(best < cands.size(), "cuBLASLt refused to launch every one of the ", cands.size(),
+                " algorithms its heuristic offered for ", problem_key(c),
+                " (QMESH_LOG_LEVEL=debug shows each status)");
     QMESH_LOG_INFO("GEMM autotune chose candidate ", best, " of ", cands.size(), " (",
                    best_ms / kTimedRuns, " ms) for ", problem_key(c));
     return cands[best].algo;
@@ -309,11 +365,11 @@ struct CublasLtGemm::Impl {
     const auto cands = candidates();
     // Timing needs to synchronize, which a capturing stream (CUDA graph) forbids: fall back
     // to the heuristic's first choice there, without caching it.
-    if (!tune_on || cands.size() == 1 || capturing(stream)) {
+    if (!tune_on || capturing(stream)) {
       algo = cands.front().algo;
       return;
     }
-    algo = tune(cands, stream);
+    algo = cands.size() == 1 ? cands.front().algo : tune(cands, stream);
     remember_gemm_algo(key, algo);
   }
 };
@@ -335,6 +391,10 @@ std::unique_ptr<CublasLtGemm::Impl> described(const CanonicalGemm& c) {
 
 CublasLtGemm::CublasLtGemm(const CanonicalGemm& c, void* stream) {
   cuda::DeviceGuard guard(c.device.index);
+  check_device_scalar(c.a.scale_inv, c.device.index, "a.scale_inv");
+  check_device_scalar(c.b.scale_inv, c.device.index, "b.scale_inv");
+  check_device_scalar(c.d_scale, c.device.index, "d_scale");
+  check_device_scalar(c.d_amax, c.device.index, "d_amax");
   impl_ = described(c);
   impl_->choose_algo(static_cast<cudaStream_t>(stream));
 }

@@ -10,13 +10,16 @@ namespace qmesh::detail {
 
 // cuBLASLt's workspace per stream (what Hopper's FP8 kernels are tuned for).
 inline constexpr size_t kCublasLtWorkspaceBytes = size_t(32) << 20;
+// cuBLASLt needs its workspace 256-byte aligned (cudaMalloc's alignment).
+inline constexpr size_t kCublasLtWorkspaceAlignment = 256;
 
 // One planned cuBLASLt matmul: descriptors built and an algorithm chosen (the heuristic's
 // first candidate, or the fastest one when autotuning is on) at construction; run() enqueues
 // it. The device of `c` must be usable.
 class CublasLtGemm {
  public:
-  // `stream` (cudaStream_t) is where autotuning, if on, times the candidates.
+  // `stream` (cudaStream_t) is where autotuning, if on, times the candidates. Error if an FP8
+  // scale or amax pointer of `c` is not in the memory of c's device.
   CublasLtGemm(const CanonicalGemm& c, void* stream);
   ~CublasLtGemm();
   CublasLtGemm(const CublasLtGemm&) = delete;

@@ -1,5 +1,7 @@
 #include "qmesh/ops/gemm.h"
 
+#include <cstdint>
+
 #include "cpu/gemm_cpu.h"
 #include "ops/gemm_canonical.h"
 #include "qmesh/config.h"
@@ -81,8 +83,14 @@ void Gemm::initialize(const GemmArgs& args, void* workspace, Stream stream) {
   if (impl->c.backend == detail::GemmBackend::kHost)
     impl->workspace_bytes = detail::host_gemm_workspace_size(impl->c);
 #if QMESH_WITH_CUDA
-  if (impl->c.backend == detail::GemmBackend::kCublasLt)
+  if (impl->c.backend == detail::GemmBackend::kCublasLt) {
+    QMESH_CHECK(reinterpret_cast<uintptr_t>(workspace) % detail::kCublasLtWorkspaceAlignment == 0,
+                "Gemm::initialize: the workspace of a CUDA GEMM must be ",
+                detail::kCublasLtWorkspaceAlignment,
+                "-byte aligned (cuBLASLt's rule), got address ", workspace,
+                ": pass a cudaMalloc'd buffer, or nullptr for the cached workspace");
     impl->cublaslt = std::make_unique<detail::CublasLtGemm>(impl->c, stream.handle);
+  }
 #else
   (void)stream;
 #endif

@@ -102,6 +102,14 @@ void check_cublaslt_epilogue_dtypes(const CanonicalGemm& c) {
   }
 }
 
+// cuBLASLt's GELU aux matrix has D's leading dimension N, which must be divisible by 8
+// (CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD).
+void check_cublaslt_aux(const CanonicalGemm& c) {
+  QMESH_CHECK(!c.aux || c.n % 8 == 0, "on CUDA, epilogue ", gemm_epilogue_name(c.epilogue),
+              " needs N (the leading dimension of aux) to be a multiple of 8, got N = ", c.n,
+              ": pad N, or run the GEMM with kNone and then the bias and gelu ops");
+}
+
 }  // namespace
 
 CanonicalGemm canonicalize(const GemmArgs& args) {
@@ -228,6 +236,7 @@ CanonicalGemm canonicalize(const GemmArgs& args) {
   if (c.backend == GemmBackend::kCublasLt) {
     if (need_tn) check_cublaslt_fp8(c);
     check_cublaslt_epilogue_dtypes(c);
+    check_cublaslt_aux(c);
     QMESH_CHECK(QMESH_WITH_CUDA, "GEMM tensors live on ", c.device.str(),
                 " but qmesh was built with QMESH_WITH_CUDA=OFF");
     require_device(c.device);

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "expect_error.h"
 #include "gemm_test_util.h"
 #include "qmesh/copy.h"
 #include "qmesh/device.h"
@@ -21,23 +22,34 @@ namespace {
 constexpr DType kE4 = DType::kFloat8E4M3, kE5 = DType::kFloat8E5M2, kF32 = DType::kFloat32,
                 kBf16 = DType::kBFloat16;
 
-// A device copy of a host test matrix (and of its transpose and scalars for FP8).
+// A device copy of a host test matrix (and of its transpose and scalars for FP8). The views
+// start `offset` rows into their allocations, so that with offset > 0 they are not 256-byte
+// aligned the way cudaMalloc's allocations are (like the row chunks of a collective GEMM).
 struct DeviceMatrix {
-  Tensor data, data_t, scalars;
-  DeviceMatrix(const Matrix& m, Device dev)
-      : data(m.dtype, Shape{m.rows, m.cols}, dev), scalars(kF32, Shape{3}, dev) {
-    copy_bytes(data.data(), dev, m.bytes.data(), Device::host(), m.bytes.size());
+  Tensor storage, storage_t, scalars;
+  TensorView data, data_t;
+  DeviceMatrix(const Matrix& m, Device dev, int64_t offset = 0)
+      : storage(m.dtype, Shape{m.rows + offset, m.cols}, dev), scalars(kF32, Shape{3}, dev) {
+    data = rows_at(storage, offset, m.rows);
+    copy_bytes(data.data, dev, m.bytes.data(), Device::host(), m.bytes.size());
     copy_bytes(scalars.data(), dev, m.scalars, Device::host(), sizeof(m.scalars));
     if (!m.bytes_t.empty()) {
-      data_t = Tensor(m.dtype, Shape{m.cols, m.rows}, dev);
-      copy_bytes(data_t.data(), dev, m.bytes_t.data(), Device::host(), m.bytes_t.size());
+      storage_t = Tensor(m.dtype, Shape{m.cols + offset, m.rows}, dev);
+      data_t = rows_at(storage_t, offset, m.cols);
+      copy_bytes(data_t.data, dev, m.bytes_t.data(), Device::host(), m.bytes_t.size());
     }
   }
+  static TensorView rows_at(const Tensor& t, int64_t first, int64_t rows) {
+    const int64_t cols = t.shape().cols();
+    return TensorView(
+        static_cast<uint8_t*>(t.data()) + size_t(first * cols) * dtype_size(t.dtype()), t.dtype(),
+        Shape{rows, cols}, t.device());
+  }
   GemmOperand operand() const {
-    if (!is_fp8(data.dtype())) return GemmOperand::plain(data.view());
+    if (!is_fp8(data.dtype)) return GemmOperand::plain(data);
     QuantizedTensorView q;
-    q.data = data.view();
-    q.data_t = data_t.view();
+    q.data = data;
+    q.data_t = data_t;
     float* s = scalars.data_as<float>();
     q.scale = s;
     q.scale_inv = s + 1;
@@ -46,7 +58,7 @@ struct DeviceMatrix {
   }
   std::vector<uint8_t> bytes() const {
     std::vector<uint8_t> out(data.nbytes());
-    copy_bytes(out.data(), Device::host(), data.data(), data.device(), out.size());
+    copy_bytes(out.data(), Device::host(), data.data, data.device, out.size());
     return out;
   }
 };
@@ -58,6 +70,7 @@ struct GpuCase {
   GemmOutputMode mode = GemmOutputMode::kWrite;
   GemmAccumulation accumulation = GemmAccumulation::kSplit;
   int64_t m = 96, n = 64, k = 128;
+  int64_t offset = 0;  // rows by which A, B, D and aux start into their allocations
 };
 
 // Tolerance of CUDA vs host: both round D the same way up to accumulation order, so twice
@@ -76,7 +89,9 @@ void run_gpu_case(const GpuCase& c) {
   const Matrix b = bt ? random_matrix(c.b, c.n, c.k, 2) : random_matrix(c.b, c.k, c.n, 2);
   Matrix d = c.mode == GemmOutputMode::kAccumulate ? random_matrix(c.d, c.m, c.n, 3)
                                                    : Matrix(c.d, c.m, c.n);
-  const DType side = c.d == DType::kFloat16 ? DType::kFloat16 : kBf16;
+  // Bias and aux dtype: bf16, or fp16 with an fp16 D and with an FP8 D (where cuBLASLt's
+  // GELU aux may be fp16 but not bf16, and C takes the bias's dtype).
+  const DType side = c.d == DType::kFloat16 || is_fp8(c.d) ? DType::kFloat16 : kBf16;
   const bool bias_in =
       c.epilogue == GemmEpilogue::kBias || c.epilogue == GemmEpilogue::kBiasGeluAux;
   Matrix bias = bias_in ? random_matrix(side, 1, c.n, 4)
@@ -109,24 +124,27 @@ void run_gpu_case(const GpuCase& c) {
   gemm(host);
 
   // Device result, same arguments on device copies.
-  DeviceMatrix a_d(a, dev), b_d(b, dev), d_d(d, dev), bias_d(bias, dev), aux_d(aux, dev);
+  DeviceMatrix a_d(a, dev, c.offset), b_d(b, dev, c.offset), d_d(d, dev, c.offset),
+      bias_d(bias, dev), aux_d(aux, dev, c.offset);
   Tensor dscal(kF32, Shape{2}, dev);
   copy_bytes(dscal.data(), dev, scalars, Device::host(), sizeof(scalars));
   GemmArgs args = host;
   args.a = a_d.operand();
   args.b = b_d.operand();
-  args.d = d_d.data.view();
-  if (!host.bias.empty()) args.bias = TensorView(bias_d.data.data(), side, host.bias.shape, dev);
-  if (!host.aux.empty()) args.aux = aux_d.data.view();
+  args.d = d_d.data;
+  if (!host.bias.empty()) args.bias = TensorView(bias_d.data.data, side, host.bias.shape, dev);
+  if (!host.aux.empty()) args.aux = aux_d.data;
   if (is_fp8(c.d)) {
     args.d_scale = dscal.data_as<float>();
     args.d_amax = dscal.data_as<float>() + 1;
   }
-  // cuBLASLt does not offer every epilogue with FP8 inputs on every GPU and version (GELU
-  // and bias-gradient fusions in particular); can_implement says so, and the test reports
-  // those as skipped rather than as passed.
+  // cuBLASLt does not offer every fused epilogue with every dtype and layout on every GPU
+  // and version (GELU and bias-gradient fusions with FP8 in particular); can_implement says
+  // so, and the test reports those as skipped rather than as passed. A GEMM without an
+  // epilogue must always have an algorithm.
   const Status supported = Gemm::can_implement(args);
-  if (supported.reason().find("cuBLASLt has no algorithm") != std::string::npos)
+  if (c.epilogue != GemmEpilogue::kNone &&
+      supported.reason().find("cuBLASLt has no algorithm") != std::string::npos)
     GTEST_SKIP() << supported.reason();
   ASSERT_TRUE(supported) << supported.reason();
   gemm(args);  // the blocking copies below order after it on the legacy default stream
@@ -176,6 +194,21 @@ std::vector<GpuCase> gpu_cases() {
   cases.push_back(acc);
   acc.a = acc.b = acc.d = kBf16;
   cases.push_back(acc);
+  // The weight-gradient layout dW = dyᵀ · x, where the bias gradient is fused.
+  for (DType in : {kE4, kBf16}) {
+    GpuCase wgrad{in, in, kBf16, GemmEpilogue::kBiasGrad, GemmTranspose::kYes, GemmTranspose::kNo};
+    cases.push_back(wgrad);
+  }
+  // Views 1 row into their allocations: 16-byte but not 256-byte aligned (FP8 rows of 48
+  // bytes, bf16 rows of 96 or 128 bytes), as the row chunks of the collective GEMMs are.
+  for (DType in : {kE4, kBf16}) {
+    GpuCase shifted{in, in, kBf16};
+    shifted.k = 48;
+    shifted.offset = 1;
+    cases.push_back(shifted);
+    shifted.epilogue = GemmEpilogue::kBiasGeluAux;
+    cases.push_back(shifted);
+  }
   GpuCase odd{kBf16, kBf16, kBf16};
   odd.m = 7;
   odd.n = 9;
@@ -190,7 +223,8 @@ std::string describe(const GpuCase& c) {
          (c.ta == GemmTranspose::kYes ? "T" : "N") + (c.tb == GemmTranspose::kYes ? "T" : "N") +
          (c.mode == GemmOutputMode::kAccumulate ? "_acc" : "") +
          (c.accumulation == GemmAccumulation::kFast ? "_fast" : "") + "_" + std::to_string(c.m) +
-         "x" + std::to_string(c.n) + "x" + std::to_string(c.k);
+         "x" + std::to_string(c.n) + "x" + std::to_string(c.k) +
+         (c.offset ? "_offset" + std::to_string(c.offset) : "");
 }
 void PrintTo(const GpuCase& c, std::ostream* os) { *os << describe(c); }
 
@@ -220,6 +254,57 @@ TEST(GemmGpuAutotune, TunesAndWritesTheCacheFile) {
   ASSERT_TRUE(std::getline(in, line)) << "no entry in " << path;
   EXPECT_NE(line.find("cublasLt"), std::string::npos) << line;
   EXPECT_NE(line.find("m384 n256 k512"), std::string::npos) << line;
+}
+
+// Bad inputs that only the CUDA path can see (where pointers live, workspace alignment) or
+// that cuBLASLt would reject opaquely: each must be a clear qmesh::Error, not a fault.
+TEST(GemmGpuErrors, RefusedWithAClearMessage) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const Device dev = Device::cuda(0);
+  const Matrix a = random_matrix(kE4, 32, 64, 1), b = random_matrix(kE4, 48, 64, 2);
+  DeviceMatrix a_d(a, dev), b_d(b, dev);
+  Tensor d(kBf16, Shape{32, 48}, dev);
+  GemmArgs args;
+  args.a = a_d.operand();
+  args.b = b_d.operand();
+  args.d = d.view();
+  ASSERT_TRUE(Gemm::can_implement(args)) << Gemm::can_implement(args).reason();
+
+  // A caller's workspace must be 256-byte aligned.
+  Tensor workspace(DType::kFloat32, Shape{int64_t(Gemm::workspace_size(args) / 4) + 64}, dev);
+  Gemm op;
+  EXPECT_QMESH_ERROR(op.initialize(args, workspace.data_as<float>() + 4, Stream{}),
+                     "must be 256-byte aligned");
+
+  // FP8 scale factors and amax are read and written on the GPU.
+  float host_scalars[2] = {1.0f, 0.0f};
+  GemmArgs host_scale = args;
+  host_scale.a.quantized.scale_inv = &host_scalars[0];
+  EXPECT_QMESH_ERROR(gemm(host_scale), "a.scale_inv must point to an fp32 scalar in the memory");
+  Tensor d8(kE4, Shape{32, 48}, dev);
+  Tensor dscal(kF32, Shape{2}, dev);
+  GemmArgs fp8_out = args;
+  fp8_out.d = d8.view();
+  fp8_out.d_scale = dscal.data_as<float>();
+  fp8_out.d_amax = &host_scalars[1];
+  EXPECT_QMESH_ERROR(gemm(fp8_out), "d_amax must point to an fp32 scalar in the memory");
+  fp8_out.d_scale = &host_scalars[0];
+  fp8_out.d_amax = nullptr;
+  EXPECT_QMESH_ERROR(gemm(fp8_out), "d_scale must point to an fp32 scalar in the memory");
+
+  // The GELU aux matrix's leading dimension (N) must be a multiple of 8.
+  const Matrix p = random_matrix(kBf16, 16, 32, 3), q = random_matrix(kBf16, 12, 32, 4);
+  DeviceMatrix p_d(p, dev), q_d(q, dev);
+  Tensor d12(kBf16, Shape{16, 12}, dev), aux(kBf16, Shape{16, 12}, dev),
+      bias(kBf16, Shape{12}, dev);
+  GemmArgs gelu;
+  gelu.a = p_d.operand();
+  gelu.b = q_d.operand();
+  gelu.d = d12.view();
+  gelu.epilogue = GemmEpilogue::kBiasGeluAux;
+  gelu.bias = bias.view();
+  gelu.aux = aux.view();
+  EXPECT_QMESH_ERROR(gemm(gelu), "leading dimension of aux) to be a multiple of 8, got N = 12");
 }
 
 }  // namespace

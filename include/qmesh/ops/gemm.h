@@ -89,7 +89,8 @@ struct QMESH_API GemmArgs {
   TensorView bias;  // kBias, kBiasGeluAux: input [N]; kBiasGrad: output [M]; fp32/bf16/fp16
   TensorView aux;   // kBiasGeluAux: output [M, N]; kDGelu: input [M, N]; fp32/bf16/fp16
   // On CUDA (cuBLASLt's rules): a plain GEMM's bias and aux have D's dtype; an FP8 GEMM's are
-  // usually bf16 (fp16 with an fp16 D), and 16-bit with an FP8 D.
+  // usually bf16 (fp16 with an fp16 D), and 16-bit with an FP8 D; an aux needs N to be a
+  // multiple of 8 (its leading dimension).
 
   GemmAccumulation accumulation = GemmAccumulation::kFast;
 };
@@ -118,12 +119,14 @@ class QMESH_API Gemm {
   // panels of dequantized operands; device memory for CUDA: cuBLASLt's 32 MiB).
   static size_t workspace_size(const GemmArgs& args);
 
-  // Throws qmesh::Error with can_implement's reason if the GEMM cannot run. `workspace` is
+  // Throws qmesh::Error with can_implement's reason if the GEMM cannot run, and on CUDA if
+  // an FP8 scale_inv, d_scale or d_amax pointer is not in the device's memory. `workspace` is
   // nullptr (use a cached workspace owned by qmesh: per thread on the host, per device and
-  // stream on CUDA) or at least workspace_size(args) bytes on the args' device, kept alive
-  // and unused by others until the last run() returns (host) or completes (CUDA). The
-  // tensors in args must outlive the runs. On CUDA, may time candidate algorithms on
-  // `stream` when autotuning is on (docs/params.md: QMESH_GEMM_AUTOTUNE).
+  // stream on CUDA) or at least workspace_size(args) bytes on the args' device (256-byte
+  // aligned on CUDA, as cudaMalloc returns), kept alive and unused by others until the last
+  // run() returns (host) or completes (CUDA). The tensors in args must outlive the runs. On
+  // CUDA, may time candidate algorithms on `stream` when autotuning is on (docs/params.md:
+  // QMESH_GEMM_AUTOTUNE).
   void initialize(const GemmArgs& args, void* workspace, Stream stream);
   // Host: computes D before returning (stream ignored). CUDA: enqueues on `stream` and
   // returns without waiting. Error if initialize() has not succeeded.
