@@ -11,12 +11,15 @@
 namespace qmesh {
 
 // Copies `bytes` from src (on src_device) to dst (on dst_device). Blocking: returns when
-// the data has arrived. Error if a CUDA device is involved in a build without CUDA.
+// the data has arrived. A CUDA copy runs on the legacy default stream of dst's device (src's
+// when dst is on the host), so it is ordered after work already queued there and on that
+// device's blocking streams, but not after streams created with cudaStreamNonBlocking:
+// synchronize those first. Error if a CUDA device is involved in a build without CUDA.
 QMESH_API void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device,
                           size_t bytes);
 // copy_bytes ordered on `stream` when a CUDA device is involved (cudaMemcpyAsync: returns at
-// once; host memory must stay valid until the stream reaches the copy). Host to host:
-// memcpy, blocking.
+// once; host memory must stay valid until the stream reaches the copy). A null stream is the
+// legacy default stream of the device copy_bytes would use. Host to host: memcpy, blocking.
 QMESH_API void copy_bytes_async(void* dst, Device dst_device, const void* src, Device src_device,
                                 size_t bytes, Stream stream);
 // Copies a whole tensor; dtype and shape must match (Error naming both otherwise).

@@ -29,7 +29,9 @@ constexpr int kVec = 16;  // elements per thread per step: one 16-byte store of 
 // Flat kernel: elements one block covers.
 constexpr int kFlatIters = 4;
 constexpr int64_t kFlatChunk = int64_t{kThreads} * kVec * kFlatIters;
-// Groups per launch of the flat kernel: the parameter struct stays under 4 KiB.
+// Groups per launch of the flat kernel. Its parameter struct (64 bytes a group) is a little over
+// the classic 4 KiB limit of kernel parameters, which CUDA 12.1 raised to 32764 bytes on Volta
+// and newer.
 constexpr int kMaxGroups = 64;
 // Tiled kernel: 64 x 64 elements; thread (row = tid / 4, segment = tid % 4) owns 16 columns.
 constexpr int kTile = 64;
@@ -125,6 +127,7 @@ struct FlatParams {
   FlatGroup groups[kMaxGroups];
   int count;
 };
+static_assert(sizeof(FlatParams) <= 32764, "kernel parameters are limited to 32764 bytes");
 
 __global__ void zero_amax_kernel(FlatParams p) {
   if (threadIdx.x < p.count && p.groups[threadIdx.x].replace_amax)

@@ -8,6 +8,7 @@
 #include <tuple>
 #include <vector>
 
+#include "expect_error.h"
 #include "qmesh/copy.h"
 #include "qmesh/ops/amax.h"
 #include "qmesh/ops/cast_transpose.h"
@@ -187,6 +188,31 @@ TEST(GpuGroupedQuantize, MatchesHostBitwise) {
     EXPECT_EQ(bytes_of(d[g].data()), bytes_of(h[g].data())) << "group " << g;
     EXPECT_EQ(bytes_of(d[g].scalars()), bytes_of(h[g].scalars())) << "group " << g;
   }
+}
+
+// Tensors on different devices are refused on the host, before anything is launched.
+TEST(GpuCastErrors, MixedDevicesAreRefused) {
+  SKIP_WITHOUT_GPU();
+  const Shape shape{4, 32};
+  const Tensor x = input(DType::kFloat32, shape, 16);
+  const Tensor dx = to_device(x);
+  QuantizedTensor h(DType::kFloat8E4M3, shape, Device::host(), true);
+  QuantizedTensor d(DType::kFloat8E4M3, shape, kGpu, true);
+  EXPECT_QMESH_ERROR(quantize(x, d.view()), "must be on host, got cuda:0");
+  EXPECT_QMESH_ERROR(cast_transpose(dx, h.view()), "must be on cuda:0, got host");
+  Tensor host_amax(DType::kFloat32, Shape{1});
+  EXPECT_QMESH_ERROR(amax(dx, host_amax), "amax output must be on cuda:0");
+  Tensor host_dbias(DType::kFloat32, Shape{shape.cols()});
+  EXPECT_QMESH_ERROR(dbias_quantize(dx, d.view(), host_dbias), "dbias must be on cuda:0");
+  Tensor host_out(DType::kFloat32, shape);
+  EXPECT_QMESH_ERROR(dequantize(d.view(), host_out), "dequantize output must be on cuda:0");
+  const QuantizedTensorView mixed[] = {d.view(), h.view()};
+  EXPECT_QMESH_ERROR(grouped_quantize(to_device(input(DType::kFloat32, Shape{2 * 128}, 17)), mixed),
+                     "grouped_quantize output 1");
+  // Nothing above reached the device: a launch afterwards still works.
+  quantize(dx, d.view());
+  quantize(x, h.view());
+  EXPECT_EQ(bytes_of(d.data()), bytes_of(h.data()));
 }
 
 TEST(GpuScaling, FusedUpdateMatchesHostBitwise) {
