@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -288,12 +289,19 @@ class NcclComm final : public Communicator {
   std::shared_ptr<Communicator> split(int color, int key) override {
     DeviceScope scope(handle_->usable_device());
     const Clock::time_point deadline = Clock::now() + comm_timeout();
-    ncclComm_t child = nullptr;
+    // On the heap: NCCL's background job writes the new communicator after ncclCommSplit
+    // returns; if settling times out, that write may still come, so the slot is leaked.
+    auto child = std::make_unique<ncclComm_t>(nullptr);
     QMESH_CHECK_NCCL(
-        ncclCommSplit(comm(), color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, nullptr));
-    handle_->settle("nccl split", deadline);
-    if (child == nullptr) return nullptr;
-    return settled(child, handle_->device(), "nccl split (new communicator)", deadline);
+        ncclCommSplit(comm(), color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, child.get(), nullptr));
+    try {
+      handle_->settle("nccl split", deadline);
+    } catch (...) {
+      (void)child.release();
+      throw;
+    }
+    if (*child == nullptr) return nullptr;
+    return settled(*child, handle_->device(), "nccl split (new communicator)", deadline);
   }
 
   // Host names travel as fixed-size records through an all-gather on the device.
