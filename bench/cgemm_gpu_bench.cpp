@@ -36,6 +36,7 @@
 #include "qmesh/float16.h"
 #include "qmesh/fp8.h"
 #include "qmesh/overlap/collective_gemm.h"
+#include "qmesh/owned_stream.h"
 #include "qmesh/quantized_tensor.h"
 #include "qmesh/random.h"
 
@@ -94,21 +95,14 @@ Options parse(int argc, char** argv) {
 // One rank's compute and comm streams.
 class RankStreams {
  public:
-  RankStreams() {
-    for (cudaStream_t& s : streams_) QMESH_CHECK_CUDA(cudaStreamCreate(&s));
-  }
-  ~RankStreams() {
-    for (cudaStream_t s : streams_) cudaStreamDestroy(s);
-  }
-  RankStreams(const RankStreams&) = delete;
-  RankStreams& operator=(const RankStreams&) = delete;
-  CollectiveGemmStreams get() const { return {{streams_[0]}, {streams_[1]}}; }
+  CollectiveGemmStreams get() const { return {compute_.get(), comm_.get()}; }
   void sync() const {
-    for (cudaStream_t s : streams_) QMESH_CHECK_CUDA(cudaStreamSynchronize(s));
+    synchronize(kGpu, compute_.get());
+    synchronize(kGpu, comm_.get());
   }
 
  private:
-  cudaStream_t streams_[2] = {};
+  OwnedStream compute_{kGpu}, comm_{kGpu};
 };
 
 // The slowest rank's median time of `fn` up to the end of the rank's stream work (see

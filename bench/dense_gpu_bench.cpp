@@ -23,6 +23,7 @@
 #include "qmesh/comm/local.h"
 #include "qmesh/device.h"
 #include "qmesh/error.h"
+#include "qmesh/owned_stream.h"
 
 namespace {
 
@@ -31,12 +32,12 @@ double median_step_ms(qmesh::Recipe recipe, int64_t tokens, int64_t hidden, int6
                       int iters) {
   std::vector<float> ms(size_t(iters), 0.0f);
   qmesh::run_local_ranks(1, [&](qmesh::Communicator& comm) {
-    cudaStream_t stream = nullptr;
-    QMESH_CHECK_CUDA(cudaStreamCreate(&stream));
+    const qmesh::OwnedStream owned(qmesh::Device::cuda(0));
+    const auto stream = static_cast<cudaStream_t>(owned.get().handle);
     {
       const std::shared_ptr<qmesh::Communicator> world(&comm, [](qmesh::Communicator*) {});
       bench::MlpStep step(world, recipe, tokens, hidden, ffn,
-                          qmesh::Placement{qmesh::Device::cuda(0), {stream}, {}});
+                          qmesh::Placement{qmesh::Device::cuda(0), owned.get(), {}});
       for (int i = 0; i < 2; ++i) step.run();  // plans, workspaces, scaling state
       std::vector<cudaEvent_t> events(size_t(iters) + 1);
       for (auto& e : events) QMESH_CHECK_CUDA(cudaEventCreate(&e));
@@ -51,7 +52,6 @@ double median_step_ms(qmesh::Recipe recipe, int64_t tokens, int64_t hidden, int6
             cudaEventElapsedTime(&ms[size_t(i)], events[size_t(i)], events[size_t(i) + 1]));
       for (auto& e : events) cudaEventDestroy(e);
     }
-    cudaStreamDestroy(stream);
   });
   std::sort(ms.begin(), ms.end());
   return double(ms[ms.size() / 2]);

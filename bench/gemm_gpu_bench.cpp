@@ -24,6 +24,7 @@
 #include "qmesh/float16.h"
 #include "qmesh/fp8.h"
 #include "qmesh/ops/gemm.h"
+#include "qmesh/owned_stream.h"
 #include "qmesh/quantized_tensor.h"
 
 namespace {
@@ -46,25 +47,23 @@ std::vector<uint8_t> random_bytes(qmesh::DType dtype, int64_t n, uint32_t seed) 
   return out;
 }
 
-// Milliseconds per GEMM, averaged over `iters` runs after 10 warm-up runs.
-double time_gemm(const qmesh::GemmArgs& args, int iters) {
-  cudaStream_t stream = nullptr;
-  QMESH_CHECK_CUDA(cudaStreamCreate(&stream));
+// Milliseconds per GEMM on `stream`, averaged over `iters` runs after 10 warm-up runs.
+double time_gemm(const qmesh::GemmArgs& args, int iters, qmesh::Stream on) {
+  const auto stream = static_cast<cudaStream_t>(on.handle);
   qmesh::Gemm op;
-  op.initialize(args, nullptr, {stream});
-  for (int i = 0; i < 10; ++i) op.run({stream});
+  op.initialize(args, nullptr, on);
+  for (int i = 0; i < 10; ++i) op.run(on);
   cudaEvent_t start, stop;
   QMESH_CHECK_CUDA(cudaEventCreate(&start));
   QMESH_CHECK_CUDA(cudaEventCreate(&stop));
   QMESH_CHECK_CUDA(cudaEventRecord(start, stream));
-  for (int i = 0; i < iters; ++i) op.run({stream});
+  for (int i = 0; i < iters; ++i) op.run(on);
   QMESH_CHECK_CUDA(cudaEventRecord(stop, stream));
   QMESH_CHECK_CUDA(cudaEventSynchronize(stop));
   float ms = 0;
   QMESH_CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
-  cudaStreamDestroy(stream);
   return double(ms) / iters;
 }
 
@@ -98,7 +97,7 @@ struct Operand {
 
 // TFLOP/s of the TN GEMM A [M, K] · B [N, K]ᵀ → bf16 D with inputs of `dtype`, with the
 // heuristic's algorithm ([0]) and autotuned ([1]). FP8 uses fast accumulation (forward).
-std::array<double, 2> bench(const Shape3& s, qmesh::DType dtype, int iters) {
+std::array<double, 2> bench(const Shape3& s, qmesh::DType dtype, int iters, qmesh::Stream stream) {
   const Operand a(dtype, s.m, s.k, 1), b(dtype, s.n, s.k, 2);
   const qmesh::Tensor d(qmesh::DType::kBFloat16, qmesh::Shape{s.m, s.n}, qmesh::Device::cuda(0));
   qmesh::GemmArgs args;
@@ -109,7 +108,7 @@ std::array<double, 2> bench(const Shape3& s, qmesh::DType dtype, int iters) {
   std::array<double, 2> result{};
   for (int tuned = 0; tuned < 2; ++tuned) {
     setenv("QMESH_GEMM_AUTOTUNE", tuned ? "1" : "0", 1);  // read at each initialize()
-    result[size_t(tuned)] = tflops(s, time_gemm(args, iters));
+    result[size_t(tuned)] = tflops(s, time_gemm(args, iters, stream));
   }
   return result;
 }
@@ -148,11 +147,13 @@ int main(int argc, char** argv) try {
   std::printf("%6s %6s %6s | %9s %9s | %9s %9s | %9s\n", "M", "N", "K", "fp8", "fp8 tuned", "bf16",
               "bf16 tuned", "fp8/bf16");
   std::string json = std::string("{\"device\": \"") + prop.name + "\", \"results\": [";
+  // One stream for every GEMM: cuBLASLt workspaces are kept per stream.
+  const qmesh::OwnedStream stream(qmesh::Device::cuda(0));
   bool first = true;
   for (const Shape3& s : shapes) {
     // [fp8, bf16] × [heuristic, autotuned]
-    const std::array<double, 2> t[2] = {bench(s, qmesh::DType::kFloat8E4M3, iters),
-                                        bench(s, qmesh::DType::kBFloat16, iters)};
+    const std::array<double, 2> t[2] = {bench(s, qmesh::DType::kFloat8E4M3, iters, stream.get()),
+                                        bench(s, qmesh::DType::kBFloat16, iters, stream.get())};
     const double best_fp8 = std::max(t[0][0], t[0][1]), best_bf16 = std::max(t[1][0], t[1][1]);
     std::printf("%6lld %6lld %6lld | %9.1f %9.1f | %9.1f %9.1f | %9.2f\n", (long long)s.m,
                 (long long)s.n, (long long)s.k, t[0][0], t[0][1], t[1][0], t[1][1],

@@ -5,7 +5,6 @@
 // within NUMERICS.md's GEMM tolerances.
 #pragma once
 
-#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -17,6 +16,7 @@
 #include "qmesh/copy.h"
 #include "qmesh/device.h"
 #include "qmesh/float16.h"
+#include "qmesh/owned_stream.h"
 
 namespace qmesh::testing_overlap {
 
@@ -25,21 +25,13 @@ inline const Device kGpu = Device::cuda(0);
 // One rank's compute and comm streams, destroyed with the rank.
 class RankStreams {
  public:
-  RankStreams() {
-    for (cudaStream_t& s : streams_) EXPECT_EQ(cudaStreamCreate(&s), cudaSuccess);
-  }
-  ~RankStreams() {
-    for (cudaStream_t s : streams_) cudaStreamDestroy(s);
-  }
-  RankStreams(const RankStreams&) = delete;
-  RankStreams& operator=(const RankStreams&) = delete;
-  CollectiveGemmStreams get() const { return {{streams_[0]}, {streams_[1]}}; }
+  CollectiveGemmStreams get() const { return {compute_.get(), comm_.get()}; }
   // Waits for everything the call enqueued (it is all ordered before the compute stream's
   // later work, so synchronizing that stream is enough).
-  void sync() const { ASSERT_EQ(cudaStreamSynchronize(streams_[0]), cudaSuccess); }
+  void sync() const { synchronize(kGpu, compute_.get()); }
 
  private:
-  cudaStream_t streams_[2] = {};
+  OwnedStream compute_{kGpu}, comm_{kGpu};
 };
 
 // A device copy of a host test operand (FP8: codes and the three scalars; no columnwise

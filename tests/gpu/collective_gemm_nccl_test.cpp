@@ -4,6 +4,7 @@
 // against the float64 reference for fp32, bf16 and FP8 operands; the rings themselves are
 // tested with virtual ranks of the local backend (collective_gemm_gpu_test). Skipped without
 // a GPU.
+#include <cuda_runtime_api.h>
 #include <unistd.h>
 
 #include <filesystem>

@@ -1,36 +1,26 @@
 // The local backend on CUDA buffers: several virtual ranks (threads) on one GPU, each with
 // its own stream, against the same float64 references as the host suite. Skipped without
 // a GPU.
-#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include "collective_suite.h"
 #include "qmesh/comm/local.h"
 #include "qmesh/comm/one_sided.h"
 #include "qmesh/copy.h"
+#include "qmesh/owned_stream.h"
 
 namespace qmesh {
 namespace {
 
 class GpuRank {
  public:
-  GpuRank() { EXPECT_EQ(cudaStreamCreate(&stream_), cudaSuccess); }
-  ~GpuRank() { cudaStreamDestroy(stream_); }
-  Stream stream() const { return {stream_}; }
+  Stream stream() const { return owned_.get(); }
   // A device copy of a host tensor.
-  static Tensor to_device(const Tensor& host) {
-    Tensor d(host.dtype(), host.shape(), Device::cuda(0));
-    copy_tensor(d, host);
-    return d;
-  }
-  static Tensor to_host(const Tensor& device) {
-    Tensor h(device.dtype(), device.shape());
-    copy_tensor(h, device);
-    return h;
-  }
+  static Tensor to_device(const Tensor& host) { return clone(host, Device::cuda(0)); }
+  static Tensor to_host(const Tensor& device) { return clone(device, Device::host()); }
 
  private:
-  cudaStream_t stream_ = nullptr;
+  OwnedStream owned_{Device::cuda(0)};
 };
 
 class LocalGpu : public ::testing::Test {

@@ -23,6 +23,7 @@
 #include "qmesh/ops/gelu.h"
 #include "qmesh/ops/layer_norm.h"
 #include "qmesh/ops/transpose.h"
+#include "qmesh/owned_stream.h"
 #include "qmesh/train/grad_sync.h"
 #include "qmesh/train/optimizer.h"
 #include "random_tensor.h"
@@ -44,15 +45,11 @@ class LayersGpu : public ::testing::Test {
 // A stream of its own for the calling thread (one per virtual rank), destroyed with it.
 class OwnStream {
  public:
-  OwnStream() { EXPECT_EQ(cudaStreamCreate(&stream_), cudaSuccess); }
-  ~OwnStream() { cudaStreamDestroy(stream_); }
-  OwnStream(const OwnStream&) = delete;
-  OwnStream& operator=(const OwnStream&) = delete;
-  Stream stream() const { return {stream_}; }
+  Stream stream() const { return owned_.get(); }
   void sync() const { synchronize(kGpu, stream()); }
 
  private:
-  cudaStream_t stream_ = nullptr;
+  OwnedStream owned_{kGpu};
 };
 
 using test::random_tensor;

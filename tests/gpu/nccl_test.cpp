@@ -8,10 +8,12 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <optional>
 
 #include "collective_suite.h"
 #include "expect_error.h"
 #include "qmesh/copy.h"
+#include "qmesh/owned_stream.h"
 
 namespace qmesh {
 namespace {
@@ -36,16 +38,13 @@ class Nccl : public ::testing::Test {
     ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
     comm_ = make_nccl_world(bootstrap);
     std::filesystem::remove_all(dir);
-    ASSERT_EQ(cudaStreamCreate(&stream_), cudaSuccess);
-  }
-  void TearDown() override {
-    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+    stream_.emplace(Device::cuda(0));
   }
 
-  Stream stream() const { return Stream{stream_}; }
+  Stream stream() const { return stream_->get(); }
 
   std::shared_ptr<Communicator> comm_;
-  cudaStream_t stream_ = nullptr;
+  std::optional<OwnedStream> stream_;
 };
 
 constexpr DType kReducible[] = {DType::kFloat32, DType::kFloat64, DType::kBFloat16, DType::kFloat16,
@@ -102,9 +101,8 @@ TEST_F(Nccl, AsyncWorkCompletesWithItsStream) {
   Tensor buf = copy_to(testing::make_input(DType::kFloat32, 256, 0, 5), kGpu);
   std::vector<float> host(256);
   WorkHandle work = comm_->all_reduce_async(buf, ReduceOp::kSum, stream());
-  ASSERT_EQ(cudaMemcpyAsync(host.data(), buf.data(), buf.nbytes(), cudaMemcpyDeviceToHost, stream_),
-            cudaSuccess);
-  ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+  copy_bytes_async(host.data(), Device::host(), buf.data(), kGpu, buf.nbytes(), stream());
+  synchronize(kGpu, stream());
   EXPECT_TRUE(work->test());
   work->wait();
   for (int64_t i = 0; i < 256; ++i) {
