@@ -16,6 +16,7 @@
 
 #include "cuda/check.h"
 #include "cuda/device_guard.h"
+#include "cuda/device_scalar.h"
 #include "ops/cast_job.h"
 #include "qmesh/error.h"
 
@@ -382,6 +383,11 @@ void cast_tiled(const CastSpec& spec, const CastJob& job, cudaStream_t stream) {
 
 void cast(int device, const CastSpec& spec, std::span<const CastJob> jobs, Stream stream) {
   const DeviceGuard guard(device);
+  for (const CastJob& job : jobs) {
+    require_device_scalar(job.scale, device, "the FP8 output's scale");
+    require_device_scalar(job.scale_inv, device, "the FP8 output's scale_inv");
+    require_device_scalar(job.amax, device, "amax");
+  }
   auto s = static_cast<cudaStream_t>(stream.handle);
   if (jobs.size() == 1 && (jobs[0].out_t || jobs[0].dbias)) {
     cast_tiled(spec, jobs[0], s);
@@ -394,6 +400,7 @@ void cast(int device, const CastSpec& spec, std::span<const CastJob> jobs, Strea
 void dequantize(int device, const uint8_t* in, DType fp8, const float* scale_inv, void* out,
                 DType out_dtype, int64_t n, Stream stream) {
   const DeviceGuard guard(device);
+  require_device_scalar(scale_inv, device, "the dequantize input's scale_inv");
   auto s = static_cast<cudaStream_t>(stream.handle);
   const auto blocks =
       static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, resident_blocks()));

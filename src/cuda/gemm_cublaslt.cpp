@@ -16,6 +16,7 @@
 #include "cuda/check.h"
 #include "cuda/cublaslt_check.h"
 #include "cuda/device_guard.h"
+#include "cuda/device_scalar.h"
 #include "cuda/gemm_autotune.h"
 #include "qmesh/logging.h"
 
@@ -162,20 +163,6 @@ std::string problem_key(const CanonicalGemm& c) {
 DType c_dtype(const CanonicalGemm& c) {
   if (!is_fp8(c.d_dtype)) return c.d_dtype;
   return c.bias ? c.bias_dtype : DType::kBFloat16;
-}
-
-// cuBLASLt reads the FP8 scale factors and writes amax on the GPU, so a host pointer there
-// would fault the kernel (a sticky error that ends the process's use of the device).
-void check_device_scalar(const void* p, int device, const char* what) {
-  if (p == nullptr) return;
-  cudaPointerAttributes attr{};
-  QMESH_CHECK_CUDA(cudaPointerGetAttributes(&attr, p));
-  const bool on_device = attr.type == cudaMemoryTypeDevice;
-  QMESH_CHECK(attr.type == cudaMemoryTypeManaged || (on_device && attr.device == device),
-              "GemmArgs ", what, " must point to an fp32 scalar in the memory of cuda:", device,
-              " (cuBLASLt reads it on the GPU), got ",
-              on_device ? concat("memory of cuda:", attr.device) : std::string("host memory"),
-              " at ", p);
 }
 
 // A start/stop event pair for timing, destroyed with its scope.
@@ -391,10 +378,10 @@ std::unique_ptr<CublasLtGemm::Impl> described(const CanonicalGemm& c) {
 
 CublasLtGemm::CublasLtGemm(const CanonicalGemm& c, void* stream) {
   cuda::DeviceGuard guard(c.device.index);
-  check_device_scalar(c.a.scale_inv, c.device.index, "a.scale_inv");
-  check_device_scalar(c.b.scale_inv, c.device.index, "b.scale_inv");
-  check_device_scalar(c.d_scale, c.device.index, "d_scale");
-  check_device_scalar(c.d_amax, c.device.index, "d_amax");
+  cuda::require_device_scalar(c.a.scale_inv, c.device.index, "GemmArgs a.scale_inv");
+  cuda::require_device_scalar(c.b.scale_inv, c.device.index, "GemmArgs b.scale_inv");
+  cuda::require_device_scalar(c.d_scale, c.device.index, "GemmArgs d_scale");
+  cuda::require_device_scalar(c.d_amax, c.device.index, "GemmArgs d_amax");
   impl_ = described(c);
   impl_->choose_algo(static_cast<cudaStream_t>(stream));
 }

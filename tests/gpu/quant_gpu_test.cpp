@@ -209,6 +209,17 @@ TEST(GpuCastErrors, MixedDevicesAreRefused) {
   const QuantizedTensorView mixed[] = {d.view(), h.view()};
   EXPECT_QMESH_ERROR(grouped_quantize(to_device(input(DType::kFloat32, Shape{2 * 128}, 17)), mixed),
                      "grouped_quantize output 1");
+  // A hand-built view whose scalars are host memory: refused before any launch.
+  QuantizedTensorView host_scalars = d.view();
+  host_scalars.scale = h.view().scale;
+  EXPECT_QMESH_ERROR(quantize(dx, host_scalars),
+                     "scale must point to an fp32 scalar in the memory");
+  host_scalars = d.view();
+  host_scalars.amax = h.view().amax;
+  EXPECT_QMESH_ERROR(cast_transpose(dx, host_scalars), "amax must point to an fp32 scalar");
+  host_scalars = d.view();
+  host_scalars.scale_inv = h.view().scale_inv;
+  EXPECT_QMESH_ERROR(dequantize(host_scalars, to_device(host_out)), "scale_inv must point");
   // Nothing above reached the device: a launch afterwards still works.
   quantize(dx, d.view());
   quantize(x, h.view());
