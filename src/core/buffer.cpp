@@ -8,6 +8,7 @@
 #include "qmesh/error.h"
 #if QMESH_WITH_CUDA
 #include "cuda/check.h"
+#include "cuda/device_guard.h"
 #endif
 
 namespace qmesh {
@@ -26,12 +27,8 @@ Buffer::Buffer(size_t bytes, Device device) : size_(bytes), device_(device) {
   }
   require_device(device);
 #if QMESH_WITH_CUDA
-  int previous = 0;
-  QMESH_CHECK_CUDA(cudaGetDevice(&previous));
-  QMESH_CHECK_CUDA(cudaSetDevice(device.index));
-  const cudaError_t status = cudaMalloc(&data_, bytes);
-  QMESH_CHECK_CUDA(cudaSetDevice(previous));
-  QMESH_CHECK_CUDA(status);
+  const detail::cuda::DeviceGuard guard(device.index);
+  QMESH_CHECK_CUDA(cudaMalloc(&data_, bytes));
 #endif
 }
 
@@ -58,7 +55,13 @@ void Buffer::release() noexcept {
     std::free(data_);
   } else {
 #if QMESH_WITH_CUDA
-    (void)cudaFree(data_);  // a destructor must not throw; cudaFree syncs the device
+    // A destructor must not throw: errors are ignored. The owning device is made current,
+    // as for the allocation (cudaFree synchronizes the current device).
+    int previous = 0;
+    const bool switched = cudaGetDevice(&previous) == cudaSuccess && previous != device_.index &&
+                          cudaSetDevice(device_.index) == cudaSuccess;
+    (void)cudaFree(data_);
+    if (switched) (void)cudaSetDevice(previous);
 #endif
   }
   data_ = nullptr;
