@@ -256,8 +256,10 @@ int run(const Options& o, const NodeLayout& node,
   double loss = 0;
   for (int step = start + 1; step <= o.steps; ++step) {
     task.batch(step, first, x, t);
-    const qmesh::TensorView y = model.forward(placed(x, x_dev, device));
-    qmesh::mse_loss(y, placed(t, t_dev, device), global_count, dy, local_sum, stream);
+    // Both copies before the step's work is queued: a blocking copy waits for that work.
+    const qmesh::TensorView x_in = placed(x, x_dev, device), t_in = placed(t, t_dev, device);
+    const qmesh::TensorView y = model.forward(x_in);
+    qmesh::mse_loss(y, t_in, global_count, dy, local_sum, stream);
     model.backward(dy, sync);
     sync.finish();
     ctx.end_step();  // the step's one amax all-reduce and scale update (FP8 delayed)
