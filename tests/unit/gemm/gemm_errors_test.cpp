@@ -285,6 +285,20 @@ TEST(GemmCudaRules, EpilogueDtypes) {
   expect_accepted_or_no_device(h);
 }
 
+TEST(GemmCudaRules, AuxNeedsNMultipleOf8) {
+  GemmArgs g;
+  g.a = GemmOperand::plain(on_cuda(kBf16, Shape{64, 48}));
+  g.b = GemmOperand::plain(on_cuda(kBf16, Shape{12, 48}));
+  g.d = on_cuda(kBf16, Shape{64, 12});
+  g.epilogue = GemmEpilogue::kDGelu;
+  g.aux = on_cuda(kBf16, Shape{64, 12});
+  expect_refused(g, "to be a multiple of 8, got N = 12");
+  // Without the aux epilogue N = 12 is fine.
+  g.epilogue = GemmEpilogue::kNone;
+  g.aux = TensorView();
+  expect_accepted_or_no_device(g);
+}
+
 TEST(GemmCudaRules, WorkspaceSizeIs32MiBOnCuda) {
   const GemmArgs g = cuda_problem(64, 32, 48, GemmTranspose::kNo, GemmTranspose::kYes, true);
   if (cuda_device_count() == 0) {
