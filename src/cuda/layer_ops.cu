@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "cuda/block_sum.h"
 #include "cuda/check.h"
 #include "cuda/device_guard.h"
 #include "cuda/layer_kernels.h"
@@ -44,18 +45,6 @@ cudaStream_t native(Stream stream) { return static_cast<cudaStream_t>(stream.han
 
 unsigned blocks_for(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
 
-// The sum of `v` over the block, returned to every thread. `scratch` holds kWarps floats.
-__device__ float block_sum(float v, float* scratch) {
-  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  __syncthreads();  // scratch may still be read by a previous call
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  float total = 0.0f;
-  for (int w = 0; w < kWarps; ++w) total += scratch[w];
-  return total;
-}
-
 __global__ void __launch_bounds__(kThreads)
     layer_norm_forward_kernel(const float* x, const float* gamma, const float* beta, float eps,
                               float* y, float* mean, float* rstd, int64_t cols) {
@@ -64,10 +53,10 @@ __global__ void __launch_bounds__(kThreads)
   const float* xr = x + row * cols;
   float s = 0.0f;
   for (int64_t c = threadIdx.x; c < cols; c += kThreads) s += xr[c];
-  const float m = block_sum(s, scratch) / float(cols);
+  const float m = block_sum<kThreads>(s, scratch) / float(cols);
   float sq = 0.0f;
   for (int64_t c = threadIdx.x; c < cols; c += kThreads) sq += (xr[c] - m) * (xr[c] - m);
-  const float r = 1.0f / sqrtf(block_sum(sq, scratch) / float(cols) + eps);
+  const float r = 1.0f / sqrtf(block_sum<kThreads>(sq, scratch) / float(cols) + eps);
   float* yr = y + row * cols;
   for (int64_t c = threadIdx.x; c < cols; c += kThreads)
     yr[c] = (xr[c] - m) * r * gamma[c] + beta[c];
@@ -92,8 +81,8 @@ __global__ void __launch_bounds__(kThreads)
     s2 += dxhat * ((xr[c] - m) * r);
   }
   const float inv_n = 1.0f / float(cols);
-  const float sum_dxhat = block_sum(s1, scratch);
-  const float sum_dxhat_xhat = block_sum(s2, scratch);
+  const float sum_dxhat = block_sum<kThreads>(s1, scratch);
+  const float sum_dxhat_xhat = block_sum<kThreads>(s2, scratch);
   float* dxr = dx + row * cols;
   for (int64_t c = threadIdx.x; c < cols; c += kThreads) {
     const float xhat = (xr[c] - m) * r;

@@ -3,6 +3,7 @@
 // lands in the same partial in the same order on every call: the sum is deterministic.
 #include <cuda_runtime.h>
 
+#include "cuda/block_sum.h"
 #include "cuda/check.h"
 #include "cuda/device_guard.h"
 #include "cuda/loss_kernel.h"
@@ -14,19 +15,6 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kBlocks = 1024;  // partial sums; enough blocks to fill an H100/H200
 
-// Sums v over the block in a fixed tree; the result is valid in thread 0.
-__device__ double block_sum(double v) {
-  __shared__ double warp_sums[kThreads / 32];
-  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_down_sync(0xffffffffu, v, offset);
-  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = v;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    v = threadIdx.x < kThreads / 32 ? warp_sums[threadIdx.x] : 0.0;
-    for (int offset = 16; offset > 0; offset /= 2) v += __shfl_down_sync(0xffffffffu, v, offset);
-  }
-  return v;
-}
-
 __global__ void __launch_bounds__(kThreads)
     mse_partial_kernel(const float* y, const float* target, double global_count, float* dy,
                        double* partial, int64_t n) {
@@ -37,7 +25,8 @@ __global__ void __launch_bounds__(kThreads)
     sum += d * d;
     dy[i] = float(2.0 * d / global_count);
   }
-  sum = block_sum(sum);
+  __shared__ double scratch[kThreads / 32];
+  sum = block_sum<kThreads>(sum, scratch);
   if (threadIdx.x == 0) partial[blockIdx.x] = sum;
 }
 
@@ -45,7 +34,8 @@ __global__ void __launch_bounds__(kThreads)
     sum_partials_kernel(const double* partial, double* out, int count) {
   double sum = 0;
   for (int i = threadIdx.x; i < count; i += kThreads) sum += partial[i];
-  sum = block_sum(sum);
+  __shared__ double scratch[kThreads / 32];
+  sum = block_sum<kThreads>(sum, scratch);
   if (threadIdx.x == 0) *out = sum;
 }
 
