@@ -262,11 +262,17 @@ TEST(GemmCudaRules, DeviceMismatch) {
   expect_refused(h, "GemmArgs.bias (it must live on D's device)");
 }
 
-TEST(GemmCudaRules, EpilogueDtypes) {
+// A bf16 TN GEMM on cuda:0: A [m, k], B [n, k], D [m, n].
+GemmArgs cuda_bf16_problem(int64_t m, int64_t n, int64_t k) {
   GemmArgs g;
-  g.a = GemmOperand::plain(on_cuda(kBf16, Shape{64, 48}));
-  g.b = GemmOperand::plain(on_cuda(kBf16, Shape{32, 48}));
-  g.d = on_cuda(kBf16, Shape{64, 32});
+  g.a = GemmOperand::plain(on_cuda(kBf16, Shape{m, k}));
+  g.b = GemmOperand::plain(on_cuda(kBf16, Shape{n, k}));
+  g.d = on_cuda(kBf16, Shape{m, n});
+  return g;
+}
+
+TEST(GemmCudaRules, EpilogueDtypes) {
+  GemmArgs g = cuda_bf16_problem(64, 32, 48);
   g.epilogue = GemmEpilogue::kBias;
   g.bias = on_cuda(kF32, Shape{32});
   expect_refused(g, "the bias of a bf16 GEMM must have D's dtype bf16, got fp32");
@@ -286,10 +292,7 @@ TEST(GemmCudaRules, EpilogueDtypes) {
 }
 
 TEST(GemmCudaRules, AuxNeedsNMultipleOf8) {
-  GemmArgs g;
-  g.a = GemmOperand::plain(on_cuda(kBf16, Shape{64, 48}));
-  g.b = GemmOperand::plain(on_cuda(kBf16, Shape{12, 48}));
-  g.d = on_cuda(kBf16, Shape{64, 12});
+  GemmArgs g = cuda_bf16_problem(64, 12, 48);
   g.epilogue = GemmEpilogue::kDGelu;
   g.aux = on_cuda(kBf16, Shape{64, 12});
   expect_refused(g, "to be a multiple of 8, got N = 12");
