@@ -13,10 +13,12 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 
 #include "cuda/check.h"
 #include "cuda/device_guard.h"
 #include "cuda/device_scalar.h"
+#include "cuda/stream_scratch.h"
 #include "ops/cast_job.h"
 #include "qmesh/error.h"
 
@@ -355,11 +357,8 @@ void cast_tiled(const CastSpec& spec, const CastJob& job, cudaStream_t stream) {
                job.scale_inv, job.amax, job.rows,  job.cols, false};
   p.vec = aligned16(job.in) && aligned16(job.out) && (!job.out_t || aligned16(job.out_t)) &&
           job.rows % kVec == 0 && job.cols % kVec == 0;
-  if (job.dbias) {
-    void* scratch = nullptr;
-    QMESH_CHECK_CUDA(cudaMallocAsync(&scratch, row_tiles * job.cols * sizeof(float), stream));
-    p.partials = static_cast<float*>(scratch);
-  }
+  std::optional<StreamScratch<float>> scratch;
+  if (job.dbias) p.partials = scratch.emplace(size_t(row_tiles * job.cols), stream).get();
   if (job.amax_update == AmaxUpdate::kReplace) {
     zero_scalar_kernel<<<1, 1, 0, stream>>>(job.amax);
     QMESH_CHECK_CUDA(cudaGetLastError());
@@ -375,7 +374,6 @@ void cast_tiled(const CastSpec& spec, const CastJob& job, cudaStream_t stream) {
     sum_partials_kernel<<<col_blocks, kThreads, 0, stream>>>(p.partials, row_tiles, job.cols,
                                                              job.dbias);
     QMESH_CHECK_CUDA(cudaGetLastError());
-    QMESH_CHECK_CUDA(cudaFreeAsync(p.partials, stream));
   }
 }
 

@@ -13,6 +13,7 @@
 #include "cuda/check.h"
 #include "cuda/device_guard.h"
 #include "cuda/layer_kernels.h"
+#include "cuda/stream_scratch.h"
 
 namespace qmesh::detail::cuda {
 
@@ -130,9 +131,8 @@ void column_sums_impl(const float* g, const float* x, const float* mean, const f
   const cudaStream_t s = native(stream);
   const int64_t parts = (rows + kSumRows - 1) / kSumRows;
   const int64_t slices = x != nullptr ? 2 : 1;
-  float* partial = nullptr;
-  QMESH_CHECK_CUDA(cudaMallocAsync(reinterpret_cast<void**>(&partial),
-                                   size_t(slices * parts * cols) * sizeof(float), s));
+  const StreamScratch<float> scratch(size_t(slices * parts * cols), s);
+  float* partial = scratch.get();
   float* partial_xhat = x != nullptr ? partial + parts * cols : nullptr;
   const auto grid_y = static_cast<unsigned>(parts < kMaxGridY ? parts : kMaxGridY);
   partial_column_sums_kernel<<<dim3(blocks_for(cols), grid_y), kThreads, 0, s>>>(
@@ -144,7 +144,6 @@ void column_sums_impl(const float* g, const float* x, const float* mean, const f
     sum_partials_kernel<<<blocks_for(cols), kThreads, 0, s>>>(partial_xhat, out_xhat, parts, cols);
     QMESH_CHECK_CUDA(cudaGetLastError());
   }
-  QMESH_CHECK_CUDA(cudaFreeAsync(partial, s));
 }
 
 __global__ void add_bias_kernel(float* y, const float* bias, int64_t n, int64_t cols) {

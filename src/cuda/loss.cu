@@ -7,6 +7,7 @@
 #include "cuda/check.h"
 #include "cuda/device_guard.h"
 #include "cuda/loss_kernel.h"
+#include "cuda/stream_scratch.h"
 
 namespace qmesh::detail::cuda {
 
@@ -45,14 +46,11 @@ void mse_loss(int device, const float* y, const float* target, double global_cou
               double* sum_sq, int64_t n, Stream stream) {
   const DeviceGuard guard(device);
   const cudaStream_t s = static_cast<cudaStream_t>(stream.handle);
-  double* partial = nullptr;
-  QMESH_CHECK_CUDA(
-      cudaMallocAsync(reinterpret_cast<void**>(&partial), kBlocks * sizeof(double), s));
-  mse_partial_kernel<<<kBlocks, kThreads, 0, s>>>(y, target, global_count, dy, partial, n);
+  const StreamScratch<double> partial(kBlocks, s);
+  mse_partial_kernel<<<kBlocks, kThreads, 0, s>>>(y, target, global_count, dy, partial.get(), n);
   QMESH_CHECK_CUDA(cudaGetLastError());
-  sum_partials_kernel<<<1, kThreads, 0, s>>>(partial, sum_sq, kBlocks);
+  sum_partials_kernel<<<1, kThreads, 0, s>>>(partial.get(), sum_sq, kBlocks);
   QMESH_CHECK_CUDA(cudaGetLastError());
-  QMESH_CHECK_CUDA(cudaFreeAsync(partial, s));
 }
 
 }  // namespace qmesh::detail::cuda
