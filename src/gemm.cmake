@@ -15,7 +15,7 @@ if(QMESH_WITH_BLAS)
 endif()
 if(QMESH_WITH_CUDA)
   target_sources(qmesh PRIVATE
-    ${CMAKE_CURRENT_LIST_DIR}/cuda/gemm_autotune.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/cuda/gemm_algo_cache.cpp
     ${CMAKE_CURRENT_LIST_DIR}/cuda/gemm_cublaslt.cpp)
   # cuBLASLt and the runtime only: never the driver library (libcuda), so that programs
   # start on machines without a driver.

@@ -13,7 +13,9 @@ class QMESH_API OwnedStream {
   // legacy default stream (blocking copies such as copy_tensor stay ordered with its work).
   // Error for the host device, a device this process cannot use, or a build without CUDA.
   explicit OwnedStream(Device device);
-  // Destroys the stream; work already enqueued still completes (cudaStreamDestroy).
+  // Destroys the stream; work already enqueued still completes (cudaStreamDestroy). What
+  // qmesh cached for the stream (cuBLASLt's workspace) is freed first, after waiting for the
+  // stream's work if there is such a cache.
   ~OwnedStream();
   OwnedStream(OwnedStream&& other) noexcept;
   OwnedStream& operator=(OwnedStream&& other) noexcept;

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "core/stream_cleanup.h"
 #include "qmesh/config.h"
 #include "qmesh/error.h"
 #if QMESH_WITH_CUDA
@@ -24,7 +25,9 @@ OwnedStream::OwnedStream(Device device) : device_(device) {
 
 OwnedStream::~OwnedStream() {
 #if QMESH_WITH_CUDA
-  if (stream_.handle != nullptr) cudaStreamDestroy(static_cast<cudaStream_t>(stream_.handle));
+  if (stream_.handle == nullptr) return;
+  detail::run_stream_cleanups(stream_.handle);
+  cudaStreamDestroy(static_cast<cudaStream_t>(stream_.handle));
 #endif
 }
 

@@ -5,19 +5,23 @@
 
 #include <algorithm>
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "core/stream_cleanup.h"
 #include "cuda/check.h"
 #include "cuda/cublaslt_check.h"
 #include "cuda/device_guard.h"
 #include "cuda/device_scalar.h"
-#include "cuda/gemm_autotune.h"
+#include "cuda/gemm_algo_cache.h"
+#include "cuda/stream_scratch.h"
 #include "qmesh/logging.h"
 
 namespace qmesh::detail {
@@ -64,9 +68,10 @@ cublasLtEpilogue_t cublaslt_epilogue(GemmEpilogue e) {
   QMESH_THROW("invalid GemmEpilogue ", int(e));
 }
 
-// Handles (one per device) and workspaces (one per device and stream), created on first use
-// and kept for the life of the process: freeing them at static destruction would race the
-// CUDA runtime's own teardown.
+// Handles (one per device) and workspaces (one per device and stream), created on first use.
+// A workspace is freed when its stream's OwnedStream is destroyed (core/stream_cleanup.h);
+// the others, and the handles, are kept for the life of the process: freeing them at static
+// destruction would race the CUDA runtime's own teardown.
 struct Resources {
   std::mutex mutex;
   std::map<int, cublasLtHandle_t> handles;
@@ -91,6 +96,22 @@ cublasLtHandle_t handle_for(int device) {
   return it->second;
 }
 
+// Waits for `stream`, then frees its workspace on `device` (run by at_stream_destroy).
+void release_workspace(int device, cudaStream_t stream) {
+  Resources& r = resources();
+  void* ws = nullptr;
+  {
+    std::lock_guard lock(r.mutex);
+    const auto it = r.workspaces.find({device, reinterpret_cast<uintptr_t>(stream)});
+    if (it == r.workspaces.end()) return;
+    ws = it->second;
+    r.workspaces.erase(it);
+  }
+  const cuda::DeviceGuard guard(device);
+  QMESH_CHECK_CUDA(cudaStreamSynchronize(stream));
+  QMESH_CHECK_CUDA(cudaFree(ws));
+}
+
 void* workspace_for(int device, cudaStream_t stream) {
   Resources& r = resources();
   std::lock_guard lock(r.mutex);
@@ -100,6 +121,8 @@ void* workspace_for(int device, cudaStream_t stream) {
     void* ws = nullptr;
     QMESH_CHECK_CUDA(cudaMalloc(&ws, kCublasLtWorkspaceBytes));
     it = r.workspaces.emplace(key, ws).first;
+    if (stream != nullptr)
+      detail::at_stream_destroy(stream, [device, stream] { release_workspace(device, stream); });
   }
   return it->second;
 }
@@ -289,11 +312,10 @@ struct CublasLtGemm::Impl {
                             cudaStream_t stream) {
     void* workspace = workspace_for(c.device.index, stream);
     const size_t d_bytes = size_t(c.m) * size_t(c.n) * dtype_size(c.d_dtype);
-    void* saved = nullptr;
-    if (c.beta != 0.0f) {
-      QMESH_CHECK_CUDA(cudaMallocAsync(&saved, d_bytes, stream));
-      QMESH_CHECK_CUDA(cudaMemcpyAsync(saved, c.d, d_bytes, cudaMemcpyDeviceToDevice, stream));
-    }
+    std::optional<cuda::StreamScratch<std::byte>> saved;
+    if (c.beta != 0.0f)
+      QMESH_CHECK_CUDA(cudaMemcpyAsync(saved.emplace(d_bytes, stream).get(), c.d, d_bytes,
+                                       cudaMemcpyDeviceToDevice, stream));
     TimingEvents events;
     cudaEvent_t start = events.start, stop = events.stop;
     float best_ms = 0.0f;
@@ -317,10 +339,9 @@ struct CublasLtGemm::Impl {
         best = i;
       }
     }
-    if (saved) {
-      QMESH_CHECK_CUDA(cudaMemcpyAsync(c.d, saved, d_bytes, cudaMemcpyDeviceToDevice, stream));
-      QMESH_CHECK_CUDA(cudaFreeAsync(saved, stream));
-    }
+    if (saved)
+      QMESH_CHECK_CUDA(
+          cudaMemcpyAsync(c.d, saved->get(), d_bytes, cudaMemcpyDeviceToDevice, stream));
     QMESH_CHECK(best < cands.size(), "cuBLASLt refused to launch every one of the ", cands.size(),
                 " algorithms its heuristic offered for ", problem_key(c),
                 " (QMESH_LOG_LEVEL=debug shows each status)");
@@ -335,29 +356,47 @@ struct CublasLtGemm::Impl {
     return status != cudaStreamCaptureStatusNone;
   }
 
+  // The heuristic's first candidate, asked of cuBLASLt once per problem.
+  cublasLtMatmulAlgo_t heuristic_algo() {
+    const std::string key = problem_key(c);
+    if (auto cached = cached_gemm_algo(AlgoChoice::kHeuristic, key)) return *cached;
+    const cublasLtMatmulAlgo_t first = candidates().front().algo;
+    remember_gemm_algo(AlgoChoice::kHeuristic, key, first);
+    return first;
+  }
+
+  // A tuned algorithm for `key` from this process or the cache file, if cuBLASLt still
+  // accepts it here (a file may come from another GPU or library version).
+  std::optional<cublasLtMatmulAlgo_t> usable_tuned_algo(const std::string& key) {
+    const auto cached = cached_gemm_algo(AlgoChoice::kTuned, key);
+    if (!cached) return std::nullopt;
+    cublasLtMatmulHeuristicResult_t check{};
+    if (cublasLtMatmulAlgoCheck(handle, desc, a_layout, b_layout, c_layout, d_layout, &*cached,
+                                &check) != CUBLAS_STATUS_SUCCESS ||
+        check.workspaceSize > kCublasLtWorkspaceBytes)
+      return std::nullopt;
+    return cached;
+  }
+
   void choose_algo(cudaStream_t stream) {
-    const bool tune_on = gemm_autotune_enabled();
-    const std::string key = tune_on ? problem_key(c) : std::string();
-    if (tune_on) {
-      if (auto cached = cached_gemm_algo(key)) {
-        cublasLtMatmulHeuristicResult_t check{};
-        if (cublasLtMatmulAlgoCheck(handle, desc, a_layout, b_layout, c_layout, d_layout, &*cached,
-                                    &check) == CUBLAS_STATUS_SUCCESS &&
-            check.workspaceSize <= kCublasLtWorkspaceBytes) {
-          algo = *cached;
-          return;
-        }
-      }
-    }
-    const auto cands = candidates();
-    // Timing needs to synchronize, which a capturing stream (CUDA graph) forbids: fall back
-    // to the heuristic's first choice there, without caching it.
-    if (!tune_on || capturing(stream)) {
-      algo = cands.front().algo;
+    if (!gemm_autotune_enabled()) {
+      algo = heuristic_algo();
       return;
     }
+    const std::string key = problem_key(c);
+    if (auto tuned = usable_tuned_algo(key)) {
+      algo = *tuned;
+      return;
+    }
+    // Timing needs to synchronize, which a capturing stream (CUDA graph) forbids: the
+    // heuristic's choice there, tuned later outside the capture.
+    if (capturing(stream)) {
+      algo = heuristic_algo();
+      return;
+    }
+    const auto cands = candidates();
     algo = cands.size() == 1 ? cands.front().algo : tune(cands, stream);
-    remember_gemm_algo(key, algo);
+    remember_gemm_algo(AlgoChoice::kTuned, key, algo);
   }
 };
 
@@ -388,7 +427,7 @@ CublasLtGemm::CublasLtGemm(const CanonicalGemm& c, void* stream) {
 
 void CublasLtGemm::check_supported(const CanonicalGemm& c) {
   cuda::DeviceGuard guard(c.device.index);
-  (void)described(c)->candidates();
+  (void)described(c)->heuristic_algo();
 }
 
 CublasLtGemm::~CublasLtGemm() = default;

@@ -14,8 +14,9 @@ inline constexpr size_t kCublasLtWorkspaceBytes = size_t(32) << 20;
 inline constexpr size_t kCublasLtWorkspaceAlignment = 256;
 
 // One planned cuBLASLt matmul: descriptors built and an algorithm chosen (the heuristic's
-// first candidate, or the fastest one when autotuning is on) at construction; run() enqueues
-// it. The device of `c` must be usable.
+// first candidate, or the fastest one when autotuning is on; either is asked for once per
+// problem and then taken from gemm_algo_cache.h) at construction; run() enqueues it. The
+// device of `c` must be usable.
 class CublasLtGemm {
  public:
   // `stream` (cudaStream_t) is where autotuning, if on, times the candidates. Error if an FP8

@@ -1,6 +1,7 @@
 // The cuBLASLt GEMM against the host GEMM (itself tested against float64) on the same
 // inputs, in every layout (FP8 through the columnwise copies), the FP8 input combinations,
 // every output dtype and every epilogue. Skips without a GPU.
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,6 +16,7 @@
 #include "qmesh/copy.h"
 #include "qmesh/device.h"
 #include "qmesh/ops/gemm.h"
+#include "qmesh/owned_stream.h"
 
 namespace qmesh::test {
 namespace {
@@ -254,6 +256,35 @@ TEST(GemmGpuAutotune, TunesAndWritesTheCacheFile) {
   ASSERT_TRUE(std::getline(in, line)) << "no entry in " << path;
   EXPECT_NE(line.find("cublasLt"), std::string::npos) << line;
   EXPECT_NE(line.find("m384 n256 k512"), std::string::npos) << line;
+}
+
+// The cached cuBLASLt workspace of a stream (32 MiB) is freed when its OwnedStream is
+// destroyed, so trainers and tests that create streams do not leak one per stream.
+TEST(GemmGpuWorkspace, FreedWithItsOwnedStream) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const Device dev = Device::cuda(0);
+  const Matrix a = random_matrix(kBf16, 64, 128, 1), b = random_matrix(kBf16, 96, 128, 2);
+  DeviceMatrix a_d(a, dev), b_d(b, dev);
+  Tensor d(kBf16, Shape{64, 96}, dev);
+  GemmArgs args;
+  args.a = a_d.operand();
+  args.b = b_d.operand();
+  args.d = d.view();
+  const auto gemm_on_a_new_stream = [&] {
+    const OwnedStream stream(dev);
+    gemm(args, stream.get());
+    ASSERT_EQ(cudaStreamSynchronize(static_cast<cudaStream_t>(stream.get().handle)), cudaSuccess);
+  };
+  gemm_on_a_new_stream();  // first use: cuBLASLt's handle and kernels, kept for the process
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  size_t free_before = 0, free_after = 0, total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_before, &total), cudaSuccess);
+  for (int i = 0; i < 4; ++i) gemm_on_a_new_stream();
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  ASSERT_EQ(cudaMemGetInfo(&free_after, &total), cudaSuccess);
+  // Four leaked workspaces would be 128 MiB; allow the driver's own bookkeeping a little.
+  EXPECT_GE(free_after + (size_t(8) << 20), free_before)
+      << "free memory fell by " << (free_before - free_after) / (1 << 20) << " MiB";
 }
 
 // Bad inputs that only the CUDA path can see (where pointers live, workspace alignment) or

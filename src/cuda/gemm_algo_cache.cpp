@@ -1,4 +1,4 @@
-#include "cuda/gemm_autotune.h"
+#include "cuda/gemm_algo_cache.h"
 
 #include <cstdint>
 #include <fstream>
@@ -22,7 +22,8 @@ std::string cache_file() { return param_string("GEMM_AUTOTUNE_FILE", ""); }
 
 struct Cache {
   std::mutex mutex;
-  std::map<std::string, cublasLtMatmulAlgo_t> algos;
+  std::map<std::string, cublasLtMatmulAlgo_t> heuristic;
+  std::map<std::string, cublasLtMatmulAlgo_t> tuned;
   bool loaded = false;
 
   // Reads the cache file once; lines that do not parse are skipped (a stale or foreign file
@@ -43,7 +44,7 @@ struct Cache {
       int read = 0;
       while (read < kAlgoWords && (words >> std::hex >> algo.data[read])) ++read;
       if (read != kAlgoWords) continue;
-      algos[line.substr(0, tab)] = algo;
+      tuned[line.substr(0, tab)] = algo;
       ++entries;
     }
     QMESH_LOG_INFO("GEMM autotune cache ", path, ": ", entries, " entries");
@@ -59,20 +60,25 @@ Cache& cache() {
 
 bool gemm_autotune_enabled() { return param_int("GEMM_AUTOTUNE", 0) != 0; }
 
-std::optional<cublasLtMatmulAlgo_t> cached_gemm_algo(const std::string& key) {
+std::optional<cublasLtMatmulAlgo_t> cached_gemm_algo(AlgoChoice how, const std::string& key) {
   Cache& c = cache();
   std::lock_guard lock(c.mutex);
-  c.load_locked();
-  const auto it = c.algos.find(key);
-  if (it == c.algos.end()) return std::nullopt;
+  if (how == AlgoChoice::kTuned) c.load_locked();
+  const auto& algos = how == AlgoChoice::kTuned ? c.tuned : c.heuristic;
+  const auto it = algos.find(key);
+  if (it == algos.end()) return std::nullopt;
   return it->second;
 }
 
-void remember_gemm_algo(const std::string& key, const cublasLtMatmulAlgo_t& algo) {
+void remember_gemm_algo(AlgoChoice how, const std::string& key, const cublasLtMatmulAlgo_t& algo) {
   Cache& c = cache();
   std::lock_guard lock(c.mutex);
+  if (how == AlgoChoice::kHeuristic) {
+    c.heuristic[key] = algo;
+    return;
+  }
   c.load_locked();
-  c.algos[key] = algo;
+  c.tuned[key] = algo;
   const std::string path = cache_file();
   if (path.empty()) return;
   std::ofstream out(path, std::ios::app);
