@@ -258,18 +258,24 @@ TEST(GemmGpuAutotune, TunesAndWritesTheCacheFile) {
   EXPECT_NE(line.find("m384 n256 k512"), std::string::npos) << line;
 }
 
+// D = A · Bᵀ (the default TN form) on device tensors.
+GemmArgs tn_args(const DeviceMatrix& a, const DeviceMatrix& b, const Tensor& d) {
+  GemmArgs args;
+  args.a = a.operand();
+  args.b = b.operand();
+  args.d = d.view();
+  return args;
+}
+
 // The cached cuBLASLt workspace of a stream (32 MiB) is freed when its OwnedStream is
 // destroyed, so trainers and tests that create streams do not leak one per stream.
 TEST(GemmGpuWorkspace, FreedWithItsOwnedStream) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   const Device dev = Device::cuda(0);
   const Matrix a = random_matrix(kBf16, 64, 128, 1), b = random_matrix(kBf16, 96, 128, 2);
-  DeviceMatrix a_d(a, dev), b_d(b, dev);
-  Tensor d(kBf16, Shape{64, 96}, dev);
-  GemmArgs args;
-  args.a = a_d.operand();
-  args.b = b_d.operand();
-  args.d = d.view();
+  const DeviceMatrix a_d(a, dev), b_d(b, dev);
+  const Tensor d(kBf16, Shape{64, 96}, dev);
+  const GemmArgs args = tn_args(a_d, b_d, d);
   const auto gemm_on_a_new_stream = [&] {
     const OwnedStream stream(dev);
     gemm(args, stream.get());
@@ -293,12 +299,9 @@ TEST(GemmGpuErrors, RefusedWithAClearMessage) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   const Device dev = Device::cuda(0);
   const Matrix a = random_matrix(kE4, 32, 64, 1), b = random_matrix(kE4, 48, 64, 2);
-  DeviceMatrix a_d(a, dev), b_d(b, dev);
-  Tensor d(kBf16, Shape{32, 48}, dev);
-  GemmArgs args;
-  args.a = a_d.operand();
-  args.b = b_d.operand();
-  args.d = d.view();
+  const DeviceMatrix a_d(a, dev), b_d(b, dev);
+  const Tensor d(kBf16, Shape{32, 48}, dev);
+  const GemmArgs args = tn_args(a_d, b_d, d);
   ASSERT_TRUE(Gemm::can_implement(args)) << Gemm::can_implement(args).reason();
 
   // A caller's workspace must be 256-byte aligned.
