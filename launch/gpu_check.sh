@@ -12,10 +12,30 @@ mkdir -p "$out"
 mode=${1:-all}
 export PYTHONUNBUFFERED=1
 
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/device.txt"
+{
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+  nvcc --version | tail -n 2
+  date -u +%Y-%m-%dT%H:%MZ
+} 2>&1 | tee "$out/device.txt"
+
+# NCCL: the CUDA toolkit's if it has one, else the nvidia-nccl wheel that PyTorch brings,
+# else no NCCL backend (its tests are then not built; the report says so).
+nccl_args=()
+toolkit=$(dirname "$(dirname "$(command -v nvcc)")")
+if [ -z "${NCCL_ROOT:-}" ] && [ ! -f "$toolkit/include/nccl.h" ] && [ ! -f /usr/include/nccl.h ]; then
+  wheel=$(python3 -c 'import nvidia.nccl as n; print(list(n.__path__)[0])' 2>/dev/null)
+  if [ -n "$wheel" ] && [ -f "$wheel/include/nccl.h" ]; then
+    nccl_args=(-DNCCL_ROOT="$wheel")
+  else
+    nccl_args=(-DQMESH_WITH_NCCL=OFF)
+  fi
+fi
+echo "NCCL: ${nccl_args[*]:-from the CUDA toolkit}" | tee -a "$out/device.txt"
 
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_CUDA_ARCHITECTURES=90a -DQMESH_WITH_CUDA=ON 2>&1 | tail -n 30 | tee "$out/configure.log"
+  -DCMAKE_CUDA_ARCHITECTURES=90a -DQMESH_WITH_CUDA=ON "${nccl_args[@]}" 2>&1 |
+  tail -n 30 | tee "$out/configure.log"
+[ "${PIPESTATUS[0]}" -eq 0 ] || { echo "gpu_check: configure failed"; exit 1; }
 # Only the GPU tests and benchmarks (and what they link): the CPU-only programs would spend
 # device time for nothing.
 cmake --build build-gpu --target gpu_checks -j "$(nproc)" 2>&1 | tail -n 40 | tee "$out/build.log"
