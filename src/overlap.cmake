@@ -2,6 +2,7 @@
 # on host tensors or on one CUDA device (compute and transfer streams joined by events).
 target_sources(qmesh PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/overlap/collective_gemm.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/overlap/operand_gather.cpp
   ${CMAKE_CURRENT_LIST_DIR}/overlap/ring_device.cpp)
 if(QMESH_WITH_CUDA)
   target_sources(qmesh PRIVATE ${CMAKE_CURRENT_LIST_DIR}/overlap/ring_add.cu)

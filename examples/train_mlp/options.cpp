@@ -95,8 +95,6 @@ std::string cuda_obstacle(const Options& o, int ranks_per_node) {
     return qmesh::detail::concat(ranks_per_node, " ranks share a node's ", gpus,
                                  " GPU(s), and NCCL needs one GPU per rank; start at most ", gpus,
                                  " ranks per node");
-  if (o.regather_input)
-    return "--regather-input runs on the CPU only (the layers keep the gathered input on CUDA)";
   // Under sequence parallelism every GEMM of the rings multiplies one rank's chunk of tokens.
   const int64_t tokens = o.sequence_parallel ? o.seq * o.batch / o.tp : o.seq * o.batch;
   const bool fp8 = o.recipe == qmesh::Recipe::kFp8Delayed || o.recipe == qmesh::Recipe::kFp8Current;

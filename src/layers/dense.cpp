@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <optional>
 
 #include "layers/activation_buffer.h"
 #include "layers/gather_buffer.h"
@@ -14,6 +15,7 @@
 #include "qmesh/ops/gemm.h"
 #include "qmesh/ops/transpose.h"
 #include "qmesh/overlap/collective_gemm.h"
+#include "qmesh/overlap/operand_gather.h"
 #include "qmesh/random.h"
 
 namespace qmesh {
@@ -57,9 +59,6 @@ struct Dense::Impl {
                   name, ": sequence_parallel on ", context.device().str(),
                   " needs two CUDA streams in the context's Placement: `stream` for the GEMMs "
                   "and `comm_stream` for the collective GEMMs' transfers (non-null, different)");
-      QMESH_CHECK(opt.gathered_input == GatheredInput::kSave, name,
-                  ": GatheredInput::kRegather runs on the host only; use kSave on ",
-                  context.device().str());
     }
     in_local = in;
     out_local = out;
@@ -136,7 +135,8 @@ struct Dense::Impl {
       gemm_with_epilogue(args, x.shape.rows(), [&](const GemmArgs& a) {
         all_gather_gemm(*tp, a, rowwise(x_gathered), overlap, streams());
       });
-      fill_columnwise(x_gathered);
+      // With kRegather backward gathers again (and fills the copy then).
+      if (!regather()) fill_columnwise(x_gathered);
     } else if (row() && sp()) {  // partial products reduce-scattered to [T/tp, out]
       gemm_reduce_scatter(*tp, args, overlap, streams());
     } else {
@@ -168,14 +168,17 @@ struct Dense::Impl {
     if (column() && sp()) {  // partial dx reduce-scattered to this rank's [T/tp, in]
       // Bulk overlap: wgrad's input, when not kept, is all-gathered again during dgrad.
       GemmOperand x_full = last_x;
-      WorkHandle gather;
+      std::optional<OperandGather> regathered;
       if (regather()) {
-        x_full = gather_buffer().get(last_x, tokens);
-        gather = start_gather(last_x, x_full);
+        x_full = gather_buffer().get(last_x, tokens, columnwise());
+        regathered.emplace(*tp, rowwise(last_x), rowwise(x_full), streams());
       }
       dgrad.d = ensure_tensor(dx, DType::kFloat32, x_in.shape, x_in.device);
       gemm_reduce_scatter(*tp, dgrad, overlap, streams());
-      if (gather) gather->wait();
+      if (regathered) {
+        regathered->finish();
+        fill_columnwise(x_full);
+      }
       run_wgrad(dy_op, x_full);
       return dgrad.d;
     }
@@ -262,17 +265,6 @@ struct Dense::Impl {
     wgrad.d = weight.grad;
     wgrad.accumulation = GemmAccumulation::kSplit;
     gemm(wgrad, ctx.stream());
-  }
-
-  // Starts the all-gather of this rank's cast input chunk into `full` (the bytes and the
-  // scale factors that forward's gather produced).
-  WorkHandle start_gather(const GemmOperand& chunk, const GemmOperand& full) {
-    if (!chunk.is_quantized()) return tp->all_gather_async(chunk.tensor, full.tensor);
-    const QuantizedTensorView &q = chunk.quantized, &g = full.quantized;
-    *g.scale = *q.scale;
-    *g.scale_inv = *q.scale_inv;
-    if (g.amax && q.amax) *g.amax = *q.amax;
-    return tp->all_gather_async(q.data, g.data);
   }
 
   bool regather() const { return options.gathered_input == GatheredInput::kRegather; }

@@ -290,12 +290,7 @@ Device check_common(const GemmArgs& args, const CollectiveGemmStreams& streams, 
               ": the kBiasGrad epilogue sums over the token chunks and cannot be split");
   if (device.is_cuda()) {
     require_device(device);
-    const void* c = streams.compute.handle;
-    const void* m = streams.comm.handle;
-    QMESH_CHECK(c && m && c != m, op,
-                ": CUDA tensors need two distinct, non-null streams (compute, comm) in "
-                "CollectiveGemmStreams; got compute ",
-                c, " and comm ", m, "; create them with cudaStreamCreate");
+    overlap_detail::require_two_streams(streams.compute, streams.comm, op);
   }
   return device;
 }

@@ -11,6 +11,10 @@
 
 namespace qmesh::overlap_detail {
 
+// Error unless `compute` and `comm` are two distinct, non-null streams, as the collective
+// operations on CUDA tensors need (`op` names the operation in the message). Any build.
+void require_two_streams(Stream compute, Stream comm, const char* op);
+
 // Makes CUDA device `device` current for the scope and restores the previous one.
 class CurrentDevice {
  public:

@@ -7,6 +7,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
+#include <string>
 #include <vector>
 
 #include "qmesh/comm/communicator.h"
@@ -23,6 +25,25 @@ enum class Operands { kFp32, kBf16, kFp8 };
 
 inline const char* operands_name(Operands o) {
   return o == Operands::kFp32 ? "fp32" : o == Operands::kBf16 ? "bf16" : "fp8";
+}
+
+// A parameterized test's case: tp ranks, one operand precision.
+struct Case {
+  int tp;
+  Operands operands;
+};
+
+// Every precision at each of `tps`.
+inline std::vector<Case> cases_for(std::initializer_list<int> tps) {
+  std::vector<Case> out;
+  for (int tp : tps)
+    for (Operands o : {Operands::kFp32, Operands::kBf16, Operands::kFp8}) out.push_back({tp, o});
+  return out;
+}
+
+// "tp2_fp8": a test name suffix for INSTANTIATE_TEST_SUITE_P.
+inline std::string case_name(const ::testing::TestParamInfo<Case>& p) {
+  return "tp" + std::to_string(p.param.tp) + "_" + operands_name(p.param.operands);
 }
 
 // A [rows, cols] matrix of N(0, 1) values, element i from counter_normal(seed, i).

@@ -18,11 +18,6 @@ namespace {
 
 using namespace testing_overlap;
 
-struct Case {
-  int tp;
-  Operands operands;
-};
-
 class CollectiveGemmGpu : public ::testing::TestWithParam<Case> {
  protected:
   void SetUp() override { gpu_test_setup(); }
@@ -40,18 +35,8 @@ TEST_P(CollectiveGemmGpu, GemmReduceScatterIsBitwiseEqualToUnoverlapped) {
                   [kind](Communicator& comm) { check_gemm_reduce_scatter_gpu(comm, kind); });
 }
 
-std::vector<Case> cases() {
-  std::vector<Case> out;
-  for (int tp : {1, 2, 3, 4})
-    for (Operands o : {Operands::kFp32, Operands::kBf16, Operands::kFp8}) out.push_back({tp, o});
-  return out;
-}
-
-INSTANTIATE_TEST_SUITE_P(Schedules, CollectiveGemmGpu, ::testing::ValuesIn(cases()),
-                         [](const ::testing::TestParamInfo<Case>& p) {
-                           return "tp" + std::to_string(p.param.tp) + "_" +
-                                  operands_name(p.param.operands);
-                         });
+INSTANTIATE_TEST_SUITE_P(Schedules, CollectiveGemmGpu, ::testing::ValuesIn(cases_for({1, 2, 3, 4})),
+                         case_name);
 
 class CollectiveGemmGpuErrors : public ::testing::Test {
  protected:

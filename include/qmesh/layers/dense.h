@@ -25,7 +25,8 @@
 // device; on CUDA every call is asynchronous on the context's stream (GEMMs, casts, bias and
 // GELU kernels, and the tp collectives, which must then carry CUDA buffers: NCCL or the local
 // backend). sequence_parallel on CUDA runs the collective GEMMs with their transfers on the
-// placement's comm_stream (required there); GatheredInput::kRegather is host-only.
+// placement's comm_stream (required there), and GatheredInput::kRegather's second gather
+// runs there too, beside the dgrad GEMM.
 #pragma once
 
 #include <cstdint>

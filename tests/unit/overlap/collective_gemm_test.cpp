@@ -17,11 +17,6 @@ namespace {
 
 using namespace testing_overlap;
 
-struct Case {
-  int tp;
-  Operands operands;
-};
-
 class CollectiveGemmTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(CollectiveGemmTest, AllGatherGemmIsBitwiseEqualToUnoverlapped) {
@@ -35,18 +30,8 @@ TEST_P(CollectiveGemmTest, GemmReduceScatterIsBitwiseEqualToUnoverlapped) {
                   [kind](Communicator& comm) { check_gemm_reduce_scatter(comm, kind); });
 }
 
-std::vector<Case> cases() {
-  std::vector<Case> out;
-  for (int tp : {1, 2, 3, 4, 8})
-    for (Operands o : {Operands::kFp32, Operands::kBf16, Operands::kFp8}) out.push_back({tp, o});
-  return out;
-}
-
-INSTANTIATE_TEST_SUITE_P(Schedules, CollectiveGemmTest, ::testing::ValuesIn(cases()),
-                         [](const ::testing::TestParamInfo<Case>& p) {
-                           return "tp" + std::to_string(p.param.tp) + "_" +
-                                  operands_name(p.param.operands);
-                         });
+INSTANTIATE_TEST_SUITE_P(Schedules, CollectiveGemmTest,
+                         ::testing::ValuesIn(cases_for({1, 2, 3, 4, 8})), case_name);
 
 TEST(CollectiveGemm, OverlapNamesRoundTrip) {
   for (Overlap o : kSchedules) EXPECT_EQ(parse_overlap(overlap_name(o)), o);
