@@ -16,6 +16,7 @@
 #include "qmesh/copy.h"
 #include "qmesh/device.h"
 #include "qmesh/float16.h"
+#include "qmesh/overlap/operand_gather.h"
 #include "qmesh/owned_stream.h"
 
 namespace qmesh::testing_overlap {
@@ -71,6 +72,13 @@ inline double relative_error(const std::vector<float>& got, const double* want) 
 // all-gather GEMM stores bf16 (2^-9 relative): NUMERICS.md's fp8 1e-2 covers both.
 inline double tolerance(Operands kind) { return kind == Operands::kFp8 ? 1e-2 : 1e-5; }
 
+// The bytes a host operand stores (FP8 codes, or the plain values).
+inline std::vector<uint8_t> stored_bytes(const Operand& op) {
+  const Tensor& t = op.plain.data() ? op.plain : op.fp8.data();
+  const auto* p = static_cast<const uint8_t*>(t.data());
+  return std::vector<uint8_t>(p, p + t.nbytes());
+}
+
 // Skips without a GPU; bounds every host wait of the rings by 60 s (unless the environment
 // sets QMESH_COMM_TIMEOUT_S), so that a broken schedule fails soon instead of after 300 s.
 inline void gpu_test_setup() {
@@ -101,11 +109,7 @@ inline void check_all_gather_gemm_gpu(Communicator& comm, Operands kind) {
   const Operand bias_host(bias_kind, bias_values.data(), 1, kN, DType::kFloat8E4M3);
   const Gathered da = to_gpu(kind, a, kChunk, kK), db = to_gpu(kind, b, kN, kK);
   const Gathered dbias = to_gpu(bias_kind, bias_host, 1, kN);
-  const std::vector<uint8_t> full_bytes = [&] {
-    const Tensor& t = kind == Operands::kFp8 ? full_a.fp8.data() : full_a.plain;
-    const auto* p = static_cast<const uint8_t*>(t.data());
-    return std::vector<uint8_t>(p, p + t.nbytes());
-  }();
+  const std::vector<uint8_t> full_bytes = stored_bytes(full_a);
   const RankStreams streams;
   std::vector<float> unoverlapped;
   for (Overlap schedule : kSchedules) {
@@ -138,6 +142,37 @@ inline void check_all_gather_gemm_gpu(Communicator& comm, Operands kind) {
 
 // GEMM + reduce-scatter: rank p holds A_p [kChunk·tp, kK] and B_p [kN, kK]; every schedule gives
 // chunk rank() of sum_p A_p · B_pᵀ.
+// OperandGather (bulk overlap) on the device: started on the comm stream, a GEMM enqueued on
+// the compute stream meanwhile, finished; the gathered operand is then the exact
+// concatenation of the chunks, with the chunk's FP8 scale_inv, in the compute stream's order.
+inline void check_operand_gather_gpu(Communicator& comm, Operands kind) {
+  const int tp = comm.size(), r = comm.rank();
+  const int64_t tokens = kChunk * tp;
+  const std::vector<float> x = normal_matrix(31, tokens, kK);
+  const Operand full(kind, x.data(), tokens, kK, DType::kFloat8E4M3);
+  const Operand mine(kind, x.data() + r * kChunk * kK, kChunk, kK, DType::kFloat8E4M3);
+  const Gathered chunk = to_gpu(kind, mine, kChunk, kK);
+  const Gathered gathered(kind, tokens, kK, kGpu);
+  const std::vector<float> w = normal_matrix(32, kN, kK);
+  const Operand b(kind, w.data(), kN, kK, DType::kFloat8E4M3);
+  const Gathered db = to_gpu(kind, b, kN, kK);
+  const Tensor d(kind == Operands::kFp8 ? DType::kBFloat16 : DType::kFloat32, Shape{kChunk, kN},
+                 kGpu);
+  const RankStreams streams;
+  OperandGather gather(comm, chunk.op(), gathered.op(), streams.get());
+  GemmArgs beside;  // independent work on the compute stream
+  beside.a = chunk.op();
+  beside.b = db.op();
+  beside.d = d;
+  gemm(beside, streams.get().compute);
+  gather.finish();
+  streams.sync();
+  EXPECT_EQ(gathered.host_bytes(), stored_bytes(full)) << "gathered operand";
+  if (kind == Operands::kFp8) {
+    EXPECT_EQ(to_host_floats(gathered.fp8.scalars())[1], 0.5f) << "gathered scale_inv";
+  }
+}
+
 inline void check_gemm_reduce_scatter_gpu(Communicator& comm, Operands kind) {
   const int tp = comm.size(), r = comm.rank();
   const int64_t tokens = kChunk * tp;

@@ -29,6 +29,12 @@ TEST_P(CollectiveGemmGpu, AllGatherGemmIsBitwiseEqualToUnoverlapped) {
                   [kind](Communicator& comm) { check_all_gather_gemm_gpu(comm, kind); });
 }
 
+TEST_P(CollectiveGemmGpu, OperandGatherIsExact) {
+  const Operands kind = GetParam().operands;
+  run_local_ranks(GetParam().tp,
+                  [kind](Communicator& comm) { check_operand_gather_gpu(comm, kind); });
+}
+
 TEST_P(CollectiveGemmGpu, GemmReduceScatterIsBitwiseEqualToUnoverlapped) {
   const Operands kind = GetParam().operands;
   run_local_ranks(GetParam().tp,

@@ -39,6 +39,8 @@ class CollectiveGemmNccl : public ::testing::TestWithParam<Operands> {
 
 TEST_P(CollectiveGemmNccl, AllGatherGemm) { check_all_gather_gemm_gpu(*comm_, GetParam()); }
 
+TEST_P(CollectiveGemmNccl, OperandGather) { check_operand_gather_gpu(*comm_, GetParam()); }
+
 TEST_P(CollectiveGemmNccl, GemmReduceScatter) { check_gemm_reduce_scatter_gpu(*comm_, GetParam()); }
 
 INSTANTIATE_TEST_SUITE_P(Operands, CollectiveGemmNccl,
