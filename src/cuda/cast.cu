@@ -14,6 +14,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <optional>
+#include <span>
+#include <vector>
 
 #include "cuda/check.h"
 #include "cuda/device_guard.h"
@@ -387,12 +389,18 @@ void cast(int device, const CastSpec& spec, std::span<const CastJob> jobs, Strea
     require_device_scalar(job.amax, device, "amax");
   }
   auto s = static_cast<cudaStream_t>(stream.handle);
-  if (jobs.size() == 1 && (jobs[0].out_t || jobs[0].dbias)) {
-    cast_tiled(spec, jobs[0], s);
-    return;
+  // A transposed output or column sums need the 2-D tiles: one launch per such job. The
+  // others share flat launches, up to kMaxGroups jobs each.
+  std::vector<CastJob> flat;
+  for (const CastJob& job : jobs) {
+    if (job.out_t || job.dbias)
+      cast_tiled(spec, job, s);
+    else
+      flat.push_back(job);
   }
-  for (size_t first = 0; first < jobs.size(); first += kMaxGroups)
-    cast_flat(spec, jobs.subspan(first, std::min<size_t>(kMaxGroups, jobs.size() - first)), s);
+  const std::span<const CastJob> rest(flat);
+  for (size_t first = 0; first < rest.size(); first += kMaxGroups)
+    cast_flat(spec, rest.subspan(first, std::min<size_t>(kMaxGroups, rest.size() - first)), s);
 }
 
 void dequantize(int device, const uint8_t* in, DType fp8, const float* scale_inv, void* out,

@@ -134,6 +134,7 @@ void grouped_quantize(const TensorView& x, std::span<const QuantizedTensorView> 
                 "; one call quantizes every group to the same FP8 format");
     CastJob job = make_job(x, outs[g]);
     job.in = static_cast<const char*>(x.data) + offset * dtype_size(x.dtype);
+    if (outs[g].has_columnwise()) job.out_t = static_cast<uint8_t*>(outs[g].data_t.data);
     offset += outs[g].data.numel();
     QMESH_CHECK(offset <= x.numel(), "grouped_quantize groups 0..", g, " hold ", offset,
                 " elements but the input has only ", x.numel(),

@@ -161,7 +161,8 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(GpuGroupedQuantize, MatchesHostBitwise) {
   SKIP_WITHOUT_GPU();
-  // 70 groups (more than one launch's worth), odd sizes so that some groups are unaligned.
+  // 70 groups (more than one launch's worth), odd sizes so that some groups are unaligned;
+  // every third group also gets its columnwise copy (a tiled launch of its own).
   std::vector<Shape> shapes;
   int64_t total = 0;
   for (int g = 0; g < 70; ++g) {
@@ -173,8 +174,9 @@ TEST(GpuGroupedQuantize, MatchesHostBitwise) {
   std::vector<QuantizedTensor> h, d;
   std::vector<QuantizedTensorView> hv, dv;
   for (size_t g = 0; g < shapes.size(); ++g) {
-    h.emplace_back(DType::kFloat8E4M3, shapes[g], Device::host(), false);
-    d.emplace_back(DType::kFloat8E4M3, shapes[g], kGpu, false);
+    const bool columnwise = g % 3 == 0;
+    h.emplace_back(DType::kFloat8E4M3, shapes[g], Device::host(), columnwise);
+    d.emplace_back(DType::kFloat8E4M3, shapes[g], kGpu, columnwise);
     set_scale(h.back(), 0.5f + float(g));
     set_scale(d.back(), 0.5f + float(g));
   }
@@ -186,6 +188,9 @@ TEST(GpuGroupedQuantize, MatchesHostBitwise) {
   grouped_quantize(dx, dv);
   for (size_t g = 0; g < shapes.size(); ++g) {
     EXPECT_EQ(bytes_of(d[g].data()), bytes_of(h[g].data())) << "group " << g;
+    if (h[g].has_columnwise()) {
+      EXPECT_EQ(bytes_of(d[g].data_t()), bytes_of(h[g].data_t())) << "group " << g << " columnwise";
+    }
     EXPECT_EQ(bytes_of(d[g].scalars()), bytes_of(h[g].scalars())) << "group " << g;
   }
 }

@@ -12,10 +12,11 @@
 namespace qmesh {
 
 // x (fp32, bf16 or fp16) holds the groups back to back: group g is the next
-// outs[g].data.numel() elements of x. The element counts must add up to x.numel().
-// Each group is quantized as quantize(x_g, outs[g]) does (its own scale, scale_inv, amax;
-// rowwise only). All outs live on x's device. Host: blocking. CUDA: asynchronous on
-// `stream`, one kernel launch per 64 groups.
+// outs[g].data.numel() elements of x, read as a matrix of outs[g].data's shape. The element
+// counts must add up to x.numel(). Each group is quantized as quantize(x_g, outs[g]) does,
+// or as cast_transpose when outs[g] has a columnwise copy (its own scale, scale_inv, amax).
+// All outs live on x's device. Host: blocking. CUDA: asynchronous on `stream`; rowwise-only
+// groups take one kernel launch per 64 groups, groups with a columnwise copy one each.
 QMESH_API void grouped_quantize(const TensorView& x, std::span<const QuantizedTensorView> outs,
                                 Stream stream = {});
 

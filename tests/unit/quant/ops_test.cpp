@@ -231,17 +231,20 @@ TEST(Quantize, SpecialValuesSaturateAndNanStaysNan) {
   EXPECT_TRUE(std::isnan(*q.view().amax));
 }
 
-TEST(GroupedQuantize, EqualsPerTensorQuantize) {
+// Groups with a columnwise copy (odd groups here) are cast_transpose'd, the others quantized.
+TEST(GroupedQuantize, EqualsPerTensorQuantizeAndCastTranspose) {
   for (DType in : {DType::kFloat32, DType::kBFloat16}) {
-    const std::vector<Shape> shapes = {Shape{3, 7}, Shape{1, 1}, Shape{300, 300}, Shape{5, 16}};
+    const std::vector<Shape> shapes = {Shape{3, 7},  Shape{1, 1},   Shape{300, 300},
+                                       Shape{5, 16}, Shape{33, 70}, Shape{2, 3}};
     int64_t total = 0;
     for (const Shape& s : shapes) total += s.numel();
     const Tensor x = random_wide(in, Shape{total}, 7);
     std::vector<QuantizedTensor> grouped, single;
     std::vector<QuantizedTensorView> views;
     for (size_t g = 0; g < shapes.size(); ++g) {
-      grouped.emplace_back(DType::kFloat8E5M2, shapes[g], Device::host(), false);
-      single.emplace_back(DType::kFloat8E5M2, shapes[g], Device::host(), false);
+      const bool columnwise = g % 2 == 1;
+      grouped.emplace_back(DType::kFloat8E5M2, shapes[g], Device::host(), columnwise);
+      single.emplace_back(DType::kFloat8E5M2, shapes[g], Device::host(), columnwise);
       *grouped.back().view().scale = *single.back().view().scale = 1.0f + float(g);
       views.push_back(grouped.back().view());
     }
@@ -250,7 +253,15 @@ TEST(GroupedQuantize, EqualsPerTensorQuantize) {
     for (size_t g = 0; g < shapes.size(); ++g) {
       const TensorView part(static_cast<char*>(x.data()) + offset * dtype_size(in), in, shapes[g]);
       offset += shapes[g].numel();
-      quantize(part, single[g].view());
+      if (single[g].view().has_columnwise()) {
+        cast_transpose(part, single[g].view());
+        EXPECT_EQ(std::memcmp(grouped[g].view().data_t.data, single[g].view().data_t.data,
+                              grouped[g].data().nbytes()),
+                  0)
+            << "group " << g << " columnwise";
+      } else {
+        quantize(part, single[g].view());
+      }
       EXPECT_EQ(std::memcmp(grouped[g].data().data(), single[g].data().data(),
                             grouped[g].data().nbytes()),
                 0)
