@@ -74,9 +74,8 @@ OperandGather::OperandGather(Communicator& comm, const GemmOperand& chunk,
               dtype_name(g.dtype));
   QMESH_CHECK(c.device == g.device, op, ": the chunk is on ", c.device.str(), " and gathered on ",
               g.device.str(), "; both must be on one device");
-  QMESH_CHECK(c.shape.rank() == 2 && g.shape.rank() == 2 && g.shape.rows() == n * c.shape.rows() &&
-                  g.shape.cols() == c.shape.cols(),
-              op, ": gathered must be [", n * c.shape.rows(), ", ", c.shape.cols(), "] (tp=", n,
+  QMESH_CHECK(g.shape.rows() == n * c.shape.rows() && g.shape.cols() == c.shape.cols(), op,
+              ": gathered must be [", n * c.shape.rows(), ", ", c.shape.cols(), "] (tp=", n,
               " chunks of ", c.shape.str(), "), got ", g.shape.str());
   const char* c_begin = static_cast<const char*>(c.data);
   const char* g_begin = static_cast<const char*>(g.data);
