@@ -1,0 +1,180 @@
+// XLA FFI handler of the quantized GEMM (qmesh::gemm): D = epilogue(alpha · op(A) · op(B)) with
+// A and B both FP8 (float8_e4m3fn / float8_e5m2, each with its fp32 scale_inv) or both one
+// plain dtype (f32, bf16, f16), and the epilogues of ops/gemm.h. No copies: the GEMM reads and
+// writes XLA's buffers.
+//
+// Operands: a, b (2-D, stored as trans_a / trans_b say), a_scale_inv, b_scale_inv (fp32 [1],
+// read for FP8 operands only), then the epilogue's inputs. Results: d [M, N], then the
+// epilogue's outputs. Per epilogue (the GemmEpilogue value in attribute `epilogue`):
+//   0 kNone         inputs: -              outputs: -
+//   1 kBias         inputs: bias [N]       outputs: -
+//   2 kGelu         inputs: -              outputs: -
+//   3 kBiasGeluAux  inputs: bias [N]       outputs: aux [M, N] (the pre-activation)
+//   4 kDGelu        inputs: aux [M, N]     outputs: -
+//   5 kBiasGrad     inputs: -              outputs: dbias [M] (row sums of op(A))
+// The host backend reads any layout; the FP8 GEMM on CUDA takes the TN form only (trans_a
+// false, trans_b true), which the Python primitive always passes there.
+#include <cstdint>
+#include <string>
+
+#include "ffi/ffi_support.h"
+#include "qmesh/ops/gemm.h"
+
+namespace qmesh::ffi {
+namespace {
+
+constexpr std::initializer_list<DType> kWide = {DType::kFloat32, DType::kBFloat16, DType::kFloat16};
+
+// The epilogue tensors an epilogue takes as extra operands and gives as extra results.
+struct EpilogueArity {
+  int inputs;
+  int outputs;
+  const char* input_names;   // for messages
+  const char* output_names;  // for messages
+};
+
+EpilogueArity arity(GemmEpilogue e) {
+  switch (e) {
+    case GemmEpilogue::kNone:
+      return {0, 0, "none", "none"};
+    case GemmEpilogue::kBias:
+      return {1, 0, "bias [N]", "none"};
+    case GemmEpilogue::kGelu:
+      return {0, 0, "none", "none"};
+    case GemmEpilogue::kBiasGeluAux:
+      return {1, 1, "bias [N]", "aux [M, N]"};
+    case GemmEpilogue::kDGelu:
+      return {1, 0, "aux [M, N]", "none"};
+    case GemmEpilogue::kBiasGrad:
+      return {0, 1, "none", "dbias [M]"};
+  }
+  return {0, 0, "none", "none"};
+}
+
+GemmEpilogue to_epilogue(int32_t value) {
+  QMESH_CHECK(value >= 0 && value <= static_cast<int32_t>(GemmEpilogue::kBiasGrad),
+              "epilogue must be a GemmEpilogue value 0..5 (kNone, kBias, kGelu, kBiasGeluAux, "
+              "kDGelu, kBiasGrad), not ",
+              value);
+  return static_cast<GemmEpilogue>(value);
+}
+
+void require_rank(const AnyBuffer& b, size_t rank, const std::string& what) {
+  QMESH_CHECK(b.dimensions().size() == rank, what, " must have rank ", rank, ", got rank ",
+              b.dimensions().size());
+}
+
+// One GEMM input: a plain tensor, or FP8 codes with their scale_inv. The GEMM reads only
+// scale_inv of an FP8 operand; validate() wants scale and amax set too, so they point at the
+// same read-only scalar (never written by the GEMM).
+GemmOperand operand(const Where& w, const AnyBuffer& x, const AnyBuffer& scale_inv,
+                    const char* what, const char* scale_what) {
+  require_rank(x, 2, what);
+  const TensorView v = view(x, w, what);
+  if (!is_fp8(v.dtype)) return GemmOperand::plain(v);
+  require_dtype(scale_inv, {DType::kFloat32}, scale_what);
+  require_count(scale_inv, 1, scale_what);
+  auto* s = static_cast<float*>(scale_inv.untyped_data());
+  QuantizedTensorView q;
+  q.data = v;
+  q.scale = s;
+  q.scale_inv = s;
+  q.amax = s;
+  return GemmOperand::fp8(q);
+}
+
+AnyBuffer extra_input(const xffi::RemainingArgs& args, size_t i, const char* what) {
+  auto b = args.get<AnyBuffer>(i);
+  QMESH_CHECK(b.has_value(), "cannot decode ", what, ": ", b.error().message());
+  return *b;
+}
+
+Result<AnyBuffer> extra_output(const xffi::RemainingRets& rets, size_t i, const char* what) {
+  auto b = rets.get<AnyBuffer>(i);
+  QMESH_CHECK(b.has_value(), "cannot decode ", what, ": ", b.error().message());
+  return *b;
+}
+
+void gemm_impl(const Where& w, AnyBuffer a, AnyBuffer b, AnyBuffer a_scale_inv,
+               AnyBuffer b_scale_inv, xffi::RemainingArgs inputs, Result<AnyBuffer> d,
+               xffi::RemainingRets outputs, bool trans_a, bool trans_b, int32_t epilogue,
+               bool split_accumulator, float alpha) {
+  GemmArgs args;
+  args.epilogue = to_epilogue(epilogue);
+  const char* ename = gemm_epilogue_name(args.epilogue);
+  const EpilogueArity want = arity(args.epilogue);
+  QMESH_CHECK(inputs.size() == size_t(want.inputs), "epilogue ", ename, " takes ", want.inputs,
+              " operand(s) after a, b, a_scale_inv, b_scale_inv (", want.input_names, "), got ",
+              inputs.size());
+  QMESH_CHECK(outputs.size() == size_t(want.outputs), "epilogue ", ename, " gives ", want.outputs,
+              " result(s) after d (", want.output_names, "), but the call has ", outputs.size());
+
+  args.a = operand(w, a, a_scale_inv, "a", "a_scale_inv (the FP8 operand a's scale_inv)");
+  args.b = operand(w, b, b_scale_inv, "b", "b_scale_inv (the FP8 operand b's scale_inv)");
+  args.trans_a = trans_a ? GemmTranspose::kYes : GemmTranspose::kNo;
+  args.trans_b = trans_b ? GemmTranspose::kYes : GemmTranspose::kNo;
+
+  require_dtype(*d, kWide, "d (the GEMM output)");
+  require_rank(*d, 2, "d (the GEMM output)");
+  args.d = view(d, w, "d (the GEMM output)");
+  args.alpha = alpha;
+  args.accumulation = split_accumulator ? GemmAccumulation::kSplit : GemmAccumulation::kFast;
+
+  switch (args.epilogue) {
+    case GemmEpilogue::kBias:
+    case GemmEpilogue::kBiasGeluAux: {
+      const AnyBuffer bias = extra_input(inputs, 0, "bias");
+      require_dtype(bias, kWide, "bias");
+      require_rank(bias, 1, "bias ([N])");
+      args.bias = view(bias, w, "bias");
+      break;
+    }
+    case GemmEpilogue::kDGelu: {
+      const AnyBuffer aux = extra_input(inputs, 0, "aux");
+      require_dtype(aux, kWide, "aux (the saved pre-activation)");
+      require_rank(aux, 2, "aux (the saved pre-activation, [M, N])");
+      args.aux = view(aux, w, "aux (the saved pre-activation)");
+      break;
+    }
+    default:
+      break;
+  }
+  switch (args.epilogue) {
+    case GemmEpilogue::kBiasGeluAux: {
+      Result<AnyBuffer> aux = extra_output(outputs, 0, "aux");
+      require_dtype(*aux, kWide, "aux (the pre-activation output)");
+      require_rank(*aux, 2, "aux (the pre-activation output, [M, N])");
+      args.aux = view(aux, w, "aux (the pre-activation output)");
+      break;
+    }
+    case GemmEpilogue::kBiasGrad: {
+      Result<AnyBuffer> dbias = extra_output(outputs, 0, "dbias");
+      require_dtype(*dbias, kWide, "dbias");
+      require_rank(*dbias, 1, "dbias ([M])");
+      args.bias = view(dbias, w, "dbias");
+      break;
+    }
+    default:
+      break;
+  }
+  gemm(args, w.stream);
+}
+
+}  // namespace
+}  // namespace qmesh::ffi
+
+using xla::ffi::AnyBuffer;
+
+QMESH_FFI_HANDLER(QmeshGemm, qmesh::ffi::gemm_impl,
+                  .Arg<AnyBuffer>()      // a
+                      .Arg<AnyBuffer>()  // b
+                      .Arg<AnyBuffer>()  // a_scale_inv
+                      .Arg<AnyBuffer>()  // b_scale_inv
+                      .RemainingArgs()   // the epilogue's inputs
+                      .Ret<AnyBuffer>()  // d
+                      .RemainingRets()   // the epilogue's outputs
+                      .Attr<bool>("trans_a")
+                      .Attr<bool>("trans_b")
+                      .Attr<int32_t>("epilogue")
+                      .Attr<bool>("split_accumulator")
+                      .Attr<float>("alpha"));
