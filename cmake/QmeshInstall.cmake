@@ -22,3 +22,10 @@ write_basic_package_version_file(${PROJECT_BINARY_DIR}/qmeshConfigVersion.cmake
 install(FILES ${PROJECT_BINARY_DIR}/qmeshConfig.cmake
               ${PROJECT_BINARY_DIR}/qmeshConfigVersion.cmake
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/qmesh)
+
+# The Python package's files (python/pyproject.toml installs only this component): the JAX
+# handler library and the qmesh libraries it loads, side by side (RPATH $ORIGIN).
+if(QMESH_WITH_JAX)
+  install(TARGETS qmesh_jax_ffi qmesh qmesh_core qmesh_comm
+          LIBRARY DESTINATION qmesh/lib COMPONENT jax EXCLUDE_FROM_ALL)
+endif()

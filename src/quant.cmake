@@ -3,6 +3,7 @@
 # reduction and the scaling-state checkpoint.
 target_sources(qmesh PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/cpu/cast.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/cpu/cpu_threads.cpp
   ${CMAKE_CURRENT_LIST_DIR}/ops/cast_ops.cpp
   ${CMAKE_CURRENT_LIST_DIR}/scaling/amax_reducer.cpp
   ${CMAKE_CURRENT_LIST_DIR}/scaling/checkpoint.cpp

@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "qmesh/cpu_threads.h"
 #include "qmesh/param.h"
 
 namespace qmesh::detail::cpu {
@@ -16,10 +17,14 @@ namespace qmesh::detail::cpu {
 // QMESH_CPU_THREADS: threads of the CPU backend; 0 (default) means one per hardware thread.
 QMESH_PARAM(cpu_threads_param, "CPU_THREADS", 0)
 
+// Threads per op: QMESH_CPU_THREADS (or one per hardware thread), capped by
+// set_cpu_thread_limit.
 inline int cpu_threads() {
   const int64_t p = cpu_threads_param();
-  if (p > 0) return static_cast<int>(p);
-  return std::max(1u, std::thread::hardware_concurrency());
+  const int threads = p > 0 ? static_cast<int>(p)
+                            : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int limit = cpu_thread_limit();
+  return limit > 0 ? std::min(threads, limit) : threads;
 }
 
 // The number of chunks parallel_for will use for (n, grain).

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <string>
 
+#include "ops/device_dispatch.h"
 #include "qmesh/config.h"
 #include "qmesh/copy.h"
 #include "qmesh/fp8.h"
@@ -83,21 +84,40 @@ void ScalingStates::bind(int i, QuantizedTensorView& q) const {
 
 void ScalingStates::update(Stream stream) {
   QMESH_CHECK(history_.data() != nullptr, "ScalingStates is empty (default-constructed)");
-  const bool most_recent = recipe_.amax_compute_algo == AmaxComputeAlgo::kMostRecent;
-  const auto margin_factor = static_cast<float>(std::exp2(double(recipe_.margin)));
-  float* history = history_.data_as<float>();
-  float* scale = scale_.data_as<float>();
-  const float* maxima = fp8_max_.data_as<float>();
-  if (device_.is_host()) {
-    update_host(history, scale, maxima, size(), history_len(), most_recent, margin_factor);
-    return;
+  update_delayed_scaling(history_, scale_, fp8_max_, recipe_, stream);
+}
+
+void update_delayed_scaling(const TensorView& amax_history, const TensorView& scale,
+                            const TensorView& fp8_max, const DelayedScaling& recipe,
+                            Stream stream) {
+  validate(recipe);
+  const Device device = amax_history.device;
+  check_dtype(amax_history, DType::kFloat32, "amax_history");
+  QMESH_CHECK(amax_history.shape.rank() == 2, "amax_history must be [history_len, n], not ",
+              amax_history.shape.str());
+  const int len = static_cast<int>(amax_history.shape.dim(0));
+  const int n = static_cast<int>(amax_history.shape.dim(1));
+  QMESH_CHECK(len == recipe.amax_history_len, "amax_history has ", len,
+              " rows but the recipe's amax_history_len is ", recipe.amax_history_len);
+  for (const auto& [t, what] : {std::pair{&scale, "scale"}, std::pair{&fp8_max, "fp8_max"}}) {
+    check_dtype(*t, DType::kFloat32, what);
+    check_shape(*t, Shape{n}, what);
+    check_device(*t, device, what);
   }
+  const bool most_recent = recipe.amax_compute_algo == AmaxComputeAlgo::kMostRecent;
+  const auto margin_factor = static_cast<float>(std::exp2(double(recipe.margin)));
+  float* history = amax_history.data_as<float>();
+  float* scales = scale.data_as<float>();
+  const float* maxima = fp8_max.data_as<float>();
+  detail::dispatch(
+      device, [&] { update_host(history, scales, maxima, n, len, most_recent, margin_factor); },
+      [&]([[maybe_unused]] int index) {
 #if QMESH_WITH_CUDA
-  detail::cuda::update_scales(device_.index, history, scale, maxima, size(), history_len(),
-                              most_recent, margin_factor, stream);
-#else
-  (void)stream;
+        detail::cuda::update_scales(index, history, scales, maxima, n, len, most_recent,
+                                    margin_factor, stream);
 #endif
+      });
+  (void)stream;
 }
 
 }  // namespace qmesh

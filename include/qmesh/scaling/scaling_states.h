@@ -18,6 +18,16 @@ namespace qmesh {
 //   scale         [n];  scale_inv [n].
 // Operand i is column i. Initial state: history all zero, scale = scale_inv = 1.
 // Not thread-safe; CUDA states are only touched on the streams passed in.
+// The fused delayed-scaling update (docs/design/scaling.md) on state the caller owns, in
+// place: amax_history fp32 [L, n] with row 0 the current (already reduced) amaxes, scale
+// fp32 [n], fp8_max fp32 [n] (the largest finite value of each operand's FP8 dtype); L must
+// be recipe.amax_history_len. For each operand whose current amax is not 0: roll its history,
+// zero row 0 and compute a new scale with recipe's margin and algorithm; operands whose amax
+// is 0 are left as they are. All on one device. Host: blocking. CUDA: one kernel on `stream`.
+QMESH_API void update_delayed_scaling(const TensorView& amax_history, const TensorView& scale,
+                                      const TensorView& fp8_max, const DelayedScaling& recipe,
+                                      Stream stream = {});
+
 class QMESH_API ScalingStates {
  public:
   ScalingStates() = default;

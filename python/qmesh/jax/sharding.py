@@ -1,0 +1,84 @@
+"""Which mesh axis plays which role, for the sharding rules of qmesh's primitives.
+
+    with jax.sharding.use_mesh(mesh), global_shard_guard(MeshResource(dp_resource="dp",
+                                                                      tp_resource="tp")):
+        ...
+
+The names follow TransformerEngine's JAX extension. Without a guard every mesh axis is a
+plain axis: amaxes are reduced over all of them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import threading
+
+import jax
+from jax.sharding import AxisType
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshResource:
+    """The mesh axis name of each parallelism role (None: the role is not used)."""
+
+    dp_resource: str | None = None
+    tp_resource: str | None = None
+    tpsp_resource: str | None = None
+    fsdp_resource: str | None = None
+    pp_resource: str | None = None
+
+    def axes(self) -> dict[str, str]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if getattr(self, f.name) is not None}
+
+
+_state = threading.local()
+
+
+def global_mesh_resource() -> MeshResource:
+    """The MeshResource of the innermost global_shard_guard (an empty one outside)."""
+    return getattr(_state, "resource", None) or MeshResource()
+
+
+@contextlib.contextmanager
+def global_shard_guard(resource: MeshResource):
+    """Makes `resource` the MeshResource of qmesh's sharding rules inside the block."""
+    if not isinstance(resource, MeshResource):
+        raise TypeError(f"global_shard_guard takes a qmesh.jax.MeshResource, not {type(resource).__name__}")
+    previous = getattr(_state, "resource", None)
+    _state.resource = resource
+    try:
+        yield resource
+    finally:
+        _state.resource = previous
+
+
+def check_mesh_resource(mesh, resource: MeshResource | None = None) -> None:
+    """Raises ValueError if `resource` names an axis that `mesh` lacks."""
+    resource = resource or global_mesh_resource()
+    for role, axis in resource.axes().items():
+        if axis not in mesh.axis_names:
+            raise ValueError(f"MeshResource.{role} is {axis!r}, but the mesh has only the axes "
+                             f"{tuple(mesh.axis_names)}")
+
+
+def amax_axes(mesh) -> tuple[str, ...]:
+    """The axes an amax is reduced over: every axis of `mesh` except the pipeline axis."""
+    resource = global_mesh_resource()
+    check_mesh_resource(mesh, resource)
+    return tuple(a for a in mesh.axis_names if a != resource.pp_resource)
+
+
+def check_auto_axes(*args) -> None:
+    """Raises ValueError for an argument sharded over a mesh with Explicit axes: qmesh's
+    partitioning callbacks work with Auto axes (the result would come back unsharded)."""
+    for x in args:
+        sharding = getattr(jax.typeof(x), "sharding", None)
+        mesh = getattr(sharding, "mesh", None)
+        types = getattr(mesh, "axis_types", ()) or ()
+        if any(t == AxisType.Explicit for t in types):
+            raise ValueError(
+                "qmesh primitives need a mesh whose axes are Auto: make it with "
+                "jax.make_mesh(shape, names, axis_types=(jax.sharding.AxisType.Auto,) * len(names)) "
+                f"(this argument is typed on a mesh with axis types {tuple(types)})")

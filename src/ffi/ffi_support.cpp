@@ -1,0 +1,83 @@
+#include "ffi/ffi_support.h"
+
+#include "qmesh/copy.h"
+
+namespace qmesh::ffi {
+
+DType to_dtype(xffi::DataType type, const std::string& what) {
+  switch (type) {
+    case xffi::DataType::F32:
+      return DType::kFloat32;
+    case xffi::DataType::F16:
+      return DType::kFloat16;
+    case xffi::DataType::BF16:
+      return DType::kBFloat16;
+    case xffi::DataType::F8E4M3FN:
+      return DType::kFloat8E4M3;
+    case xffi::DataType::F8E5M2:
+      return DType::kFloat8E5M2;
+    case xffi::DataType::S32:
+      return DType::kInt32;
+    case xffi::DataType::F64:
+      return DType::kFloat64;
+    default:
+      break;
+  }
+  QMESH_THROW(what, " has an element type qmesh does not take (XLA type ", int(type),
+              "); use float32, bfloat16, float16, float8_e4m3fn, float8_e5m2 or int32");
+}
+
+int64_t element_count(const AnyBuffer& buffer) {
+  int64_t n = 1;
+  for (int64_t d : buffer.dimensions()) n *= d;
+  return n;
+}
+
+namespace {
+TensorView make_view(void* data, xffi::DataType type, xffi::Span<const int64_t> dims,
+                     const Where& where, const std::string& what) {
+  std::vector<int64_t> shape(dims.begin(), dims.end());
+  for (int64_t d : shape) QMESH_CHECK(d > 0, what, " is empty (a dimension is 0)");
+  if (shape.empty()) shape.push_back(1);
+  return TensorView(data, to_dtype(type, what), Shape(std::move(shape)), where.device);
+}
+}  // namespace
+
+TensorView view(const AnyBuffer& buffer, const Where& where, const std::string& what) {
+  return make_view(buffer.untyped_data(), buffer.element_type(), buffer.dimensions(), where, what);
+}
+
+TensorView view(Result<AnyBuffer>& buffer, const Where& where, const std::string& what) {
+  return make_view(buffer->untyped_data(), buffer->element_type(), buffer->dimensions(), where,
+                   what);
+}
+
+void require_dtype(const AnyBuffer& buffer, std::initializer_list<DType> allowed,
+                   const std::string& what) {
+  const DType d = to_dtype(buffer.element_type(), what);
+  std::string names;
+  for (DType a : allowed) {
+    if (a == d) return;
+    names += (names.empty() ? "" : ", ") + std::string(dtype_name(a));
+  }
+  QMESH_THROW(what, " has dtype ", dtype_name(d), "; expected one of: ", names);
+}
+
+void require_count(const AnyBuffer& buffer, int64_t count, const std::string& what) {
+  QMESH_CHECK(element_count(buffer) == count, what, " must hold ", count, " element(s), not ",
+              element_count(buffer));
+}
+
+void store_scalar(float* dst, float value, const Where& where) {
+  if (where.device.is_host()) {
+    *dst = value;
+    return;
+  }
+  // Static storage: the stream-ordered copy may read the source after this call returns.
+  static const float kZero = 0.0f, kOne = 1.0f;
+  QMESH_CHECK(value == 0.0f || value == 1.0f, "store_scalar on a device takes 0 or 1, not ", value);
+  copy_bytes_async(dst, where.device, value == 0.0f ? &kZero : &kOne, Device::host(), sizeof(float),
+                   where.stream);
+}
+
+}  // namespace qmesh::ffi

@@ -1,0 +1,135 @@
+// What every XLA FFI handler of qmesh shares: where it runs, how XLA's buffers become qmesh
+// tensor views, and the conversion of qmesh::Error into an FFI error at the ABI edge.
+//
+// A handler is written once as `void impl(const Where&, <decoded arguments>...)` that throws
+// qmesh::Error on bad input; QMESH_FFI_HANDLER defines its exported CPU symbol (and, in a CUDA
+// build, its CUDA symbol, which also decodes XLA's stream and device ordinal).
+#pragma once
+
+#include <cstdint>
+#include <exception>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "qmesh/config.h"
+#include "qmesh/device.h"
+#include "qmesh/dtype.h"
+#include "qmesh/error.h"
+#include "qmesh/export.h"
+#include "qmesh/shape.h"
+#include "qmesh/stream.h"
+#include "qmesh/tensor.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace qmesh::ffi {
+
+namespace xffi = ::xla::ffi;
+using xffi::AnyBuffer;
+using xffi::Result;
+
+// The device a handler runs on and the stream its work is ordered on (null on the host).
+struct Where {
+  Device device;
+  Stream stream;
+};
+
+// The qmesh dtype of an XLA element type; Error naming `what` for any other type.
+DType to_dtype(xffi::DataType type, const std::string& what);
+
+// Element count of a buffer (0 for an empty array).
+int64_t element_count(const AnyBuffer& buffer);
+
+// A view of a non-empty buffer on `where.device`, shaped like the buffer (rank 0 -> [1]).
+// Error naming `what` when the buffer is empty.
+TensorView view(const AnyBuffer& buffer, const Where& where, const std::string& what);
+TensorView view(Result<AnyBuffer>& buffer, const Where& where, const std::string& what);
+
+// Error naming `what` unless the buffer has one of `allowed` dtypes.
+void require_dtype(const AnyBuffer& buffer, std::initializer_list<DType> allowed,
+                   const std::string& what);
+// Error naming `what` unless the buffer holds exactly `count` elements.
+void require_count(const AnyBuffer& buffer, int64_t count, const std::string& what);
+
+// Writes one fp32 value into a device or host scalar, ordered on where.stream.
+void store_scalar(float* dst, float value, const Where& where);
+
+// Runs `body`, turning every exception into an FFI error whose message names the handler:
+// nothing is thrown across the C boundary and nothing aborts the process.
+template <class Body>
+xffi::Error guarded(const char* handler, Body&& body) {
+  try {
+    std::forward<Body>(body)();
+    return xffi::Error::Success();
+  } catch (const Error& e) {
+    return xffi::Error::InvalidArgument(std::string(handler) + ": " + e.message());
+  } catch (const std::exception& e) {
+    return xffi::Error::Internal(std::string(handler) + ": " + e.what());
+  } catch (...) {
+    return xffi::Error::Internal(std::string(handler) + ": unknown exception");
+  }
+}
+
+// The CUDA device ordinal XLA runs the call on (context decoding for the CUDA handlers).
+struct DeviceOrdinal {};
+
+}  // namespace qmesh::ffi
+
+namespace xla::ffi {
+template <>
+struct CtxDecoding<::qmesh::ffi::DeviceOrdinal> {
+  using Type = int;
+  static std::optional<int> Decode(const XLA_FFI_Api* api, XLA_FFI_ExecutionContext* ctx,
+                                   DiagnosticEngine& diagnostic) {
+    XLA_FFI_DeviceOrdinal_Get_Args args;
+    args.struct_size = XLA_FFI_DeviceOrdinal_Get_Args_STRUCT_SIZE;
+    args.extension_start = nullptr;
+    args.ctx = ctx;
+    args.device_ordinal = 0;
+    if (XLA_FFI_Error* error = api->XLA_FFI_DeviceOrdinal_Get(&args)) {
+      diagnostic.Emit("cannot get the device ordinal: ") << internal::GetErrorMessage(api, error);
+      internal::DestroyError(api, error);
+      return std::nullopt;
+    }
+    return args.device_ordinal;
+  }
+};
+}  // namespace xla::ffi
+
+namespace qmesh::ffi {
+
+// Adapters from XLA's decoded arguments to `impl(const Where&, args...)`.
+template <class Impl>
+auto on_host(const char* name, Impl impl) {
+  return [name, impl](auto... args) {
+    return guarded(name, [&] { impl(Where{Device::host(), {}}, std::move(args)...); });
+  };
+}
+template <class Impl>
+auto on_cuda(const char* name, Impl impl) {
+  return [name, impl](void* stream, int ordinal, auto... args) {
+    return guarded(name, [&] { impl(Where{Device::cuda(ordinal), {stream}}, std::move(args)...); });
+  };
+}
+
+}  // namespace qmesh::ffi
+
+// QMESH_FFI_HANDLER(Name, impl, .Arg<...>()...): the exported symbols NameCpu (and NameCuda in a
+// CUDA build) that XLA calls; Python registers them as targets for platforms "cpu" / "CUDA".
+// The binding lists the operands, results and attributes in the order impl takes them.
+#define QMESH_FFI_HANDLER(name, impl, ...)                                     \
+  extern "C" QMESH_API XLA_FFI_Error* name##Cpu(XLA_FFI_CallFrame*);           \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(name##Cpu, ::qmesh::ffi::on_host(#name, impl), \
+                                ::xla::ffi::Ffi::Bind() __VA_ARGS__);          \
+  QMESH_FFI_CUDA_HANDLER(name, impl, __VA_ARGS__)
+
+#if QMESH_WITH_CUDA
+#define QMESH_FFI_CUDA_HANDLER(name, impl, ...)                                 \
+  extern "C" QMESH_API XLA_FFI_Error* name##Cuda(XLA_FFI_CallFrame*);           \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(name##Cuda, ::qmesh::ffi::on_cuda(#name, impl), \
+                                ::xla::ffi::Ffi::Bind()                         \
+                                    .Ctx<::xla::ffi::PlatformStream<void*>>()   \
+                                    .Ctx<::qmesh::ffi::DeviceOrdinal>() __VA_ARGS__);
+#else
+#define QMESH_FFI_CUDA_HANDLER(name, impl, ...)
+#endif
