@@ -1,0 +1,386 @@
+"""The quantized GEMM: D = epilogue(alpha * op(A) @ op(B)) on qmesh's GEMM (OpenBLAS on the
+CPU backend, cuBLASLt on CUDA), as one JAX primitive.
+
+Layouts (row-major, as include/qmesh/ops/gemm.h): op(A) is [M, K], op(B) is [K, N], D is
+[M, N]. trans_a=False: A is stored [M, K]; trans_a=True: [K, M]. trans_b=False: B is stored
+[K, N]; trans_b=True: [N, K]. The default (trans_a=False, trans_b=True) is the canonical "TN"
+form D = A @ B.T, the layer forward x @ W.T with W stored [out, in].
+
+Operands are both FP8 (float8_e4m3fn / float8_e5m2, not e5m2 x e5m2), each contributing
+code * scale_inv, or both one plain dtype (float32, bfloat16, float16). Products accumulate in
+float32; then alpha, the epilogue, and the rounding to `out_dtype`.
+
+Epilogues (`Epilogue`), with their extra operand and extra result:
+  NONE           -                 -
+  BIAS           bias [N]          -                  r + bias
+  GELU           -                 -                  gelu(r) (tanh approximation)
+  BIAS_GELU_AUX  bias [N]          aux [M, N]         aux = r + bias; gelu(aux)
+  DGELU          aux [M, N]        -                  r * gelu'(aux)
+  BIAS_GRAD      -                 dbias [M]          dbias = row sums of op(A) (no alpha)
+
+Sharding (Shardy rule "m k, n k -> m n" for TN): M and N keep the shardings of A's rows and
+B's columns (N is replicated if it would reuse an axis of M). When K (the contracting
+dimension) is sharded, every device multiplies its K-slices into a float32 partial D (and
+partial dbias), `psum`s them over K's mesh axes, then applies the epilogue and rounds to
+out_dtype; D comes back sharded along M and N only. A dimension whose size its mesh axes do
+not divide is replicated instead.
+
+On CUDA the FP8 GEMM takes the TN form only: FP8 operands in another layout are transposed
+there (on the host the GEMM reads any layout).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.sharding import NamedSharding, PartitionSpec
+
+from qmesh.jax.primitive import Op, axes_of, register, spec_of
+
+FP8_DTYPES = (jnp.dtype(jnp.float8_e4m3fn), jnp.dtype(jnp.float8_e5m2))
+WIDE_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+F32 = jnp.dtype(jnp.float32)
+
+# Platforms whose FP8 GEMM takes the TN form only (FP8 operands are transposed into it there).
+TN_PLATFORMS = ("cuda",)
+
+
+class Epilogue(enum.IntEnum):
+    """What happens to the float32 product before it is stored (qmesh::GemmEpilogue)."""
+
+    NONE = 0
+    BIAS = 1
+    GELU = 2
+    BIAS_GELU_AUX = 3
+    DGELU = 4
+    BIAS_GRAD = 5
+
+
+_EXTRA_INPUT = {Epilogue.BIAS: "bias", Epilogue.BIAS_GELU_AUX: "bias", Epilogue.DGELU: "aux"}
+_EXTRA_OUTPUT = {Epilogue.BIAS_GELU_AUX: "aux", Epilogue.BIAS_GRAD: "dbias"}
+
+
+def _epilogue(value) -> Epilogue:
+    if isinstance(value, str):
+        try:
+            return Epilogue[value.upper()]
+        except KeyError:
+            raise ValueError(f"gemm: unknown epilogue {value!r}; one of "
+                             f"{[e.name for e in Epilogue]}") from None
+    try:
+        return Epilogue(int(value))
+    except (ValueError, TypeError):
+        raise ValueError(f"gemm: epilogue must be a qmesh.jax.Epilogue (0..5), not {value!r}") from None
+
+
+def _wide(dtype, what: str):
+    dtype = jnp.dtype(dtype)
+    if dtype not in WIDE_DTYPES:
+        raise TypeError(f"gemm: {what} must be float32, bfloat16 or float16, not {dtype}")
+    return dtype
+
+
+def _dims(trans_a: bool, trans_b: bool):
+    """(m, k) positions in A's stored shape and (k, n) positions in B's."""
+    return ((1, 0) if trans_a else (0, 1)), ((1, 0) if trans_b else (0, 1))
+
+
+def _problem(a, b, trans_a, trans_b):
+    """(M, K, N) of the GEMM; raises for ranks or inner dimensions that do not fit."""
+    for x, name, flag, stored in ((a, "a", "trans_a", ("[M, K]", "[K, M]")),
+                                  (b, "b", "trans_b", ("[K, N]", "[N, K]"))):
+        if x.ndim != 2:
+            trans = trans_a if name == "a" else trans_b
+            raise ValueError(f"gemm: {name} must be 2-D, {stored[int(trans)]} with {flag}={trans}, "
+                             f"not shape {tuple(x.shape)}")
+    (am, ak), (bk, bn) = _dims(trans_a, trans_b)
+    m, k, kb, n = a.shape[am], a.shape[ak], b.shape[bk], b.shape[bn]
+    if k != kb:
+        raise ValueError(f"gemm: inner dimensions differ: op(a) is [{m}, {k}] (a {tuple(a.shape)}, "
+                         f"trans_a={trans_a}) but op(b) is [{kb}, {n}] (b {tuple(b.shape)}, "
+                         f"trans_b={trans_b})")
+    return m, k, n
+
+
+def _check_operands(a, b, a_scale_inv, b_scale_inv):
+    fp8 = (a.dtype in FP8_DTYPES, b.dtype in FP8_DTYPES)
+    if any(fp8):
+        if not all(fp8):
+            raise TypeError(f"gemm: a and b must both be FP8 or both one plain dtype, got {a.dtype} "
+                            f"and {b.dtype}")
+        if a.dtype == b.dtype == FP8_DTYPES[1]:
+            raise TypeError("gemm: float8_e5m2 x float8_e5m2 is not supported (cuBLASLt lacks it): "
+                            "use e4m3 x e4m3, e4m3 x e5m2 or e5m2 x e4m3")
+        for s, what in ((a_scale_inv, "a_scale_inv"), (b_scale_inv, "b_scale_inv")):
+            if s.dtype != F32 or s.shape != ():
+                raise TypeError(f"gemm: {what} must be a float32 scalar (shape ()), not "
+                                f"{s.dtype}{list(s.shape)}")
+    else:
+        if a.dtype not in WIDE_DTYPES or a.dtype != b.dtype:
+            raise TypeError(f"gemm: a and b must have the same dtype, one of float32, bfloat16, "
+                            f"float16 (or both be FP8), got {a.dtype} and {b.dtype}")
+
+
+def _avals(a, b, a_scale_inv, b_scale_inv, extra, *, trans_a, trans_b, epilogue, out_dtype,
+           dbias_dtype, split_accumulator, alpha):
+    epilogue = Epilogue(epilogue)
+    _check_operands(a, b, a_scale_inv, b_scale_inv)
+    m, _, n = _problem(a, b, trans_a, trans_b)
+    out_dtype = _wide(out_dtype, "out_dtype")
+    wanted = _EXTRA_INPUT.get(epilogue)
+    if (extra is None) != (wanted is None):
+        raise ValueError(f"gemm: epilogue {epilogue.name} "
+                         + (f"needs {wanted}" if wanted else "takes no bias or aux operand"))
+    outs = [jax.core.ShapedArray((m, n), out_dtype)]
+    if wanted == "bias":
+        _wide(extra.dtype, "bias")
+        if extra.shape != (n,):
+            raise ValueError(f"gemm: bias of epilogue {epilogue.name} must be [N] = [{n}], not "
+                             f"{list(extra.shape)}")
+    elif wanted == "aux":
+        _wide(extra.dtype, "aux")
+        if extra.shape != (m, n):
+            raise ValueError(f"gemm: aux of epilogue DGELU must be [M, N] = [{m}, {n}] like the "
+                             f"output, not {list(extra.shape)}")
+    if epilogue == Epilogue.BIAS_GELU_AUX:
+        outs.append(jax.core.ShapedArray((m, n), extra.dtype))
+    elif epilogue == Epilogue.BIAS_GRAD:
+        outs.append(jax.core.ShapedArray((m,), _wide(dbias_dtype, "dbias_dtype")))
+    return tuple(outs)
+
+
+# ---- the float32 epilogue in JAX (empty inputs, and after the psum of a sharded K) ----------
+
+_SQRT_2_OVER_PI = 0.7978845608028654
+_GELU_CUBIC = 0.044715
+
+
+def gelu(x):
+    """The tanh-approximation GELU the GEMM epilogues apply (float32)."""
+    return 0.5 * x * (1.0 + jnp.tanh(_SQRT_2_OVER_PI * (x + _GELU_CUBIC * x * x * x)))
+
+
+def dgelu(x):
+    """gelu'(x) of the tanh approximation (float32)."""
+    t = jnp.tanh(_SQRT_2_OVER_PI * (x + _GELU_CUBIC * x * x * x))
+    du = _SQRT_2_OVER_PI * (1.0 + 3.0 * _GELU_CUBIC * x * x)
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du
+
+
+def _finish(r, extra, *, epilogue, out_dtype, aux_dtype=None):
+    """The epilogue on the float32 product r (alpha applied); returns D and the aux output."""
+    epilogue = Epilogue(epilogue)
+    aux = None
+    if epilogue == Epilogue.BIAS:
+        r = r + extra.astype(F32)
+    elif epilogue == Epilogue.GELU:
+        r = gelu(r)
+    elif epilogue == Epilogue.BIAS_GELU_AUX:
+        r = r + extra.astype(F32)
+        aux = r.astype(aux_dtype)
+        r = gelu(r)
+    elif epilogue == Epilogue.DGELU:
+        r = r * dgelu(extra.astype(F32))
+    return r.astype(out_dtype), aux
+
+
+def _reference(a, b, a_scale_inv, b_scale_inv, extra, *, trans_a, trans_b, epilogue, out_dtype,
+               dbias_dtype, alpha, **_):
+    """The GEMM in plain JAX (used for inputs with no elements)."""
+    fa = a.astype(F32) * (a_scale_inv if a.dtype in FP8_DTYPES else 1.0)
+    fb = b.astype(F32) * (b_scale_inv if b.dtype in FP8_DTYPES else 1.0)
+    opa = fa.T if trans_a else fa
+    opb = fb.T if trans_b else fb
+    r = alpha * jnp.matmul(opa, opb, precision=lax.Precision.HIGHEST)
+    aux_dtype = extra.dtype if extra is not None else None
+    d, aux = _finish(r, extra, epilogue=epilogue, out_dtype=out_dtype, aux_dtype=aux_dtype)
+    if Epilogue(epilogue) == Epilogue.BIAS_GRAD:
+        return d, jnp.sum(opa, axis=1).astype(dbias_dtype)
+    return (d,) if aux is None else (d, aux)
+
+
+# ---- the primitives ---------------------------------------------------------------------------
+
+_STATICS = ("trans_a", "trans_b", "epilogue", "out_dtype", "dbias_dtype", "split_accumulator",
+            "alpha")
+
+
+def _entry(axes):
+    axes = tuple(axes)
+    return None if not axes else axes[0] if len(axes) == 1 else axes
+
+
+class _GemmBase(Op):
+    target = "qmesh_gemm"
+    static_params = _STATICS
+
+    @classmethod
+    def _split(cls, args):
+        return (*args[:4], args[4] if len(args) > 4 else None)
+
+    @classmethod
+    def abstract(cls, *avals, **params):
+        return _avals(*cls._split(avals), **params)
+
+    @classmethod
+    def attributes(cls, *, trans_a, trans_b, epilogue, split_accumulator, alpha, **_):
+        return dict(trans_a=bool(trans_a), trans_b=bool(trans_b), epilogue=np.int32(epilogue),
+                    split_accumulator=bool(split_accumulator), alpha=np.float32(alpha))
+
+    @classmethod
+    def is_empty(cls, *avals, **params):
+        a, b = avals[:2]
+        return a.size == 0 or b.size == 0
+
+    @classmethod
+    def empty(cls, *args, **params):
+        return _reference(*cls._split(args), **params)
+
+    @classmethod
+    def _device_gemm(cls, *args, **params):
+        """The inner primitive; FP8 operands go to CUDA in the TN form."""
+        a, b = args[:2]
+        if a.dtype not in FP8_DTYPES or (not params["trans_a"] and params["trans_b"]):
+            return tuple(_INNER[len(args)].bind(*args, **params))
+        tn = dict(params, trans_a=False, trans_b=True)
+
+        def as_stored(*xs):
+            return tuple(_INNER[len(xs)].bind(*xs, **params))
+
+        def as_tn(x, y, *rest):
+            x = x.T if params["trans_a"] else x
+            y = y if params["trans_b"] else y.T
+            return tuple(_INNER[2 + len(rest)].bind(x, y, *rest, **tn))
+
+        return lax.platform_dependent(*args, default=as_stored, **{p: as_tn for p in TN_PLATFORMS})
+
+    @classmethod
+    def local(cls, plan, *args, **params):
+        if not plan:  # K not sharded: the whole GEMM with its epilogue on each device
+            return cls._device_gemm(*args, **params)
+        k_axes = plan
+        a, b, a_si, b_si, extra = cls._split(args)
+        epilogue = Epilogue(params["epilogue"])
+        # The float32 partial product of this device's K-slices (and the partial row sums).
+        inner = dict(params, out_dtype=F32, dbias_dtype=F32,
+                     epilogue=Epilogue.BIAS_GRAD if epilogue == Epilogue.BIAS_GRAD else Epilogue.NONE)
+        partial = cls._device_gemm(a, b, a_si, b_si, **inner)
+        summed = lax.psum(tuple(partial), k_axes)
+        if epilogue == Epilogue.BIAS_GRAD:
+            return summed[0].astype(params["out_dtype"]), summed[1].astype(params["dbias_dtype"])
+        d, aux = _finish(summed[0], extra, epilogue=epilogue, out_dtype=params["out_dtype"],
+                         aux_dtype=None if extra is None else extra.dtype)
+        return (d,) if aux is None else (d, aux)
+
+    @classmethod
+    def shardings(cls, mesh, arg_infos, *, trans_a, trans_b, epilogue, **params):
+        epilogue = Epilogue(epilogue)
+        a, b = arg_infos[:2]
+        (am, ak), (bk, bn) = _dims(trans_a, trans_b)
+        sa, sb = spec_of(a), spec_of(b)
+        size = dict(zip(mesh.axis_names, mesh.devices.shape))
+
+        def usable(axes, dim, taken):
+            axes = tuple(x for x in axes if x not in taken)
+            return axes if axes and dim % math.prod(size[x] for x in axes) == 0 else ()
+
+        m = usable(axes_of(sa[am]), a.shape[am], ())
+        n = usable(axes_of(sb[bn]), b.shape[bn], m)
+        k = usable(axes_of(sa[ak]) or axes_of(sb[bk]), a.shape[ak], m + n)
+        a_spec = [None, None]
+        a_spec[am], a_spec[ak] = _entry(m), _entry(k)
+        b_spec = [None, None]
+        b_spec[bk], b_spec[bn] = _entry(k), _entry(n)
+        named = lambda *spec: NamedSharding(mesh, PartitionSpec(*spec))  # noqa: E731
+        args = [named(*a_spec), named(*b_spec), named(), named()]
+        if _EXTRA_INPUT.get(epilogue) == "bias":
+            args.append(named(_entry(n)))
+        elif _EXTRA_INPUT.get(epilogue) == "aux":
+            args.append(named(_entry(m), _entry(n)))
+        outs = [named(_entry(m), _entry(n))]
+        if epilogue == Epilogue.BIAS_GELU_AUX:
+            outs.append(named(_entry(m), _entry(n)))
+        elif epilogue == Epilogue.BIAS_GRAD:
+            outs.append(named(_entry(m)))
+        return args, outs, k
+
+    @classmethod
+    def sharding_rule(cls, value_types, result_types, *, trans_a, trans_b, epilogue, **params):
+        epilogue = Epilogue(epilogue)
+        operands = ["k m" if trans_a else "m k", "n k" if trans_b else "k n", "", ""]
+        if _EXTRA_INPUT.get(epilogue) == "bias":
+            operands.append("n")
+        elif _EXTRA_INPUT.get(epilogue) == "aux":
+            operands.append("m n")
+        results = ["m n"]
+        if epilogue == Epilogue.BIAS_GELU_AUX:
+            results.append("m n")
+        elif epilogue == Epilogue.BIAS_GRAD:
+            results.append("m")
+        return f"{', '.join(operands)} -> {', '.join(results)}", {"reduction_factors": ("k",)}
+
+
+@register
+class Gemm(_GemmBase):
+    """(a, b, a_scale_inv, b_scale_inv) -> d [, aux | dbias]: epilogues without an operand."""
+
+    name, num_inputs = "qmesh_gemm", 4
+
+
+@register
+class GemmWithOperand(_GemmBase):
+    """(a, b, a_scale_inv, b_scale_inv, bias | aux) -> d [, aux]: BIAS, BIAS_GELU_AUX, DGELU."""
+
+    name, num_inputs = "qmesh_gemm_epilogue_operand", 5
+
+
+_INNER = {4: Gemm.inner, 5: GemmWithOperand.inner}
+
+
+def gemm(a, b, a_scale_inv=None, b_scale_inv=None, *, trans_a: bool = False,
+         trans_b: bool = True, epilogue=Epilogue.NONE, bias=None, aux=None,
+         out_dtype=jnp.float32, split_accumulator: bool = False, alpha: float = 1.0,
+         dbias_dtype=None):
+    """D = epilogue(alpha * op(a) @ op(b)) in `out_dtype` (float32, bfloat16 or float16).
+
+    a, b: 2-D, both FP8 with their float32 scalar scale_inv (x ~= code * scale_inv), or both
+    one plain dtype (scale_inv not used). bias [N] for BIAS and BIAS_GELU_AUX; aux [M, N] (the
+    saved pre-activation) for DGELU. split_accumulator: the FP8 GEMM on Hopper promotes its
+    accumulator to float32 regularly (for the backward GEMMs); ignored elsewhere.
+
+    Returns D, or (D, aux) for BIAS_GELU_AUX (aux: the pre-activation in bias's dtype), or
+    (D, dbias) for BIAS_GRAD (dbias [M] in `dbias_dtype`, default out_dtype: the row sums of the
+    dequantized op(a), without alpha).
+    """
+    epilogue = _epilogue(epilogue)
+    a, b = jnp.asarray(a), jnp.asarray(b)
+    one = jnp.ones((), F32)
+    a_scale_inv = one if a_scale_inv is None else jnp.asarray(a_scale_inv)
+    b_scale_inv = one if b_scale_inv is None else jnp.asarray(b_scale_inv)
+    if (a.dtype in FP8_DTYPES) and (a_scale_inv is one or b_scale_inv is one):
+        raise TypeError("gemm: FP8 operands need a_scale_inv and b_scale_inv (float32 scalars)")
+    wanted = _EXTRA_INPUT.get(epilogue)
+    if wanted != "bias" and bias is not None:
+        raise ValueError(f"gemm: bias is given but epilogue {epilogue.name} does not use it")
+    if wanted != "aux" and aux is not None:
+        raise ValueError(f"gemm: aux is given but epilogue {epilogue.name} does not take it as an "
+                         "operand (BIAS_GELU_AUX returns it)")
+    extra = bias if wanted == "bias" else aux if wanted == "aux" else None
+    if wanted and extra is None:
+        raise ValueError(f"gemm: epilogue {epilogue.name} needs {wanted}")
+    out_dtype = _wide(out_dtype, "out_dtype")
+    params = dict(trans_a=bool(trans_a), trans_b=bool(trans_b), epilogue=epilogue,
+                  out_dtype=out_dtype,
+                  dbias_dtype=_wide(out_dtype if dbias_dtype is None else dbias_dtype,
+                                    "dbias_dtype"),
+                  split_accumulator=bool(split_accumulator), alpha=float(alpha))
+    if extra is None:
+        outs = Gemm.bind(a, b, a_scale_inv, b_scale_inv, **params)
+    else:
+        outs = GemmWithOperand.bind(a, b, a_scale_inv, b_scale_inv, jnp.asarray(extra), **params)
+    return outs[0] if len(outs) == 1 else tuple(outs)
