@@ -1,9 +1,12 @@
 # Finds what the XLA FFI handler library needs from JAX: the FFI headers that jaxlib ships
 # and the jax/jaxlib versions they belong to (recorded in the library, checked at import).
-# Sets QMESH_JAX_FOUND, QMESH_JAX_INCLUDE_DIR, QMESH_JAXLIB_VERSION.
+# Sets QMESH_JAX_FOUND, QMESH_JAX_INCLUDE_DIR, QMESH_JAXLIB_VERSION and QMESH_JAX_PYTHON.
 set(QMESH_PYTHON "" CACHE FILEPATH "Python interpreter whose jax provides the XLA FFI headers")
 set(QMESH_JAX_FOUND OFF)
 set(_qmesh_python "${QMESH_PYTHON}")
+if(NOT _qmesh_python AND Python_EXECUTABLE)  # set by scikit-build-core
+  set(_qmesh_python "${Python_EXECUTABLE}")
+endif()
 if(NOT _qmesh_python)
   find_program(_qmesh_python_found NAMES python3 python)
   set(_qmesh_python "${_qmesh_python_found}")
@@ -19,6 +22,7 @@ if(_qmesh_python)
     list(GET _qmesh_jax_out 0 QMESH_JAX_INCLUDE_DIR)
     list(GET _qmesh_jax_out 1 QMESH_JAXLIB_VERSION)
     set(QMESH_JAX_FOUND ON)
+    set(QMESH_JAX_PYTHON "${_qmesh_python}")
     message(STATUS "qmesh: JAX FFI headers of jaxlib ${QMESH_JAXLIB_VERSION} from ${_qmesh_python}")
   endif()
 endif()

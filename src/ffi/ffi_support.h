@@ -22,6 +22,10 @@
 #include "qmesh/tensor.h"
 #include "xla/ffi/api/ffi.h"
 
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#endif
+
 namespace qmesh::ffi {
 
 namespace xffi = ::xla::ffi;
@@ -98,10 +102,26 @@ struct CtxDecoding<::qmesh::ffi::DeviceOrdinal> {
 
 namespace qmesh::ffi {
 
+// XLA runs its CPU threads with flush-to-zero and denormals-are-zero. qmesh's host ops are
+// IEEE (bit-identical to the C++ library and to CUDA's FP8 conversions, denormals included),
+// so a host handler turns both off while it runs and restores XLA's mode afterwards.
+class IeeeDenormals {
+ public:
+#if defined(__SSE__)
+  IeeeDenormals() : csr_(_mm_getcsr()) { _mm_setcsr(csr_ & ~kFlushBits); }
+  ~IeeeDenormals() { _mm_setcsr(csr_); }
+
+ private:
+  static constexpr unsigned kFlushBits = 0x8040;  // MXCSR FTZ (bit 15) and DAZ (bit 6)
+  unsigned csr_;
+#endif
+};
+
 // Adapters from XLA's decoded arguments to `impl(const Where&, args...)`.
 template <class Impl>
 auto on_host(const char* name, Impl impl) {
   return [name, impl](auto... args) {
+    const IeeeDenormals ieee;
     return guarded(name, [&] { impl(Where{Device::host(), {}}, std::move(args)...); });
   };
 }

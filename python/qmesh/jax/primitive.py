@@ -88,8 +88,10 @@ class Op:
 
     @classmethod
     def bind(cls, *args, **params):
+        """Binds the outer primitive. The MeshResource in force is recorded with the call (a
+        static parameter): XLA may run the partitioning callbacks on another thread."""
         sharding.check_auto_axes(*args)
-        return cls.outer.bind(*args, **params)
+        return cls.outer.bind(*args, **params, resource=sharding.global_mesh_resource())
 
 
 def spec_of(info, ndim: int | None = None) -> tuple:
@@ -123,20 +125,20 @@ def _lower_inner(op, ctx, *args, **params):
 def _batch_by_map(op, args, dims, **params):
     """vmap by a loop over the batch (lax.map): every op stays exact per batch element (each
     element has its own amax and scale)."""
-    size = next(a.shape[d] for a, d in zip(args, dims) if d is not batching.not_mapped)
-    mapped = [i for i, d in enumerate(dims) if d is not batching.not_mapped]
+    size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
+    mapped = [i for i, d in enumerate(dims) if d is not None]
     moved = [jnp.moveaxis(args[i], dims[i], 0) for i in mapped]
 
     def one(slices):
         full = list(args)
         for i, s in zip(mapped, slices):
             full[i] = s
-        return tuple(op.outer.bind(*full, **params))
+        return tuple(op.outer.bind(*full, **params))  # params carry the recorded resource
 
     outs = lax.map(one, moved) if size else None
     if outs is None:  # an empty batch: shapes from the abstract evaluation
-        avals = op.abstract(*[jax.core.ShapedArray(jnp.moveaxis(a, d, 0).shape[1:] if d is not batching.not_mapped else a.shape, a.dtype)
-                              for a, d in zip(args, dims)], **params)
+        avals = op.abstract(*[jax.core.ShapedArray(jnp.moveaxis(a, d, 0).shape[1:] if d is not None else a.shape, a.dtype)
+                              for a, d in zip(args, dims)], **{k: v for k, v in params.items() if k != "resource"})
         outs = tuple(jnp.zeros((0,) + a.shape, a.dtype) for a in avals)
     return outs, (0,) * len(outs)
 
@@ -152,7 +154,10 @@ def _single_device(axis_context) -> bool:
 def register(op: type[Op]) -> type[Op]:
     """Creates and registers the inner and outer primitives of `op`."""
     n = op.num_inputs
-    statics = op.static_params
+    statics = op.static_params + ("resource",)
+
+    def strip(params):
+        return {k: v for k, v in params.items() if k != "resource"}
 
     inner = Primitive(f"{op.name}_ffi")
     inner.multiple_results = True
@@ -162,7 +167,7 @@ def register(op: type[Op]) -> type[Op]:
     op.inner = inner
 
     def body(*args):
-        params = dict(zip(statics, args[n:]))
+        params = strip(dict(zip(statics, args[n:])))
         return tuple(op.local(None, *args[:n], **params))
 
     partitioned = custom_partitioning(body, static_argnums=tuple(range(n, n + len(statics))))
@@ -170,8 +175,10 @@ def register(op: type[Op]) -> type[Op]:
     def partition(*static_and_more):
         *static, mesh, arg_infos, _ = static_and_more
         params = dict(zip(statics, static))
-        sharding.check_mesh_resource(mesh)
-        arg_shardings, out_shardings, plan = op.shardings(mesh, arg_infos, **params)
+        resource = params.pop("resource")
+        sharding.check_mesh_resource(mesh, resource)
+        with sharding.global_shard_guard(resource):
+            arg_shardings, out_shardings, plan = op.shardings(mesh, arg_infos, **params)
 
         def lower(*args):
             return tuple(op.local(plan, *args, **params))
@@ -180,24 +187,26 @@ def register(op: type[Op]) -> type[Op]:
 
     def infer(*static_and_more):
         *static, mesh, arg_infos, _ = static_and_more
-        return tuple(op.shardings(mesh, arg_infos, **dict(zip(statics, static)))[1])
+        params = dict(zip(statics, static))
+        with sharding.global_shard_guard(params.pop("resource")):
+            return tuple(op.shardings(mesh, arg_infos, **params)[1])
 
     def rule(*static_and_more):
         *static, _mesh, value_types, result_types = static_and_more
-        return op.sharding_rule(value_types, result_types, **dict(zip(statics, static)))
+        return op.sharding_rule(value_types, result_types, **strip(dict(zip(statics, static))))
 
     partitioned.def_partition(partition=partition, infer_sharding_from_operands=infer,
                               sharding_rule=rule)
 
     outer = Primitive(op.name)
     outer.multiple_results = True
-    outer.def_abstract_eval(lambda *avals, **params: op.abstract(*avals, **params))
+    outer.def_abstract_eval(lambda *avals, **params: op.abstract(*avals, **strip(params)))
     # Eagerly (outside jit) there is no mesh to partition over: run the unpartitioned body.
-    outer.def_impl(lambda *args, **params: tuple(op.local(None, *args, **params)))
+    outer.def_impl(lambda *args, **params: tuple(op.local(None, *args, **strip(params))))
 
     def lower_outer(ctx, *args, **params):
         if _single_device(ctx.module_context.axis_context):
-            fn = lambda *a: tuple(op.local(None, *a, **params))  # noqa: E731
+            fn = lambda *a: tuple(op.local(None, *a, **strip(params)))  # noqa: E731
         else:
             fn = lambda *a: partitioned(*a, *(params[k] for k in statics))  # noqa: E731
         return mlir.lower_fun(fn, multiple_results=True)(ctx, *args)
