@@ -14,6 +14,7 @@ packages=(
   zlib1g-dev                        # checkpoint checksums
   clang-format                      # format check
   gnuplot-nox                       # loss-curve plots
+  python3 python3-venv              # the JAX package's venvs (launch/python_env.sh)
 )
 
 missing=()

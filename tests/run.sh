@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Runs every qmesh test: installs what is missing, checks formatting, then builds and tests
 # two configurations:
-#   build/       the default (CUDA compiled when nvcc exists, warnings as errors): all labels
+#   build/       the default (CUDA compiled when nvcc exists, warnings as errors): all labels,
+#                the JAX tests (label python) with the pinned venv build/venv
 #   build-asan/  without CUDA, under AddressSanitizer + UndefinedBehaviorSanitizer: all
 #                labels except `slow` (MPI tests without leak detection)
-# and finally builds a program against the installed CMake package. Prints a summary and
+# then builds a program against the installed CMake package, and builds and installs the
+# Python wheel into a venv with the oldest supported JAX (build/venv-jax-oldest) and runs the
+# JAX primitive tests against the installed package. Prints a summary and
 # exits non-zero on any failure. Usage: tests/run.sh [--quick]  (--quick: first build only)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +17,7 @@ quick=0
 [ "${1:-}" = "--quick" ] && quick=1
 
 launch/install_deps.sh || exit 1
+launch/python_env.sh build/venv python/requirements-test.txt || exit 1
 
 failures=()
 step() { echo; echo "=== $*"; }
@@ -40,7 +44,7 @@ configure_build_test() {
   run ctest --test-dir "$dir" --output-on-failure -j "$jobs" "${ctest_args[@]}"
 }
 
-configure_build_test build -- -DCMAKE_BUILD_TYPE=Release
+configure_build_test build -- -DCMAKE_BUILD_TYPE=Release -DQMESH_PYTHON="$root/build/venv/bin/python"
 
 if [ $quick -eq 0 ]; then
   configure_build_test build-asan -LE "slow|mpi" -- -DCMAKE_BUILD_TYPE=RelWithDebInfo \
@@ -61,6 +65,16 @@ if [ $quick -eq 0 ]; then
       -DCMAKE_PREFIX_PATH="$root/build/install" >/dev/null &&
     run cmake --build build/package-consumer &&
     run build/package-consumer/qmesh_consumer
+
+  step "build the Python wheel with the oldest supported JAX and test the installed package"
+  # The CUDA handlers were compiled in build/; this wheel is built without them to save time.
+  run launch/python_env.sh build/venv-jax-oldest python/requirements-oldest.txt &&
+    run build/venv-jax-oldest/bin/python -m pip install --quiet --disable-pip-version-check \
+      --no-build-isolation --no-deps --force-reinstall -C build-dir="$root/build/python-wheel" \
+      -C cmake.define.QMESH_WITH_CUDA=OFF ./python &&
+    run env -C build -u QMESH_JAX_LIBRARY_DIR -u PYTHONPATH venv-jax-oldest/bin/python -m pytest -q \
+      -p no:cacheprovider "$root/tests/jax/test_quantize.py" "$root/tests/jax/test_gemm.py" \
+      "$root/tests/jax/test_layer_norm.py" "$root/tests/jax/test_sharding.py"
 fi
 
 echo

@@ -241,6 +241,35 @@ def test_sharded_equals_unsharded(mesh, rng, kind, case, epilogue):
         assert got[0].sharding.spec[0] == "dp"
 
 
+@pytest.mark.parametrize("epilogue", [Epilogue.NONE, Epilogue.BIAS, Epilogue.BIAS_GELU_AUX,
+                                      Epilogue.DGELU, Epilogue.BIAS_GRAD], ids=lambda e: e.name)
+def test_sequence_parallel_k_is_reduce_scattered(rng, epilogue):
+    """K sharded over the tpsp axis and the result wanted sequence-sharded: D (and aux, dbias)
+    are reduce-scattered along M over that axis, with no all-reduce and no gather, and equal
+    the unsharded GEMM."""
+    import qmesh.jax as qj
+
+    mesh = make_mesh((2, 4))
+    ops, _ = problem(rng, "e4m3", False, True, epilogue)
+    a, b, asi, bsi, extra = ops
+    put = lambda x, spec: jax.device_put(x, NamedSharding(mesh, spec))  # noqa: E731
+    want = as_tuple(call(ops, False, True, epilogue))
+    with qj.global_shard_guard(qj.MeshResource(dp_resource="dp", tpsp_resource="tp")):
+        if extra is not None and extra.ndim == 2:  # DGELU's aux arrives sequence-sharded
+            extra = put(extra, P(("dp", "tp"), None))
+        sharded = (put(a, P("dp", "tp")), put(b, P(None, "tp")), asi, bsi, extra)
+        seq = NamedSharding(mesh, P(("dp", "tp")))  # what the next sequence-parallel op wants
+        f = jax.jit(lambda *o: tuple(jax.lax.with_sharding_constraint(r, seq)
+                                     for r in as_tuple(call(o, False, True, epilogue))))
+        got = f(*sharded)
+        hlo = f.lower(*sharded).compile().as_text()
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and rel_err(g, np.asarray(w, np.float64)) < 1e-6
+        assert g.sharding.spec[0] == ("dp", "tp"), g.sharding
+    assert count(hlo, "reduce-scatter") >= 1, hlo
+    assert count(hlo, "all-reduce") == 0 and count(hlo, "all-gather") == 0, hlo
+
+
 def test_sharded_bf16_output_sums_in_float32(rng):
     mesh = make_mesh((2, 4))
     ops, (a64, b64, _) = problem(rng, "bf16", False, True, Epilogue.NONE)

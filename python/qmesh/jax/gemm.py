@@ -22,7 +22,12 @@ Sharding (Shardy rule "m k, n k -> m n" for TN): M and N keep the shardings of A
 B's columns (N is replicated if it would reuse an axis of M). When K (the contracting
 dimension) is sharded, every device multiplies its K-slices into a float32 partial D (and
 partial dbias), `psum`s them over K's mesh axes, then applies the epilogue and rounds to
-out_dtype; D comes back sharded along M and N only. A dimension whose size its mesh axes do
+out_dtype; D comes back sharded along M and N only. Sequence parallelism: when one of K's
+axes is the MeshResource's `tpsp_resource` (and it divides M), the partial products are
+reduce-scattered over that axis along M (`psum_scatter`) instead, so D, aux and dbias come
+back with M sharded over the M axes and then the tpsp axis. Where the consumer wants that
+sharding (a sequence-parallel LayerNorm, or a sharding constraint) nothing else moves; if it
+wants D unsharded, XLA gathers it afterwards. A dimension whose size its mesh axes do
 not divide is replicated instead.
 
 On CUDA the FP8 GEMM takes the TN form only: FP8 operands in another layout are transposed
@@ -40,6 +45,7 @@ import numpy as np
 from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec
 
+from qmesh.jax import sharding
 from qmesh.jax.primitive import Op, axes_of, register, spec_of
 
 FP8_DTYPES = (jnp.dtype(jnp.float8_e4m3fn), jnp.dtype(jnp.float8_e5m2))
@@ -263,14 +269,18 @@ class _GemmBase(Op):
     def local(cls, plan, *args, **params):
         if not plan:  # K not sharded: the whole GEMM with its epilogue on each device
             return cls._device_gemm(*args, **params)
-        k_axes = plan
+        k_axes, scatter_axis = plan
         a, b, a_si, b_si, extra = cls._split(args)
         epilogue = Epilogue(params["epilogue"])
         # The float32 partial product of this device's K-slices (and the partial row sums).
         inner = dict(params, out_dtype=F32, dbias_dtype=F32,
                      epilogue=Epilogue.BIAS_GRAD if epilogue == Epilogue.BIAS_GRAD else Epilogue.NONE)
-        partial = cls._device_gemm(a, b, a_si, b_si, **inner)
-        summed = lax.psum(tuple(partial), k_axes)
+        partial = tuple(cls._device_gemm(a, b, a_si, b_si, **inner))
+        summed_axes = tuple(x for x in k_axes if x != scatter_axis)
+        summed = lax.psum(partial, summed_axes) if summed_axes else partial
+        if scatter_axis:  # sequence parallel: each device keeps its M-slice of the sum
+            summed = tuple(lax.psum_scatter(p, scatter_axis, scatter_dimension=0, tiled=True)
+                           for p in summed)
         if epilogue == Epilogue.BIAS_GRAD:
             return summed[0].astype(params["out_dtype"]), summed[1].astype(params["dbias_dtype"])
         d, aux = _finish(summed[0], extra, epilogue=epilogue, out_dtype=params["out_dtype"],
@@ -292,6 +302,10 @@ class _GemmBase(Op):
         m = usable(axes_of(sa[am]), a.shape[am], ())
         n = usable(axes_of(sb[bn]), b.shape[bn], m)
         k = usable(axes_of(sa[ak]) or axes_of(sb[bk]), a.shape[ak], m + n)
+        # Sequence parallelism: a K sharded over the tpsp axis is reduce-scattered along M.
+        tpsp = sharding.global_mesh_resource().tpsp_resource
+        scatter = tpsp if tpsp in k and a.shape[am] % (math.prod(size[x] for x in m) * size[tpsp]) == 0 else None
+        m_out = m + ((scatter,) if scatter else ())
         a_spec = [None, None]
         a_spec[am], a_spec[ak] = _entry(m), _entry(k)
         b_spec = [None, None]
@@ -301,13 +315,13 @@ class _GemmBase(Op):
         if _EXTRA_INPUT.get(epilogue) == "bias":
             args.append(named(_entry(n)))
         elif _EXTRA_INPUT.get(epilogue) == "aux":
-            args.append(named(_entry(m), _entry(n)))
-        outs = [named(_entry(m), _entry(n))]
+            args.append(named(_entry(m_out), _entry(n)))
+        outs = [named(_entry(m_out), _entry(n))]
         if epilogue == Epilogue.BIAS_GELU_AUX:
-            outs.append(named(_entry(m), _entry(n)))
+            outs.append(named(_entry(m_out), _entry(n)))
         elif epilogue == Epilogue.BIAS_GRAD:
-            outs.append(named(_entry(m)))
-        return args, outs, k
+            outs.append(named(_entry(m_out)))
+        return args, outs, (k, scatter) if k else None
 
     @classmethod
     def sharding_rule(cls, value_types, result_types, *, trans_a, trans_b, epilogue, **params):
