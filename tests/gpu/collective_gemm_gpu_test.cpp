@@ -2,7 +2,7 @@
 // the one GPU, each with its own compute and comm streams. On the device, every
 // schedule gives the same bits as the unoverlapped one (Overlap::kNone), the gathered operand
 // is the exact concatenation of the chunks, and the results agree with a float64 host
-// reference within NUMERICS.md's GEMM tolerances; bad arguments give errors. Skipped without a
+// reference within docs/numerics.md's GEMM tolerances; bad arguments give errors. Skipped without a
 // GPU.
 #include <gtest/gtest.h>
 
