@@ -56,7 +56,8 @@ def delayed_update(history, scale, maxima, margin, algo):
         a = col[0] if algo == "most_recent" else max(np.float32(0), finite.max() if finite.size else np.float32(0))
         if a > 0 and np.isfinite(a):
             scaled_max = np.float32(maxima[i] * 2.0 ** -margin)  # margin before the division
-            q = scaled_max / np.float32(a)
+            with np.errstate(over="ignore"):  # a tiny amax overflows: FLT_MAX below
+                q = scaled_max / np.float32(a)
             scale[i] = np.float32(np.finfo(np.float32).max) if np.isinf(q) else np.float32(q)
         col = np.roll(col, -1)
         col[0] = 0
