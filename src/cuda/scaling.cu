@@ -61,6 +61,7 @@ __global__ void current_scale_kernel(const float* amax, float* scale, float fp8_
 
 void update_scales(int device, float* history, float* scale, const float* fp8_max, int n, int len,
                    bool most_recent, float margin_scale, Stream stream) {
+  if (n == 0) return;  // a grid of size 0 is an error
   const DeviceGuard guard(device);
   const unsigned blocks = static_cast<unsigned>((n + kCols - 1) / kCols);
   update_kernel<<<blocks, kCols * kRows, 0, static_cast<cudaStream_t>(stream.handle)>>>(
