@@ -68,10 +68,28 @@ class DeviceScope {
 class Handle {
  public:
   Handle(ncclComm_t comm, int device) : comm_(comm), device_(device) {}
+  // Teardown as NCCL prescribes for a non-blocking communicator: ncclCommFinalize flushes
+  // the operations already issued (returning ncclInProgress while it does), the wait for it
+  // is bounded by comm_timeout(), then ncclCommDestroy frees it. A finalize that fails or
+  // does not finish in time (a peer gone) aborts the communicator instead of hanging.
   ~Handle() {
     std::lock_guard<std::mutex> lock(mu_);
     if (aborted_) return;
     DeviceScope scope(device_);
+    ncclResult_t state = ncclCommFinalize(comm_);
+    const Clock::time_point deadline = Clock::now() + comm_timeout();
+    while (state == ncclInProgress && Clock::now() <= deadline) {
+      std::this_thread::yield();
+      if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess) state = ncclInternalError;
+    }
+    if (state != ncclSuccess) {
+      QMESH_LOG_WARN("ncclCommFinalize ",
+                     state == ncclInProgress ? "did not finish within QMESH_COMM_TIMEOUT_S"
+                                             : ncclGetErrorString(state),
+                     "; aborting the NCCL communicator");
+      ncclCommAbort(comm_);
+      return;
+    }
     const ncclResult_t status = ncclCommDestroy(comm_);
     if (status != ncclSuccess) {
       QMESH_LOG_WARN("ncclCommDestroy failed: ", ncclGetErrorString(status));
