@@ -150,7 +150,7 @@ struct Dense::Impl {
     // Row parallel: the partial products are summed over tp; add the (replicated) bias.
     if (row()) {
       if (options.bias) add_bias(out, bias.value, ctx.stream());
-      epilogue = options.bias ? DenseEpilogue::kSeparate : DenseEpilogue::kNone;
+      ran_epilogue = options.bias ? DenseEpilogue::kSeparate : DenseEpilogue::kNone;
     }
     return out;
   }
@@ -247,6 +247,7 @@ struct Dense::Impl {
     }
     const bool with_gelu = args.epilogue == GemmEpilogue::kBiasGeluAux;
     const TensorView out = args.d;
+    ran_epilogue = epilogue;
     switch (epilogue) {
       case DenseEpilogue::kNone:
       case DenseEpilogue::kFused:
@@ -320,8 +321,9 @@ struct Dense::Impl {
   GemmOperand last_x, last_w;  // forward's operands, reused by backward (x: see GatheredInput)
   TensorView x_in;
   int64_t tokens = 0;  // rows of the forward GEMM (the gathered sequence under column SP)
-  int64_t epilogue_checked_for = -1;              // the token count `epilogue` was chosen for
-  DenseEpilogue epilogue = DenseEpilogue::kNone;  // what the forward GEMM runs
+  int64_t epilogue_checked_for = -1;                  // the token count `epilogue` was chosen for
+  DenseEpilogue epilogue = DenseEpilogue::kNone;      // what the forward GEMM runs
+  DenseEpilogue ran_epilogue = DenseEpilogue::kNone;  // what the last forward ran
   Tensor y, pre_activation, bias_sums, dpre, dx, bias_bf16;
 };
 
@@ -342,7 +344,7 @@ std::vector<Parameter*> Dense::parameters() {
 }
 Parameter& Dense::weight() { return impl_->weight; }
 const DenseOptions& Dense::options() const { return impl_->options; }
-DenseEpilogue Dense::forward_epilogue() const { return impl_->epilogue; }
+DenseEpilogue Dense::forward_epilogue() const { return impl_->ran_epilogue; }
 
 const char* dense_epilogue_name(DenseEpilogue e) {
   switch (e) {

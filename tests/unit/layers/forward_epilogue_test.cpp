@@ -92,14 +92,26 @@ TEST(ForwardEpilogue, DenseReportsTheEpilogueItRan) {
       Dense c("c", 16, 32, column, ctx, 1), r("r", 16, 32, row, ctx, 2),
           p("p", 16, 32, plain, ctx, 3);
       EXPECT_EQ(c.forward_epilogue(), DenseEpilogue::kNone) << "before the first forward";
+      for (Dense* d : {&c, &r})  // biases start at 0: make them count
+        for (Parameter* param : d->parameters())
+          if (param->value.shape().rank() == 1)
+            for (int64_t i = 0; i < param->value.numel(); ++i)
+              param->value.data_as<float>()[i] = 0.5f;
       Tensor x(DType::kFloat32, Shape{4, 16}), x_half(DType::kFloat32, Shape{4, 8});
       for (int64_t i = 0; i < x.numel(); ++i)
         x.data_as<float>()[i] = counter_normal(5, uint64_t(i));
       for (int64_t i = 0; i < x_half.numel(); ++i)
         x_half.data_as<float>()[i] = counter_normal(6, uint64_t(i));
       c.forward(x);
-      r.forward(x_half);
+      const std::vector<float> first_row_output = [&] {
+        const TensorView y = r.forward(x_half);
+        return std::vector<float>(y.data_as<float>(), y.data_as<float>() + y.numel());
+      }();
       p.forward(x);
+      // A second forward on the same input gives the same output (the bias is added once).
+      const TensorView again = r.forward(x_half);
+      EXPECT_EQ(std::memcmp(again.data, first_row_output.data(), again.nbytes()), 0)
+          << recipe_name(recipe);
       EXPECT_EQ(c.forward_epilogue(), DenseEpilogue::kFused) << recipe_name(recipe);
       EXPECT_EQ(r.forward_epilogue(), DenseEpilogue::kSeparate) << recipe_name(recipe);
       EXPECT_EQ(p.forward_epilogue(), DenseEpilogue::kNone) << recipe_name(recipe);
