@@ -53,7 +53,8 @@ def delayed_update(history, scale, maxima, margin, algo):
             continue  # the tensor did not run: no roll, scale kept
         # The window's max skips NaN (an all-NaN window gives 0: scale kept).
         finite = col[~np.isnan(col)]
-        a = col[0] if algo == "most_recent" else max(np.float32(0), finite.max() if finite.size else np.float32(0))
+        window_max = max(np.float32(0), finite.max()) if finite.size else np.float32(0)
+        a = col[0] if algo == "most_recent" else window_max
         if a > 0 and np.isfinite(a):
             scaled_max = np.float32(maxima[i] * 2.0 ** -margin)  # margin before the division
             with np.errstate(over="ignore"):  # a tiny amax overflows: FLT_MAX below

@@ -5,8 +5,9 @@ the history of tensor i and row 0 this step's amax (already the global amax: the
 primitives reduce it over the mesh), scale float32 [n]. The update, per tensor whose amax is not
 0: amax = max(history) skipping NaN (or history[0] with "most_recent");
 scale = (fp8_max * 2**-margin) / amax (kept for a zero or non-finite amax, FLT_MAX when the
-quotient overflows), TransformerEngine's rule (docs/numerics.md "Delayed scaling"); the history rolls
-by one and row 0 is zeroed for the next step. Tensors whose amax is 0 did not run: untouched.
+quotient overflows), TransformerEngine's rule (docs/numerics.md "Delayed scaling"); the
+history rolls by one and row 0 is zeroed for the next step. Tensors whose amax is 0 did not
+run: untouched.
 """
 
 from __future__ import annotations
