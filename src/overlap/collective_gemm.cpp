@@ -250,8 +250,8 @@ class RingExec {
     return gathered.data_as<float>();
   }
   // CUDA, on the compute stream: unless every entry of `scales` [n] equals scales[rank], D
-  // (contiguous, `elems` elements of dtype `d_dtype`) is filled with NaN and *amax (if not
-  // null) set to NaN: the device-side form of check_same_scales, which never waits.
+  // (contiguous) is filled with NaN in its dtype and *amax (if not null) set to NaN: the
+  // device-side form of check_same_scales, which never waits.
   void poison_unless_same_scales(const float* scales, int rank, const TensorView& d, float* amax) {
     overlap_detail::poison_unless_same_async(scales, comm_.size(), rank, d.data, d.numel(),
                                              static_cast<int>(dtype_size(d.dtype)),
