@@ -1,54 +1,92 @@
 #!/usr/bin/env bash
-# Builds qmesh for Hopper and runs the GPU tests and benchmarks in one go, on a machine that
-# has a GPU and the CUDA toolkit but maybe no MPI, UCX, OpenBLAS, Boost or GoogleTest.
+# Builds qmesh for Hopper and runs the GPU tests and benchmarks, on a machine that has a GPU
+# and the CUDA toolkit but maybe no MPI, UCX, OpenBLAS, Boost or GoogleTest.
 # GoogleTest comes from a source copy in third_party/googletest (git-ignored):
 #   cp -r /usr/src/googletest third_party/googletest     # on a machine that has it
 # Results (logs, JSON) go to $OUT if set, else build-gpu/results.
-# Usage: launch/gpu_check.sh [--tests-only|--bench-only]
+#
+# Usage: launch/gpu_check.sh [STEP] [TEST_REGEX]
+#   driver  checks that the driver supports the toolkit's CUDA version (a few seconds)
+#   build   configures and builds the GPU tests and benchmarks in build-gpu (minutes)
+#   tests   runs the GPU test programs (those matching TEST_REGEX if given), 180 s each at most
+#   bench   runs the GPU benchmarks, 240 s each at most
+#   all     (default) driver, build, tests, bench, in that order
+# Each step is one call, so that a machine lent for 10 minutes a call can run them one by
+# one; tests and bench need build's output. --tests-only and --bench-only are the old names
+# of build+tests and build+bench.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-build-gpu/results}
 mkdir -p "$out"
-mode=${1:-all}
+step=${1:-all}
+test_regex=${2:-}
 export PYTHONUNBUFFERED=1
+case $step in
+  -h | --help)
+    sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+    exit 0
+    ;;
+  --tests-only) steps="driver build tests" ;;
+  --bench-only) steps="driver build bench" ;;
+  driver | build | tests | bench) steps=$step ;;
+  all) steps="driver build tests bench" ;;
+  *)
+    echo "gpu_check: unknown step '$step'; expected driver, build, tests, bench or all (--help)" >&2
+    exit 2
+    ;;
+esac
+has_step() { [[ " $steps " == *" $1 "* ]]; }
 
-{
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
-  nvcc --version | tail -n 2
-  date -u +%Y-%m-%dT%H:%MZ
-} 2>&1 | tee "$out/device.txt"
-
-# NCCL: the CUDA toolkit's if it has one, else the nvidia-nccl wheel that PyTorch brings,
-# else no NCCL backend (its tests are then not built; the report says so).
-nccl_args=()
-toolkit=$(dirname "$(dirname "$(command -v nvcc)")")
-if [ -z "${NCCL_ROOT:-}" ] && [ ! -f "$toolkit/include/nccl.h" ] && [ ! -f /usr/include/nccl.h ]; then
-  wheel=$(python3 -c 'import nvidia.nccl as n; print(list(n.__path__)[0])' 2>/dev/null)
-  if [ -n "$wheel" ] && [ -f "$wheel/include/nccl.h" ]; then
-    nccl_args=(-DNCCL_ROOT="$wheel")
-  else
-    nccl_args=(-DQMESH_WITH_NCCL=OFF)
-  fi
+# The driver must support the CUDA version of the toolkit the tests are built with; otherwise
+# every CUDA call fails and the tests would only report that no GPU was seen.
+if has_step driver; then
+  mkdir -p build-gpu
+  nvcc -o build-gpu/cuda_driver_check launch/cuda_driver_check.cpp 2>&1 | tee "$out/driver.log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "gpu_check: could not build the driver check"; exit 1; }
+  build-gpu/cuda_driver_check 2>&1 | tee -a "$out/driver.log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "gpu_check: the CUDA driver check failed (above)"; exit 1; }
 fi
-echo "NCCL: ${nccl_args[*]:-from the CUDA toolkit}" | tee -a "$out/device.txt"
 
-cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_CUDA_ARCHITECTURES=90a -DQMESH_WITH_CUDA=ON "${nccl_args[@]}" 2>&1 |
-  tail -n 30 | tee "$out/configure.log"
-[ "${PIPESTATUS[0]}" -eq 0 ] || { echo "gpu_check: configure failed"; exit 1; }
-# Only the GPU tests and benchmarks (and what they link): the CPU-only programs would spend
-# device time for nothing.
-cmake --build build-gpu --target gpu_checks -j "$(nproc)" 2>&1 | tail -n 40 | tee "$out/build.log"
-[ "${PIPESTATUS[0]}" -eq 0 ] || { echo "gpu_check: build failed"; exit 1; }
+if has_step build; then
+  {
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+    nvcc --version | tail -n 2
+    date -u +%Y-%m-%dT%H:%MZ
+  } 2>&1 | tee "$out/device.txt"
+
+  # NCCL: the CUDA toolkit's if it has one, else the nvidia-nccl wheel that PyTorch brings,
+  # else no NCCL backend (its tests are then not built; the report says so).
+  nccl_args=()
+  toolkit=$(dirname "$(dirname "$(command -v nvcc)")")
+  if [ -z "${NCCL_ROOT:-}" ] && [ ! -f "$toolkit/include/nccl.h" ] && [ ! -f /usr/include/nccl.h ]; then
+    wheel=$(python3 -c 'import nvidia.nccl as n; print(list(n.__path__)[0])' 2>/dev/null)
+    if [ -n "$wheel" ] && [ -f "$wheel/include/nccl.h" ]; then
+      nccl_args=(-DNCCL_ROOT="$wheel")
+    else
+      nccl_args=(-DQMESH_WITH_NCCL=OFF)
+    fi
+  fi
+  echo "NCCL: ${nccl_args[*]:-from the CUDA toolkit}" | tee -a "$out/device.txt"
+
+  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_CUDA_ARCHITECTURES=90a -DQMESH_WITH_CUDA=ON "${nccl_args[@]}" 2>&1 |
+    tail -n 30 | tee "$out/configure.log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "gpu_check: configure failed"; exit 1; }
+  # Only the GPU tests and benchmarks (and what they link): the CPU-only programs would spend
+  # device time for nothing.
+  cmake --build build-gpu --target gpu_checks -j "$(nproc)" 2>&1 | tail -n 40 | tee "$out/build.log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "gpu_check: build failed"; exit 1; }
+fi
 
 status=0
-if [ "$mode" != "--bench-only" ]; then
+if has_step tests; then
   # Each GPU test binary (ctest's gpu label: the programs in tests/gpu) runs on its own, in
   # its ctest working directory, bounded by `timeout` and judged by its exit status (77: every
   # test skipped, tests/common/gtest_main.cpp). Not through ctest: `ctest --timeout` does not
   # shorten the TIMEOUT property (600 s) that every qmesh test has.
   : >"$out/gpu-tests.log"
-  tests=$(ctest --test-dir build-gpu -L gpu -N | sed -n 's/^ *Test *#[0-9]*: *//p')
+  tests=$(ctest --test-dir build-gpu -L gpu -N ${test_regex:+-R "$test_regex"} |
+    sed -n 's/^ *Test *#[0-9]*: *//p')
   [ -n "$tests" ] || { echo "gpu_check: no GPU tests were configured" | tee -a "$out/gpu-tests.log"; status=1; }
   for t in $tests; do
     echo "=== $t" | tee -a "$out/gpu-tests.log"
@@ -66,7 +104,7 @@ if [ "$mode" != "--bench-only" ]; then
     [ "$rc" -eq 0 ] || status=1
   done
 fi
-if [ "$mode" != "--tests-only" ]; then
+if has_step bench; then
   # Every GPU benchmark program writes a table to stdout and JSON next to it: gemm_gpu_bench,
   # quant_gpu_bench, cgemm_gpu_bench (collective GEMMs), dense_gpu_bench (LayerNormMLP BF16
   # vs FP8 delayed).

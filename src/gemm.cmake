@@ -1,6 +1,7 @@
 # Quantized GEMM: the public op, the host backend (OpenBLAS) and the CUDA backend (cuBLASLt).
 target_sources(qmesh PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/ops/gemm.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/ops/gemm_algo_key.cpp
   ${CMAKE_CURRENT_LIST_DIR}/ops/gemm_canonical.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cpu/gelu.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cpu/gemm_cpu.cpp)

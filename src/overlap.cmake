@@ -5,5 +5,6 @@ target_sources(qmesh PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/overlap/operand_gather.cpp
   ${CMAKE_CURRENT_LIST_DIR}/overlap/ring_device.cpp)
 if(QMESH_WITH_CUDA)
-  target_sources(qmesh PRIVATE ${CMAKE_CURRENT_LIST_DIR}/overlap/ring_add.cu)
+  target_sources(qmesh PRIVATE ${CMAKE_CURRENT_LIST_DIR}/overlap/ring_add.cu
+                               ${CMAKE_CURRENT_LIST_DIR}/overlap/ring_checks.cu)
 endif()

@@ -9,6 +9,7 @@
 
 #include "check.h"
 #include "cuda/check.h"
+#include "cuda/device_guard.h"
 #include "qmesh/comm/nccl.h"
 #include "qmesh/copy.h"
 #include "qmesh/logging.h"
@@ -49,29 +50,36 @@ ncclRedOp_t reduction_op(ReduceOp op) {
   QMESH_THROW("invalid ReduceOp value ", static_cast<int>(op));
 }
 
-// Makes `device` current for the scope (NCCL and CUDA calls act on the current device).
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) {
-    QMESH_CHECK_CUDA(cudaGetDevice(&previous_));
-    if (previous_ != device) QMESH_CHECK_CUDA(cudaSetDevice(device));
-  }
-  ~DeviceScope() { cudaSetDevice(previous_); }
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
-
- private:
-  int previous_ = 0;
-};
+// NCCL and CUDA calls act on the current device: DeviceGuard makes `device` current for a
+// scope.
+using detail::cuda::DeviceGuard;
 
 // An ncclComm_t shared by a communicator and its works, so that a wait can abort it.
 class Handle {
  public:
   Handle(ncclComm_t comm, int device) : comm_(comm), device_(device) {}
+  // Teardown as NCCL prescribes for a non-blocking communicator: ncclCommFinalize flushes
+  // the operations already issued (returning ncclInProgress while it does), the wait for it
+  // is bounded by comm_timeout(), then ncclCommDestroy frees it. A finalize that fails or
+  // does not finish in time (a peer gone) aborts the communicator instead of hanging.
   ~Handle() {
     std::lock_guard<std::mutex> lock(mu_);
     if (aborted_) return;
-    DeviceScope scope(device_);
+    DeviceGuard scope(device_);
+    ncclResult_t state = ncclCommFinalize(comm_);
+    const Clock::time_point deadline = Clock::now() + comm_timeout();
+    while (state == ncclInProgress && Clock::now() <= deadline) {
+      std::this_thread::yield();
+      if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess) state = ncclInternalError;
+    }
+    if (state != ncclSuccess) {
+      QMESH_LOG_WARN("ncclCommFinalize ",
+                     state == ncclInProgress ? "did not finish within QMESH_COMM_TIMEOUT_S"
+                                             : ncclGetErrorString(state),
+                     "; aborting the NCCL communicator");
+      ncclCommAbort(comm_);
+      return;
+    }
     const ncclResult_t status = ncclCommDestroy(comm_);
     if (status != ncclSuccess) {
       QMESH_LOG_WARN("ncclCommDestroy failed: ", ncclGetErrorString(status));
@@ -202,7 +210,7 @@ class NcclComm final : public Communicator {
   explicit NcclComm(std::shared_ptr<Handle> handle) : handle_(std::move(handle)) {
     QMESH_CHECK_NCCL(ncclCommCount(comm(), &size_));
     QMESH_CHECK_NCCL(ncclCommUserRank(comm(), &rank_));
-    DeviceScope scope(handle_->device());
+    DeviceGuard scope(handle_->device());
     QMESH_CHECK_CUDA(cudaStreamCreateWithFlags(&internal_, cudaStreamNonBlocking));
   }
 
@@ -287,7 +295,7 @@ class NcclComm final : public Communicator {
   int max_tag() const override { return kMaxTag; }
 
   std::shared_ptr<Communicator> split(int color, int key) override {
-    DeviceScope scope(handle_->usable_device());
+    DeviceGuard scope(handle_->usable_device());
     const Clock::time_point deadline = Clock::now() + comm_timeout();
     // On the heap: NCCL's background job writes the new communicator after ncclCommSplit
     // returns; if settling times out, that write may still come, so the slot is leaked.
@@ -341,7 +349,7 @@ class NcclComm final : public Communicator {
     NcclComm& comm;
     cudaStream_t stream;
     std::string what;
-    DeviceScope scope;
+    DeviceGuard scope;
   };
 
   static size_t count(const TensorView& t) { return static_cast<size_t>(t.numel()); }

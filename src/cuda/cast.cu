@@ -359,12 +359,19 @@ void cast_tiled(const CastSpec& spec, const CastJob& job, cudaStream_t stream) {
                job.scale_inv, job.amax, job.rows,  job.cols, false};
   p.vec = aligned16(job.in) && aligned16(job.out) && (!job.out_t || aligned16(job.out_t)) &&
           job.rows % kVec == 0 && job.cols % kVec == 0;
-  std::optional<StreamScratch<float>> scratch;
-  if (job.dbias) p.partials = scratch.emplace(size_t(row_tiles * job.cols), stream).get();
   if (job.amax_update == AmaxUpdate::kReplace) {
     zero_scalar_kernel<<<1, 1, 0, stream>>>(job.amax);
     QMESH_CHECK_CUDA(cudaGetLastError());
   }
+  // An empty job (an empty group of grouped_quantize) launches nothing: a grid of size 0 is
+  // an error. Its column sums are zeros.
+  if (tiles == 0) {
+    if (job.dbias && job.cols > 0)
+      QMESH_CHECK_CUDA(cudaMemsetAsync(job.dbias, 0, size_t(job.cols) * sizeof(float), stream));
+    return;
+  }
+  std::optional<StreamScratch<float>> scratch;
+  if (job.dbias) p.partials = scratch.emplace(size_t(row_tiles * job.cols), stream).get();
   const auto grid = static_cast<unsigned>(std::min<int64_t>(tiles, resident_blocks()));
   dispatch(spec.in_dtype, spec.fp8, [&](auto type, auto fmt) {
     cast_tiled_kernel<typename decltype(type)::type, decltype(fmt)::value>
@@ -407,6 +414,7 @@ void dequantize(int device, const uint8_t* in, DType fp8, const float* scale_inv
                 DType out_dtype, int64_t n, Stream stream) {
   const DeviceGuard guard(device);
   require_device_scalar(scale_inv, device, "the dequantize input's scale_inv");
+  if (n == 0) return;  // a grid of size 0 is an error
   auto s = static_cast<cudaStream_t>(stream.handle);
   const auto blocks =
       static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, resident_blocks()));

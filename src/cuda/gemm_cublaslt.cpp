@@ -22,6 +22,7 @@
 #include "cuda/device_scalar.h"
 #include "cuda/gemm_algo_cache.h"
 #include "cuda/stream_scratch.h"
+#include "ops/gemm_algo_key.h"
 #include "qmesh/logging.h"
 
 namespace qmesh::detail {
@@ -154,31 +155,9 @@ cublasLtMatrixLayout_t make_layout(DType t, int64_t rows, int64_t cols, int64_t 
 // C: D itself (read only with beta = 1), or none for an FP8 D (beta = 0 there).
 const void* c_pointer(const CanonicalGemm& c) { return is_fp8(c.d_dtype) ? nullptr : c.d; }
 
-// The largest power of two up to 256 that divides the address (256 for nullptr).
-uint32_t alignment(const void* p) {
-  uint32_t a = 256;
-  while (reinterpret_cast<uintptr_t>(p) % a != 0) a /= 2;
-  return a;
-}
-
-// Byte alignments of A', B', C and D (A' is our B, B' our A). cuBLASLt's heuristic assumes
-// 256 for each unless told otherwise (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES, default
-// 256), and a kernel chosen for 256 fails on a less aligned view (a row chunk of a larger
-// tensor, as the collective GEMMs pass).
-std::array<uint32_t, 4> alignments(const CanonicalGemm& c) {
-  return {alignment(c.b.data), alignment(c.a.data), alignment(c_pointer(c)), alignment(c.d)};
-}
-
-// Everything that selects an algorithm, as the autotune cache key (tab-free).
+// Everything that selects an algorithm, as the autotune cache key (ops/gemm_algo_key.h).
 std::string problem_key(const CanonicalGemm& c) {
-  const std::array<uint32_t, 4> align = alignments(c);
-  return concat(device_name(c.device.index), "|cublasLt ", cublasLtGetVersion(), "|m", c.cm.m, " n",
-                c.cm.n, " k", c.cm.k, "|", c.cm.trans_a ? 'T' : 'N', c.cm.trans_b ? 'T' : 'N',
-                " lda", c.cm.lda, " ldb", c.cm.ldb, "|", dtype_name(c.b.dtype), "x",
-                dtype_name(c.a.dtype), "->", dtype_name(c.d_dtype), "|beta", c.beta, "|epi",
-                int(c.epilogue), " bias ", dtype_name(c.bias_dtype), " aux ",
-                dtype_name(c.aux_dtype), "|fast", int(c.accumulation), "|align", align[0], " ",
-                align[1], " ", align[2], " ", align[3]);
+  return gemm_algo_key(c, device_name(c.device.index), cublasLtGetVersion());
 }
 
 // C's type: D's, except that an FP8 D (beta = 0, C not passed) takes the bias's type, or
@@ -272,7 +251,10 @@ struct CublasLtGemm::Impl {
     const uint64_t ws = kCublasLtWorkspaceBytes;
     QMESH_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(
         raw, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-    const std::array<uint32_t, 4> align = alignments(c);
+    // cuBLASLt's heuristic assumes 256-byte alignment unless told otherwise, and a kernel
+    // chosen for 256 fails on a less aligned view (a row chunk of a larger tensor, as the
+    // collective GEMMs pass).
+    const std::array<uint32_t, 4> align = gemm_operand_alignments(c);
     const cublasLtMatmulPreferenceAttributes_t align_attrs[4] = {
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};

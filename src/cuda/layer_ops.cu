@@ -44,6 +44,8 @@ __global__ void transpose_kernel(const T* in, T* out, int64_t rows, int64_t cols
 
 cudaStream_t native(Stream stream) { return static_cast<cudaStream_t>(stream.handle); }
 
+// Blocks of kThreads covering n elements; n must be > 0 (a grid of size 0 is an error):
+// every entry point returns early for empty tensors.
 unsigned blocks_for(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
 
 __global__ void __launch_bounds__(kThreads)
@@ -129,6 +131,12 @@ __global__ void __launch_bounds__(kThreads)
 void column_sums_impl(const float* g, const float* x, const float* mean, const float* rstd,
                       float* out, float* out_xhat, int64_t rows, int64_t cols, Stream stream) {
   const cudaStream_t s = native(stream);
+  if (cols == 0) return;
+  if (rows == 0) {  // empty sums: zeros, no launch
+    QMESH_CHECK_CUDA(cudaMemsetAsync(out, 0, size_t(cols) * sizeof(float), s));
+    if (out_xhat) QMESH_CHECK_CUDA(cudaMemsetAsync(out_xhat, 0, size_t(cols) * sizeof(float), s));
+    return;
+  }
   const int64_t parts = (rows + kSumRows - 1) / kSumRows;
   const int64_t slices = x != nullptr ? 2 : 1;
   const StreamScratch<float> scratch(size_t(slices * parts * cols), s);
@@ -209,6 +217,7 @@ void layer_norm_forward(int device, const float* x, const float* gamma, const fl
                         float eps, float* y, float* mean, float* rstd, int64_t rows, int64_t cols,
                         Stream stream) {
   const DeviceGuard guard(device);
+  if (rows == 0) return;
   layer_norm_forward_kernel<<<static_cast<unsigned>(rows), kThreads, 0, native(stream)>>>(
       x, gamma, beta, eps, y, mean, rstd, cols);
   QMESH_CHECK_CUDA(cudaGetLastError());
@@ -218,9 +227,11 @@ void layer_norm_backward(int device, const float* dy, const float* x, const floa
                          const float* mean, const float* rstd, float* dx, float* dgamma,
                          float* dbeta, int64_t rows, int64_t cols, Stream stream) {
   const DeviceGuard guard(device);
-  layer_norm_dx_kernel<<<static_cast<unsigned>(rows), kThreads, 0, native(stream)>>>(
-      dy, x, gamma, mean, rstd, dx, cols);
-  QMESH_CHECK_CUDA(cudaGetLastError());
+  if (rows > 0) {
+    layer_norm_dx_kernel<<<static_cast<unsigned>(rows), kThreads, 0, native(stream)>>>(
+        dy, x, gamma, mean, rstd, dx, cols);
+    QMESH_CHECK_CUDA(cudaGetLastError());
+  }
   column_sums_impl(dy, x, mean, rstd, dbeta, dgamma, rows, cols, stream);
 }
 
@@ -232,6 +243,7 @@ void column_sums(int device, const float* g, float* out, int64_t rows, int64_t c
 
 void add_bias(int device, float* y, const float* bias, int64_t rows, int64_t cols, Stream stream) {
   const DeviceGuard guard(device);
+  if (rows * cols == 0) return;
   add_bias_kernel<<<blocks_for(rows * cols), kThreads, 0, native(stream)>>>(y, bias, rows * cols,
                                                                             cols);
   QMESH_CHECK_CUDA(cudaGetLastError());
@@ -239,18 +251,21 @@ void add_bias(int device, float* y, const float* bias, int64_t rows, int64_t col
 
 void gelu(int device, const float* x, float* y, int64_t n, Stream stream) {
   const DeviceGuard guard(device);
+  if (n == 0) return;
   gelu_kernel<<<blocks_for(n), kThreads, 0, native(stream)>>>(x, y, n);
   QMESH_CHECK_CUDA(cudaGetLastError());
 }
 
 void dgelu(int device, const float* dy, const float* pre, float* dx, int64_t n, Stream stream) {
   const DeviceGuard guard(device);
+  if (n == 0) return;
   dgelu_kernel<<<blocks_for(n), kThreads, 0, native(stream)>>>(dy, pre, dx, n);
   QMESH_CHECK_CUDA(cudaGetLastError());
 }
 
 void add(int device, const float* a, const float* b, float* out, int64_t n, Stream stream) {
   const DeviceGuard guard(device);
+  if (n == 0) return;
   add_kernel<<<blocks_for(n), kThreads, 0, native(stream)>>>(a, b, out, n);
   QMESH_CHECK_CUDA(cudaGetLastError());
 }
@@ -258,6 +273,7 @@ void add(int device, const float* a, const float* b, float* out, int64_t n, Stre
 void transpose(int device, const void* in, void* out, int64_t rows, int64_t cols, int bytes,
                Stream stream) {
   const DeviceGuard guard(device);
+  if (rows == 0 || cols == 0) return;
   const dim3 block(kTile, kTileRows);
   const int64_t tiles_x = (cols + kTile - 1) / kTile, tiles_y = (rows + kTile - 1) / kTile;
   QMESH_CHECK(tiles_y < 65536, "CUDA transpose: ", rows, " rows are too many (at most ",
@@ -290,6 +306,7 @@ void transpose(int device, const void* in, void* out, int64_t rows, int64_t cols
 
 void convert_to_bf16(int device, const float* in, uint16_t* out, int64_t n, Stream stream) {
   const DeviceGuard guard(device);
+  if (n == 0) return;
   bf16_kernel<<<blocks_for(n), kThreads, 0, native(stream)>>>(
       in, reinterpret_cast<__nv_bfloat16*>(out), n);
   QMESH_CHECK_CUDA(cudaGetLastError());
@@ -298,6 +315,7 @@ void convert_to_bf16(int device, const float* in, uint16_t* out, int64_t n, Stre
 void sgd_update(int device, float* w, const float* g, float* m, int64_t n, float lr, float momentum,
                 float weight_decay, Stream stream) {
   const DeviceGuard guard(device);
+  if (n == 0) return;
   sgd_kernel<<<blocks_for(n), kThreads, 0, native(stream)>>>(w, g, m, n, lr, momentum,
                                                              weight_decay);
   QMESH_CHECK_CUDA(cudaGetLastError());
@@ -307,6 +325,7 @@ void adamw_update(int device, float* w, const float* g, float* m, float* v, int6
                   float beta1, float beta2, float eps, float weight_decay, float bias1, float bias2,
                   Stream stream) {
   const DeviceGuard guard(device);
+  if (n == 0) return;
   adamw_kernel<<<blocks_for(n), kThreads, 0, native(stream)>>>(w, g, m, v, n, lr, beta1, beta2, eps,
                                                                weight_decay, bias1, bias2);
   QMESH_CHECK_CUDA(cudaGetLastError());

@@ -16,14 +16,16 @@ constexpr int kRows = 128;
 
 __global__ void __launch_bounds__(kCols* kRows)
     update_kernel(float* history, float* scale, const float* fp8_max, int n, int len,
-                  bool most_recent, float margin_factor) {
+                  bool most_recent, float margin_scale) {
   __shared__ float partial[kRows][kCols];
   const int tx = threadIdx.x % kCols, ty = threadIdx.x / kCols;
   const int i = blockIdx.x * kCols + tx;
   const float current = i < n ? history[i] : 0.0f;
   // An operand whose amax is 0 after the reduction did not run: no roll, no new scale.
   const bool active = current != 0.0f;
-  float m = current;
+  // The window's max skips NaN (docs/numerics.md): start from 0, as an all-NaN or all-zero
+  // window keeps the scale.
+  float m = 0.0f;
   __syncthreads();  // row 0 is read everywhere before any thread overwrites it
   // Roll by -1 in place: row j takes row j + 1, the last row takes the old row 0, and row 0
   // (which took row 1) is zeroed. Reads of a round precede its writes (barrier), and a round
@@ -33,7 +35,7 @@ __global__ void __launch_bounds__(kCols* kRows)
     float v = 0.0f;
     if (active && j < len) {
       v = j + 1 < len ? history[int64_t(j + 1) * n + i] : current;
-      m = nan_max(m, v);
+      m = skip_nan_max(m, v);
     }
     __syncthreads();
     if (active && j < len) history[int64_t(j) * n + i] = j == 0 ? 0.0f : v;
@@ -41,12 +43,12 @@ __global__ void __launch_bounds__(kCols* kRows)
   partial[ty][tx] = m;
   __syncthreads();
   for (int s = kRows / 2; s > 0; s /= 2) {
-    if (ty < s) partial[ty][tx] = nan_max(partial[ty][tx], partial[ty + s][tx]);
+    if (ty < s) partial[ty][tx] = skip_nan_max(partial[ty][tx], partial[ty + s][tx]);
     __syncthreads();
   }
   if (ty == 0 && active) {
     const float amax = most_recent ? current : partial[0][tx];
-    scale[i] = delayed_scale(amax, scale[i], fp8_max[i], margin_factor);
+    scale[i] = delayed_scale(amax, scale[i], delayed_scaled_max(fp8_max[i], margin_scale));
   }
 }
 
@@ -58,11 +60,12 @@ __global__ void current_scale_kernel(const float* amax, float* scale, float fp8_
 }  // namespace
 
 void update_scales(int device, float* history, float* scale, const float* fp8_max, int n, int len,
-                   bool most_recent, float margin_factor, Stream stream) {
+                   bool most_recent, float margin_scale, Stream stream) {
+  if (n == 0) return;  // a grid of size 0 is an error
   const DeviceGuard guard(device);
   const unsigned blocks = static_cast<unsigned>((n + kCols - 1) / kCols);
   update_kernel<<<blocks, kCols * kRows, 0, static_cast<cudaStream_t>(stream.handle)>>>(
-      history, scale, fp8_max, n, len, most_recent, margin_factor);
+      history, scale, fp8_max, n, len, most_recent, margin_scale);
   QMESH_CHECK_CUDA(cudaGetLastError());
 }
 

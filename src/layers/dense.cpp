@@ -6,11 +6,14 @@
 #include <optional>
 
 #include "layers/activation_buffer.h"
+#include "layers/forward_epilogue.h"
 #include "layers/gather_buffer.h"
 #include "layers/operand_cast.h"
 #include "layers/parameter_init.h"
+#include "qmesh/comm/stream_ordered.h"
 #include "qmesh/error.h"
 #include "qmesh/ops/bias.h"
+#include "qmesh/ops/convert.h"
 #include "qmesh/ops/gelu.h"
 #include "qmesh/ops/gemm.h"
 #include "qmesh/ops/transpose.h"
@@ -123,7 +126,7 @@ struct Dense::Impl {
         ensure_tensor(y, DType::kFloat32, with_rows(out_rows, out_local), x.device);
     args.d = out;
     if (options.bias && !row()) {
-      args.bias = bias.value;
+      args.bias = epilogue_bias(args.a.is_quantized());
       args.epilogue = GemmEpilogue::kBias;
     }
     if (options.activation == DenseActivation::kGelu) {  // saves the pre-activation
@@ -141,10 +144,14 @@ struct Dense::Impl {
       gemm_reduce_scatter(*tp, args, overlap, streams());
     } else {
       gemm_with_epilogue(args, tokens, [&](const GemmArgs& a) { gemm(a, ctx.stream()); });
-      if (row() && tp->size() > 1) tp->all_reduce(out, ReduceOp::kSum, ctx.stream());
+      if (row() && tp->size() > 1)
+        all_reduce_in_stream_order(*tp, out, ReduceOp::kSum, ctx.stream());
     }
     // Row parallel: the partial products are summed over tp; add the (replicated) bias.
-    if (row() && options.bias) add_bias(out, bias.value, ctx.stream());
+    if (row()) {
+      if (options.bias) add_bias(out, bias.value, ctx.stream());
+      ran_epilogue = options.bias ? DenseEpilogue::kSeparate : DenseEpilogue::kNone;
+    }
     return out;
   }
 
@@ -186,7 +193,8 @@ struct Dense::Impl {
     dgrad.d = ensure_tensor(dx, DType::kFloat32, x_shape, x_in.device);
     gemm(dgrad, ctx.stream());
     // Column parallel: every tp rank holds a partial dx over the full input features.
-    if (column() && tp->size() > 1) tp->all_reduce(dgrad.d, ReduceOp::kSum, ctx.stream());
+    if (column() && tp->size() > 1)
+      all_reduce_in_stream_order(*tp, dgrad.d, ReduceOp::kSum, ctx.stream());
     return dgrad.d;
   }
 
@@ -201,7 +209,7 @@ struct Dense::Impl {
       const TensorView sums =
           ensure_tensor(bias_sums, DType::kFloat32, Shape{n, out_local}, dy_in.device);
       bias_grad(dy_in, bias.grad, ctx.stream());
-      tp->all_gather(bias.grad, sums, ctx.stream());
+      all_gather_in_stream_order(*tp, bias.grad, sums, ctx.stream());
       bias_grad(sums, bias.grad, ctx.stream());  // rank 0's sums plus the others' in rank order
     }
     GemmArgs dgrad = dgrad_args(dy_cast.cast(dy_in, columnwise()));
@@ -213,33 +221,52 @@ struct Dense::Impl {
     return dgrad.d;
   }
 
+  // The bias as the forward GEMM's epilogue reads it (detail::forward_bias_dtype): the fp32
+  // parameter, or a bf16 copy of it made now for FP8 operands.
+  TensorView epilogue_bias(bool fp8_operands) {
+    if (detail::forward_bias_dtype(fp8_operands) == DType::kFloat32) return bias.value;
+    const TensorView b16 =
+        ensure_tensor(bias_bf16, DType::kBFloat16, bias.value.shape(), bias.value.device());
+    convert_to_bf16(bias.value, b16, ctx.stream());
+    return b16;
+  }
+
   // The forward GEMM, run by `run` (a plain GEMM, or the all-gather GEMM whose chunks have
-  // `a_rows` rows), with its bias (+ GELU) epilogue, or, where the backend does not offer that
-  // epilogue for these operands (cuBLASLt with some FP8 combinations), the plain GEMM followed
-  // by the bias and GELU ops: the same math, in separate passes. The backend is asked once
-  // per token count, with the shapes of one GEMM call.
+  // `a_rows` rows), with the epilogue that detail::choose_forward_epilogue picks for these
+  // operands; the backend is asked once per token count, with the shapes of one GEMM call.
+  // The separate passes add the fp32 bias.
   void gemm_with_epilogue(GemmArgs args, int64_t a_rows,
                           const std::function<void(const GemmArgs&)>& run) {
-    if (args.epilogue != GemmEpilogue::kNone && epilogue_checked_for != tokens) {
+    if (epilogue_checked_for != tokens) {
       GemmArgs probe = args;
       probe.d = first_rows(args.d, a_rows);
       if (!args.aux.empty()) probe.aux = first_rows(args.aux, a_rows);
-      fused_epilogue = Gemm::can_implement(probe).ok();
+      epilogue = detail::choose_forward_epilogue(
+          probe, [](const GemmArgs& a) { return Gemm::can_implement(a).ok(); });
       epilogue_checked_for = tokens;
-    }
-    if (args.epilogue == GemmEpilogue::kNone || fused_epilogue) {
-      run(args);
-      return;
     }
     const bool with_gelu = args.epilogue == GemmEpilogue::kBiasGeluAux;
     const TensorView out = args.d;
-    if (with_gelu) args.d = args.aux;  // the pre-activation, kept for backward
-    args.epilogue = GemmEpilogue::kNone;
-    args.bias = {};
-    args.aux = {};
-    run(args);
-    add_bias(args.d, bias.value, ctx.stream());
-    if (with_gelu) gelu(args.d, out, ctx.stream());
+    ran_epilogue = epilogue;
+    switch (epilogue) {
+      case DenseEpilogue::kNone:
+      case DenseEpilogue::kFused:
+        run(args);
+        return;
+      case DenseEpilogue::kBiasFused:  // GELU only: the bias is in the pre-activation
+        run(detail::bias_only(args));
+        gelu(args.aux, out, ctx.stream());
+        return;
+      case DenseEpilogue::kSeparate:
+        if (with_gelu) args.d = args.aux;  // the pre-activation, kept for backward
+        args.epilogue = GemmEpilogue::kNone;
+        args.bias = {};
+        args.aux = {};
+        run(args);
+        add_bias(args.d, bias.value, ctx.stream());
+        if (with_gelu) gelu(args.d, out, ctx.stream());
+        return;
+    }
   }
 
   // The streams of the collective GEMMs (ignored on the host).
@@ -294,9 +321,10 @@ struct Dense::Impl {
   GemmOperand last_x, last_w;  // forward's operands, reused by backward (x: see GatheredInput)
   TensorView x_in;
   int64_t tokens = 0;  // rows of the forward GEMM (the gathered sequence under column SP)
-  int64_t epilogue_checked_for = -1;  // the token count fused_epilogue was decided for
-  bool fused_epilogue = true;         // the backend offers the forward GEMM's epilogue
-  Tensor y, pre_activation, bias_sums, dpre, dx;
+  int64_t epilogue_checked_for = -1;                  // the token count `epilogue` was chosen for
+  DenseEpilogue epilogue = DenseEpilogue::kNone;      // what the forward GEMM runs
+  DenseEpilogue ran_epilogue = DenseEpilogue::kNone;  // what the last forward ran
+  Tensor y, pre_activation, bias_sums, dpre, dx, bias_bf16;
 };
 
 Dense::Dense(std::string name, int64_t in_features, int64_t out_features, DenseOptions options,
@@ -316,5 +344,20 @@ std::vector<Parameter*> Dense::parameters() {
 }
 Parameter& Dense::weight() { return impl_->weight; }
 const DenseOptions& Dense::options() const { return impl_->options; }
+DenseEpilogue Dense::forward_epilogue() const { return impl_->ran_epilogue; }
+
+const char* dense_epilogue_name(DenseEpilogue e) {
+  switch (e) {
+    case DenseEpilogue::kNone:
+      return "none";
+    case DenseEpilogue::kFused:
+      return "fused";
+    case DenseEpilogue::kBiasFused:
+      return "bias_fused";
+    case DenseEpilogue::kSeparate:
+      return "separate";
+  }
+  QMESH_THROW("dense_epilogue_name: unknown DenseEpilogue value ", int(e));
+}
 
 }  // namespace qmesh

@@ -1,6 +1,7 @@
 #include "qmesh/layers/layer_norm_mlp.h"
 
 #include "layers/activation_buffer.h"
+#include "qmesh/comm/stream_ordered.h"
 #include "qmesh/error.h"
 #include "qmesh/ops/add.h"
 
@@ -13,7 +14,8 @@ namespace {
 void reduce_norm_grads(LayerNorm& norm, LayerContext& ctx, bool sequence_parallel) {
   if (!sequence_parallel) return;
   const auto tp = ctx.mesh().role(ctx.mesh().resource().tp);
-  for (Parameter* p : norm.parameters()) tp->all_reduce(p->grad, ReduceOp::kSum, ctx.stream());
+  for (Parameter* p : norm.parameters())
+    all_reduce_in_stream_order(*tp, p->grad, ReduceOp::kSum, ctx.stream());
 }
 
 std::vector<Parameter*> concat(std::vector<Parameter*> a, const std::vector<Parameter*>& b) {

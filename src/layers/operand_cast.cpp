@@ -1,5 +1,6 @@
 #include "layers/operand_cast.h"
 
+#include "qmesh/comm/stream_ordered.h"
 #include "qmesh/ops/amax.h"
 #include "qmesh/ops/cast_transpose.h"
 #include "qmesh/ops/convert.h"
@@ -40,7 +41,7 @@ GemmOperand OperandCast::cast(const TensorView& x, bool columnwise) {
     const TensorView amax_view(q.amax, DType::kFloat32, Shape{1}, x.device);
     // On CUDA the amax, its reduction and the scale stay on the device, ordered on the stream.
     amax(x, amax_view, stream);
-    ctx_.mesh().amax_group()->all_reduce(amax_view, ReduceOp::kMax, stream);
+    all_reduce_in_stream_order(*ctx_.mesh().amax_group(), amax_view, ReduceOp::kMax, stream);
     set_current_scale(q, ctx_.current_scaling(), stream);
   } else {
     ctx_.scaling().bind(slot_, q);

@@ -32,6 +32,18 @@ TensorView rows_of(const TensorView& t, int64_t begin, int64_t count) {
   return TensorView(base, t.dtype, Shape{count, cols}, t.device);
 }
 
+// The bits of a quiet NaN in `dtype` (FP8: the code 0x7F of docs/numerics.md).
+uint32_t nan_bits(DType dtype) {
+  switch (dtype_size(dtype)) {
+    case 4:
+      return 0x7FC00000u;
+    case 2:
+      return dtype == DType::kFloat16 ? 0x7E00u : 0x7FC0u;
+    default:
+      return 0x7Fu;
+  }
+}
+
 const TensorView& operand_data(const GemmOperand& op) {
   return op.is_quantized() ? op.quantized.data : op.tensor;
 }
@@ -217,19 +229,43 @@ class RingExec {
     WorkHandle work = comm_.all_gather_async(in, out, streams_.comm);
     return finish(work, step, what);
   }
-  // Every rank's fp32 scalar `value` (on the tensors' device), in rank order, on the host.
-  // Blocking (for CUDA tensors: one synchronisation of the comm stream).
+  // Host tensors: every rank's fp32 scalar `value`, in rank order (blocking).
   std::vector<float> gather_scalar(float* value) {
     const int n = comm_.size();
     std::vector<float> out(static_cast<size_t>(n));
-    const TensorView host_out(out.data(), DType::kFloat32, Shape{n});
     const TensorView in(value, DType::kFloat32, Shape{1}, device_);
-    const TensorView gathered = cuda_ ? scratch(DType::kFloat32, Shape{n}) : host_out;
-    WorkHandle work = comm_.all_gather_async(in, gathered, streams_.comm);
+    WorkHandle work = comm_.all_gather_async(in, TensorView(out.data(), DType::kFloat32, Shape{n}),
+                                             streams_.comm);
     waiter_.wait(work, 0, "scale_inv all-gather");
-    if (cuda_)
-      overlap_detail::copy_to_host(out.data(), gathered.data, host_out.nbytes(), streams_.comm);
     return out;
+  }
+  // CUDA: every rank's fp32 scalar `value` gathered into device scratch [n] on the comm
+  // stream (no host wait when the backend is stream-ordered); returns the scratch and sets
+  // `ready` to the mark after the gather.
+  const float* gather_scalar_on_device(float* value, Mark& ready) {
+    const int n = comm_.size();
+    const TensorView gathered = scratch(DType::kFloat32, Shape{n});
+    ready = all_gather(TensorView(value, DType::kFloat32, Shape{1}, device_), gathered, 0,
+                       "scale_inv all-gather");
+    return gathered.data_as<float>();
+  }
+  // CUDA, on the compute stream: unless every entry of `scales` [n] equals scales[rank], D
+  // (contiguous) is filled with NaN in its dtype and *amax (if not null) set to NaN: the
+  // device-side form of check_same_scales, which never waits.
+  void poison_unless_same_scales(const float* scales, int rank, const TensorView& d, float* amax) {
+    overlap_detail::poison_unless_same_async(scales, comm_.size(), rank, d.data, d.numel(),
+                                             static_cast<int>(dtype_size(d.dtype)),
+                                             nan_bits(d.dtype), amax, streams_.compute);
+  }
+  // *out = the NaN-propagating max of in[0..n) (host: now; CUDA: on the compute stream).
+  void max_of(float* out, const float* in, int n) {
+    if (cuda_) {
+      overlap_detail::max_fp32_async(out, in, n, streams_.compute);
+      return;
+    }
+    float m = in[0];
+    for (int i = 1; i < n; ++i) m = (in[i] > m || in[i] != in[i]) ? in[i] : m;
+    *out = m;
   }
 
   void gemm(const GemmArgs& args) { qmesh::gemm(args, streams_.compute); }
@@ -379,10 +415,17 @@ void all_gather_gemm(Communicator& comm, const GemmArgs& args, const GemmOperand
   RingExec exec(comm, device, streams, describe(op, comm));
   exec.start();
   const bool fp8 = gathered.is_quantized();
-  // kNone checks the scales with an all-gather; so does every schedule on CUDA, where the
-  // device scalars must be read on the host anyway (once, before the ring).
-  const bool gather_scales = fp8 && n > 1 && (overlap == Overlap::kNone || exec.on_cuda());
+  // The scales must agree over the group. Host: kNone checks them with an all-gather, the
+  // rings with the neighbours' values at step 0 (an error either way). CUDA: a device-side
+  // check after the GEMMs fills D with NaN instead, so that the host never waits for the
+  // device (include/qmesh/overlap/collective_gemm.h).
+  const bool gather_scales = fp8 && n > 1 && !exec.on_cuda() && overlap == Overlap::kNone;
   if (gather_scales) check_same_scales(exec.gather_scalar(args.a.quantized.scale_inv), r, op);
+  RingExec::Mark scales_ready = nullptr;
+  const float* device_scales =
+      fp8 && n > 1 && exec.on_cuda()
+          ? exec.gather_scalar_on_device(args.a.quantized.scale_inv, scales_ready)
+          : nullptr;
   if (fp8) {
     const QuantizedTensorView& qa = args.a.quantized;
     const QuantizedTensorView& qg = gathered.quantized;
@@ -390,12 +433,18 @@ void all_gather_gemm(Communicator& comm, const GemmArgs& args, const GemmOperand
     exec.copy(qg.scale_inv, qa.scale_inv, sizeof(float));
     if (qg.amax && qa.amax) exec.copy(qg.amax, qa.amax, sizeof(float));
   }
+  // An FP8 D's amax is the max over the chunks' (docs/numerics.md "FP8 GEMM output amax"):
+  // each chunk's GEMM writes its own, combined after the last one.
+  float* chunk_amax =
+      args.d_amax && n > 1 ? exec.scratch(DType::kFloat32, Shape{n}).data_as<float>() : nullptr;
   // arrived[c]: the mark after which chunk c is in `gathered`.
   std::vector<RingExec::Mark> arrived(static_cast<size_t>(n), nullptr);
   auto slot = [&](int c) { return rows_of(g, c * chunk, chunk); };
   auto chunk_gemm = [&](int c) {
     exec.compute_after(arrived[static_cast<size_t>(c)]);
-    gemm_rows(exec, args, operand_rows(gathered, c * chunk, chunk),
+    GemmArgs step = args;
+    if (chunk_amax) step.d_amax = chunk_amax + c;
+    gemm_rows(exec, step, operand_rows(gathered, c * chunk, chunk),
               rows_of(args.d, c * chunk, chunk), c * chunk, chunk);
   };
   if (overlap == Overlap::kNone || n == 1) {
@@ -404,61 +453,66 @@ void all_gather_gemm(Communicator& comm, const GemmArgs& args, const GemmOperand
       arrived[static_cast<size_t>(c)] = all;
       chunk_gemm(c);
     }
-    return;
-  }
-  exec.copy(slot(r).data, a.data, a.nbytes());
-  arrived[static_cast<size_t>(r)] = exec.computed();
-  // Chunks moving right (from rank - 1) and left (from rank + 1): h_right + h_left = n - 1.
-  const int h_right = overlap == Overlap::kRing ? n - 1 : n / 2;
-  const int h_left = n - 1 - h_right;
-  const int next = mod(r + 1, n), prev = mod(r - 1, n);
-  const bool exchange_scales = fp8 && !gather_scales;
-  float scale_from_prev = 0, scale_from_next = 0;
-  TensorView scale_prev_view(&scale_from_prev, DType::kFloat32, Shape{1});
-  TensorView scale_next_view(&scale_from_next, DType::kFloat32, Shape{1});
-  for (int s = 0; s <= h_right; ++s) {
-    RingExec::Exchange right, left;
-    WorkHandle scale_works[4];
-    const int right_in = mod(r - s - 1, n), right_out = mod(r - s, n);
-    const int left_in = mod(r + s + 1, n), left_out = mod(r + s, n);
-    auto post = [&] {
-      if (s < h_right)
-        right = exec.exchange(slot(right_out), next, arrived[static_cast<size_t>(right_out)],
-                              slot(right_in), prev, nullptr, kTagRight);
-      if (s < h_left)
-        left = exec.exchange(slot(left_out), prev, arrived[static_cast<size_t>(left_out)],
-                             slot(left_in), next, nullptr, kTagLeft);
-      if (s == 0 && exchange_scales) {  // host tensors only
-        const TensorView mine(args.a.quantized.scale_inv, DType::kFloat32, Shape{1});
-        scale_works[0] = exec.recv(scale_prev_view, prev, kTagScaleRight);
-        scale_works[1] = exec.send(mine, next, kTagScaleRight);
-        scale_works[2] = exec.recv(scale_next_view, next, kTagScaleLeft);
-        scale_works[3] = exec.send(mine, prev, kTagScaleLeft);
+  } else {
+    exec.copy(slot(r).data, a.data, a.nbytes());
+    arrived[static_cast<size_t>(r)] = exec.computed();
+    // Chunks moving right (from rank - 1) and left (from rank + 1): h_right + h_left = n - 1.
+    const int h_right = overlap == Overlap::kRing ? n - 1 : n / 2;
+    const int h_left = n - 1 - h_right;
+    const int next = mod(r + 1, n), prev = mod(r - 1, n);
+    const bool exchange_scales = fp8 && !exec.on_cuda();
+    float scale_from_prev = 0, scale_from_next = 0;
+    TensorView scale_prev_view(&scale_from_prev, DType::kFloat32, Shape{1});
+    TensorView scale_next_view(&scale_from_next, DType::kFloat32, Shape{1});
+    for (int s = 0; s <= h_right; ++s) {
+      RingExec::Exchange right, left;
+      WorkHandle scale_works[4];
+      const int right_in = mod(r - s - 1, n), right_out = mod(r - s, n);
+      const int left_in = mod(r + s + 1, n), left_out = mod(r + s, n);
+      auto post = [&] {
+        if (s < h_right)
+          right = exec.exchange(slot(right_out), next, arrived[static_cast<size_t>(right_out)],
+                                slot(right_in), prev, nullptr, kTagRight);
+        if (s < h_left)
+          left = exec.exchange(slot(left_out), prev, arrived[static_cast<size_t>(left_out)],
+                               slot(left_in), next, nullptr, kTagLeft);
+        if (s == 0 && exchange_scales) {  // host tensors only
+          const TensorView mine(args.a.quantized.scale_inv, DType::kFloat32, Shape{1});
+          scale_works[0] = exec.recv(scale_prev_view, prev, kTagScaleRight);
+          scale_works[1] = exec.send(mine, next, kTagScaleRight);
+          scale_works[2] = exec.recv(scale_next_view, next, kTagScaleLeft);
+          scale_works[3] = exec.send(mine, prev, kTagScaleLeft);
+        }
+      };
+      auto compute = [&] {
+        chunk_gemm(right_out);
+        if (s >= 1 && s <= h_left) chunk_gemm(left_out);
+      };
+      exec.in_order(post, compute);
+      if (s < h_right) {
+        exec.finish(right.send, s, "send to the next rank");
+        arrived[static_cast<size_t>(right_in)] =
+            exec.finish(right.recv, s, "receive from the previous rank");
       }
-    };
-    auto compute = [&] {
-      chunk_gemm(right_out);
-      if (s >= 1 && s <= h_left) chunk_gemm(left_out);
-    };
-    exec.in_order(post, compute);
-    if (s < h_right) {
-      exec.finish(right.send, s, "send to the next rank");
-      arrived[static_cast<size_t>(right_in)] =
-          exec.finish(right.recv, s, "receive from the previous rank");
+      if (s < h_left) {
+        exec.finish(left.send, s, "send to the previous rank");
+        arrived[static_cast<size_t>(left_in)] =
+            exec.finish(left.recv, s, "receive from the next rank");
+      }
+      for (WorkHandle& w : scale_works) exec.wait(w, s, "scale_inv exchange");
+      if (s == 0 && exchange_scales) {
+        const float mine = *args.a.quantized.scale_inv;
+        QMESH_CHECK(scale_from_prev == mine && scale_from_next == mine, exec.waiter().what(),
+                    ": the neighbours' FP8 scale_inv (", scale_from_prev, ", ", scale_from_next,
+                    ") differ from this rank's ", mine,
+                    "; reduce the amax over the tensor-parallel group before quantizing");
+      }
     }
-    if (s < h_left) {
-      exec.finish(left.send, s, "send to the previous rank");
-      arrived[static_cast<size_t>(left_in)] =
-          exec.finish(left.recv, s, "receive from the next rank");
-    }
-    for (WorkHandle& w : scale_works) exec.wait(w, s, "scale_inv exchange");
-    if (s == 0 && exchange_scales) {
-      const float mine = *args.a.quantized.scale_inv;
-      QMESH_CHECK(scale_from_prev == mine && scale_from_next == mine, exec.waiter().what(),
-                  ": the neighbours' FP8 scale_inv (", scale_from_prev, ", ", scale_from_next,
-                  ") differ from this rank's ", mine,
-                  "; reduce the amax over the tensor-parallel group before quantizing");
-    }
+  }
+  if (chunk_amax) exec.max_of(args.d_amax, chunk_amax, n);
+  if (device_scales) {
+    exec.compute_after(scales_ready);
+    exec.poison_unless_same_scales(device_scales, r, args.d, args.d_amax);
   }
 }
 

@@ -70,12 +70,7 @@ void copy_async(void* dst, const void* src, size_t bytes, Stream stream) {
   QMESH_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, native(stream)));
 }
 
-void copy_to_host(void* dst, const void* src, size_t bytes, Stream stream) {
-  QMESH_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, native(stream)));
-  QMESH_CHECK_CUDA(cudaStreamSynchronize(native(stream)));
-}
-
-// add_fp32_async: ring_add.cu.
+// add_fp32_async: ring_add.cu; max_fp32_async, poison_unless_same_async: ring_checks.cu.
 
 #else
 
@@ -96,8 +91,12 @@ void join_streams(Stream, Stream) noexcept {}
 void* alloc_async(size_t, Stream) { no_cuda(); }
 void free_async(void*, Stream) noexcept {}
 void copy_async(void*, const void*, size_t, Stream) { no_cuda(); }
-void copy_to_host(void*, const void*, size_t, Stream) { no_cuda(); }
 void add_fp32_async(float*, const float*, const float*, int64_t, Stream) { no_cuda(); }
+void max_fp32_async(float*, const float*, int, Stream) { no_cuda(); }
+void poison_unless_same_async(const float*, int, int, void*, int64_t, int, uint32_t, float*,
+                              Stream) {
+  no_cuda();
+}
 
 #endif
 

@@ -46,12 +46,18 @@ void free_async(void* p, Stream stream) noexcept;
 
 // Enqueues a copy of `bytes` between device buffers on `stream`.
 void copy_async(void* dst, const void* src, size_t bytes, Stream stream);
-// Copies device memory to host memory after the work on `stream`; blocking (synchronizes
-// `stream`).
-void copy_to_host(void* dst, const void* src, size_t bytes, Stream stream);
 
 // Enqueues out[i] = a[i] + b[i] (fp32, round to nearest) for i < n on `stream`. `out` may be
 // `a` or `b`.
 void add_fp32_async(float* out, const float* a, const float* b, int64_t n, Stream stream);
+
+// Enqueues *out = max(in[0..n)) (NaN-propagating: any NaN gives NaN; n >= 1) on `stream`.
+void max_fp32_async(float* out, const float* in, int n, Stream stream);
+
+// Enqueues on `stream`: unless every scales[p] (p < n) equals scales[rank], each of the
+// `elems` elements of `d` (elem_bytes wide) becomes `nan_bits` and *amax (if not null)
+// becomes NaN. Nothing is written when the scales agree; elems == 0 launches nothing for d.
+void poison_unless_same_async(const float* scales, int n, int rank, void* d, int64_t elems,
+                              int elem_bytes, uint32_t nan_bits, float* amax, Stream stream);
 
 }  // namespace qmesh::overlap_detail

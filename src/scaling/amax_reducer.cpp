@@ -1,5 +1,6 @@
 #include "qmesh/scaling/amax_reducer.h"
 
+#include "qmesh/comm/stream_ordered.h"
 #include "qmesh/logging.h"
 
 namespace qmesh {
@@ -24,7 +25,7 @@ WorkHandle AmaxReducer::reduce_async(const ScalingStates& states, Stream stream)
 }
 
 void AmaxReducer::reduce(const ScalingStates& states, Stream stream) const {
-  reduce_async(states, stream)->wait();
+  all_reduce_in_stream_order(*group_, states.current_amax(), ReduceOp::kMax, stream);
 }
 
 void AmaxReducer::reduce_and_update(ScalingStates& states, Stream stream) const {

@@ -16,17 +16,24 @@
 
 namespace qmesh::detail {
 
-// max that propagates NaN: once a NaN is seen the result stays NaN.
-QMESH_HOST_DEVICE inline float nan_max(float m, float a) { return (a > m || a != a) ? a : m; }
+// max that skips NaN (fmaxf's rule, which TransformerEngine's update kernel uses over the amax
+// window): a NaN amax in the history never decides the scale.
+QMESH_HOST_DEVICE inline float skip_nan_max(float m, float a) { return (a > m || m != m) ? a : m; }
 
-// Delayed scaling, steps 2-3 of NUMERICS.md: amax not > 0 (zero, negative, NaN) or not
-// finite -> keep `old_scale`; else (fp8_max / amax) / 2^margin, where an infinite quotient
-// (tiny amax) becomes FLT_MAX. `margin_factor` = 2^margin, computed once on the host.
-QMESH_HOST_DEVICE inline float delayed_scale(float amax, float old_scale, float fp8_max,
-                                             float margin_factor) {
+// Delayed scaling, docs/numerics.md "Delayed scaling" (TransformerEngine's rule): amax not > 0
+// (zero, negative, NaN) or not finite -> keep `old_scale`; else scaled_max / amax, where
+// scaled_max = fp8_max * 2^-margin (delayed_scaled_max) and an infinite quotient (tiny amax)
+// becomes FLT_MAX.
+QMESH_HOST_DEVICE inline float delayed_scale(float amax, float old_scale, float scaled_max) {
   if (!(amax > 0.0f) || !(amax - amax == 0.0f)) return old_scale;
-  const float quotient = fp8_max / amax;
-  return quotient > FLT_MAX ? FLT_MAX : quotient / margin_factor;
+  const float quotient = scaled_max / amax;
+  return quotient > FLT_MAX ? FLT_MAX : quotient;
+}
+
+// fp8_max * 2^-margin, the numerator of delayed_scale; `margin_scale` = 2^-margin, computed
+// once on the host.
+QMESH_HOST_DEVICE inline float delayed_scaled_max(float fp8_max, float margin_scale) {
+  return fp8_max * margin_scale;
 }
 
 // Current scaling (TransformerEngine's compute_scale_from_amax): see
@@ -51,7 +58,7 @@ namespace cuda {
 // The fused delayed-scaling update of all n operands (one kernel on CUDA device `device`,
 // ordered on `stream`). history: fp32 [len, n]; scale, fp8_max: fp32 [n].
 void update_scales(int device, float* history, float* scale, const float* fp8_max, int n, int len,
-                   bool most_recent, float margin_factor, Stream stream);
+                   bool most_recent, float margin_scale, Stream stream);
 // *scale = current_scale_rule(*amax, ...) on CUDA device `device`, ordered on `stream`.
 void set_current_scale(int device, const float* amax, float* scale, float fp8_max,
                        bool power_of_two, float epsilon, Stream stream);

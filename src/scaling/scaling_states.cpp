@@ -16,16 +16,18 @@ namespace {
 // Host pass of the fused update over history [len, n] (row-major), all operands at once:
 // row by row, so every inner loop runs over contiguous operands.
 void update_host(float* history, float* scale, const float* fp8_max, int n, int len,
-                 bool most_recent, float margin_factor) {
+                 bool most_recent, float margin_scale) {
   std::vector<float> current(history, history + n);
-  std::vector<float> window_max = current;
+  // The window's max skips NaN, from 0 (docs/numerics.md "Delayed scaling").
+  std::vector<float> window_max(n, 0.0f);
+  for (int i = 0; i < n; ++i) window_max[i] = detail::skip_nan_max(0.0f, current[i]);
   for (int j = 0; j + 1 < len; ++j) {
     float* row = history + int64_t(j) * n;
     const float* next = row + n;
     for (int i = 0; i < n; ++i) {
       if (current[i] == 0.0f) continue;  // the operand did not run: no roll
       row[i] = next[i];
-      window_max[i] = detail::nan_max(window_max[i], next[i]);
+      window_max[i] = detail::skip_nan_max(window_max[i], next[i]);
     }
   }
   float* last = history + int64_t(len - 1) * n;
@@ -34,7 +36,8 @@ void update_host(float* history, float* scale, const float* fp8_max, int n, int 
     last[i] = current[i];
     history[i] = 0.0f;  // after the roll (for len == 1 the last row is row 0)
     const float amax = most_recent ? current[i] : window_max[i];
-    scale[i] = detail::delayed_scale(amax, scale[i], fp8_max[i], margin_factor);
+    scale[i] =
+        detail::delayed_scale(amax, scale[i], detail::delayed_scaled_max(fp8_max[i], margin_scale));
   }
 }
 
@@ -105,16 +108,16 @@ void update_delayed_scaling(const TensorView& amax_history, const TensorView& sc
     check_device(*t, device, what);
   }
   const bool most_recent = recipe.amax_compute_algo == AmaxComputeAlgo::kMostRecent;
-  const auto margin_factor = static_cast<float>(std::exp2(double(recipe.margin)));
+  const auto margin_scale = static_cast<float>(std::exp2(-double(recipe.margin)));
   float* history = amax_history.data_as<float>();
   float* scales = scale.data_as<float>();
   const float* maxima = fp8_max.data_as<float>();
   detail::dispatch(
-      device, [&] { update_host(history, scales, maxima, n, len, most_recent, margin_factor); },
+      device, [&] { update_host(history, scales, maxima, n, len, most_recent, margin_scale); },
       [&]([[maybe_unused]] int index) {
 #if QMESH_WITH_CUDA
         detail::cuda::update_scales(index, history, scales, maxima, n, len, most_recent,
-                                    margin_factor, stream);
+                                    margin_scale, stream);
 #endif
       });
   (void)stream;

@@ -2,7 +2,7 @@
 // virtual ranks on one GPU) and the NCCL test: on this rank, every schedule gives the same
 // bits as the unoverlapped one (Overlap::kNone) on the device, the gathered operand is the
 // exact concatenation of the chunks, and the results agree with a float64 host reference
-// within NUMERICS.md's GEMM tolerances.
+// within docs/numerics.md's GEMM tolerances.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -56,7 +56,7 @@ inline std::vector<float> to_host_floats(const Tensor& t) {
   return out;
 }
 
-// ‖got − want‖ / ‖want‖ (NUMERICS.md: the robust comparison against float64).
+// ‖got − want‖ / ‖want‖ (docs/numerics.md "Tolerances": the robust comparison).
 inline double relative_error(const std::vector<float>& got, const double* want) {
   double diff = 0, norm = 0;
   for (size_t i = 0; i < got.size(); ++i) {
@@ -69,7 +69,7 @@ inline double relative_error(const std::vector<float>& got, const double* want) 
 // CUDA against float64: fp32 and bf16 inputs accumulate exactly-rounded products in fp32
 // (no TF32: cuBLASLt's COMPUTE_32F) into an fp32 D, a few fp32 units; FP8 with fast
 // accumulation (the GemmArgs default) keeps ~14 mantissa bits between promotions, and its
-// all-gather GEMM stores bf16 (2^-9 relative): NUMERICS.md's fp8 1e-2 covers both.
+// all-gather GEMM stores bf16 (2^-9 relative): docs/numerics.md's fp8 1e-2 covers both.
 inline double tolerance(Operands kind) { return kind == Operands::kFp8 ? 1e-2 : 1e-5; }
 
 // The bytes a host operand stores (FP8 codes, or the plain values).

@@ -76,7 +76,8 @@ struct GpuCase {
 };
 
 // Tolerance of CUDA vs host: both round D the same way up to accumulation order, so twice
-// D's unit roundoff, and NUMERICS.md's fp8 rtol 1e-2 for FP8 inputs with fast accumulation.
+// D's unit roundoff, and docs/numerics.md's fp8 1e-2 ("Tolerances") for FP8 inputs with fast
+// accumulation.
 double gpu_tolerance(const GpuCase& c) {
   double tol = 2 * output_tolerance(c.d);
   if (is_fp8(c.a) && c.accumulation == GemmAccumulation::kFast) tol = std::max(tol, 1e-2);

@@ -226,7 +226,7 @@ Tolerance tolerance(Recipe recipe) {
       return {1e-4, 1e-4, 1e-4};
     case Recipe::kBf16:
       return {2e-2, 2e-2, 2e-2};
-    default:  // FP8: the host suite's bounds (NUMERICS.md: e4m3 / e5m2 precision)
+    default:  // FP8: the host suite's bounds (docs/numerics.md "Tolerances")
       return {0.05, 0.1, 0.15};
   }
 }

@@ -1,14 +1,19 @@
 // The training loop of examples/train_mlp on CUDA, with the pieces it uses (LayerNormMLP,
 // mse_loss, GradSync, AdamW, delayed scaling, two OwnedStreams per rank): on one rank, and on
 // tp = 2 local-backend threads sharing the GPU with sequence parallelism and ring overlap.
-// Checks that training 20 steps equals training 10, restoring a fresh model from a snapshot
-// of the state (parameters, optimizer state, scaling state) and training 10 more, bit for
-// bit, and that the CUDA run learns like the host run. Every case also runs on the host, so
+// Checks that training 20 steps equals training 10, saving a checkpoint with qmesh's
+// checkpoint code (save_tensors for the parameters and optimizer state, save_scaling_states
+// for the FP8 scaling state), loading it into a fresh model (load_tensors,
+// load_scaling_states) and training 10 more, bit for bit, and that the CUDA run learns like
+// the host run. Every case also runs on the host, so
 // the test's own logic is exercised without a GPU; the CUDA cases skip there.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -20,6 +25,8 @@
 #include "qmesh/copy.h"
 #include "qmesh/layers/layer_norm_mlp.h"
 #include "qmesh/owned_stream.h"
+#include "qmesh/scaling/checkpoint.h"
+#include "qmesh/tensor_file.h"
 #include "qmesh/train/grad_sync.h"
 #include "qmesh/train/loss.h"
 #include "qmesh/train/optimizer.h"
@@ -47,7 +54,6 @@ std::string case_name(const TrainCase& c) {
 // What a checkpoint holds (parameters, optimizer state, delayed-scaling state), copied to the
 // host. In memory, not through the checkpoint files: those need zlib, which a GPU machine may
 // lack (the file formats are tested on their own).
-using Snapshot = std::vector<Tensor>;
 
 // One rank of the training run: a LayerNormMLP block trained with AdamW on a fixed teacher
 // (target = 0.5 x), the loss computed where the block runs.
@@ -96,17 +102,16 @@ class Trainer {
     return *clone(sum_, Device::host()).data_as<double>();  // waits for the step
   }
 
-  Snapshot snapshot() {
+  // Writes this rank's checkpoint into `dir` (<dir>/tensors-<rank>, <dir>/scaling-<rank>).
+  void save_checkpoint(const std::filesystem::path& dir) {
     synchronize(c_.device, stream());
-    Snapshot s;
-    for (const TensorView& t : state()) s.push_back(clone(t, Device::host()));
-    return s;
+    save_tensors(tensor_file(dir), named_state());
+    if (c_.recipe == Recipe::kFp8Delayed) save_scaling_states(ctx_.scaling(), scaling_file(dir));
   }
 
-  void restore(const Snapshot& s) {
-    const std::vector<TensorView> tensors = state();
-    ASSERT_EQ(tensors.size(), s.size());
-    for (size_t i = 0; i < tensors.size(); ++i) copy_tensor(tensors[i], s[i]);
+  void load_checkpoint(const std::filesystem::path& dir) {
+    load_tensors(tensor_file(dir), named_state());
+    if (c_.recipe == Recipe::kFp8Delayed) load_scaling_states(ctx_.scaling(), scaling_file(dir));
   }
 
   // The local shards' bytes, to compare runs bit for bit.
@@ -129,16 +134,18 @@ class Trainer {
   static Stream stream_of(const std::optional<OwnedStream>& s) { return s ? s->get() : Stream{}; }
   Stream stream() const { return stream_of(compute_); }
 
-  std::vector<TensorView> state() {
-    std::vector<TensorView> out;
-    for (Parameter* p : params_) out.push_back(p->value);
-    for (auto& [name, t] : opt_->state()) out.push_back(*t);
-    if (c_.recipe == Recipe::kFp8Delayed) {
-      const ScalingStates& scaling = ctx_.scaling();
-      for (const TensorView& t : {scaling.amax_history(), scaling.scale(), scaling.scale_inv()})
-        out.push_back(t);
-    }
+  // Parameters and optimizer state, by name.
+  std::vector<NamedTensor> named_state() {
+    std::vector<NamedTensor> out;
+    for (Parameter* p : params_) out.push_back({p->name, p->value});
+    for (auto& [name, t] : opt_->state()) out.push_back({name, *t});
     return out;
+  }
+  std::string tensor_file(const std::filesystem::path& dir) const {
+    return (dir / ("tensors-" + std::to_string(mesh_.world()->rank()))).string();
+  }
+  std::string scaling_file(const std::filesystem::path& dir) const {
+    return (dir / ("scaling-" + std::to_string(mesh_.world()->rank()))).string();
   }
 
   TrainCase c_;
@@ -158,8 +165,16 @@ struct RunResult {
   std::vector<uint8_t> rank0_parameters;
 };
 
-// Trains `steps` steps; with resume_at > 0, stops after resume_at steps, snapshots the state,
-// builds a fresh trainer, restores it and trains the remaining steps.
+// Trains `steps` steps; with resume_at > 0, stops after resume_at steps, saves a checkpoint,
+// builds a fresh trainer, loads the checkpoint into it and trains the remaining steps.
+// A fresh directory for one case's checkpoint.
+std::filesystem::path checkpoint_dir(const TrainCase& c) {
+  std::string name = "qmesh_training_test_" + std::to_string(getpid()) + "_" + case_name(c);
+  std::replace_if(
+      name.begin(), name.end(), [](char ch) { return ch == ' ' || ch == ':'; }, '_');
+  return std::filesystem::temp_directory_path() / name;
+}
+
 RunResult train(const TrainCase& c, int steps, int resume_at = 0) {
   RunResult result;
   result.losses.assign(size_t(steps), 0.0);
@@ -168,9 +183,14 @@ RunResult train(const TrainCase& c, int steps, int resume_at = 0) {
     Tensor loss(DType::kFloat64, Shape{1});
     for (int s = 0; s < steps; ++s) {
       if (resume_at > 0 && s == resume_at) {
-        const Snapshot snapshot = trainer->snapshot();
+        const std::filesystem::path dir = checkpoint_dir(c);
+        if (comm.rank() == 0) std::filesystem::create_directories(dir);
+        comm.barrier();
+        trainer->save_checkpoint(dir);
         trainer = std::make_unique<Trainer>(comm, c);
-        trainer->restore(snapshot);
+        trainer->load_checkpoint(dir);
+        comm.barrier();
+        if (comm.rank() == 0) std::filesystem::remove_all(dir);
       }
       *loss.data_as<double>() = trainer->step(s);
       comm.all_reduce(loss, ReduceOp::kSum);

@@ -51,10 +51,15 @@ def delayed_update(history, scale, maxima, margin, algo):
         col = history[:, i].copy()
         if col[0] == 0:
             continue  # the tensor did not run: no roll, scale kept
-        a = col[0] if algo == "most_recent" else (np.float32(np.nan) if np.isnan(col).any() else col.max())
+        # The window's max skips NaN (an all-NaN window gives 0: scale kept).
+        finite = col[~np.isnan(col)]
+        window_max = max(np.float32(0), finite.max()) if finite.size else np.float32(0)
+        a = col[0] if algo == "most_recent" else window_max
         if a > 0 and np.isfinite(a):
-            q = np.float32(maxima[i]) / np.float32(a)
-            scale[i] = np.float32(np.finfo(np.float32).max) if np.isinf(q) else np.float32(q / np.float32(2.0 ** margin))
+            scaled_max = np.float32(maxima[i] * 2.0 ** -margin)  # margin before the division
+            with np.errstate(over="ignore"):  # a tiny amax overflows: FLT_MAX below
+                q = scaled_max / np.float32(a)
+            scale[i] = np.float32(np.finfo(np.float32).max) if np.isinf(q) else np.float32(q)
         col = np.roll(col, -1)
         col[0] = 0
         history[:, i] = col

@@ -54,6 +54,16 @@ enum class GatheredInput {
               // dgrad GEMM runs (bulk overlap). The same bits as kSave.
 };
 
+// How the last forward GEMM applied the bias and GELU (Dense::forward_epilogue()).
+enum class DenseEpilogue : uint8_t {
+  kNone,       // no bias
+  kFused,      // bias (and GELU, saving the pre-activation) in the GEMM's epilogue
+  kBiasFused,  // bias in the GEMM, GELU a separate pass (the backend fuses no GELU here)
+  kSeparate,   // a plain GEMM, then the bias and GELU passes
+};
+// "none", "fused", "bias_fused", "separate".
+QMESH_API const char* dense_epilogue_name(DenseEpilogue e);
+
 struct DenseOptions {
   DenseParallelism parallelism = DenseParallelism::kNone;
   bool sequence_parallel = false;  // only with kColumn / kRow
@@ -88,6 +98,11 @@ class QMESH_API Dense {
   std::vector<Parameter*> parameters();
   Parameter& weight();
   const DenseOptions& options() const;
+  // The epilogue the last forward ran (kNone before the first). The forward GEMM asks for
+  // the bias+GELU epilogue, with the bias in bf16 when its operands are FP8 (what cuBLASLt
+  // fuses with FP8 inputs) and fp32 otherwise; where the backend does not offer it, the
+  // bias alone, else separate passes: the same math, in more passes.
+  DenseEpilogue forward_epilogue() const;
 
  private:
   struct Impl;

@@ -69,13 +69,15 @@ QMESH_API Overlap parse_overlap(std::string_view name);
 //   args.a:    this rank's sequence chunk [T_local, K] (trans_a must be kNo); fp32, bf16 or
 //              FP8 (then B is FP8 too). FP8 chunks travel as FP8 codes; every rank's
 //              scale_inv must be the same (the global amax reduction makes it so), which is
-//              checked (Error otherwise): host ring schedules against the neighbours' in the
-//              first step; kNone, and every schedule on CUDA, with an all-gather of the tp
-//              values before the ring (on CUDA one host synchronisation of streams.comm, to
-//              read the 4-byte device scalars).
+//              checked. Host tensors: Error otherwise (ring schedules compare the
+//              neighbours' in the first step, kNone all-gathers the tp values). CUDA: the
+//              values are all-gathered on streams.comm and compared by a kernel after the
+//              GEMMs, which fills D (and d_amax) with NaN when they differ; the host never
+//              waits for the device.
 //   args.b, trans_b, alpha, epilogue, bias: as for gemm(); the epilogue must be row-wise
 //              (not kBiasGrad); aux, when used, is [T, N] like D.
-//   args.d:    [T, N]. Rows of chunk c (rank c's tokens) are computed by one GEMM call.
+//   args.d:    [T, N]. Rows of chunk c (rank c's tokens) are computed by one GEMM call. An
+//              FP8 D's d_amax is the max over all chunks (the amax of the whole D).
 //   gathered:  storage [T, K] of A's dtype on A's device (plain, or FP8 without a columnwise
 //              copy); after the call (CUDA: in streams.compute's order) it holds gather(A) in
 //              rank order (for the backward GEMMs), and for FP8 its scale, scale_inv and amax

@@ -33,9 +33,11 @@ class QMESH_API AmaxReducer {
   // nothing else may touch the amaxes until it completes. For CUDA states the reduction is
   // ordered on `stream` (the communicator must carry CUDA buffers, e.g. NCCL).
   WorkHandle reduce_async(const ScalingStates& states, Stream stream = {}) const;
-  // reduce_async, then wait(comm_timeout()). Blocking.
+  // The same reduction, then wait(comm_timeout()) (blocking), except for CUDA states over
+  // a stream-ordered communicator (NCCL), where it is only enqueued on `stream` and the
+  // host does not wait (qmesh/comm/stream_ordered.h).
   void reduce(const ScalingStates& states, Stream stream = {}) const;
-  // The end-of-step sequence: reduce (blocking), then states.update(stream).
+  // The end-of-step sequence: reduce, then states.update(stream).
   void reduce_and_update(ScalingStates& states, Stream stream = {}) const;
 
   // The communicator the reduction runs over.

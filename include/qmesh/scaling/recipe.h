@@ -30,7 +30,7 @@ enum class OperandRole : uint8_t {
 // Delayed scaling (TransformerEngine's DelayedScaling; same defaults): the scale used at step t
 // comes from the amaxes recorded up to step t-1.
 struct DelayedScaling {
-  float margin = 0.0f;  // scale = (fp8_max / amax) / 2^margin
+  float margin = 0.0f;  // scale = (fp8_max * 2^-margin) / amax
   int amax_history_len = 1024;
   AmaxComputeAlgo amax_compute_algo = AmaxComputeAlgo::kMax;
   Fp8Format fp8_format = Fp8Format::kHybrid;

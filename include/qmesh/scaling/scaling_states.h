@@ -61,8 +61,8 @@ class QMESH_API ScalingStates {
   // its amax in the history and uses the operand's scale. q.data must have dtype(i).
   void bind(int i, QuantizedTensorView& q) const;
 
-  // The fused update of all operands, per docs/design/scaling.md (NUMERICS.md rules):
-  // for each operand whose current amax (after the global reduction) is not 0, roll its
+  // The fused update of all operands, per docs/design/scaling.md (docs/numerics.md "Delayed
+  // scaling"): for each operand whose current amax (after the global reduction) is not 0, roll its
   // history and compute a new scale; operands whose amax is 0 are left as they are.
   // scale_inv is not touched here: the next quantize writes it next to the codes it
   // belongs to. Host: one pass, blocking. CUDA: one kernel on `stream`, asynchronous.

@@ -3,9 +3,11 @@
 State, as qmesh keeps it (docs/design/scaling.md): amax_history float32 [L, n] with column i
 the history of tensor i and row 0 this step's amax (already the global amax: the quantize
 primitives reduce it over the mesh), scale float32 [n]. The update, per tensor whose amax is not
-0: amax = max(history) (or history[0] with "most_recent"); scale = (fp8_max / amax) / 2**margin
-(kept for a zero or non-finite amax, FLT_MAX when the quotient overflows); the history rolls
-by one and row 0 is zeroed for the next step. Tensors whose amax is 0 did not run: untouched.
+0: amax = max(history) skipping NaN (or history[0] with "most_recent");
+scale = (fp8_max * 2**-margin) / amax (kept for a zero or non-finite amax, FLT_MAX when the
+quotient overflows), TransformerEngine's rule (docs/numerics.md "Delayed scaling"); the
+history rolls by one and row 0 is zeroed for the next step. Tensors whose amax is 0 did not
+run: untouched.
 """
 
 from __future__ import annotations

@@ -94,8 +94,8 @@ TEST(LayerNormMLP, Bf16IsCloseToFloat64Reference) {
 }
 
 // FP8 (E4M3 forward, E5M2 gradients): tolerances follow the formats' precision
-// (NUMERICS.md: TE's JAX tests use ~eps^(2/3), 0.25 for e4m3, 0.4 for e5m2, per element);
-// relative norms over many elements are well below that.
+// (docs/numerics.md "Tolerances": TE's JAX tests use ~eps^(2/3), 0.25 for e4m3, 0.4 for e5m2, per
+// element); relative norms over many elements are well below that.
 TEST(LayerNormMLP, Fp8IsCloseToFloat64Reference) {
   for (Recipe recipe : {Recipe::kFp8Current, Recipe::kFp8Delayed}) {
     ShardedCase c;

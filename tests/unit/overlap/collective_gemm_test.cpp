@@ -3,7 +3,9 @@
 // reference; bad shapes and a rank that never joins give errors, not hangs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -93,6 +95,45 @@ TEST(CollectiveGemm, Fp8ScalesThatDifferAreAnError) {
                         all_gather_gemm(comm, args, g.op(), Overlap::kRing);
                       }),
       "reduce the amax over the tensor-parallel group");
+}
+
+// An FP8 D's amax is the amax of the whole D (docs/numerics.md "FP8 GEMM output amax"),
+// not the amax of whichever chunk was computed last: the largest |value| of D is placed in
+// each chunk in turn, and every rank and schedule must report it. The expected amax is the
+// float64 max of |A · Bᵀ| over the values the GEMM sees.
+TEST(CollectiveGemm, Fp8OutputAmaxIsTheMaxOverEveryChunk) {
+  for (int tp : {2, 3, 4}) {
+    for (int big_chunk = 0; big_chunk < tp; ++big_chunk) {
+      run_local_ranks(tp, [tp, big_chunk](Communicator& comm) {
+        const int64_t chunk = 2, k = 16, n = 16, tokens = chunk * tp;
+        std::vector<float> x(static_cast<size_t>(tokens * k), 0.25f);
+        for (int64_t i = 0; i < k; ++i) x[big_chunk * chunk * k + i] = 3.0f;  // one big row
+        const std::vector<float> w(static_cast<size_t>(n * k), 0.5f);
+        const Operand b(Operands::kFp8, w.data(), n, k, DType::kFloat8E4M3);
+        const Operand full_a(Operands::kFp8, x.data(), tokens, k, DType::kFloat8E4M3);
+        double want = 0;
+        for (double v : reference_tn(full_a.seen, b.seen, tokens, k, n))
+          want = std::max(want, std::abs(v));
+        const Operand a(Operands::kFp8, x.data() + comm.rank() * chunk * k, chunk, k,
+                        DType::kFloat8E4M3);
+        for (Overlap schedule : kSchedules) {
+          Gathered gathered(Operands::kFp8, tokens, k);
+          Tensor d(DType::kFloat8E4M3, Shape{tokens, n});
+          float d_scale = 1.0f, d_amax = -1.0f;
+          GemmArgs args;
+          args.a = a.op();
+          args.b = b.op();
+          args.d = d;
+          args.d_scale = &d_scale;
+          args.d_amax = &d_amax;
+          all_gather_gemm(comm, args, gathered.op(), schedule);
+          EXPECT_EQ(double(d_amax), want)
+              << "tp " << tp << ", large values in chunk " << big_chunk << ", rank " << comm.rank()
+              << ", " << overlap_name(schedule);
+        }
+      });
+    }
+  }
 }
 
 // Zero-filled fp32 operands of a GEMM D [d_rows, 4] = A [a_rows, 8] · Bᵀ, B [4, 8].

@@ -1,5 +1,5 @@
-// The fused delayed-scaling update against a float64 reference of NUMERICS.md's rules,
-// written out step by step here, over random and adversarial amax sequences.
+// The fused delayed-scaling update against a float64 reference of docs/numerics.md's rules
+// ("Delayed scaling"), written out step by step here, over random and adversarial amax sequences.
 #include <gtest/gtest.h>
 
 #include <cfloat>
@@ -34,12 +34,9 @@ struct Reference {
     if (current == 0.0) return;  // the module did not run: no roll, same scale
     double amax = current;
     if (r.amax_compute_algo == AmaxComputeAlgo::kMax) {
-      bool nan = false;
-      for (double h : history) {
-        nan = nan || std::isnan(h);
-        amax = std::max(amax, h);
-      }
-      if (nan) amax = std::nan("");
+      amax = 0.0;  // a NaN in the window is skipped; an all-NaN window leaves 0
+      for (double h : history)
+        if (!std::isnan(h)) amax = std::max(amax, h);
     }
     std::vector<double> rolled(history.size());
     for (size_t j = 0; j + 1 < history.size(); ++j) rolled[j] = history[j + 1];
@@ -47,12 +44,11 @@ struct Reference {
     rolled[0] = 0.0;
     history = rolled;
     if (!(amax > 0.0) || !std::isfinite(amax)) return;  // keep the previous scale
-    const double quotient = fp8_max / amax;
-    if (std::isinf(static_cast<float>(quotient))) {
-      scale = FLT_MAX;
-      return;
-    }
-    scale = quotient / std::pow(2.0, double(r.margin));
+    // The margin scales fp8_max before the division (exact: a power of two times 448 or
+    // 57344), then one fp32 division.
+    const double scaled_max = static_cast<float>(fp8_max * std::exp2(-double(r.margin)));
+    const double quotient = scaled_max / amax;
+    scale = std::isinf(static_cast<float>(quotient)) ? FLT_MAX : quotient;
   }
 };
 
@@ -185,6 +181,84 @@ TEST(DelayedUpdate, MicroBatchesOfOneStepAccumulateTheirAmax) {
   const float next[2] = {0.25f, -0.5f};
   quantize(TensorView(const_cast<float*>(next), DType::kFloat32, Shape{1, 2}), v);
   EXPECT_EQ(states.current_amax().data_as<float>()[0], 0.5f);
+}
+
+// One test per rule of docs/numerics.md "Delayed scaling" (TransformerEngine's update
+// kernel), each with values where the alternative rule gives a different answer.
+
+// Runs `amaxes` (one update each) through a one-operand e4m3 state and returns it.
+ScalingStates run_updates(const DelayedScaling& recipe, const std::vector<float>& amaxes) {
+  ScalingStates states(recipe, {OperandRole::kInput});
+  for (float a : amaxes) {
+    states.current_amax().data_as<float>()[0] = a;
+    states.update();
+  }
+  return states;
+}
+
+DelayedScaling recipe_of(float margin, int len, AmaxComputeAlgo algo) {
+  DelayedScaling r;
+  r.margin = margin;
+  r.amax_history_len = len;
+  r.amax_compute_algo = algo;
+  r.fp8_format = Fp8Format::kE4M3;
+  return r;
+}
+
+TEST(DelayedUpdateRules, NanInTheWindowIsSkippedByMax) {
+  // 2, then NaN: the window {2, NaN} gives 2, not NaN (which would keep the old scale 224).
+  const ScalingStates s = run_updates(recipe_of(0, 4, AmaxComputeAlgo::kMax), {2.0f, kNan, 8.0f});
+  // Third step: window {2, NaN, 8} -> 8.
+  EXPECT_EQ(s.scale().data_as<float>()[0], 448.0f / 8.0f);
+  const ScalingStates t = run_updates(recipe_of(0, 4, AmaxComputeAlgo::kMax), {4.0f, kNan});
+  EXPECT_EQ(t.scale().data_as<float>()[0], 448.0f / 4.0f)
+      << "the NaN step's window {4, NaN} must give 4";
+  EXPECT_TRUE(std::isnan(t.amax_history().data_as<float>()[3])) << "the NaN is still recorded";
+}
+
+TEST(DelayedUpdateRules, AllNanWindowKeepsTheScale) {
+  const ScalingStates s = run_updates(recipe_of(0, 2, AmaxComputeAlgo::kMax), {kNan, kNan});
+  EXPECT_EQ(s.scale().data_as<float>()[0], 1.0f);
+}
+
+TEST(DelayedUpdateRules, MostRecentNanOrInfKeepsTheScale) {
+  const auto r = recipe_of(0, 4, AmaxComputeAlgo::kMostRecent);
+  EXPECT_EQ(run_updates(r, {2.0f, kNan}).scale().data_as<float>()[0], 224.0f);
+  EXPECT_EQ(run_updates(r, {2.0f, INFINITY}).scale().data_as<float>()[0], 224.0f);
+}
+
+TEST(DelayedUpdateRules, InfiniteAmaxInTheWindowKeepsTheScale) {
+  const ScalingStates s =
+      run_updates(recipe_of(0, 4, AmaxComputeAlgo::kMax), {2.0f, INFINITY, 8.0f});
+  EXPECT_EQ(s.scale().data_as<float>()[0], 224.0f) << "inf stays the window's max";
+}
+
+TEST(DelayedUpdateRules, ZeroAmaxDoesNotRoll) {
+  const ScalingStates s = run_updates(recipe_of(0, 3, AmaxComputeAlgo::kMax), {2.0f, 0.0f});
+  const float* h = s.amax_history().data_as<float>();
+  EXPECT_EQ(h[2], 2.0f) << "a zero amax (the operand did not run) leaves the history";
+  EXPECT_EQ(h[1], 0.0f);
+  EXPECT_EQ(s.scale().data_as<float>()[0], 224.0f);
+}
+
+TEST(DelayedUpdateRules, MarginScalesFp8MaxBeforeTheDivision) {
+  // 448 / 1e-37 overflows fp32, so dividing by 2^margin afterwards would give FLT_MAX;
+  // (448 * 2^-8) / 1e-37 = 1.75e37 is in range.
+  const float amax = 1e-37f;
+  const ScalingStates s = run_updates(recipe_of(8, 1, AmaxComputeAlgo::kMax), {amax});
+  const auto want = static_cast<float>(double(448.0f / 256.0f) / double(amax));
+  ASSERT_LT(want, FLT_MAX);
+  EXPECT_EQ(s.scale().data_as<float>()[0], want);
+  // Half-integer margins: fp8_max * 2^-0.5 rounded to fp32 first, then one division.
+  const ScalingStates h = run_updates(recipe_of(0.5f, 1, AmaxComputeAlgo::kMax), {3.0f});
+  const auto scaled = static_cast<float>(448.0 * std::exp2(-0.5));
+  EXPECT_EQ(h.scale().data_as<float>()[0], static_cast<float>(double(scaled) / 3.0));
+}
+
+TEST(DelayedUpdateRules, TinyAmaxGivesFltMax) {
+  EXPECT_EQ(
+      run_updates(recipe_of(0, 1, AmaxComputeAlgo::kMax), {1e-40f}).scale().data_as<float>()[0],
+      FLT_MAX);
 }
 
 TEST(DelayedUpdate, BadArgumentsAreErrors) {
