@@ -3,7 +3,7 @@
 # two configurations:
 #   build/       the default (CUDA compiled when nvcc exists, warnings as errors): all labels
 #   build-asan/  without CUDA, under AddressSanitizer + UndefinedBehaviorSanitizer: all
-#                labels except `slow` (MPI tests without leak detection)
+#                labels except `slow` and `multinode` (MPI tests without leak detection)
 # and finally builds a program against the installed CMake package. Prints a summary and
 # exits non-zero on any failure. Usage: tests/run.sh [--quick]  (--quick: first build only)
 set -uo pipefail
@@ -13,7 +13,7 @@ jobs=$(nproc)
 quick=0
 [ "${1:-}" = "--quick" ] && quick=1
 
-launch/install_deps.sh || exit 1
+launch/install_deps.sh --multinode || exit 1
 
 failures=()
 step() { echo; echo "=== $*"; }
@@ -43,7 +43,7 @@ configure_build_test() {
 configure_build_test build -- -DCMAKE_BUILD_TYPE=Release
 
 if [ $quick -eq 0 ]; then
-  configure_build_test build-asan -LE "slow|mpi" -- -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  configure_build_test build-asan -LE "slow|mpi|multinode" -- -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DQMESH_WITH_CUDA=OFF -DQMESH_SANITIZE=ON -DQMESH_BUILD_BENCH=OFF &&
     {
       # Open MPI keeps allocations (and the reduction ops qmesh registers once per process)

@@ -235,6 +235,10 @@ int run(const Options& o, const NodeLayout& node,
         (long long)o.hidden, (long long)o.ffn, std::string(qmesh::recipe_name(o.recipe)).c_str(),
         (long long)(dp_tokens * o.dp), o.steps);
     std::printf("loss of predicting the mean: %.6f\n", baseline);
+    const std::vector<int>& hosts = host_mesh.host_ids();
+    std::printf("hosts: %d, at most %d ranks each; tp groups %s\n",
+                *std::max_element(hosts.begin(), hosts.end()) + 1, node.ranks_per_node,
+                host_mesh.axis_spans_hosts("tp") ? "span hosts" : "inside one host");
   }
   std::ofstream csv;
   if (root && !o.csv.empty()) {
