@@ -3,12 +3,16 @@
 # 2 ranks per node, ranks talking over TCP on the cluster's link. Exits 77 (skipped) with
 # the reason where nscluster cannot run (not root, no network namespaces).
 # Usage: multinode_test.sh <build dir> <case>
+#   cluster    nscluster itself: up is idempotent, nodes have their own hostnames and
+#              addresses and reach each other, down leaves no process behind and is idempotent
 #   train      train_mlp dp 2 (across nodes) x tp 2 (inside a node) gives bitwise the
 #              parameters of the same job on one node; it sees two hosts, tp inside one
 #   tp-span    tp 4 spanning both nodes: the mesh warns; the collective-GEMM rings (ring and
 #              bidir, FP8 and BF16) equal the unoverlapped path bitwise, over MPI and UCX
 #   kill       a rank on node 1 is killed mid-run: every survivor, on both nodes, exits with a
 #              timeout error within 2 x QMESH_COMM_TIMEOUT_S, on MPI and on UCX
+#   bootstrap  the NCCL unique id's exchange over the MPI and the file-store bootstraps, and
+#              the hosts the mesh sees (multinode_bootstrap_test)
 #   link-down  node 1's link is taken down mid-run: every rank on both nodes exits with a
 #              timeout error within 2 x QMESH_COMM_TIMEOUT_S, on MPI and on UCX
 set -uo pipefail
@@ -31,6 +35,30 @@ checksums() { grep "^parameter checksums" "$1"; }
 export QMESH_COMM_TIMEOUT_S=${QMESH_COMM_TIMEOUT_S:-30}
 
 case $case_name in
+cluster)
+  holders=$(awk '{print $2}' "$cluster/nodes"; cat "$cluster/switch")
+  "$nscluster" up -d "$cluster" -n 2 || fail "a second up"
+  [ "$(awk '{print $2}' "$cluster/nodes"; cat "$cluster/switch")" = "$holders" ] ||
+    fail "a second up replaced a live cluster"
+  for i in 0 1; do
+    h=$("$nscluster" exec -d "$cluster" $i hostname)
+    [ "$h" = "qmesh-node$i" ] || fail "node $i has hostname '$h'"
+  done
+  [ "$(hostname)" != qmesh-node0 ] || fail "the machine's own hostname was changed"
+  # Node 0 reaches node 1's address over the link (bash's /dev/tcp to a port nobody serves:
+  # "connection refused" means the packet arrived).
+  a1=$(awk 'NR==2{print $3}' "$cluster/nodes")
+  out=$("$nscluster" exec -d "$cluster" 0 timeout 5 bash -c "echo > /dev/tcp/$a1/9" 2>&1)
+  case "$out" in *"refused"*) ;; *) fail "node 0 cannot reach node 1 at $a1: $out" ;; esac
+  ip -o addr | grep -q "${a1%.*}\." && fail "a cluster address appeared in the machine's namespace"
+  "$nscluster" down -d "$cluster" || fail "down"
+  for p in $holders; do
+    [ -r "/proc/$p/stat" ] && [ "$(awk '{print $3}' "/proc/$p/stat")" != Z ] &&
+      fail "process $p survived down"
+  done
+  "$nscluster" down -d "$cluster" || fail "a second down"
+  echo "ok: 2 nodes up (idempotent), own hostnames, linked; down leaves nothing"
+  ;;
 train)
   for recipe in delayed bf16; do
     args=(--dp 2 --tp 2 --recipe $recipe --sequence-parallel --overlap ring "${small[@]}")
@@ -59,6 +87,11 @@ tp-span)
       >"$work/$world.log" 2>&1 || { cat "$work/$world.log"; fail "collective GEMMs across nodes on $world"; }
     echo "ok: collective GEMMs with tp across 2 nodes over $world: $(grep "PASSED" "$work/$world.log")"
   done
+  ;;
+bootstrap)
+  nsrun "$build/tests/multinode/multinode_bootstrap_test" --gtest_color=no >"$work/boot.log" 2>&1 ||
+    { cat "$work/boot.log"; fail "bootstrap exchanges across nodes"; }
+  echo "ok: $(grep PASSED "$work/boot.log")"
   ;;
 kill | link-down)
   # Ob1's TCP transport for MPI (the UCX PML reports a dead peer's closed connection as a
