@@ -5,8 +5,9 @@
 # Usage: multinode_test.sh <build dir> <case>
 #   cluster    nscluster itself: up is idempotent, nodes have their own hostnames and
 #              addresses and reach each other, down leaves no process behind and is idempotent
-#   train      train_mlp dp 2 (across nodes) x tp 2 (inside a node) gives bitwise the
-#              parameters of the same job on one node; it sees two hosts, tp inside one
+#   train      train_mlp dp 2 (across nodes) x tp 2 (inside a node), with --timing, gives
+#              bitwise the parameters of the same job on one node without it; it sees two
+#              hosts, tp inside one; the timing parts add up to the step time
 #   tp-span    tp 4 spanning both nodes: the mesh warns; the collective-GEMM rings (ring and
 #              bidir, FP8 and BF16) equal the unoverlapped path bitwise, over MPI and UCX
 #   kill       a rank on node 1 is killed mid-run: every survivor, on both nodes, exits with a
@@ -62,7 +63,14 @@ cluster)
 train)
   for recipe in delayed bf16; do
     args=(--dp 2 --tp 2 --recipe $recipe --sequence-parallel --overlap ring "${small[@]}")
-    nsrun "$train" "${args[@]}" >"$work/two.log" 2>&1 || { cat "$work/two.log"; fail "2-node run"; }
+    # --timing on the 2-node run only: timing the waits changes no result.
+    nsrun "$train" "${args[@]}" --timing >"$work/two.log" 2>&1 || { cat "$work/two.log"; fail "2-node run"; }
+    line=$(grep "^timing: " "$work/two.log") || fail "no timing line with --timing"
+    echo "$line"
+    # per step T ms = compute C ms + exposed communication E ms + idle I ms: C + E + I = T.
+    awk '{ t=$6; c=$10; e=$15; i=$19; d=c+e+i-t; if (d<0) d=-d;
+           exit !(c>0 && e>=0 && i>=0 && d<=0.01) }' <<<"$line" ||
+      fail "the timing parts do not add up to the step time: $line"
     timeout 120 "$src/launch/qmeshrun" -np 4 "$train" "${args[@]}" >"$work/one.log" 2>&1 ||
       { cat "$work/one.log"; fail "1-node run"; }
     grep -q "^hosts: 2, at most 2 ranks each; tp groups inside one host" "$work/two.log" ||
