@@ -18,7 +18,8 @@ packages=(
 )
 if [ "${1:-}" = "--multinode" ]; then
   packages+=(iproute2 util-linux    # network-namespace nodes (launch/cluster/nscluster)
-             slurmctld slurmd slurm-client munge)  # a real Slurm in tests/multinode
+             slurmctld slurmd slurm-client munge  # a real Slurm in tests/multinode
+             python3-matplotlib)                  # scaling charts (bench/scaling)
 fi
 
 missing=()
