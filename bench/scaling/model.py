@@ -108,12 +108,13 @@ def predict(model, layout, hw, fp8=False):
     tp_comm = 4 * model.layers / layout.pp * all_reduce_time(act_bytes, layout.tp, tp_bw, hw.latency)
     tp_exposed = tp_comm * (1 - hw.tp_overlap)
 
-    # Data parallelism: BF16 gradients of this device's shard, reduced over dp (with fsdp the
-    # reduce-scatter + all-gather move the same bytes), hidden behind part of backward.
+    # Data parallelism: BF16 gradients of this device's shard, reduced over dp, hidden behind
+    # part of backward. With fsdp the parameters are all-gathered in forward and again in
+    # backward and the gradients reduce-scattered: 3 half-all-reduces, 1.5 x the bytes.
     same_node = layout.dp * layout.tp <= hw.devices_per_node
     dp_bw = hw.intra_bw if same_node else hw.inter_bw
     grad_bytes = 2 * model.params() / (layout.tp * layout.pp)
-    dp_comm = all_reduce_time(grad_bytes, layout.dp, dp_bw, hw.latency)
+    dp_comm = all_reduce_time(grad_bytes, layout.dp, dp_bw, hw.latency) * (1.5 if layout.fsdp else 1)
     dp_exposed = max(0.0, dp_comm - hw.dp_overlap * compute * 2 / 3)
 
     step = compute + bubble + tp_exposed + dp_exposed

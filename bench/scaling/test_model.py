@@ -56,6 +56,11 @@ class Predict(unittest.TestCase):
         self.assertAlmostEqual(r["exposed_comm_s"], expected)
         self.assertAlmostEqual(r["step_s"], r["compute_s"] + expected)
 
+    def test_fsdp_moves_one_and_a_half_times_the_bytes(self):
+        ddp = model.predict(TINY, model.Layout(dp=8, tp=1), IDEAL)
+        fsdp = model.predict(TINY, model.Layout(dp=8, tp=1, fsdp=True), IDEAL)
+        self.assertAlmostEqual(fsdp["dp_comm_s"], 1.5 * ddp["dp_comm_s"])
+
     def test_full_overlap_hides_a_small_reduction(self):
         hw = dataclasses.replace(IDEAL, dp_overlap=1.0, inter_bw=1e18, intra_bw=1e18)
         r = model.predict(TINY, model.Layout(dp=8, tp=1), hw)
