@@ -10,7 +10,7 @@
 #              hosts, tp inside one; the timing parts add up to the step time
 #   tp-span    tp 4 spanning both nodes: the mesh warns; the collective-GEMM rings (ring and
 #              bidir, FP8 and BF16) equal the unoverlapped path bitwise, over MPI and UCX
-#   kill       a rank on node 1 is killed mid-run: every survivor, on both nodes, exits with a
+#   kill       a rank on node 0 is killed mid-run: every survivor, on both nodes, exits with a
 #              timeout error within 2 x QMESH_COMM_TIMEOUT_S, on MPI and on UCX
 #   bootstrap  the NCCL unique id's exchange over the MPI and the file-store bootstraps, and
 #              the hosts the mesh sees (multinode_bootstrap_test)
@@ -106,7 +106,8 @@ kill | link-down)
   # generic error before qmesh's timeout; the timeout is what is checked here).
   export QMESH_COMM_TIMEOUT_S=5 QMESH_MPI_TRANSPORT=tcp
   limit_ms=$((2 * QMESH_COMM_TIMEOUT_S * 1000))
-  if [ "$case_name" = kill ]; then victim=2 survivors="0 1 3"; else victim=-1 survivors="0 1 2 3"; fi
+  # kill: rank 1 on node 0 (link-down takes node 1's link), survivors on both nodes.
+  if [ "$case_name" = kill ]; then victim=1 survivors="0 2 3"; else victim=-1 survivors="0 1 2 3"; fi
   for world in mpi ucx; do
     res=$work/$world
     mkdir -p "$res"
