@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages qmesh builds, tests and runs with, skipping what is already
 # there (idempotent). The CUDA toolkit is not a Debian package: when nvcc is absent qmesh
-# configures without CUDA. Usage: launch/install_deps.sh
+# configures without CUDA. Usage: launch/install_deps.sh [--multinode]
+#   --multinode  also what the multi-node cluster, tests and Slurm launch need (docs/multinode.md)
 set -euo pipefail
 
 packages=(
@@ -16,6 +17,11 @@ packages=(
   gnuplot-nox                       # loss-curve plots
   python3 python3-venv              # the JAX package's venvs (launch/python_env.sh)
 )
+if [ "${1:-}" = "--multinode" ]; then
+  packages+=(iproute2 util-linux    # network-namespace nodes (launch/cluster/nscluster)
+             slurmctld slurmd slurm-client munge  # a real Slurm in tests/multinode
+             python3-matplotlib)                  # scaling charts (bench/scaling)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

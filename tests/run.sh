@@ -4,7 +4,7 @@
 #   build/       the default (CUDA compiled when nvcc exists, warnings as errors): all labels,
 #                the JAX tests (label python) with the pinned venv build/venv
 #   build-asan/  without CUDA, under AddressSanitizer + UndefinedBehaviorSanitizer: all
-#                labels except `slow` (MPI tests without leak detection)
+#                labels except `slow` and `multinode` (MPI tests without leak detection)
 # then builds a program against the installed CMake package, and builds and installs the
 # Python wheel into a venv with the oldest supported JAX (build/venv-jax-oldest) and runs the
 # JAX primitive tests against the installed package. Prints a summary and
@@ -16,7 +16,7 @@ jobs=$(nproc)
 quick=0
 [ "${1:-}" = "--quick" ] && quick=1
 
-launch/install_deps.sh || exit 1
+launch/install_deps.sh --multinode || exit 1
 launch/python_env.sh build/venv python/requirements-test.txt || exit 1
 
 failures=()
@@ -47,7 +47,7 @@ configure_build_test() {
 configure_build_test build -- -DCMAKE_BUILD_TYPE=Release -DQMESH_PYTHON="$root/build/venv/bin/python"
 
 if [ $quick -eq 0 ]; then
-  configure_build_test build-asan -LE "slow|mpi" -- -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  configure_build_test build-asan -LE "slow|mpi|multinode" -- -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DQMESH_WITH_CUDA=OFF -DQMESH_SANITIZE=ON -DQMESH_BUILD_BENCH=OFF &&
     {
       # Open MPI keeps allocations (and the reduction ops qmesh registers once per process)

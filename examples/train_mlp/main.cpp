@@ -29,6 +29,7 @@
 #include "qmesh/train/optimizer.h"
 #include "qmesh/version.h"
 #include "teacher.h"
+#include "timed_comm.h"
 #if QMESH_WITH_NCCL
 #include <cuda_runtime_api.h>
 
@@ -160,12 +161,48 @@ struct Streams {
   qmesh::OwnedStream compute, comm;
 };
 
+// --timing: this rank's totals over the timed steps.
+struct StepTiming {
+  int steps = 0;
+  double step_s = 0;    // wall time of the steps
+  double waited_s = 0;  // of which blocked in communication waits
+};
+
+// Collective over `world`. Rank 0 prints the mean step time split into compute (step time
+// minus waits), exposed communication (the waits of the rank that waited least: transfer
+// time nobody could avoid) and idle (the waits beyond that: waiting for slower ranks), each a
+// mean over the ranks, in ms per step.
+void report_timing(const StepTiming& mine, qmesh::Communicator& world) {
+  qmesh::Tensor all(qmesh::DType::kFloat64, qmesh::Shape{world.size(), 2});
+  qmesh::Tensor one(qmesh::DType::kFloat64, qmesh::Shape{1, 2});
+  one.data_as<double>()[0] = mine.step_s;
+  one.data_as<double>()[1] = mine.waited_s;
+  world.all_gather(one, all);
+  if (world.rank() != 0 || mine.steps == 0) return;
+  const double* v = all.data_as<double>();
+  const int n = world.size();
+  double step = 0, waited = 0, least = v[1];
+  for (int r = 0; r < n; ++r) {
+    step += v[2 * r] / n;
+    waited += v[2 * r + 1] / n;
+    least = std::min(least, v[2 * r + 1]);
+  }
+  const double ms = 1e3 / mine.steps;
+  std::printf(
+      "timing: %d steps, per step %.3f ms = compute %.3f ms + exposed communication %.3f ms + "
+      "idle %.3f ms\n",
+      mine.steps, step * ms, (step - waited) * ms, least * ms, (waited - least) * ms);
+}
+
 // Options must have been validated against the world size.
 int run(const Options& o, const NodeLayout& node,
         const std::shared_ptr<qmesh::Communicator>& world) {
   const bool root = world->rank() == 0;
   qmesh::Device device;
-  qmesh::Mesh mesh(compute_world(o, node, world, device), {{"dp", o.dp}, {"tp", o.tp}});
+  std::shared_ptr<qmesh::Communicator> layers_world = compute_world(o, node, world, device);
+  std::shared_ptr<TimedCommunicator> timed;  // --timing: every wait of the mesh is timed
+  if (o.timing) layers_world = timed = std::make_shared<TimedCommunicator>(layers_world);
+  qmesh::Mesh mesh(layers_world, {{"dp", o.dp}, {"tp", o.tp}});
   // Host-side reductions (the loss) run over MPI: a mesh of the MPI world when the layers'
   // mesh is NCCL's.
   std::optional<qmesh::Mesh> mpi_mesh;
@@ -235,6 +272,10 @@ int run(const Options& o, const NodeLayout& node,
         (long long)o.hidden, (long long)o.ffn, std::string(qmesh::recipe_name(o.recipe)).c_str(),
         (long long)(dp_tokens * o.dp), o.steps);
     std::printf("loss of predicting the mean: %.6f\n", baseline);
+    const std::vector<int>& hosts = host_mesh.host_ids();
+    std::printf("hosts: %d, at most %d ranks each; tp groups %s\n",
+                *std::max_element(hosts.begin(), hosts.end()) + 1, node.ranks_per_node,
+                host_mesh.axis_spans_hosts("tp") ? "span hosts" : "inside one host");
   }
   std::ofstream csv;
   if (root && !o.csv.empty()) {
@@ -254,7 +295,12 @@ int run(const Options& o, const NodeLayout& node,
   const auto begin = Clock::now();
   auto window_start = begin;
   double loss = 0;
+  StepTiming timing;
   for (int step = start + 1; step <= o.steps; ++step) {
+    // The first step (allocations, first touches) is left out of --timing unless it is all.
+    const bool timed_step = timed && (step > start + 1 || step == o.steps);
+    const auto step_start = Clock::now();
+    const double waited_before = timed ? timed->waited_s() : 0.0;
     task.batch(step, first, x, t);
     // Both copies before the step's work is queued: a blocking copy waits for that work.
     const qmesh::TensorView x_in = placed(x, x_dev, device), t_in = placed(t, t_dev, device);
@@ -269,6 +315,11 @@ int run(const Options& o, const NodeLayout& node,
     loss = *loss_sum.data_as<double>() / global_count;
     QMESH_CHECK(std::isfinite(loss), "the loss became ", loss, " at step ", step,
                 "; lower --lr or use --recipe bf16 to check the model");
+    if (timed_step) {
+      timing.steps += 1;
+      timing.step_s += std::chrono::duration<double>(Clock::now() - step_start).count();
+      timing.waited_s += timed->waited_s() - waited_before;
+    }
     if (root && csv.is_open()) csv << step << "," << std::scientific << loss << "\n";
     if (root && (step % o.log_every == 0 || step == o.steps)) {
       const auto now = Clock::now();
@@ -288,6 +339,7 @@ int run(const Options& o, const NodeLayout& node,
       save_checkpoint(o.checkpoint_dir, step, ckpt, *world);
     }
   }
+  if (timed) report_timing(timing, *world);
   // Every rank's parameter checksum, to compare runs bit for bit.
   qmesh::Tensor sums(qmesh::DType::kInt32, qmesh::Shape{world->size()});
   qmesh::Tensor mine(qmesh::DType::kInt32, qmesh::Shape{1});

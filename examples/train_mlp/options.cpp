@@ -56,6 +56,9 @@ std::optional<Options> parse_options(int argc, char** argv) {
     ("seed", po::value(&o.seed)->default_value(o.seed), "seed of weights, teacher and data")
     ("log-every", po::value(&o.log_every)->default_value(o.log_every),
      "print a progress line every N steps")
+    ("timing", po::bool_switch(&o.timing),
+     "print the mean step time split into compute, exposed communication (time blocked "
+     "waiting for collectives) and idle (waiting for slower ranks); CPU backend")
     ("checkpoint-dir", po::value(&o.checkpoint_dir), "directory for checkpoints")
     ("checkpoint-every", po::value(&o.checkpoint_every)->default_value(o.checkpoint_every),
      "save a checkpoint every N steps (0: only at the end, when --checkpoint-dir is set)")
@@ -87,6 +90,7 @@ namespace {
 
 // Why the layers cannot run on CUDA with these options here; empty when they can.
 std::string cuda_obstacle(const Options& o, int ranks_per_node) {
+  if (o.timing) return "--timing times the CPU backend's communication waits";
   const int gpus = qmesh::cuda_device_count();
   if (gpus == 0)
     return "this process sees no CUDA device (no GPU, no driver, or a build without CUDA)";

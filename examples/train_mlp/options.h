@@ -35,6 +35,7 @@ struct Options {
   std::string cpu_reason;  // set by validate when --device auto chose the CPU despite a GPU
   uint64_t seed = 1234;
   int log_every = 10;
+  bool timing = false;  // split the step time into compute, exposed communication and idle
   std::string checkpoint_dir;
   int checkpoint_every = 0;
   bool resume = false;

@@ -5,9 +5,10 @@
 // surviving rank must notice through its own timeout: it writes what happened to
 // <dir>/rank<r>.txt ("FAILED <unix ms> <message>") and exits with status 3. The victim
 // writes <dir>/victim.txt ("KILLED <unix ms>") just before it dies. kill_rank_test.sh
-// checks the files.
+// checks the files. With victim -1 nobody dies (the fault comes from outside, e.g. a network
+// link taken down: tests/multinode); every rank writes <dir>/started<r> after its first step.
 //
-// usage: mpi_kill_rank <result dir> <victim rank> <all_reduce|ring|grad_sync>
+// usage: mpi_kill_rank <result dir> <victim rank|-1> <all_reduce|ring|grad_sync> [steps (10)]
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -36,14 +37,16 @@ void write_file(const std::string& path, const std::string& text) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::string mode = argc == 4 ? argv[3] : "";
+  const std::string mode = argc == 4 || argc == 5 ? argv[3] : "";
   if (mode != "all_reduce" && mode != "ring" && mode != "grad_sync") {
-    std::fprintf(stderr, "usage: %s <result dir> <victim rank> <all_reduce|ring|grad_sync>\n",
+    std::fprintf(stderr,
+                 "usage: %s <result dir> <victim rank|-1> <all_reduce|ring|grad_sync> [steps]\n",
                  argv[0]);
     return 2;
   }
   const std::string dir = argv[1];
   const int victim = std::atoi(argv[2]);
+  const int steps = argc == 5 ? std::atoi(argv[4]) : 10;
   qmesh::MpiSession session(&argc, &argv);
   auto world = qmesh::testing_world::world();
   const int rank = world->rank();
@@ -67,7 +70,8 @@ int main(int argc, char** argv) {
     std::vector<qmesh::Parameter*> ptrs;
     for (auto& p : params) ptrs.push_back(&p);
     qmesh::GradSync sync(world, ptrs, 1 << 18);
-    for (int step = 0; step < 10; ++step) {
+    for (int step = 0; step < steps; ++step) {
+      if (step == 1) write_file(dir + "/started" + std::to_string(rank), "");
       if (rank == victim && step == 3) {
         write_file(dir + "/victim.txt", "KILLED " + std::to_string(unix_ms()));
         std::raise(SIGKILL);
