@@ -27,8 +27,8 @@
 #include "qmesh/train/grad_sync.h"
 #include "qmesh/train/loss.h"
 #include "qmesh/train/optimizer.h"
+#include "qmesh/train/teacher.h"
 #include "qmesh/version.h"
-#include "teacher.h"
 #if QMESH_WITH_NCCL
 #include <cuda_runtime_api.h>
 
@@ -189,7 +189,7 @@ int run(const Options& o, const NodeLayout& node,
       o.optimizer == "adamw" ? qmesh::make_adamw(params, {o.lr, 0.9f, 0.999f, 1e-8f, 0.0f}, stream)
                              : qmesh::make_sgd(params, {o.lr, 0.9f, 0.0f}, stream);
   qmesh::GradSync sync(mesh.axis("dp"), params, 4u << 20, stream);
-  TeacherTask task(o.hidden, o.seed);
+  qmesh::TeacherTask task(o.hidden, o.seed);
 
   // Tokens of this rank: its dp rank's batch, sliced over tp under sequence parallelism.
   const int64_t dp_tokens = o.batch * o.seq;
