@@ -1,0 +1,235 @@
+// The C API's boundary under mpirun (2 ranks): every error path returns its status and a
+// message naming the problem (null handles, struct sizes, enums, tensors, shapes that do not
+// divide, a peer that never comes); the thread's last error is per thread; collectives and
+// the loss agree with values computed here.
+#include "qmesh/c_api.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using ::testing::HasSubstr;
+
+// A status and the message that must come with it.
+#define EXPECT_STATUS(call, status, text)                          \
+  do {                                                             \
+    EXPECT_EQ((call), (status)) << qmesh_last_error();             \
+    EXPECT_THAT(std::string(qmesh_last_error()), HasSubstr(text)); \
+  } while (0)
+
+class CApi : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(qmesh_world_create_mpi(nullptr, nullptr, &world_), QMESH_OK) << qmesh_last_error();
+    ASSERT_EQ(qmesh_world_rank(world_, &rank_), QMESH_OK);
+    ASSERT_EQ(qmesh_world_size(world_, &size_), QMESH_OK);
+    ASSERT_EQ(size_, 2);
+    const qmesh_mesh_axis axes[2] = {{"dp", 1}, {"tp", 2}};
+    ASSERT_EQ(qmesh_mesh_create(world_, axes, 2, nullptr, &mesh_), QMESH_OK) << qmesh_last_error();
+    qmesh_context_config config;
+    qmesh_context_config_init(&config);
+    ASSERT_EQ(qmesh_context_create(mesh_, &config, &ctx_), QMESH_OK) << qmesh_last_error();
+  }
+  void TearDown() override {
+    EXPECT_EQ(qmesh_context_destroy(ctx_), QMESH_OK);
+    EXPECT_EQ(qmesh_mesh_destroy(mesh_), QMESH_OK);
+    EXPECT_EQ(qmesh_world_destroy(world_), QMESH_OK);
+  }
+
+  qmesh_world* world_ = nullptr;
+  qmesh_mesh* mesh_ = nullptr;
+  qmesh_context* ctx_ = nullptr;
+  int rank_ = -1, size_ = 0;
+};
+
+TEST_F(CApi, VersionMatchesHeader) {
+  EXPECT_EQ(qmesh_version(), QMESH_C_API_VERSION);
+  EXPECT_THAT(std::string(qmesh_build_info()), HasSubstr("qmesh 0.1.0"));
+  EXPECT_STREQ(qmesh_status_name(QMESH_ERROR_INVALID_ARGUMENT), "invalid argument");
+}
+
+TEST_F(CApi, NullHandlesAndPointers) {
+  int n = 0;
+  EXPECT_STATUS(qmesh_world_rank(nullptr, &n), QMESH_ERROR_INVALID_ARGUMENT, "world is NULL");
+  EXPECT_STATUS(qmesh_world_rank(world_, nullptr), QMESH_ERROR_INVALID_ARGUMENT, "rank is NULL");
+  EXPECT_STATUS(qmesh_mesh_create(world_, nullptr, 2, nullptr, &mesh_),
+                QMESH_ERROR_INVALID_ARGUMENT, "axes is NULL");
+  EXPECT_STATUS(qmesh_context_end_step(nullptr), QMESH_ERROR_INVALID_ARGUMENT,
+                "qmesh_context_end_step: context is NULL");
+  EXPECT_STATUS(qmesh_layernorm_mlp_forward(nullptr, nullptr, nullptr),
+                QMESH_ERROR_INVALID_ARGUMENT, "block is NULL");
+  EXPECT_STATUS(qmesh_optimizer_step(nullptr), QMESH_ERROR_INVALID_ARGUMENT, "opt is NULL");
+  EXPECT_STATUS(qmesh_grad_sync_finish(nullptr), QMESH_ERROR_INVALID_ARGUMENT, "sync is NULL");
+  EXPECT_STATUS(qmesh_parameter_name(nullptr, nullptr), QMESH_ERROR_INVALID_ARGUMENT, "NULL");
+  EXPECT_STATUS(qmesh_mesh_coord(mesh_, nullptr, &n), QMESH_ERROR_INVALID_ARGUMENT, "axis is NULL");
+  qmesh_parameter* none[1] = {nullptr};
+  qmesh_optimizer* opt = nullptr;
+  EXPECT_STATUS(qmesh_optimizer_create_sgd(none, 1, nullptr, nullptr, &opt),
+                QMESH_ERROR_INVALID_ARGUMENT, "qmesh_sgd_config is NULL");
+  EXPECT_EQ(opt, nullptr);  // out-parameters untouched on failure
+  // Destroying NULL is a no-op.
+  EXPECT_EQ(qmesh_world_destroy(nullptr), QMESH_OK);
+  EXPECT_EQ(qmesh_optimizer_destroy(nullptr), QMESH_OK);
+}
+
+TEST_F(CApi, StructSizesAndEnums) {
+  qmesh_context_config config;
+  qmesh_context_config_init(&config);
+  qmesh_context* ctx = nullptr;
+  config.struct_size = 8;
+  EXPECT_STATUS(qmesh_context_create(mesh_, &config, &ctx), QMESH_ERROR_INVALID_ARGUMENT,
+                "qmesh_context_config.struct_size is 8");
+  config.struct_size = sizeof(config) + 16;  // a newer header than this library
+  EXPECT_STATUS(qmesh_context_create(mesh_, &config, &ctx), QMESH_ERROR_INVALID_ARGUMENT,
+                "set it to sizeof(qmesh_context_config)");
+  qmesh_context_config_init(&config);
+  config.recipe = static_cast<qmesh_recipe>(7);
+  EXPECT_STATUS(qmesh_context_create(mesh_, &config, &ctx), QMESH_ERROR_INVALID_ARGUMENT,
+                "config.recipe is 7");
+  qmesh_context_config_init(&config);
+  config.amax_history_len = 0;  // the library's own validation
+  EXPECT_STATUS(qmesh_context_create(mesh_, &config, &ctx), QMESH_ERROR_FAILED, "history");
+  EXPECT_EQ(ctx, nullptr);
+  qmesh_adamw_config adamw;
+  qmesh_adamw_config_init(&adamw);
+  adamw.struct_size = 0;
+  qmesh_optimizer* opt = nullptr;
+  EXPECT_STATUS(qmesh_optimizer_create_adamw(nullptr, 0, &adamw, nullptr, &opt),
+                QMESH_ERROR_INVALID_ARGUMENT, "qmesh_adamw_config.struct_size is 0");
+  float v = 0;
+  const int64_t one = 1;
+  qmesh_tensor t = qmesh_host_tensor(&v, QMESH_FLOAT32, 1, &one);
+  EXPECT_STATUS(qmesh_world_all_reduce(world_, &t, static_cast<qmesh_reduce_op>(9)),
+                QMESH_ERROR_INVALID_ARGUMENT, "op is 9");
+}
+
+TEST_F(CApi, TensorDescriptions) {
+  std::vector<float> a(6), b(6);
+  const int64_t shape[2] = {2, 3};
+  qmesh_tensor dst = qmesh_host_tensor(a.data(), QMESH_FLOAT32, 2, shape);
+  qmesh_tensor src = qmesh_host_tensor(b.data(), QMESH_FLOAT32, 2, shape);
+  const int64_t transposed[2] = {1, 2};
+  src.strides = transposed;
+  EXPECT_STATUS(qmesh_tensor_copy(&dst, &src), QMESH_ERROR_INVALID_ARGUMENT,
+                "src.strides[1] is 2; qmesh takes dense row-major tensors");
+  const int64_t dense[2] = {3, 1};
+  src.strides = dense;
+  EXPECT_EQ(qmesh_tensor_copy(&dst, &src), QMESH_OK) << qmesh_last_error();
+  src.ndim = 9;
+  EXPECT_STATUS(qmesh_tensor_copy(&dst, &src), QMESH_ERROR_INVALID_ARGUMENT, "src.ndim is 9");
+  src = qmesh_host_tensor(nullptr, QMESH_FLOAT32, 2, shape);
+  EXPECT_STATUS(qmesh_tensor_copy(&dst, &src), QMESH_ERROR_INVALID_ARGUMENT, "src.data is NULL");
+  src = qmesh_host_tensor(b.data(), QMESH_FLOAT32, 2, shape);
+  src.shape[0] = -2;
+  EXPECT_STATUS(qmesh_tensor_copy(&dst, &src), QMESH_ERROR_INVALID_ARGUMENT, "src.shape[0] is -2");
+  src.shape[0] = 3;
+  src.shape[1] = 2;
+  EXPECT_STATUS(qmesh_tensor_copy(&dst, &src), QMESH_ERROR_FAILED, "[3, 2]");
+  src.dtype = static_cast<qmesh_dtype>(42);
+  EXPECT_STATUS(qmesh_tensor_copy(&dst, &src), QMESH_ERROR_INVALID_ARGUMENT, "src.dtype is 42");
+  EXPECT_EQ(qmesh_tensor_nbytes(&dst), 24u);
+}
+
+TEST_F(CApi, ShapesThatDoNotDivide) {
+  qmesh_layernorm_mlp_config config;
+  qmesh_layernorm_mlp_config_init(&config);
+  config.hidden = 16;
+  config.ffn = 33;  // tp = 2
+  qmesh_layernorm_mlp* block = nullptr;
+  EXPECT_STATUS(qmesh_layernorm_mlp_create(ctx_, "b", &config, &block), QMESH_ERROR_FAILED, "33");
+  EXPECT_EQ(block, nullptr);
+  config.ffn = 32;
+  ASSERT_EQ(qmesh_layernorm_mlp_create(ctx_, "b", &config, &block), QMESH_OK) << qmesh_last_error();
+  std::vector<float> x(4 * 17);
+  const int64_t shape[2] = {4, 17};  // hidden is 16
+  const qmesh_tensor xt = qmesh_host_tensor(x.data(), QMESH_FLOAT32, 2, shape);
+  qmesh_tensor y{};
+  EXPECT_STATUS(qmesh_layernorm_mlp_forward(block, &xt, &y), QMESH_ERROR_FAILED, "17");
+  qmesh_parameter* p = nullptr;
+  EXPECT_STATUS(qmesh_layernorm_mlp_parameter(block, 99, &p), QMESH_ERROR_INVALID_ARGUMENT,
+                "parameter index 99 is out of range");
+  EXPECT_EQ(qmesh_layernorm_mlp_destroy(block), QMESH_OK);
+  // A teacher batch of the wrong width.
+  qmesh_teacher* teacher = nullptr;
+  ASSERT_EQ(qmesh_teacher_create(16, 1, &teacher), QMESH_OK);
+  EXPECT_STATUS(qmesh_teacher_batch(teacher, 1, 0, &xt, &xt), QMESH_ERROR_FAILED,
+                "must be [tokens, 16]");
+  EXPECT_EQ(qmesh_teacher_destroy(teacher), QMESH_OK);
+  EXPECT_STATUS(qmesh_teacher_create(0, 1, &teacher), QMESH_ERROR_FAILED, "must be positive");
+}
+
+TEST_F(CApi, LastErrorIsPerThread) {
+  EXPECT_EQ(qmesh_world_rank(nullptr, nullptr), QMESH_ERROR_INVALID_ARGUMENT);
+  const std::string mine = qmesh_last_error();
+  std::string theirs;
+  std::thread([&] {
+    EXPECT_STREQ(qmesh_last_error(), "");
+    EXPECT_EQ(qmesh_optimizer_step(nullptr), QMESH_ERROR_INVALID_ARGUMENT);
+    theirs = qmesh_last_error();
+  }).join();
+  EXPECT_EQ(qmesh_last_error(), mine);
+  EXPECT_THAT(theirs, HasSubstr("qmesh_optimizer_step"));
+}
+
+TEST_F(CApi, CollectivesAndLossAgreeWithReference) {
+  // all_reduce: sum of (rank + 1) over 2 ranks = 3; all_gather: rank order.
+  double v = rank_ + 1.0;
+  const int64_t one = 1, two = 2;
+  qmesh_tensor t = qmesh_host_tensor(&v, QMESH_FLOAT64, 1, &one);
+  ASSERT_EQ(qmesh_world_all_reduce(world_, &t, QMESH_SUM), QMESH_OK) << qmesh_last_error();
+  EXPECT_EQ(v, 3.0);
+  const char* tp[1] = {"tp"};
+  v = rank_ * 10.0;
+  ASSERT_EQ(qmesh_mesh_all_reduce(mesh_, tp, 1, &t, QMESH_MAX), QMESH_OK) << qmesh_last_error();
+  EXPECT_EQ(v, 10.0);
+  int32_t mine = 7 + rank_, all[2] = {0, 0};
+  qmesh_tensor in = qmesh_host_tensor(&mine, QMESH_INT32, 1, &one);
+  qmesh_tensor out = qmesh_host_tensor(all, QMESH_INT32, 1, &two);
+  ASSERT_EQ(qmesh_world_all_gather(world_, &in, &out), QMESH_OK) << qmesh_last_error();
+  EXPECT_EQ(all[0], 7);
+  EXPECT_EQ(all[1], 8);
+  // mse_loss against float64 computed here.
+  float y[3] = {1.0f, -2.0f, 0.5f}, target[3] = {0.0f, 1.0f, 0.25f}, dy[3];
+  double sum_sq = 0;
+  const int64_t three = 3;
+  qmesh_tensor yt = qmesh_host_tensor(y, QMESH_FLOAT32, 1, &three);
+  qmesh_tensor tt = qmesh_host_tensor(target, QMESH_FLOAT32, 1, &three);
+  qmesh_tensor dyt = qmesh_host_tensor(dy, QMESH_FLOAT32, 1, &three);
+  qmesh_tensor st = qmesh_host_tensor(&sum_sq, QMESH_FLOAT64, 1, &one);
+  ASSERT_EQ(qmesh_mse_loss(&yt, &tt, 6.0, &dyt, &st, nullptr), QMESH_OK) << qmesh_last_error();
+  double expect = 0;
+  for (int i = 0; i < 3; ++i) {
+    const double d = double(y[i]) - double(target[i]);
+    expect += d * d;
+    EXPECT_EQ(dy[i], float(2.0 * d / 6.0));
+  }
+  EXPECT_EQ(sum_sq, expect);
+  EXPECT_STATUS(qmesh_mse_loss(&yt, &tt, 2.0, &dyt, &st, nullptr), QMESH_ERROR_FAILED,
+                "global_count");
+}
+
+// A peer that never joins: the store bootstrap gives up after the comm timeout
+// (QMESH_COMM_TIMEOUT_S) with a status and a message, instead of hanging.
+TEST_F(CApi, PeerThatNeverComes) {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("qmesh_c_api_test_" + std::to_string(::getpid()));
+  qmesh_world* world = nullptr;
+  const qmesh_status status = qmesh_world_create_store(0, 2, dir.c_str(), &world);
+  std::filesystem::remove_all(dir);
+  if (status == QMESH_ERROR_UNSUPPORTED) GTEST_SKIP() << qmesh_last_error();
+  EXPECT_EQ(status, QMESH_ERROR_FAILED) << qmesh_last_error();
+  EXPECT_THAT(std::string(qmesh_last_error()), HasSubstr("qmesh_world_create_store"));
+  EXPECT_EQ(world, nullptr);
+  EXPECT_STATUS(qmesh_world_create_store(2, 2, dir.c_str(), &world), QMESH_ERROR_INVALID_ARGUMENT,
+                "0 <= rank < size");
+}
+
+}  // namespace
