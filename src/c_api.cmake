@@ -19,4 +19,5 @@ target_link_libraries(qmesh_c PRIVATE qmesh
   $<$<BOOL:${QMESH_WITH_MPI}>:qmesh_comm_mpi>
   $<$<BOOL:${QMESH_WITH_UCX}>:qmesh_comm_ucx>)
 qmesh_target_defaults(qmesh_c)
+qmesh_export_only(qmesh_c ${PROJECT_SOURCE_DIR}/cmake/qmesh_c.map)
 set_property(GLOBAL APPEND PROPERTY QMESH_EXPORTED_TARGETS qmesh_c)

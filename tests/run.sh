@@ -61,6 +61,9 @@ if [ $quick -eq 0 ]; then
       -DCMAKE_PREFIX_PATH="$root/build/install" >/dev/null &&
     run cmake --build build/package-consumer &&
     run build/package-consumer/qmesh_consumer
+
+  step "build C programs against the installed C API (pkg-config, find_package) and run them"
+  run tests/package_c/run.sh build/install build/package-c-consumer
 fi
 
 echo
