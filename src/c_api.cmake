@@ -3,6 +3,7 @@
 # alone (pkg-config module qmesh, or find_package(qmesh) and qmesh::c_api).
 add_library(qmesh_c
   ${CMAKE_CURRENT_LIST_DIR}/c_api/boundary.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/c_api/checkpoint.cpp
   ${CMAKE_CURRENT_LIST_DIR}/c_api/layers.cpp
   ${CMAKE_CURRENT_LIST_DIR}/c_api/tensor_view.cpp
   ${CMAKE_CURRENT_LIST_DIR}/c_api/train.cpp

@@ -12,10 +12,11 @@
 #include "qmesh/c_api.h"
 
 typedef struct options {
-  int dp, tp, layers, steps, amax_history, sequence_parallel, log_every;
+  int dp, tp, layers, steps, amax_history, sequence_parallel, log_every, checkpoint_every, resume;
   int64_t hidden, ffn, seq, batch;
   float lr, margin;
   const char* optimizer;
+  const char* checkpoint_dir; /* NULL: no checkpoints */
   qmesh_recipe recipe;
   uint64_t seed;
 } options;
@@ -54,6 +55,9 @@ static void usage(FILE* out) {
           "  --sequence-parallel shard activations on the token dimension over tp\n"
           "  --seed N            seed of the parameters and the data (1234)\n"
           "  --log-every N       print the loss every N steps (10)\n"
+          "  --checkpoint-dir D  save checkpoints in D (train_mlp's format) at the end\n"
+          "  --checkpoint-every N  and every N steps\n"
+          "  --resume            continue from the latest checkpoint in --checkpoint-dir\n"
           "  --help              this text\n");
 }
 
@@ -93,6 +97,10 @@ static int parse_options(int argc, char** argv, options* o) {
       o->sequence_parallel = 1;
       continue;
     }
+    if (strcmp(a, "--resume") == 0) {
+      o->resume = 1;
+      continue;
+    }
     if (i + 1 >= argc) {
       fprintf(stderr, "c_trainer: %s needs a value (see --help)\n", a);
       return 2;
@@ -130,6 +138,10 @@ static int parse_options(int argc, char** argv, options* o) {
       o->margin = strtof(v, &end), ok = *end == '\0';
     else if (strcmp(a, "--optimizer") == 0)
       o->optimizer = v, ok = strcmp(v, "adamw") == 0 || strcmp(v, "sgd") == 0;
+    else if (strcmp(a, "--checkpoint-every") == 0)
+      ok = is_int && n >= 0, o->checkpoint_every = (int)n;
+    else if (strcmp(a, "--checkpoint-dir") == 0)
+      o->checkpoint_dir = v;
     else if (strcmp(a, "--recipe") == 0)
       ok = parse_recipe(v, &o->recipe);
     else {
@@ -140,6 +152,10 @@ static int parse_options(int argc, char** argv, options* o) {
       fprintf(stderr, "c_trainer: bad value '%s' for %s (see --help)\n", v, a);
       return 2;
     }
+  }
+  if (o->resume && o->checkpoint_dir == NULL) {
+    fprintf(stderr, "c_trainer: --resume needs --checkpoint-dir (see --help)\n");
+    return 2;
   }
   return 0;
 }
@@ -224,6 +240,45 @@ static int run(const options* o, qmesh_world* world) {
   qmesh_teacher* teacher = NULL;
   CHECK(qmesh_teacher_create(o->hidden, o->seed, &teacher));
 
+  /* What a checkpoint holds, with train_mlp's names: the run's configuration, the
+   * parameters and the optimizer state (and the context's FP8 scaling state). */
+  int32_t config[7] = {dp,
+                       o->tp,
+                       o->layers,
+                       (int32_t)o->hidden,
+                       (int32_t)o->ffn,
+                       (int32_t)o->recipe,
+                       o->sequence_parallel};
+  int nstate = 0;
+  CHECK(qmesh_optimizer_state_count(opt, &nstate));
+  const int nckpt = 1 + nparams + nstate;
+  qmesh_named_tensor* ckpt = calloc((size_t)nckpt, sizeof *ckpt);
+  if (!ckpt) check(QMESH_ERROR_OUT_OF_MEMORY, "malloc");
+  const int64_t seven = 7;
+  ckpt[0].name = "run.config";
+  ckpt[0].tensor = qmesh_host_tensor(config, QMESH_INT32, 1, &seven);
+  for (int i = 0; i < nparams; ++i) {
+    CHECK(qmesh_parameter_name(params[i], &ckpt[1 + i].name));
+    CHECK(qmesh_parameter_value(params[i], &ckpt[1 + i].tensor));
+  }
+  for (int i = 0; i < nstate; ++i)
+    CHECK(
+        qmesh_optimizer_state(opt, i, &ckpt[1 + nparams + i].name, &ckpt[1 + nparams + i].tensor));
+  int start = 0;
+  if (o->resume) {
+    const int32_t expected[7] = {config[0], config[1], config[2], config[3],
+                                 config[4], config[5], config[6]};
+    CHECK(qmesh_checkpoint_load_latest(world, o->checkpoint_dir, ckpt, nckpt, ctx, &start));
+    if (memcmp(expected, config, sizeof config) != 0) {
+      fprintf(stderr,
+              "c_trainer: the checkpoint in %s was written by a run with another "
+              "dp/tp/layers/hidden/ffn/recipe/sequence-parallel configuration\n",
+              o->checkpoint_dir);
+      return 1;
+    }
+    if (rank == 0) printf("resumed from %s at step %d\n", o->checkpoint_dir, start);
+  }
+
   /* Tokens of this rank: its dp rank's batch, sliced over tp under sequence parallelism. */
   const int64_t dp_tokens = o->batch * o->seq;
   const int64_t tokens = o->sequence_parallel ? dp_tokens / o->tp : dp_tokens;
@@ -257,7 +312,7 @@ static int run(const options* o, qmesh_world* world) {
   const int64_t one = 1;
   const qmesh_tensor loss_sum = qmesh_host_tensor(&sum_sq, QMESH_FLOAT64, 1, &one);
   double loss = 0;
-  for (int step = 1; step <= o->steps; ++step) {
+  for (int step = start + 1; step <= o->steps; ++step) {
     CHECK(qmesh_teacher_batch(teacher, step, first, &x, &t));
     qmesh_tensor y = x;
     for (int l = 0; l < o->layers; ++l) CHECK(qmesh_layernorm_mlp_forward(blocks[l], &y, &y));
@@ -280,6 +335,9 @@ static int run(const options* o, qmesh_world* world) {
       printf("step %5d  loss %.6f\n", step, loss);
       fflush(stdout);
     }
+    if (o->checkpoint_dir != NULL &&
+        (step == o->steps || (o->checkpoint_every > 0 && step % o->checkpoint_every == 0)))
+      CHECK(qmesh_checkpoint_save(world, o->checkpoint_dir, step, ckpt, nckpt, ctx));
   }
 
   /* Every rank's parameter checksum, to compare runs (and train_mlp) bit for bit. */
@@ -298,6 +356,7 @@ static int run(const options* o, qmesh_world* world) {
 
   /* Destroyed in reverse order of creation. */
   free(sums);
+  free(ckpt);
   free(dys);
   free(ts);
   free(xs);

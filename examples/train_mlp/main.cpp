@@ -14,7 +14,6 @@
 #include <optional>
 #include <vector>
 
-#include "checkpoint.h"
 #include "options.h"
 #include "plot.h"
 #include "qmesh/comm/mesh.h"
@@ -24,6 +23,7 @@
 #include "qmesh/error.h"
 #include "qmesh/layers/layer_norm_mlp.h"
 #include "qmesh/owned_stream.h"
+#include "qmesh/train/checkpoint.h"
 #include "qmesh/train/grad_sync.h"
 #include "qmesh/train/loss.h"
 #include "qmesh/train/optimizer.h"
@@ -208,14 +208,14 @@ int run(const Options& o, const NodeLayout& node,
                           int32_t(o.recipe),
                           int32_t(o.sequence_parallel)};
   std::copy(cfg, cfg + 7, config.data_as<int32_t>());
-  CheckpointContent ckpt{{{"run.config", config}}, &ctx};
+  qmesh::CheckpointContent ckpt{{{"run.config", config}}, &ctx};
   for (auto* p : params) ckpt.tensors.push_back({p->name, p->value});
   for (auto& [name, t] : opt->state()) ckpt.tensors.push_back({name, *t});
 
   int start = 0;
   if (o.resume) {
     all_ranks_or_exit(*world, [&] {
-      start = load_latest_checkpoint(o.checkpoint_dir, ckpt, world->rank());
+      start = qmesh::load_latest_checkpoint(o.checkpoint_dir, ckpt, world->rank());
       QMESH_CHECK(std::equal(cfg, cfg + 7, config.data_as<int32_t>()), "the checkpoint in ",
                   o.checkpoint_dir, " was written by a run with another dp/tp/layers/hidden/",
                   "ffn/recipe/sequence-parallel configuration");
@@ -285,7 +285,7 @@ int run(const Options& o, const NodeLayout& node,
     if (!o.checkpoint_dir.empty() &&
         (last || (o.checkpoint_every > 0 && step % o.checkpoint_every == 0))) {
       qmesh::synchronize(device, stream);  // the step's updates are complete before saving
-      save_checkpoint(o.checkpoint_dir, step, ckpt, *world);
+      qmesh::save_checkpoint(o.checkpoint_dir, step, ckpt, *world);
     }
   }
   // Every rank's parameter checksum, to compare runs bit for bit.

@@ -296,6 +296,34 @@ QMESH_C_EXPORT qmesh_status qmesh_optimizer_create_sgd(qmesh_parameter* const* p
                                                        qmesh_optimizer** opt);
 QMESH_C_EXPORT qmesh_status qmesh_optimizer_destroy(qmesh_optimizer* opt);
 QMESH_C_EXPORT qmesh_status qmesh_optimizer_step(qmesh_optimizer* opt);
+/* The optimizer's state tensors (moment buffers, a step counter) named "<param>.<slot>", for
+ * checkpoints: *name and the tensor are owned by the optimizer. */
+QMESH_C_EXPORT qmesh_status qmesh_optimizer_state_count(const qmesh_optimizer* opt, int* count);
+QMESH_C_EXPORT qmesh_status qmesh_optimizer_state(qmesh_optimizer* opt, int index,
+                                                  const char** name, qmesh_tensor* tensor);
+
+/* ---- checkpoints ---------------------------------------------------------------------- */
+
+/* A tensor of a checkpoint, under a name unique within it. */
+typedef struct qmesh_named_tensor {
+  const char* name;
+  qmesh_tensor tensor;
+} qmesh_named_tensor;
+
+/* Collective over the world: every rank writes its tensors (and, under FP8 delayed scaling,
+ * the context's scaling states; context may be NULL) to <directory>/step-<step>/, then
+ * <directory>/latest names that step. Files are written atomically: a crash never leaves
+ * `latest` naming a partial checkpoint. The same format as train_mlp --checkpoint-dir. */
+QMESH_C_EXPORT qmesh_status qmesh_checkpoint_save(qmesh_world* world, const char* directory,
+                                                  int step, const qmesh_named_tensor* tensors,
+                                                  int ntensors, qmesh_context* context);
+/* Loads the checkpoint <directory>/latest names into the tensors (exactly these names,
+ * dtypes and shapes) and the context's scaling states; *step: its step. FAILED, saying what
+ * is wrong, if there is none, it is corrupted or it does not match. */
+QMESH_C_EXPORT qmesh_status qmesh_checkpoint_load_latest(qmesh_world* world, const char* directory,
+                                                         const qmesh_named_tensor* tensors,
+                                                         int ntensors, qmesh_context* context,
+                                                         int* step);
 
 /* ---- the synthetic teacher task of the training examples ---------------------------- */
 

@@ -2,6 +2,8 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "qmesh/comm/communicator.h"
@@ -39,6 +41,8 @@ struct qmesh_grad_sync {
 
 struct qmesh_optimizer {
   std::unique_ptr<qmesh::Optimizer> optimizer;
+  // Its state() (names and tensors), taken once: the names qmesh_optimizer_state hands out.
+  std::vector<std::pair<std::string, qmesh::Tensor*>> state;
 };
 
 struct qmesh_teacher {

@@ -216,6 +216,47 @@ TEST_F(CApi, CollectivesAndLossAgreeWithReference) {
                 "global_count");
 }
 
+TEST_F(CApi, CheckpointErrors) {
+  float v = 1.0f;
+  const int64_t one = 1;
+  qmesh_named_tensor tensors[1] = {{"v", qmesh_host_tensor(&v, QMESH_FLOAT32, 1, &one)}};
+  int step = -1;
+  int32_t pid = ::getpid();  // rank 0's names the directory every rank uses
+  const qmesh_tensor pid_tensor = qmesh_host_tensor(&pid, QMESH_INT32, 1, &one);
+  ASSERT_EQ(qmesh_world_all_reduce(world_, &pid_tensor, QMESH_MAX), QMESH_OK);
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("qmesh_c_api_ckpt_" + std::to_string(pid)))
+          .string();
+  EXPECT_STATUS(qmesh_checkpoint_load_latest(world_, dir.c_str(), tensors, 1, nullptr, &step),
+                QMESH_ERROR_FAILED, "no checkpoint to resume from");
+  EXPECT_EQ(step, -1);
+  tensors[0].name = nullptr;
+  EXPECT_STATUS(qmesh_checkpoint_save(world_, dir.c_str(), 1, tensors, 1, nullptr),
+                QMESH_ERROR_INVALID_ARGUMENT, "tensors[0].name is NULL");
+  tensors[0].name = "v";
+  EXPECT_STATUS(qmesh_checkpoint_save(world_, dir.c_str(), -1, tensors, 1, nullptr),
+                QMESH_ERROR_INVALID_ARGUMENT, "step is negative");
+  EXPECT_STATUS(qmesh_checkpoint_save(world_, dir.c_str(), 1, tensors, 1, ctx_), QMESH_ERROR_FAILED,
+                "no FP8 operands were registered");  // no layers yet
+  // A round trip (collective), then a load into a tensor of another shape.
+  v = 2.5f + float(rank_);
+  ASSERT_EQ(qmesh_checkpoint_save(world_, dir.c_str(), 4, tensors, 1, nullptr), QMESH_OK)
+      << qmesh_last_error();
+  v = 0;
+  ASSERT_EQ(qmesh_checkpoint_load_latest(world_, dir.c_str(), tensors, 1, nullptr, &step), QMESH_OK)
+      << qmesh_last_error();
+  EXPECT_EQ(step, 4);
+  EXPECT_EQ(v, 2.5f + float(rank_));
+  float w[2] = {0, 0};
+  const int64_t two = 2;
+  tensors[0].tensor = qmesh_host_tensor(w, QMESH_FLOAT32, 1, &two);
+  EXPECT_EQ(qmesh_checkpoint_load_latest(world_, dir.c_str(), tensors, 1, nullptr, &step),
+            QMESH_ERROR_FAILED);
+  EXPECT_EQ(w[0], 0.0f);  // untouched
+  ASSERT_EQ(qmesh_world_barrier(world_), QMESH_OK);
+  if (rank_ == 0) std::filesystem::remove_all(dir);
+}
+
 // A peer that never joins: the store bootstrap gives up after the comm timeout
 // (QMESH_COMM_TIMEOUT_S) with a status and a message, instead of hanging.
 TEST_F(CApi, PeerThatNeverComes) {
