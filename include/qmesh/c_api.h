@@ -247,6 +247,50 @@ QMESH_C_EXPORT qmesh_status qmesh_layernorm_mlp_parameter_count(const qmesh_laye
 QMESH_C_EXPORT qmesh_status qmesh_layernorm_mlp_parameter(qmesh_layernorm_mlp* block, int index,
                                                           qmesh_parameter** param);
 
+/* ---- Dense: y = x·Wᵀ + b (then GELU), unsharded, column- or row-parallel over tp ------ */
+
+typedef struct qmesh_dense qmesh_dense;
+
+typedef enum qmesh_dense_parallelism {
+  QMESH_DENSE_UNSHARDED = 0, /* x [T, in] -> y [T, out] */
+  QMESH_DENSE_COLUMN = 1,    /* W [out/tp, in]: x [T, in] (sp: [T/tp, in]) -> y [T, out/tp] */
+  QMESH_DENSE_ROW = 2        /* W [out, in/tp]: x [T, in/tp] -> y [T, out] (sp: [T/tp, out]) */
+} qmesh_dense_parallelism;
+
+typedef enum qmesh_activation {
+  QMESH_ACTIVATION_NONE = 0,
+  QMESH_ACTIVATION_GELU = 1
+} qmesh_activation;
+
+/* qmesh_dense_config_init: unsharded, with bias, no activation. */
+typedef struct qmesh_dense_config {
+  size_t struct_size;
+  int64_t in_features; /* global sizes; the sharded one must be divisible by tp */
+  int64_t out_features;
+  qmesh_dense_parallelism parallelism;
+  int sequence_parallel; /* column or row only */
+  int bias;
+  qmesh_activation activation; /* not with row parallelism */
+  int regather_input;          /* column + sp: gather x again in backward */
+  uint64_t seed;               /* W ~ N(0, 1/in) keyed by (seed, global index); b = 0 */
+} qmesh_dense_config;
+
+QMESH_C_EXPORT void qmesh_dense_config_init(qmesh_dense_config* config);
+/* The context must outlive the layer. */
+QMESH_C_EXPORT qmesh_status qmesh_dense_create(qmesh_context* context, const char* name,
+                                               const qmesh_dense_config* config,
+                                               qmesh_dense** layer);
+QMESH_C_EXPORT qmesh_status qmesh_dense_destroy(qmesh_dense* layer);
+/* As qmesh_layernorm_mlp_forward / _backward, with the shapes of qmesh_dense_parallelism. */
+QMESH_C_EXPORT qmesh_status qmesh_dense_forward(qmesh_dense* layer, const qmesh_tensor* x,
+                                                qmesh_tensor* y);
+QMESH_C_EXPORT qmesh_status qmesh_dense_backward(qmesh_dense* layer, const qmesh_tensor* dy,
+                                                 qmesh_tensor* dx);
+QMESH_C_EXPORT qmesh_status qmesh_dense_parameter_count(const qmesh_dense* layer, int* count);
+/* Index 0 is the weight, 1 the bias (when it has one). */
+QMESH_C_EXPORT qmesh_status qmesh_dense_parameter(qmesh_dense* layer, int index,
+                                                  qmesh_parameter** param);
+
 /* ---- training: loss, gradient sync, optimizers -------------------------------------- */
 
 /* For the local part of a global batch of global_count elements: dy = 2 (y - target) /

@@ -30,10 +30,15 @@ struct qmesh_context {
   std::unique_ptr<qmesh::LayerContext> context;
 };
 
-struct qmesh_layernorm_mlp {
-  std::unique_ptr<qmesh::LayerNormMLP> block;
+// A layer and its parameters (taken once, in the layer's order).
+template <class Layer>
+struct QmeshLayerHandle {
+  std::unique_ptr<Layer> layer;
   std::vector<qmesh::Parameter*> params;
 };
+
+struct qmesh_layernorm_mlp : QmeshLayerHandle<qmesh::LayerNormMLP> {};
+struct qmesh_dense : QmeshLayerHandle<qmesh::Dense> {};
 
 struct qmesh_grad_sync {
   std::unique_ptr<qmesh::GradSync> sync;

@@ -1,74 +1,56 @@
-// The C API's layer context (recipe, FP8 scaling, placement) and LayerNormMLP blocks.
+// The C API's layers (LayerNormMLP, Dense) and their parameters.
 #include <string>
 
 #include "boundary.h"
 #include "handles.h"
 #include "tensor_view.h"
 
-using namespace qmesh::capi;
+namespace qmesh::capi {
+namespace {
 
-extern "C" {
-
-void qmesh_context_config_init(qmesh_context_config* config) {
-  if (config == nullptr) return;
-  const qmesh::DelayedScaling delayed;
-  const qmesh::Float8CurrentScaling current;
-  *config = qmesh_context_config{};
-  config->struct_size = sizeof(qmesh_context_config);
-  config->recipe = QMESH_RECIPE_FP8_DELAYED;
-  config->amax_history_len = delayed.amax_history_len;
-  config->margin = delayed.margin;
-  config->amax_algo = static_cast<qmesh_amax_algo>(delayed.amax_compute_algo);
-  config->delayed_format = static_cast<qmesh_fp8_format>(delayed.fp8_format);
-  config->current_format = static_cast<qmesh_fp8_format>(current.fp8_format);
-  config->power_of_two_scales = current.power_of_two_scales;
-  config->amax_epsilon = current.amax_epsilon;
-  config->overlap = QMESH_OVERLAP_NONE;
-  config->device.kind = QMESH_DEVICE_HOST;
-}
-
-qmesh_status qmesh_context_create(const qmesh_mesh* mesh, const qmesh_context_config* config,
-                                  qmesh_context** context) {
-  return guard(__func__, [&] {
-    require(mesh, "mesh");
-    require(context, "context");
-    qmesh_context_config defaults;
-    qmesh_context_config_init(&defaults);
-    const qmesh_context_config c =
-        read_config(config, defaults, sizeof(qmesh_context_config), "qmesh_context_config");
-    const auto recipe = static_cast<qmesh::Recipe>(
-        checked_enum(c.recipe, QMESH_RECIPE_FP32, QMESH_RECIPE_FP8_CURRENT, "config.recipe"));
-    qmesh::DelayedScaling delayed;
-    delayed.amax_history_len = c.amax_history_len;
-    delayed.margin = c.margin;
-    delayed.amax_compute_algo = static_cast<qmesh::AmaxComputeAlgo>(
-        checked_enum(c.amax_algo, QMESH_AMAX_MAX, QMESH_AMAX_MOST_RECENT, "config.amax_algo"));
-    delayed.fp8_format = static_cast<qmesh::Fp8Format>(
-        checked_enum(c.delayed_format, QMESH_FP8_HYBRID, QMESH_FP8_E4M3, "config.delayed_format"));
-    qmesh::Float8CurrentScaling current;
-    current.fp8_format = static_cast<qmesh::Fp8Format>(
-        checked_enum(c.current_format, QMESH_FP8_HYBRID, QMESH_FP8_E4M3, "config.current_format"));
-    current.power_of_two_scales = c.power_of_two_scales != 0;
-    current.amax_epsilon = c.amax_epsilon;
-    const auto overlap = static_cast<qmesh::Overlap>(
-        checked_enum(c.overlap, QMESH_OVERLAP_NONE, QMESH_OVERLAP_BIDIR, "config.overlap"));
-    const qmesh::Placement placement{to_device(c.device, "config"), qmesh::Stream{c.stream},
-                                     qmesh::Stream{c.comm_stream}};
-    auto out = std::make_unique<qmesh_context>();
-    out->context =
-        std::make_unique<qmesh::LayerContext>(*mesh->mesh, recipe, delayed, current, placement);
-    out->context->set_overlap(overlap);
-    *context = out.release();
+// What every layer handle does the same way.
+template <class Handle>
+qmesh_status forward(const char* function, Handle* h, const qmesh_tensor* x, qmesh_tensor* y) {
+  return guard(function, [&] {
+    require(h, "layer");
+    require(y, "y");
+    *y = to_c(h->layer->forward(to_view(x, "x")));
   });
 }
 
-qmesh_status qmesh_context_destroy(qmesh_context* context) {
-  return guard(__func__, [&] { delete context; });
+template <class Handle>
+qmesh_status backward(const char* function, Handle* h, const qmesh_tensor* dy, qmesh_tensor* dx) {
+  return guard(function, [&] {
+    require(h, "layer");
+    require(dx, "dx");
+    *dx = to_c(h->layer->backward(to_view(dy, "dy")));
+  });
 }
 
-qmesh_status qmesh_context_end_step(qmesh_context* context) {
-  return guard(__func__, [&] { require(context, "context")->context->end_step(); });
+template <class Handle>
+qmesh_status parameter_count(const char* function, const Handle* h, int* count) {
+  return guard(function,
+               [&] { *require(count, "count") = int(require(h, "layer")->params.size()); });
 }
+
+template <class Handle>
+qmesh_status parameter(const char* function, Handle* h, int index, qmesh_parameter** p) {
+  return guard(function, [&] {
+    require(h, "layer");
+    require(p, "parameter");
+    if (index < 0 || size_t(index) >= h->params.size())
+      throw ArgumentError("parameter index " + std::to_string(index) + " is out of range [0, " +
+                          std::to_string(h->params.size()) + ")");
+    *p = handle(h->params[size_t(index)]);
+  });
+}
+
+}  // namespace
+}  // namespace qmesh::capi
+
+using namespace qmesh::capi;
+
+extern "C" {
 
 qmesh_status qmesh_parameter_name(const qmesh_parameter* p, const char** name) {
   return guard(__func__,
@@ -97,11 +79,11 @@ void qmesh_layernorm_mlp_config_init(qmesh_layernorm_mlp_config* config) {
 
 qmesh_status qmesh_layernorm_mlp_create(qmesh_context* context, const char* name,
                                         const qmesh_layernorm_mlp_config* config,
-                                        qmesh_layernorm_mlp** block) {
+                                        qmesh_layernorm_mlp** layer) {
   return guard(__func__, [&] {
     require(context, "context");
     require(name, "name");
-    require(block, "block");
+    require(layer, "layer");
     qmesh_layernorm_mlp_config defaults;
     qmesh_layernorm_mlp_config_init(&defaults);
     const qmesh_layernorm_mlp_config c = read_config(
@@ -110,50 +92,92 @@ qmesh_status qmesh_layernorm_mlp_create(qmesh_context* context, const char* name
         c.sequence_parallel != 0, c.layer_norm_eps, std::nullopt,
         c.regather_input ? qmesh::GatheredInput::kRegather : qmesh::GatheredInput::kSave};
     auto out = std::make_unique<qmesh_layernorm_mlp>();
-    out->block = std::make_unique<qmesh::LayerNormMLP>(name, c.hidden, c.ffn, options,
+    out->layer = std::make_unique<qmesh::LayerNormMLP>(name, c.hidden, c.ffn, options,
                                                        *context->context, c.seed);
-    out->params = out->block->parameters();
-    *block = out.release();
+    out->params = out->layer->parameters();
+    *layer = out.release();
   });
 }
 
-qmesh_status qmesh_layernorm_mlp_destroy(qmesh_layernorm_mlp* block) {
-  return guard(__func__, [&] { delete block; });
+qmesh_status qmesh_layernorm_mlp_destroy(qmesh_layernorm_mlp* layer) {
+  return guard(__func__, [&] { delete layer; });
 }
 
-qmesh_status qmesh_layernorm_mlp_forward(qmesh_layernorm_mlp* block, const qmesh_tensor* x,
+qmesh_status qmesh_layernorm_mlp_forward(qmesh_layernorm_mlp* layer, const qmesh_tensor* x,
                                          qmesh_tensor* y) {
-  return guard(__func__, [&] {
-    require(block, "block");
-    require(y, "y");
-    *y = to_c(block->block->forward(to_view(x, "x")));
-  });
+  return forward(__func__, layer, x, y);
 }
 
-qmesh_status qmesh_layernorm_mlp_backward(qmesh_layernorm_mlp* block, const qmesh_tensor* dy,
+qmesh_status qmesh_layernorm_mlp_backward(qmesh_layernorm_mlp* layer, const qmesh_tensor* dy,
                                           qmesh_tensor* dx) {
-  return guard(__func__, [&] {
-    require(block, "block");
-    require(dx, "dx");
-    *dx = to_c(block->block->backward(to_view(dy, "dy")));
-  });
+  return backward(__func__, layer, dy, dx);
 }
 
-qmesh_status qmesh_layernorm_mlp_parameter_count(const qmesh_layernorm_mlp* block, int* count) {
-  return guard(__func__,
-               [&] { *require(count, "count") = int(require(block, "block")->params.size()); });
+qmesh_status qmesh_layernorm_mlp_parameter_count(const qmesh_layernorm_mlp* layer, int* count) {
+  return parameter_count(__func__, layer, count);
 }
 
-qmesh_status qmesh_layernorm_mlp_parameter(qmesh_layernorm_mlp* block, int index,
+qmesh_status qmesh_layernorm_mlp_parameter(qmesh_layernorm_mlp* layer, int index,
                                            qmesh_parameter** p) {
+  return parameter(__func__, layer, index, p);
+}
+
+void qmesh_dense_config_init(qmesh_dense_config* config) {
+  if (config == nullptr) return;
+  const qmesh::DenseOptions options;
+  *config = qmesh_dense_config{};
+  config->struct_size = sizeof(qmesh_dense_config);
+  config->parallelism = QMESH_DENSE_UNSHARDED;
+  config->sequence_parallel = options.sequence_parallel;
+  config->bias = options.bias;
+  config->activation = QMESH_ACTIVATION_NONE;
+}
+
+qmesh_status qmesh_dense_create(qmesh_context* context, const char* name,
+                                const qmesh_dense_config* config, qmesh_dense** layer) {
   return guard(__func__, [&] {
-    require(block, "block");
-    require(p, "parameter");
-    if (index < 0 || size_t(index) >= block->params.size())
-      throw ArgumentError("parameter index " + std::to_string(index) + " is out of range [0, " +
-                          std::to_string(block->params.size()) + ")");
-    *p = handle(block->params[size_t(index)]);
+    require(context, "context");
+    require(name, "name");
+    require(layer, "layer");
+    qmesh_dense_config defaults;
+    qmesh_dense_config_init(&defaults);
+    const qmesh_dense_config c =
+        read_config(config, defaults, sizeof(qmesh_dense_config), "qmesh_dense_config");
+    qmesh::DenseOptions options;
+    options.parallelism = static_cast<qmesh::DenseParallelism>(
+        checked_enum(c.parallelism, QMESH_DENSE_UNSHARDED, QMESH_DENSE_ROW, "config.parallelism"));
+    options.sequence_parallel = c.sequence_parallel != 0;
+    options.bias = c.bias != 0;
+    options.activation = static_cast<qmesh::DenseActivation>(checked_enum(
+        c.activation, QMESH_ACTIVATION_NONE, QMESH_ACTIVATION_GELU, "config.activation"));
+    options.gathered_input =
+        c.regather_input ? qmesh::GatheredInput::kRegather : qmesh::GatheredInput::kSave;
+    auto out = std::make_unique<qmesh_dense>();
+    out->layer = std::make_unique<qmesh::Dense>(name, c.in_features, c.out_features, options,
+                                                *context->context, c.seed);
+    out->params = out->layer->parameters();
+    *layer = out.release();
   });
+}
+
+qmesh_status qmesh_dense_destroy(qmesh_dense* layer) {
+  return guard(__func__, [&] { delete layer; });
+}
+
+qmesh_status qmesh_dense_forward(qmesh_dense* layer, const qmesh_tensor* x, qmesh_tensor* y) {
+  return forward(__func__, layer, x, y);
+}
+
+qmesh_status qmesh_dense_backward(qmesh_dense* layer, const qmesh_tensor* dy, qmesh_tensor* dx) {
+  return backward(__func__, layer, dy, dx);
+}
+
+qmesh_status qmesh_dense_parameter_count(const qmesh_dense* layer, int* count) {
+  return parameter_count(__func__, layer, count);
+}
+
+qmesh_status qmesh_dense_parameter(qmesh_dense* layer, int index, qmesh_parameter** p) {
+  return parameter(__func__, layer, index, p);
 }
 
 }  // extern "C"

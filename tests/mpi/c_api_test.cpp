@@ -65,7 +65,9 @@ TEST_F(CApi, NullHandlesAndPointers) {
   EXPECT_STATUS(qmesh_context_end_step(nullptr), QMESH_ERROR_INVALID_ARGUMENT,
                 "qmesh_context_end_step: context is NULL");
   EXPECT_STATUS(qmesh_layernorm_mlp_forward(nullptr, nullptr, nullptr),
-                QMESH_ERROR_INVALID_ARGUMENT, "block is NULL");
+                QMESH_ERROR_INVALID_ARGUMENT, "qmesh_layernorm_mlp_forward: layer is NULL");
+  EXPECT_STATUS(qmesh_dense_backward(nullptr, nullptr, nullptr), QMESH_ERROR_INVALID_ARGUMENT,
+                "qmesh_dense_backward: layer is NULL");
   EXPECT_STATUS(qmesh_optimizer_step(nullptr), QMESH_ERROR_INVALID_ARGUMENT, "opt is NULL");
   EXPECT_STATUS(qmesh_grad_sync_finish(nullptr), QMESH_ERROR_INVALID_ARGUMENT, "sync is NULL");
   EXPECT_STATUS(qmesh_parameter_name(nullptr, nullptr), QMESH_ERROR_INVALID_ARGUMENT, "NULL");
@@ -164,6 +166,89 @@ TEST_F(CApi, ShapesThatDoNotDivide) {
                 "must be [tokens, 16]");
   EXPECT_EQ(qmesh_teacher_destroy(teacher), QMESH_OK);
   EXPECT_STATUS(qmesh_teacher_create(0, 1, &teacher), QMESH_ERROR_FAILED, "must be positive");
+}
+
+// Column- and row-parallel Dense (tp = 2, fp32 GEMMs) against float64 sums computed here
+// from the layers' own weight shards; shapes that do not divide fail.
+TEST_F(CApi, DenseMatchesFloat64Reference) {
+  qmesh_context_config cc;
+  qmesh_context_config_init(&cc);
+  cc.recipe = QMESH_RECIPE_FP32;
+  qmesh_context* ctx = nullptr;
+  ASSERT_EQ(qmesh_context_create(mesh_, &cc, &ctx), QMESH_OK) << qmesh_last_error();
+  constexpr int64_t T = 3, in = 8, out = 6;
+  std::vector<float> x(T * in);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = float(int(i % 11) - 5) * 0.25f;
+  auto weight_of = [](qmesh_dense* layer) {
+    qmesh_parameter* w = nullptr;
+    EXPECT_EQ(qmesh_dense_parameter(layer, 0, &w), QMESH_OK);
+    qmesh_tensor t{};
+    EXPECT_EQ(qmesh_parameter_value(w, &t), QMESH_OK);
+    return t;
+  };
+  for (const auto parallelism : {QMESH_DENSE_COLUMN, QMESH_DENSE_ROW}) {
+    qmesh_dense_config dc;
+    qmesh_dense_config_init(&dc);
+    dc.in_features = in;
+    dc.out_features = out;
+    dc.parallelism = parallelism;
+    dc.seed = 5;
+    qmesh_dense* layer = nullptr;
+    ASSERT_EQ(qmesh_dense_create(ctx, "d", &dc, &layer), QMESH_OK) << qmesh_last_error();
+    int count = 0;
+    ASSERT_EQ(qmesh_dense_parameter_count(layer, &count), QMESH_OK);
+    EXPECT_EQ(count, 2);  // weight, bias (zero at start)
+    const qmesh_tensor w = weight_of(layer);
+    const bool column = parallelism == QMESH_DENSE_COLUMN;
+    // The global weight [out, in], gathered from both ranks' shards.
+    std::vector<float> shards(size_t(out * in));
+    const int64_t shard_elems = out * in / 2;
+    qmesh_tensor mine = w;
+    mine.ndim = 1;
+    mine.shape[0] = shard_elems;
+    const int64_t all_elems = out * in;
+    qmesh_tensor all = qmesh_host_tensor(shards.data(), QMESH_FLOAT32, 1, &all_elems);
+    ASSERT_EQ(qmesh_world_all_gather(world_, &mine, &all), QMESH_OK) << qmesh_last_error();
+    auto global_w = [&](int64_t o, int64_t k) {
+      if (column) return double(shards[size_t(o * in + k)]);  // row shards stack in order
+      const int64_t r = k / (in / 2), kk = k % (in / 2);
+      return double(shards[size_t(r * shard_elems + o * (in / 2) + kk)]);
+    };
+    // Row parallel: this rank's input is its half of x's columns.
+    std::vector<float> x_local;
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t k = 0; k < in; ++k)
+        if (column || k / (in / 2) == rank_) x_local.push_back(x[size_t(t * in + k)]);
+    const int64_t xshape[2] = {T, column ? in : in / 2};
+    const qmesh_tensor xt = qmesh_host_tensor(x_local.data(), QMESH_FLOAT32, 2, xshape);
+    qmesh_tensor y{};
+    ASSERT_EQ(qmesh_dense_forward(layer, &xt, &y), QMESH_OK) << qmesh_last_error();
+    const int64_t out_local = column ? out / 2 : out;
+    ASSERT_EQ(y.ndim, 2);
+    ASSERT_EQ(y.shape[0], T);
+    ASSERT_EQ(y.shape[1], out_local);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t o = 0; o < out_local; ++o) {
+        const int64_t og = column ? rank_ * out_local + o : o;
+        double ref = 0;
+        for (int64_t k = 0; k < in; ++k) ref += double(x[size_t(t * in + k)]) * global_w(og, k);
+        EXPECT_NEAR(static_cast<const float*>(y.data)[t * out_local + o], ref, 1e-5)
+            << "t " << t << " o " << og << (column ? " column" : " row");
+      }
+    EXPECT_EQ(qmesh_dense_destroy(layer), QMESH_OK);
+  }
+  qmesh_dense_config dc;
+  qmesh_dense_config_init(&dc);
+  dc.in_features = in;
+  dc.out_features = 5;
+  dc.parallelism = QMESH_DENSE_COLUMN;
+  qmesh_dense* layer = nullptr;
+  EXPECT_STATUS(qmesh_dense_create(ctx, "d", &dc, &layer), QMESH_ERROR_FAILED, "5");
+  dc.parallelism = static_cast<qmesh_dense_parallelism>(3);
+  EXPECT_STATUS(qmesh_dense_create(ctx, "d", &dc, &layer), QMESH_ERROR_INVALID_ARGUMENT,
+                "config.parallelism is 3");
+  EXPECT_EQ(layer, nullptr);
+  EXPECT_EQ(qmesh_context_destroy(ctx), QMESH_OK);
 }
 
 TEST_F(CApi, LastErrorIsPerThread) {
