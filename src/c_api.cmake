@@ -5,6 +5,7 @@ add_library(qmesh_c
   ${CMAKE_CURRENT_LIST_DIR}/c_api/boundary.cpp
   ${CMAKE_CURRENT_LIST_DIR}/c_api/checkpoint.cpp
   ${CMAKE_CURRENT_LIST_DIR}/c_api/context.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/c_api/gemm.cpp
   ${CMAKE_CURRENT_LIST_DIR}/c_api/layers.cpp
   ${CMAKE_CURRENT_LIST_DIR}/c_api/tensor_view.cpp
   ${CMAKE_CURRENT_LIST_DIR}/c_api/train.cpp

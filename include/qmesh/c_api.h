@@ -92,6 +92,73 @@ QMESH_C_EXPORT size_t qmesh_tensor_nbytes(const qmesh_tensor* tensor);
 /* Copies src into dst (same dtype and shape; any devices). Blocking. */
 QMESH_C_EXPORT qmesh_status qmesh_tensor_copy(const qmesh_tensor* dst, const qmesh_tensor* src);
 
+/* ---- quantized tensors and the GEMM ---------------------------------------------------- */
+
+/* An FP8 tensor described by the caller: codes, an optional transposed copy (the columnwise
+ * layout CUDA FP8 GEMMs read when the rowwise one is not contiguous along K), and its fp32
+ * scalars on the same device (value = code * scale_inv; scale = 1 / scale_inv). */
+typedef struct qmesh_quantized_tensor {
+  qmesh_tensor data;   /* QMESH_FLOAT8_E4M3 or _E5M2, [rows, cols] */
+  qmesh_tensor data_t; /* [cols, rows], or data_t.data == NULL for none */
+  float* scale;
+  float* scale_inv;
+  float* amax;
+} qmesh_quantized_tensor;
+
+/* out.data = saturate(round-to-nearest-even(x * *out.scale)), *out.scale_inv = 1 / *out.scale,
+ * *out.amax = max(*out.amax, max |x|) (a running max; out.data_t untouched). x: fp32, bf16 or
+ * fp16 with out.data's element count, same device. stream: cudaStream_t or NULL. */
+QMESH_C_EXPORT qmesh_status qmesh_quantize(const qmesh_tensor* x, const qmesh_quantized_tensor* out,
+                                           void* stream);
+
+/* A GEMM input: exactly one of plain (fp32, bf16, fp16) and fp8 is non-NULL. */
+typedef struct qmesh_gemm_operand {
+  const qmesh_tensor* plain;
+  const qmesh_quantized_tensor* fp8;
+} qmesh_gemm_operand;
+
+typedef enum qmesh_gemm_epilogue {
+  QMESH_GEMM_EPILOGUE_NONE = 0,
+  QMESH_GEMM_EPILOGUE_BIAS = 1,          /* r += bias[n] */
+  QMESH_GEMM_EPILOGUE_GELU = 2,          /* r = gelu(r) */
+  QMESH_GEMM_EPILOGUE_BIAS_GELU_AUX = 3, /* aux = r + bias[n]; r = gelu(aux) */
+  QMESH_GEMM_EPILOGUE_DGELU = 4,         /* r *= gelu'(aux) */
+  QMESH_GEMM_EPILOGUE_BIAS_GRAD = 5      /* bias[m] = sum_k op(A)[m, k] */
+} qmesh_gemm_epilogue;
+
+/* D = epilogue(alpha * op(A) * op(B) [+ D]), row-major: op(A) [M, K], op(B) [K, N], D [M, N];
+ * trans_a: A stored [K, M]; trans_b: B stored [N, K] (the default, the canonical "TN" form).
+ * qmesh_gemm_args_init: trans_b = 1, alpha = 1, the rest 0 / NULL. */
+typedef struct qmesh_gemm_args {
+  size_t struct_size;
+  qmesh_gemm_operand a;
+  qmesh_gemm_operand b;
+  int trans_a;
+  int trans_b;
+  qmesh_tensor d;
+  float* d_scale; /* FP8 D only (required): fp32 scalar on D's device */
+  float* d_amax;  /* FP8 D only (optional) */
+  float alpha;
+  int accumulate; /* D += result (not with an FP8 D) */
+  qmesh_gemm_epilogue epilogue;
+  const qmesh_tensor* bias; /* per the epilogue, else NULL */
+  const qmesh_tensor* aux;
+  int split_accumulation; /* Hopper FP8: promote to fp32 regularly (dgrad, wgrad) */
+} qmesh_gemm_args;
+
+QMESH_C_EXPORT void qmesh_gemm_args_init(qmesh_gemm_args* args);
+
+/* A planned GEMM: checked and planned once (algorithm, workspace), run many times on the
+ * tensors it was created with (they must outlive the plan). Not thread-safe. */
+typedef struct qmesh_gemm_plan qmesh_gemm_plan;
+
+/* FAILED with the reason when the GEMM cannot run (shapes, dtypes, layouts, devices). */
+QMESH_C_EXPORT qmesh_status qmesh_gemm_plan_create(const qmesh_gemm_args* args, void* stream,
+                                                   qmesh_gemm_plan** plan);
+QMESH_C_EXPORT qmesh_status qmesh_gemm_plan_destroy(qmesh_gemm_plan* plan);
+/* Host: computes D before returning. CUDA: enqueues on stream. */
+QMESH_C_EXPORT qmesh_status qmesh_gemm_plan_run(qmesh_gemm_plan* plan, void* stream);
+
 /* ---- world: the processes of the job ----------------------------------------------- */
 
 typedef struct qmesh_world qmesh_world;

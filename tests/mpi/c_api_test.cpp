@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -249,6 +251,116 @@ TEST_F(CApi, DenseMatchesFloat64Reference) {
                 "config.parallelism is 3");
   EXPECT_EQ(layer, nullptr);
   EXPECT_EQ(qmesh_context_destroy(ctx), QMESH_OK);
+}
+
+// E4M3 byte -> value, written out here (sign, 4-bit exponent with bias 7, 3-bit mantissa).
+double e4m3(uint8_t b) {
+  const int e = (b >> 3) & 15, m = b & 7;
+  const double v = e == 0 ? std::ldexp(m / 8.0, -6) : std::ldexp(1.0 + m / 8.0, e - 7);
+  return (b & 0x80) ? -v : v;
+}
+
+// GEMM plans (fp32 with a bias epilogue, FP8 codes with scale_inv) against float64 sums
+// computed here; quantization against hand-encoded E4M3 codes; bad arguments fail.
+TEST(CApiGemm, PlansMatchFloat64Reference) {
+  // fp32, TN: D [2, 4] = A [2, 3] · B[4, 3]ᵀ + bias [4]; the plan runs again on new A values.
+  std::vector<float> a(6), b(12), bias(4), d(8);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = float(i) * 0.5f - 1.0f;
+  for (size_t i = 0; i < b.size(); ++i) b[i] = float(int(i % 5) - 2);
+  for (size_t i = 0; i < bias.size(); ++i) bias[i] = float(i) * 0.25f;
+  const int64_t sa[2] = {2, 3}, sb[2] = {4, 3}, sd[2] = {2, 4}, sbias[1] = {4};
+  const qmesh_tensor at = qmesh_host_tensor(a.data(), QMESH_FLOAT32, 2, sa);
+  const qmesh_tensor bt = qmesh_host_tensor(b.data(), QMESH_FLOAT32, 2, sb);
+  const qmesh_tensor biast = qmesh_host_tensor(bias.data(), QMESH_FLOAT32, 1, sbias);
+  qmesh_gemm_args args;
+  qmesh_gemm_args_init(&args);
+  args.a.plain = &at;
+  args.b.plain = &bt;
+  args.d = qmesh_host_tensor(d.data(), QMESH_FLOAT32, 2, sd);
+  args.epilogue = QMESH_GEMM_EPILOGUE_BIAS;
+  args.bias = &biast;
+  qmesh_gemm_plan* plan = nullptr;
+  ASSERT_EQ(qmesh_gemm_plan_create(&args, nullptr, &plan), QMESH_OK) << qmesh_last_error();
+  for (int round = 0; round < 2; ++round) {
+    if (round == 1)
+      for (auto& v : a) v = -v * 2.0f;
+    ASSERT_EQ(qmesh_gemm_plan_run(plan, nullptr), QMESH_OK) << qmesh_last_error();
+    for (int m = 0; m < 2; ++m)
+      for (int n = 0; n < 4; ++n) {
+        double ref = bias[size_t(n)];
+        for (int k = 0; k < 3; ++k) ref += double(a[size_t(m * 3 + k)]) * b[size_t(n * 3 + k)];
+        EXPECT_NEAR(d[size_t(m * 4 + n)], ref, 1e-5) << "round " << round;
+      }
+  }
+  EXPECT_EQ(qmesh_gemm_plan_destroy(plan), QMESH_OK);
+
+  // FP8 E4M3 x E4M3 with scale_inv 0.5 and 2: D = (codes_a * 0.5) · (codes_b * 2)ᵀ.
+  const uint8_t ca[6] = {0x38, 0x40, 0x3C, 0xB8, 0x30, 0x00};
+  const uint8_t cb[12] = {0x38, 0x38, 0x38, 0x40, 0xB8, 0x30, 0x3C, 0x00, 0xC0, 0x44, 0x34, 0x38};
+  float sa_inv = 0.5f, sb_inv = 2.0f, scale_a = 2.0f, scale_b = 0.5f, amax_a = 0, amax_b = 0;
+  qmesh_quantized_tensor qa{}, qb{};
+  qa.data = qmesh_host_tensor(const_cast<uint8_t*>(ca), QMESH_FLOAT8_E4M3, 2, sa);
+  qa.scale = &scale_a;
+  qa.scale_inv = &sa_inv;
+  qa.amax = &amax_a;
+  qb.data = qmesh_host_tensor(const_cast<uint8_t*>(cb), QMESH_FLOAT8_E4M3, 2, sb);
+  qb.scale = &scale_b;
+  qb.scale_inv = &sb_inv;
+  qb.amax = &amax_b;
+  qmesh_gemm_args_init(&args);
+  args.a.fp8 = &qa;
+  args.b.fp8 = &qb;
+  args.d = qmesh_host_tensor(d.data(), QMESH_FLOAT32, 2, sd);
+  ASSERT_EQ(qmesh_gemm_plan_create(&args, nullptr, &plan), QMESH_OK) << qmesh_last_error();
+  ASSERT_EQ(qmesh_gemm_plan_run(plan, nullptr), QMESH_OK) << qmesh_last_error();
+  for (int m = 0; m < 2; ++m)
+    for (int n = 0; n < 4; ++n) {
+      double ref = 0;
+      for (int k = 0; k < 3; ++k) ref += e4m3(ca[m * 3 + k]) * 0.5 * e4m3(cb[n * 3 + k]) * 2.0;
+      EXPECT_EQ(double(d[size_t(m * 4 + n)]), ref) << m << "," << n;  // exact in fp32
+    }
+  EXPECT_EQ(qmesh_gemm_plan_destroy(plan), QMESH_OK);
+
+  // Quantize: 1, -2, 1.5 and 896 (saturates to 448) with scale 1.
+  float x[4] = {1.0f, -2.0f, 1.5f, 896.0f};
+  uint8_t codes[4] = {0, 0, 0, 0};
+  float scale = 1.0f, scale_inv = 0.0f, amax = 0.0f;
+  const int64_t s4[2] = {1, 4};
+  const qmesh_tensor xt = qmesh_host_tensor(x, QMESH_FLOAT32, 2, s4);
+  qmesh_quantized_tensor q{};
+  q.data = qmesh_host_tensor(codes, QMESH_FLOAT8_E4M3, 2, s4);
+  q.scale = &scale;
+  q.scale_inv = &scale_inv;
+  q.amax = &amax;
+  ASSERT_EQ(qmesh_quantize(&xt, &q, nullptr), QMESH_OK) << qmesh_last_error();
+  EXPECT_EQ(codes[0], 0x38);
+  EXPECT_EQ(codes[1], 0xC0);
+  EXPECT_EQ(codes[2], 0x3C);
+  EXPECT_EQ(codes[3], 0x7E);
+  EXPECT_EQ(e4m3(0x7E), 448.0);
+  EXPECT_EQ(scale_inv, 1.0f);
+  EXPECT_EQ(amax, 896.0f);
+
+  // Bad arguments.
+  plan = nullptr;
+  qmesh_gemm_args_init(&args);
+  args.a.plain = &at;
+  args.a.fp8 = &qa;
+  args.b.plain = &bt;
+  args.d = qmesh_host_tensor(d.data(), QMESH_FLOAT32, 2, sd);
+  EXPECT_STATUS(qmesh_gemm_plan_create(&args, nullptr, &plan), QMESH_ERROR_INVALID_ARGUMENT,
+                "args.a: set exactly one of .plain and .fp8");
+  args.a.fp8 = nullptr;
+  const int64_t sbad[2] = {4, 2};  // K = 2 against A's 3
+  const qmesh_tensor bad = qmesh_host_tensor(b.data(), QMESH_FLOAT32, 2, sbad);
+  args.b.plain = &bad;
+  EXPECT_EQ(qmesh_gemm_plan_create(&args, nullptr, &plan), QMESH_ERROR_FAILED);
+  EXPECT_THAT(std::string(qmesh_last_error()), HasSubstr("qmesh_gemm_plan_create"));
+  EXPECT_EQ(plan, nullptr);
+  qa.scale_inv = nullptr;
+  EXPECT_EQ(qmesh_quantize(&xt, &qa, nullptr), QMESH_ERROR_FAILED);
+  EXPECT_STATUS(qmesh_gemm_plan_run(nullptr, nullptr), QMESH_ERROR_INVALID_ARGUMENT,
+                "plan is NULL");
 }
 
 TEST_F(CApi, LastErrorIsPerThread) {
