@@ -38,7 +38,7 @@ extern "C" {
 const char* qmesh_last_error(void) { return qmesh::capi::last_error.c_str(); }
 
 const char* qmesh_status_name(qmesh_status status) {
-  switch (status) {
+  switch (qmesh::capi::raw_enum(status)) {
     case QMESH_OK:
       return "OK";
     case QMESH_ERROR_INVALID_ARGUMENT:

@@ -8,6 +8,7 @@
 #include <exception>
 #include <new>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "qmesh/c_api.h"
@@ -78,8 +79,21 @@ T read_config(const T* config, T defaults, size_t min_size, const char* type) {
   return defaults;
 }
 
-// Throws ArgumentError unless first <= value <= last.
+// The integer a C caller stored in an enum object, read without an enum-typed load (in C++
+// loading a value outside the enumerators is undefined behaviour).
+template <class E>
+int raw_enum(const E& e) {
+  std::underlying_type_t<E> v;
+  std::memcpy(&v, &e, sizeof v);
+  return static_cast<int>(v);
+}
+
+// Throws ArgumentError unless first <= value <= last; returns value.
 int checked_enum(int value, int first, int last, const char* what);
+template <class E>
+int checked_enum(const E& value, int first, int last, const char* what) {
+  return checked_enum(raw_enum(value), first, last, what);
+}
 
 // Throws ArgumentError unless n >= 0 and (n == 0 or p is not null).
 void require_array(const void* p, int n, const char* what);

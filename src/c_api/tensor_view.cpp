@@ -76,7 +76,8 @@ qmesh_tensor qmesh_host_tensor(void* data, qmesh_dtype dtype, int ndim, const in
 
 size_t qmesh_tensor_nbytes(const qmesh_tensor* tensor) {
   if (tensor == nullptr || tensor->ndim < 0 || tensor->ndim > QMESH_MAX_DIMS ||
-      tensor->dtype < QMESH_FLOAT32 || tensor->dtype > QMESH_FLOAT64)
+      qmesh::capi::raw_enum(tensor->dtype) < QMESH_FLOAT32 ||
+      qmesh::capi::raw_enum(tensor->dtype) > QMESH_FLOAT64)
     return 0;
   size_t n = qmesh::dtype_size(static_cast<qmesh::DType>(tensor->dtype));
   for (int i = 0; i < tensor->ndim; ++i) n *= tensor->shape[i] > 0 ? size_t(tensor->shape[i]) : 0;

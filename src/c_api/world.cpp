@@ -34,7 +34,7 @@ std::shared_ptr<MpiSession> mpi_session(int* argc, char*** argv) {
 }
 #endif
 
-ReduceOp reduce_op(qmesh_reduce_op op) {
+ReduceOp reduce_op(const qmesh_reduce_op& op) {  // by reference: no enum load
   return static_cast<ReduceOp>(checked_enum(op, QMESH_SUM, QMESH_MIN, "op"));
 }
 
