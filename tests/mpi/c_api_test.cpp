@@ -454,6 +454,34 @@ TEST_F(CApi, CheckpointErrors) {
   if (rank_ == 0) std::filesystem::remove_all(dir);
 }
 
+// A world bootstrapped through a directory (UCX), the two MPI ranks joining it as ranks 0
+// and 1: its all-reduce sums both.
+TEST_F(CApi, StoreBootstrappedWorld) {
+  int32_t pid = ::getpid();
+  const int64_t one = 1;
+  const qmesh_tensor pid_tensor = qmesh_host_tensor(&pid, QMESH_INT32, 1, &one);
+  ASSERT_EQ(qmesh_world_all_reduce(world_, &pid_tensor, QMESH_MAX), QMESH_OK);
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("qmesh_c_api_store_" + std::to_string(pid));
+  qmesh_world* store_world = nullptr;
+  const qmesh_status status = qmesh_world_create_store(rank_, 2, dir.c_str(), &store_world);
+  if (status == QMESH_ERROR_UNSUPPORTED) GTEST_SKIP() << qmesh_last_error();
+  ASSERT_EQ(status, QMESH_OK) << qmesh_last_error();
+  int rank = -1, size = 0;
+  EXPECT_EQ(qmesh_world_rank(store_world, &rank), QMESH_OK);
+  EXPECT_EQ(qmesh_world_size(store_world, &size), QMESH_OK);
+  EXPECT_EQ(rank, rank_);
+  EXPECT_EQ(size, 2);
+  double v = 10.0 * (rank_ + 1);
+  const qmesh_tensor t = qmesh_host_tensor(&v, QMESH_FLOAT64, 1, &one);
+  ASSERT_EQ(qmesh_world_all_reduce(store_world, &t, QMESH_SUM), QMESH_OK) << qmesh_last_error();
+  EXPECT_EQ(v, 30.0);
+  EXPECT_EQ(qmesh_world_barrier(store_world), QMESH_OK);
+  EXPECT_EQ(qmesh_world_destroy(store_world), QMESH_OK);
+  ASSERT_EQ(qmesh_world_barrier(world_), QMESH_OK);
+  if (rank_ == 0) std::filesystem::remove_all(dir);
+}
+
 // A peer that never joins: the store bootstrap gives up after the comm timeout
 // (QMESH_COMM_TIMEOUT_S) with a status and a message, instead of hanging.
 TEST_F(CApi, PeerThatNeverComes) {
