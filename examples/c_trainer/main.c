@@ -12,7 +12,9 @@
 #include "qmesh/c_api.h"
 
 typedef struct options {
-  int dp, tp, layers, steps, amax_history, sequence_parallel, log_every, checkpoint_every, resume;
+  int dp, tp, layers, steps, amax_history, sequence_parallel, regather_input, log_every;
+  int checkpoint_every, resume;
+  qmesh_overlap overlap;
   int64_t hidden, ffn, seq, batch;
   float lr, margin;
   const char* optimizer;
@@ -53,6 +55,8 @@ static void usage(FILE* out) {
           "  --amax-history N    delayed scaling's amax history length (16)\n"
           "  --margin X          delayed scaling's margin (0)\n"
           "  --sequence-parallel shard activations on the token dimension over tp\n"
+          "  --overlap NAME      collective-GEMM schedule with sp: none, ring or bidir (none)\n"
+          "  --regather-input    fc1 gathers its input again in backward (needs sp)\n"
           "  --seed N            seed of the parameters and the data (1234)\n"
           "  --log-every N       print the loss every N steps (10)\n"
           "  --checkpoint-dir D  save checkpoints in D (train_mlp's format) at the end\n"
@@ -66,6 +70,16 @@ static int parse_recipe(const char* s, qmesh_recipe* recipe) {
   for (int i = 0; i < 4; ++i)
     if (strcmp(s, names[i]) == 0) {
       *recipe = (qmesh_recipe)i;
+      return 1;
+    }
+  return 0;
+}
+
+static int parse_overlap(const char* s, qmesh_overlap* overlap) {
+  static const char* names[] = {"none", "ring", "bidir"};
+  for (int i = 0; i < 3; ++i)
+    if (strcmp(s, names[i]) == 0) {
+      *overlap = (qmesh_overlap)i;
       return 1;
     }
   return 0;
@@ -95,6 +109,10 @@ static int parse_options(int argc, char** argv, options* o) {
     }
     if (strcmp(a, "--sequence-parallel") == 0) {
       o->sequence_parallel = 1;
+      continue;
+    }
+    if (strcmp(a, "--regather-input") == 0) {
+      o->regather_input = 1;
       continue;
     }
     if (strcmp(a, "--resume") == 0) {
@@ -142,6 +160,8 @@ static int parse_options(int argc, char** argv, options* o) {
       ok = is_int && n >= 0, o->checkpoint_every = (int)n;
     else if (strcmp(a, "--checkpoint-dir") == 0)
       o->checkpoint_dir = v;
+    else if (strcmp(a, "--overlap") == 0)
+      ok = parse_overlap(v, &o->overlap);
     else if (strcmp(a, "--recipe") == 0)
       ok = parse_recipe(v, &o->recipe);
     else {
@@ -196,6 +216,7 @@ static int run(const options* o, qmesh_world* world) {
   cc.recipe = o->recipe;
   cc.amax_history_len = o->amax_history;
   cc.margin = o->margin;
+  cc.overlap = o->overlap;
   qmesh_context* ctx = NULL;
   CHECK(qmesh_context_create(mesh, &cc, &ctx));
 
@@ -209,6 +230,7 @@ static int run(const options* o, qmesh_world* world) {
     bc.hidden = o->hidden;
     bc.ffn = o->ffn;
     bc.sequence_parallel = o->sequence_parallel;
+    bc.regather_input = o->regather_input;
     bc.seed = o->seed + 1000u * (uint64_t)(l + 1);
     char name[32];
     snprintf(name, sizeof name, "block%d", l);
