@@ -29,3 +29,9 @@ if(QMESH_WITH_JAX)
   install(TARGETS qmesh_jax_ffi qmesh qmesh_core qmesh_comm
           LIBRARY DESTINATION qmesh/lib COMPONENT jax EXCLUDE_FROM_ALL)
 endif()
+
+# pkg-config for C programs (the C API): <libdir>/pkgconfig/qmesh.pc.
+file(RELATIVE_PATH QMESH_PC_TO_PREFIX "/prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/prefix")
+string(REGEX REPLACE "/$" "" QMESH_PC_TO_PREFIX "${QMESH_PC_TO_PREFIX}")
+configure_file(cmake/qmesh.pc.in ${PROJECT_BINARY_DIR}/qmesh.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/qmesh.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

@@ -16,6 +16,16 @@ function(qmesh_target_defaults target)
     $<$<AND:$<COMPILE_LANGUAGE:CUDA>,$<BOOL:${QMESH_WERROR}>>:-Werror=all-warnings>)
 endfunction()
 
+# qmesh_export_only(<target> <version script>): a shared library exports only the symbols
+# the linker version script names (cmake/qmesh.map: the C++ namespace; cmake/qmesh_c.map:
+# the C API).
+function(qmesh_export_only target script)
+  if(BUILD_SHARED_LIBS)
+    target_link_options(${target} PRIVATE -Wl,--version-script=${script})
+    set_property(TARGET ${target} APPEND PROPERTY LINK_DEPENDS ${script})
+  endif()
+endfunction()
+
 # qmesh_add_library(<name> ALIAS <alias> SOURCES ... ): a library with the project defaults,
 # public headers from include/ and the generated config.h.
 function(qmesh_add_library name)
@@ -31,5 +41,6 @@ function(qmesh_add_library name)
     $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
   target_compile_features(${name} PUBLIC cxx_std_20)
   qmesh_target_defaults(${name})
+  qmesh_export_only(${name} ${PROJECT_SOURCE_DIR}/cmake/qmesh.map)
   set_property(GLOBAL APPEND PROPERTY QMESH_EXPORTED_TARGETS ${name})
 endfunction()

@@ -1,6 +1,7 @@
 # Layers (fp32 activations on the host or a CUDA device; GEMMs through qmesh::gemm), the layer
 # ops they run between GEMMs (LayerNorm, bias, GELU backward, add, bf16 cast) and training
-# utilities (gradient sync, optimizers, the MSE loss).
+# utilities (gradient sync, optimizers, the MSE loss, training checkpoints, the examples' synthetic
+# teacher task).
 target_sources(qmesh PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/layers/dense.cpp
   ${CMAKE_CURRENT_LIST_DIR}/layers/forward_epilogue.cpp
@@ -10,9 +11,11 @@ target_sources(qmesh PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/layers/layer_norm_mlp.cpp
   ${CMAKE_CURRENT_LIST_DIR}/layers/operand_cast.cpp
   ${CMAKE_CURRENT_LIST_DIR}/ops/layer_ops.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/train/checkpoint.cpp
   ${CMAKE_CURRENT_LIST_DIR}/train/grad_sync.cpp
   ${CMAKE_CURRENT_LIST_DIR}/train/loss.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/train/optimizer.cpp)
+  ${CMAKE_CURRENT_LIST_DIR}/train/optimizer.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/train/teacher.cpp)
 if(QMESH_WITH_CUDA)
   target_sources(qmesh PRIVATE ${CMAKE_CURRENT_LIST_DIR}/cuda/layer_ops.cu
     ${CMAKE_CURRENT_LIST_DIR}/cuda/loss.cu)

@@ -66,6 +66,9 @@ if [ $quick -eq 0 ]; then
     run cmake --build build/package-consumer &&
     run build/package-consumer/qmesh_consumer
 
+  step "build C programs against the installed C API (pkg-config, find_package) and run them"
+  run tests/package_c/run.sh build/install build/package-c-consumer
+
   step "build the Python wheel with the oldest supported JAX and test the installed package"
   # The CUDA handlers were compiled in build/; this wheel is built without them to save time.
   run launch/python_env.sh build/venv-jax-oldest python/requirements-oldest.txt &&

@@ -14,7 +14,6 @@
 #include <optional>
 #include <vector>
 
-#include "checkpoint.h"
 #include "options.h"
 #include "plot.h"
 #include "qmesh/comm/mesh.h"
@@ -24,11 +23,12 @@
 #include "qmesh/error.h"
 #include "qmesh/layers/layer_norm_mlp.h"
 #include "qmesh/owned_stream.h"
+#include "qmesh/train/checkpoint.h"
 #include "qmesh/train/grad_sync.h"
 #include "qmesh/train/loss.h"
 #include "qmesh/train/optimizer.h"
+#include "qmesh/train/teacher.h"
 #include "qmesh/version.h"
-#include "teacher.h"
 #include "timed_comm.h"
 #if QMESH_WITH_NCCL
 #include <cuda_runtime_api.h>
@@ -226,7 +226,7 @@ int run(const Options& o, const NodeLayout& node,
       o.optimizer == "adamw" ? qmesh::make_adamw(params, {o.lr, 0.9f, 0.999f, 1e-8f, 0.0f}, stream)
                              : qmesh::make_sgd(params, {o.lr, 0.9f, 0.0f}, stream);
   qmesh::GradSync sync(mesh.axis("dp"), params, 4u << 20, stream);
-  TeacherTask task(o.hidden, o.seed);
+  qmesh::TeacherTask task(o.hidden, o.seed);
 
   // Tokens of this rank: its dp rank's batch, sliced over tp under sequence parallelism.
   const int64_t dp_tokens = o.batch * o.seq;
@@ -245,14 +245,14 @@ int run(const Options& o, const NodeLayout& node,
                           int32_t(o.recipe),
                           int32_t(o.sequence_parallel)};
   std::copy(cfg, cfg + 7, config.data_as<int32_t>());
-  CheckpointContent ckpt{{{"run.config", config}}, &ctx};
+  qmesh::CheckpointContent ckpt{{{"run.config", config}}, &ctx};
   for (auto* p : params) ckpt.tensors.push_back({p->name, p->value});
   for (auto& [name, t] : opt->state()) ckpt.tensors.push_back({name, *t});
 
   int start = 0;
   if (o.resume) {
     all_ranks_or_exit(*world, [&] {
-      start = load_latest_checkpoint(o.checkpoint_dir, ckpt, world->rank());
+      start = qmesh::load_latest_checkpoint(o.checkpoint_dir, ckpt, world->rank());
       QMESH_CHECK(std::equal(cfg, cfg + 7, config.data_as<int32_t>()), "the checkpoint in ",
                   o.checkpoint_dir, " was written by a run with another dp/tp/layers/hidden/",
                   "ffn/recipe/sequence-parallel configuration");
@@ -336,7 +336,7 @@ int run(const Options& o, const NodeLayout& node,
     if (!o.checkpoint_dir.empty() &&
         (last || (o.checkpoint_every > 0 && step % o.checkpoint_every == 0))) {
       qmesh::synchronize(device, stream);  // the step's updates are complete before saving
-      save_checkpoint(o.checkpoint_dir, step, ckpt, *world);
+      qmesh::save_checkpoint(o.checkpoint_dir, step, ckpt, *world);
     }
   }
   if (timed) report_timing(timing, *world);

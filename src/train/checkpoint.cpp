@@ -1,4 +1,4 @@
-#include "checkpoint.h"
+#include "qmesh/train/checkpoint.h"
 
 #include <charconv>
 #include <filesystem>
@@ -7,7 +7,7 @@
 #include "qmesh/error.h"
 #include "qmesh/scaling/checkpoint.h"
 
-namespace train_mlp {
+namespace qmesh {
 
 namespace fs = std::filesystem;
 
@@ -18,15 +18,15 @@ std::string rank_file(const fs::path& step_dir, int rank, const char* kind) {
 }  // namespace
 
 void save_checkpoint(const std::string& dir, int step, const CheckpointContent& content,
-                     qmesh::Communicator& world) {
+                     Communicator& world) {
   const fs::path step_dir = fs::path(dir) / ("step-" + std::to_string(step));
   std::error_code ec;
   fs::create_directories(step_dir, ec);
   QMESH_CHECK(!ec, "cannot create checkpoint directory ", step_dir.string(), ": ", ec.message());
   const int rank = world.rank();
-  qmesh::save_tensors(rank_file(step_dir, rank, ".tensors"), content.tensors);
-  if (content.fp8 && content.fp8->recipe() == qmesh::Recipe::kFp8Delayed)
-    qmesh::save_scaling_states(content.fp8->scaling(), rank_file(step_dir, rank, ".scaling"));
+  save_tensors(rank_file(step_dir, rank, ".tensors"), content.tensors);
+  if (content.fp8 && content.fp8->recipe() == Recipe::kFp8Delayed)
+    save_scaling_states(content.fp8->scaling(), rank_file(step_dir, rank, ".scaling"));
   world.barrier();  // every rank's files are complete before `latest` names them
   if (rank == 0) {
     const std::string latest = (fs::path(dir) / "latest").string();
@@ -56,10 +56,10 @@ int load_latest_checkpoint(const std::string& dir, const CheckpointContent& cont
       step >= 0;
   QMESH_CHECK(parsed, latest.string(), " is corrupted: it holds '", name, "' instead of step-<N>");
   const fs::path step_dir = fs::path(dir) / name;
-  qmesh::load_tensors(rank_file(step_dir, rank, ".tensors"), content.tensors);
-  if (content.fp8 && content.fp8->recipe() == qmesh::Recipe::kFp8Delayed)
-    qmesh::load_scaling_states(content.fp8->scaling(), rank_file(step_dir, rank, ".scaling"));
+  load_tensors(rank_file(step_dir, rank, ".tensors"), content.tensors);
+  if (content.fp8 && content.fp8->recipe() == Recipe::kFp8Delayed)
+    load_scaling_states(content.fp8->scaling(), rank_file(step_dir, rank, ".scaling"));
   return step;
 }
 
-}  // namespace train_mlp
+}  // namespace qmesh

@@ -1,0 +1,73 @@
+// The C API's layer context: recipe, FP8 scaling, placement.
+#include <string>
+
+#include "boundary.h"
+#include "handles.h"
+#include "tensor_view.h"
+
+using namespace qmesh::capi;
+
+extern "C" {
+
+void qmesh_context_config_init(qmesh_context_config* config) {
+  if (config == nullptr) return;
+  const qmesh::DelayedScaling delayed;
+  const qmesh::Float8CurrentScaling current;
+  *config = qmesh_context_config{};
+  config->struct_size = sizeof(qmesh_context_config);
+  config->recipe = QMESH_RECIPE_FP8_DELAYED;
+  config->amax_history_len = delayed.amax_history_len;
+  config->margin = delayed.margin;
+  config->amax_algo = static_cast<qmesh_amax_algo>(delayed.amax_compute_algo);
+  config->delayed_format = static_cast<qmesh_fp8_format>(delayed.fp8_format);
+  config->current_format = static_cast<qmesh_fp8_format>(current.fp8_format);
+  config->power_of_two_scales = current.power_of_two_scales;
+  config->amax_epsilon = current.amax_epsilon;
+  config->overlap = QMESH_OVERLAP_NONE;
+  config->device.kind = QMESH_DEVICE_HOST;
+}
+
+qmesh_status qmesh_context_create(const qmesh_mesh* mesh, const qmesh_context_config* config,
+                                  qmesh_context** context) {
+  return guard(__func__, [&] {
+    require(mesh, "mesh");
+    require(context, "context");
+    qmesh_context_config defaults;
+    qmesh_context_config_init(&defaults);
+    const qmesh_context_config c =
+        read_config(config, defaults, sizeof(qmesh_context_config), "qmesh_context_config");
+    const auto recipe = static_cast<qmesh::Recipe>(
+        checked_enum(c.recipe, QMESH_RECIPE_FP32, QMESH_RECIPE_FP8_CURRENT, "config.recipe"));
+    qmesh::DelayedScaling delayed;
+    delayed.amax_history_len = c.amax_history_len;
+    delayed.margin = c.margin;
+    delayed.amax_compute_algo = static_cast<qmesh::AmaxComputeAlgo>(
+        checked_enum(c.amax_algo, QMESH_AMAX_MAX, QMESH_AMAX_MOST_RECENT, "config.amax_algo"));
+    delayed.fp8_format = static_cast<qmesh::Fp8Format>(
+        checked_enum(c.delayed_format, QMESH_FP8_HYBRID, QMESH_FP8_E4M3, "config.delayed_format"));
+    qmesh::Float8CurrentScaling current;
+    current.fp8_format = static_cast<qmesh::Fp8Format>(
+        checked_enum(c.current_format, QMESH_FP8_HYBRID, QMESH_FP8_E4M3, "config.current_format"));
+    current.power_of_two_scales = c.power_of_two_scales != 0;
+    current.amax_epsilon = c.amax_epsilon;
+    const auto overlap = static_cast<qmesh::Overlap>(
+        checked_enum(c.overlap, QMESH_OVERLAP_NONE, QMESH_OVERLAP_BIDIR, "config.overlap"));
+    const qmesh::Placement placement{to_device(c.device, "config"), qmesh::Stream{c.stream},
+                                     qmesh::Stream{c.comm_stream}};
+    auto out = std::make_unique<qmesh_context>();
+    out->context =
+        std::make_unique<qmesh::LayerContext>(*mesh->mesh, recipe, delayed, current, placement);
+    out->context->set_overlap(overlap);
+    *context = out.release();
+  });
+}
+
+qmesh_status qmesh_context_destroy(qmesh_context* context) {
+  return guard(__func__, [&] { delete context; });
+}
+
+qmesh_status qmesh_context_end_step(qmesh_context* context) {
+  return guard(__func__, [&] { require(context, "context")->context->end_step(); });
+}
+
+}  // extern "C"

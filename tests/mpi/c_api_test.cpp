@@ -1,0 +1,501 @@
+// The C API's boundary under mpirun (2 ranks): every error path returns its status and a
+// message naming the problem (null handles, struct sizes, enums, tensors, shapes that do not
+// divide, a peer that never comes); the thread's last error is per thread; collectives and
+// the loss agree with values computed here.
+#include "qmesh/c_api.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using ::testing::HasSubstr;
+
+// A status and the message that must come with it.
+#define EXPECT_STATUS(call, status, text)                          \
+  do {                                                             \
+    EXPECT_EQ((call), (status)) << qmesh_last_error();             \
+    EXPECT_THAT(std::string(qmesh_last_error()), HasSubstr(text)); \
+  } while (0)
+
+class CApi : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(qmesh_world_create_mpi(nullptr, nullptr, &world_), QMESH_OK) << qmesh_last_error();
+    ASSERT_EQ(qmesh_world_rank(world_, &rank_), QMESH_OK);
+    ASSERT_EQ(qmesh_world_size(world_, &size_), QMESH_OK);
+    ASSERT_EQ(size_, 2);
+    const qmesh_mesh_axis axes[2] = {{"dp", 1}, {"tp", 2}};
+    ASSERT_EQ(qmesh_mesh_create(world_, axes, 2, nullptr, &mesh_), QMESH_OK) << qmesh_last_error();
+    qmesh_context_config config;
+    qmesh_context_config_init(&config);
+    ASSERT_EQ(qmesh_context_create(mesh_, &config, &ctx_), QMESH_OK) << qmesh_last_error();
+  }
+  void TearDown() override {
+    EXPECT_EQ(qmesh_context_destroy(ctx_), QMESH_OK);
+    EXPECT_EQ(qmesh_mesh_destroy(mesh_), QMESH_OK);
+    EXPECT_EQ(qmesh_world_destroy(world_), QMESH_OK);
+  }
+
+  qmesh_world* world_ = nullptr;
+  qmesh_mesh* mesh_ = nullptr;
+  qmesh_context* ctx_ = nullptr;
+  int rank_ = -1, size_ = 0;
+};
+
+TEST_F(CApi, VersionMatchesHeader) {
+  EXPECT_EQ(qmesh_version(), QMESH_C_API_VERSION);
+  EXPECT_THAT(std::string(qmesh_build_info()), HasSubstr("qmesh 0.1.0"));
+  EXPECT_STREQ(qmesh_status_name(QMESH_ERROR_INVALID_ARGUMENT), "invalid argument");
+}
+
+TEST_F(CApi, NullHandlesAndPointers) {
+  int n = 0;
+  EXPECT_STATUS(qmesh_world_rank(nullptr, &n), QMESH_ERROR_INVALID_ARGUMENT, "world is NULL");
+  EXPECT_STATUS(qmesh_world_rank(world_, nullptr), QMESH_ERROR_INVALID_ARGUMENT, "rank is NULL");
+  EXPECT_STATUS(qmesh_mesh_create(world_, nullptr, 2, nullptr, &mesh_),
+                QMESH_ERROR_INVALID_ARGUMENT, "axes is NULL");
+  EXPECT_STATUS(qmesh_context_end_step(nullptr), QMESH_ERROR_INVALID_ARGUMENT,
+                "qmesh_context_end_step: context is NULL");
+  EXPECT_STATUS(qmesh_layernorm_mlp_forward(nullptr, nullptr, nullptr),
+                QMESH_ERROR_INVALID_ARGUMENT, "qmesh_layernorm_mlp_forward: layer is NULL");
+  EXPECT_STATUS(qmesh_dense_backward(nullptr, nullptr, nullptr), QMESH_ERROR_INVALID_ARGUMENT,
+                "qmesh_dense_backward: layer is NULL");
+  EXPECT_STATUS(qmesh_optimizer_step(nullptr), QMESH_ERROR_INVALID_ARGUMENT, "opt is NULL");
+  EXPECT_STATUS(qmesh_grad_sync_finish(nullptr), QMESH_ERROR_INVALID_ARGUMENT, "sync is NULL");
+  EXPECT_STATUS(qmesh_parameter_name(nullptr, nullptr), QMESH_ERROR_INVALID_ARGUMENT, "NULL");
+  EXPECT_STATUS(qmesh_mesh_coord(mesh_, nullptr, &n), QMESH_ERROR_INVALID_ARGUMENT, "axis is NULL");
+  qmesh_parameter* none[1] = {nullptr};
+  qmesh_optimizer* opt = nullptr;
+  EXPECT_STATUS(qmesh_optimizer_create_sgd(none, 1, nullptr, nullptr, &opt),
+                QMESH_ERROR_INVALID_ARGUMENT, "qmesh_sgd_config is NULL");
+  EXPECT_EQ(opt, nullptr);  // out-parameters untouched on failure
+  // Destroying NULL is a no-op.
+  EXPECT_EQ(qmesh_world_destroy(nullptr), QMESH_OK);
+  EXPECT_EQ(qmesh_optimizer_destroy(nullptr), QMESH_OK);
+}
+
+TEST_F(CApi, StructSizesAndEnums) {
+  qmesh_context_config config;
+  qmesh_context_config_init(&config);
+  qmesh_context* ctx = nullptr;
+  config.struct_size = 8;
+  EXPECT_STATUS(qmesh_context_create(mesh_, &config, &ctx), QMESH_ERROR_INVALID_ARGUMENT,
+                "qmesh_context_config.struct_size is 8");
+  config.struct_size = sizeof(config) + 16;  // a newer header than this library
+  EXPECT_STATUS(qmesh_context_create(mesh_, &config, &ctx), QMESH_ERROR_INVALID_ARGUMENT,
+                "set it to sizeof(qmesh_context_config)");
+  qmesh_context_config_init(&config);
+  config.recipe = static_cast<qmesh_recipe>(7);
+  EXPECT_STATUS(qmesh_context_create(mesh_, &config, &ctx), QMESH_ERROR_INVALID_ARGUMENT,
+                "config.recipe is 7");
+  qmesh_context_config_init(&config);
+  config.amax_history_len = 0;  // the library's own validation
+  EXPECT_STATUS(qmesh_context_create(mesh_, &config, &ctx), QMESH_ERROR_FAILED, "history");
+  EXPECT_EQ(ctx, nullptr);
+  qmesh_adamw_config adamw;
+  qmesh_adamw_config_init(&adamw);
+  adamw.struct_size = 0;
+  qmesh_optimizer* opt = nullptr;
+  EXPECT_STATUS(qmesh_optimizer_create_adamw(nullptr, 0, &adamw, nullptr, &opt),
+                QMESH_ERROR_INVALID_ARGUMENT, "qmesh_adamw_config.struct_size is 0");
+  float v = 0;
+  const int64_t one = 1;
+  qmesh_tensor t = qmesh_host_tensor(&v, QMESH_FLOAT32, 1, &one);
+  EXPECT_STATUS(qmesh_world_all_reduce(world_, &t, static_cast<qmesh_reduce_op>(9)),
+                QMESH_ERROR_INVALID_ARGUMENT, "op is 9");
+}
+
+TEST_F(CApi, TensorDescriptions) {
+  std::vector<float> a(6), b(6);
+  const int64_t shape[2] = {2, 3};
+  qmesh_tensor dst = qmesh_host_tensor(a.data(), QMESH_FLOAT32, 2, shape);
+  qmesh_tensor src = qmesh_host_tensor(b.data(), QMESH_FLOAT32, 2, shape);
+  const int64_t transposed[2] = {1, 2};
+  src.strides = transposed;
+  EXPECT_STATUS(qmesh_tensor_copy(&dst, &src), QMESH_ERROR_INVALID_ARGUMENT,
+                "src.strides[1] is 2; qmesh takes dense row-major tensors");
+  const int64_t dense[2] = {3, 1};
+  src.strides = dense;
+  EXPECT_EQ(qmesh_tensor_copy(&dst, &src), QMESH_OK) << qmesh_last_error();
+  src.ndim = 9;
+  EXPECT_STATUS(qmesh_tensor_copy(&dst, &src), QMESH_ERROR_INVALID_ARGUMENT, "src.ndim is 9");
+  src = qmesh_host_tensor(nullptr, QMESH_FLOAT32, 2, shape);
+  EXPECT_STATUS(qmesh_tensor_copy(&dst, &src), QMESH_ERROR_INVALID_ARGUMENT, "src.data is NULL");
+  src = qmesh_host_tensor(b.data(), QMESH_FLOAT32, 2, shape);
+  src.shape[0] = -2;
+  EXPECT_STATUS(qmesh_tensor_copy(&dst, &src), QMESH_ERROR_INVALID_ARGUMENT, "src.shape[0] is -2");
+  src.shape[0] = 3;
+  src.shape[1] = 2;
+  EXPECT_STATUS(qmesh_tensor_copy(&dst, &src), QMESH_ERROR_FAILED, "[3, 2]");
+  src.dtype = static_cast<qmesh_dtype>(42);
+  EXPECT_STATUS(qmesh_tensor_copy(&dst, &src), QMESH_ERROR_INVALID_ARGUMENT, "src.dtype is 42");
+  EXPECT_EQ(qmesh_tensor_nbytes(&dst), 24u);
+}
+
+TEST_F(CApi, ShapesThatDoNotDivide) {
+  qmesh_layernorm_mlp_config config;
+  qmesh_layernorm_mlp_config_init(&config);
+  config.hidden = 16;
+  config.ffn = 33;  // tp = 2
+  qmesh_layernorm_mlp* block = nullptr;
+  EXPECT_STATUS(qmesh_layernorm_mlp_create(ctx_, "b", &config, &block), QMESH_ERROR_FAILED, "33");
+  EXPECT_EQ(block, nullptr);
+  config.ffn = 32;
+  ASSERT_EQ(qmesh_layernorm_mlp_create(ctx_, "b", &config, &block), QMESH_OK) << qmesh_last_error();
+  std::vector<float> x(4 * 17);
+  const int64_t shape[2] = {4, 17};  // hidden is 16
+  const qmesh_tensor xt = qmesh_host_tensor(x.data(), QMESH_FLOAT32, 2, shape);
+  qmesh_tensor y{};
+  EXPECT_STATUS(qmesh_layernorm_mlp_forward(block, &xt, &y), QMESH_ERROR_FAILED, "17");
+  qmesh_parameter* p = nullptr;
+  EXPECT_STATUS(qmesh_layernorm_mlp_parameter(block, 99, &p), QMESH_ERROR_INVALID_ARGUMENT,
+                "parameter index 99 is out of range");
+  EXPECT_EQ(qmesh_layernorm_mlp_destroy(block), QMESH_OK);
+  // A teacher batch of the wrong width.
+  qmesh_teacher* teacher = nullptr;
+  ASSERT_EQ(qmesh_teacher_create(16, 1, &teacher), QMESH_OK);
+  EXPECT_STATUS(qmesh_teacher_batch(teacher, 1, 0, &xt, &xt), QMESH_ERROR_FAILED,
+                "must be [tokens, 16]");
+  EXPECT_EQ(qmesh_teacher_destroy(teacher), QMESH_OK);
+  EXPECT_STATUS(qmesh_teacher_create(0, 1, &teacher), QMESH_ERROR_FAILED, "must be positive");
+}
+
+// Column- and row-parallel Dense (tp = 2, fp32 GEMMs) against float64 sums computed here
+// from the layers' own weight shards; shapes that do not divide fail.
+TEST_F(CApi, DenseMatchesFloat64Reference) {
+  qmesh_context_config cc;
+  qmesh_context_config_init(&cc);
+  cc.recipe = QMESH_RECIPE_FP32;
+  qmesh_context* ctx = nullptr;
+  ASSERT_EQ(qmesh_context_create(mesh_, &cc, &ctx), QMESH_OK) << qmesh_last_error();
+  constexpr int64_t T = 3, in = 8, out = 6;
+  std::vector<float> x(T * in);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = float(int(i % 11) - 5) * 0.25f;
+  auto weight_of = [](qmesh_dense* layer) {
+    qmesh_parameter* w = nullptr;
+    EXPECT_EQ(qmesh_dense_parameter(layer, 0, &w), QMESH_OK);
+    qmesh_tensor t{};
+    EXPECT_EQ(qmesh_parameter_value(w, &t), QMESH_OK);
+    return t;
+  };
+  for (const auto parallelism : {QMESH_DENSE_COLUMN, QMESH_DENSE_ROW}) {
+    qmesh_dense_config dc;
+    qmesh_dense_config_init(&dc);
+    dc.in_features = in;
+    dc.out_features = out;
+    dc.parallelism = parallelism;
+    dc.seed = 5;
+    qmesh_dense* layer = nullptr;
+    ASSERT_EQ(qmesh_dense_create(ctx, "d", &dc, &layer), QMESH_OK) << qmesh_last_error();
+    int count = 0;
+    ASSERT_EQ(qmesh_dense_parameter_count(layer, &count), QMESH_OK);
+    EXPECT_EQ(count, 2);  // weight, bias (zero at start)
+    const qmesh_tensor w = weight_of(layer);
+    const bool column = parallelism == QMESH_DENSE_COLUMN;
+    // The global weight [out, in], gathered from both ranks' shards.
+    std::vector<float> shards(size_t(out * in));
+    const int64_t shard_elems = out * in / 2;
+    qmesh_tensor mine = w;
+    mine.ndim = 1;
+    mine.shape[0] = shard_elems;
+    const int64_t all_elems = out * in;
+    qmesh_tensor all = qmesh_host_tensor(shards.data(), QMESH_FLOAT32, 1, &all_elems);
+    ASSERT_EQ(qmesh_world_all_gather(world_, &mine, &all), QMESH_OK) << qmesh_last_error();
+    auto global_w = [&](int64_t o, int64_t k) {
+      if (column) return double(shards[size_t(o * in + k)]);  // row shards stack in order
+      const int64_t r = k / (in / 2), kk = k % (in / 2);
+      return double(shards[size_t(r * shard_elems + o * (in / 2) + kk)]);
+    };
+    // Row parallel: this rank's input is its half of x's columns.
+    std::vector<float> x_local;
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t k = 0; k < in; ++k)
+        if (column || k / (in / 2) == rank_) x_local.push_back(x[size_t(t * in + k)]);
+    const int64_t xshape[2] = {T, column ? in : in / 2};
+    const qmesh_tensor xt = qmesh_host_tensor(x_local.data(), QMESH_FLOAT32, 2, xshape);
+    qmesh_tensor y{};
+    ASSERT_EQ(qmesh_dense_forward(layer, &xt, &y), QMESH_OK) << qmesh_last_error();
+    const int64_t out_local = column ? out / 2 : out;
+    ASSERT_EQ(y.ndim, 2);
+    ASSERT_EQ(y.shape[0], T);
+    ASSERT_EQ(y.shape[1], out_local);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t o = 0; o < out_local; ++o) {
+        const int64_t og = column ? rank_ * out_local + o : o;
+        double ref = 0;
+        for (int64_t k = 0; k < in; ++k) ref += double(x[size_t(t * in + k)]) * global_w(og, k);
+        EXPECT_NEAR(static_cast<const float*>(y.data)[t * out_local + o], ref, 1e-5)
+            << "t " << t << " o " << og << (column ? " column" : " row");
+      }
+    EXPECT_EQ(qmesh_dense_destroy(layer), QMESH_OK);
+  }
+  qmesh_dense_config dc;
+  qmesh_dense_config_init(&dc);
+  dc.in_features = in;
+  dc.out_features = 5;
+  dc.parallelism = QMESH_DENSE_COLUMN;
+  qmesh_dense* layer = nullptr;
+  EXPECT_STATUS(qmesh_dense_create(ctx, "d", &dc, &layer), QMESH_ERROR_FAILED, "5");
+  dc.parallelism = static_cast<qmesh_dense_parallelism>(3);
+  EXPECT_STATUS(qmesh_dense_create(ctx, "d", &dc, &layer), QMESH_ERROR_INVALID_ARGUMENT,
+                "config.parallelism is 3");
+  EXPECT_EQ(layer, nullptr);
+  EXPECT_EQ(qmesh_context_destroy(ctx), QMESH_OK);
+}
+
+// E4M3 byte -> value, written out here (sign, 4-bit exponent with bias 7, 3-bit mantissa).
+double e4m3(uint8_t b) {
+  const int e = (b >> 3) & 15, m = b & 7;
+  const double v = e == 0 ? std::ldexp(m / 8.0, -6) : std::ldexp(1.0 + m / 8.0, e - 7);
+  return (b & 0x80) ? -v : v;
+}
+
+// GEMM plans (fp32 with a bias epilogue, FP8 codes with scale_inv) against float64 sums
+// computed here; quantization against hand-encoded E4M3 codes; bad arguments fail.
+TEST(CApiGemm, PlansMatchFloat64Reference) {
+  // fp32, TN: D [2, 4] = A [2, 3] · B[4, 3]ᵀ + bias [4]; the plan runs again on new A values.
+  std::vector<float> a(6), b(12), bias(4), d(8);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = float(i) * 0.5f - 1.0f;
+  for (size_t i = 0; i < b.size(); ++i) b[i] = float(int(i % 5) - 2);
+  for (size_t i = 0; i < bias.size(); ++i) bias[i] = float(i) * 0.25f;
+  const int64_t sa[2] = {2, 3}, sb[2] = {4, 3}, sd[2] = {2, 4}, sbias[1] = {4};
+  const qmesh_tensor at = qmesh_host_tensor(a.data(), QMESH_FLOAT32, 2, sa);
+  const qmesh_tensor bt = qmesh_host_tensor(b.data(), QMESH_FLOAT32, 2, sb);
+  const qmesh_tensor biast = qmesh_host_tensor(bias.data(), QMESH_FLOAT32, 1, sbias);
+  qmesh_gemm_args args;
+  qmesh_gemm_args_init(&args);
+  args.a.plain = &at;
+  args.b.plain = &bt;
+  args.d = qmesh_host_tensor(d.data(), QMESH_FLOAT32, 2, sd);
+  args.epilogue = QMESH_GEMM_EPILOGUE_BIAS;
+  args.bias = &biast;
+  qmesh_gemm_plan* plan = nullptr;
+  ASSERT_EQ(qmesh_gemm_plan_create(&args, nullptr, &plan), QMESH_OK) << qmesh_last_error();
+  for (int round = 0; round < 2; ++round) {
+    if (round == 1)
+      for (auto& v : a) v = -v * 2.0f;
+    ASSERT_EQ(qmesh_gemm_plan_run(plan, nullptr), QMESH_OK) << qmesh_last_error();
+    for (int m = 0; m < 2; ++m)
+      for (int n = 0; n < 4; ++n) {
+        double ref = bias[size_t(n)];
+        for (int k = 0; k < 3; ++k) ref += double(a[size_t(m * 3 + k)]) * b[size_t(n * 3 + k)];
+        EXPECT_NEAR(d[size_t(m * 4 + n)], ref, 1e-5) << "round " << round;
+      }
+  }
+  EXPECT_EQ(qmesh_gemm_plan_destroy(plan), QMESH_OK);
+
+  // FP8 E4M3 x E4M3 with scale_inv 0.5 and 2: D = (codes_a * 0.5) · (codes_b * 2)ᵀ.
+  const uint8_t ca[6] = {0x38, 0x40, 0x3C, 0xB8, 0x30, 0x00};
+  const uint8_t cb[12] = {0x38, 0x38, 0x38, 0x40, 0xB8, 0x30, 0x3C, 0x00, 0xC0, 0x44, 0x34, 0x38};
+  float sa_inv = 0.5f, sb_inv = 2.0f, scale_a = 2.0f, scale_b = 0.5f, amax_a = 0, amax_b = 0;
+  qmesh_quantized_tensor qa{}, qb{};
+  qa.data = qmesh_host_tensor(const_cast<uint8_t*>(ca), QMESH_FLOAT8_E4M3, 2, sa);
+  qa.scale = &scale_a;
+  qa.scale_inv = &sa_inv;
+  qa.amax = &amax_a;
+  qb.data = qmesh_host_tensor(const_cast<uint8_t*>(cb), QMESH_FLOAT8_E4M3, 2, sb);
+  qb.scale = &scale_b;
+  qb.scale_inv = &sb_inv;
+  qb.amax = &amax_b;
+  qmesh_gemm_args_init(&args);
+  args.a.fp8 = &qa;
+  args.b.fp8 = &qb;
+  args.d = qmesh_host_tensor(d.data(), QMESH_FLOAT32, 2, sd);
+  ASSERT_EQ(qmesh_gemm_plan_create(&args, nullptr, &plan), QMESH_OK) << qmesh_last_error();
+  ASSERT_EQ(qmesh_gemm_plan_run(plan, nullptr), QMESH_OK) << qmesh_last_error();
+  for (int m = 0; m < 2; ++m)
+    for (int n = 0; n < 4; ++n) {
+      double ref = 0;
+      for (int k = 0; k < 3; ++k) ref += e4m3(ca[m * 3 + k]) * 0.5 * e4m3(cb[n * 3 + k]) * 2.0;
+      EXPECT_EQ(double(d[size_t(m * 4 + n)]), ref) << m << "," << n;  // exact in fp32
+    }
+  EXPECT_EQ(qmesh_gemm_plan_destroy(plan), QMESH_OK);
+
+  // Quantize: 1, -2, 1.5 and 896 (saturates to 448) with scale 1.
+  float x[4] = {1.0f, -2.0f, 1.5f, 896.0f};
+  uint8_t codes[4] = {0, 0, 0, 0};
+  float scale = 1.0f, scale_inv = 0.0f, amax = 0.0f;
+  const int64_t s4[2] = {1, 4};
+  const qmesh_tensor xt = qmesh_host_tensor(x, QMESH_FLOAT32, 2, s4);
+  qmesh_quantized_tensor q{};
+  q.data = qmesh_host_tensor(codes, QMESH_FLOAT8_E4M3, 2, s4);
+  q.scale = &scale;
+  q.scale_inv = &scale_inv;
+  q.amax = &amax;
+  ASSERT_EQ(qmesh_quantize(&xt, &q, nullptr), QMESH_OK) << qmesh_last_error();
+  EXPECT_EQ(codes[0], 0x38);
+  EXPECT_EQ(codes[1], 0xC0);
+  EXPECT_EQ(codes[2], 0x3C);
+  EXPECT_EQ(codes[3], 0x7E);
+  EXPECT_EQ(e4m3(0x7E), 448.0);
+  EXPECT_EQ(scale_inv, 1.0f);
+  EXPECT_EQ(amax, 896.0f);
+
+  // Bad arguments.
+  plan = nullptr;
+  qmesh_gemm_args_init(&args);
+  args.a.plain = &at;
+  args.a.fp8 = &qa;
+  args.b.plain = &bt;
+  args.d = qmesh_host_tensor(d.data(), QMESH_FLOAT32, 2, sd);
+  EXPECT_STATUS(qmesh_gemm_plan_create(&args, nullptr, &plan), QMESH_ERROR_INVALID_ARGUMENT,
+                "args.a: set exactly one of .plain and .fp8");
+  args.a.fp8 = nullptr;
+  const int64_t sbad[2] = {4, 2};  // K = 2 against A's 3
+  const qmesh_tensor bad = qmesh_host_tensor(b.data(), QMESH_FLOAT32, 2, sbad);
+  args.b.plain = &bad;
+  EXPECT_EQ(qmesh_gemm_plan_create(&args, nullptr, &plan), QMESH_ERROR_FAILED);
+  EXPECT_THAT(std::string(qmesh_last_error()), HasSubstr("qmesh_gemm_plan_create"));
+  EXPECT_EQ(plan, nullptr);
+  qa.scale_inv = nullptr;
+  EXPECT_EQ(qmesh_quantize(&xt, &qa, nullptr), QMESH_ERROR_FAILED);
+  EXPECT_STATUS(qmesh_gemm_plan_run(nullptr, nullptr), QMESH_ERROR_INVALID_ARGUMENT,
+                "plan is NULL");
+}
+
+TEST_F(CApi, LastErrorIsPerThread) {
+  EXPECT_EQ(qmesh_world_rank(nullptr, nullptr), QMESH_ERROR_INVALID_ARGUMENT);
+  const std::string mine = qmesh_last_error();
+  std::string theirs;
+  std::thread([&] {
+    EXPECT_STREQ(qmesh_last_error(), "");
+    EXPECT_EQ(qmesh_optimizer_step(nullptr), QMESH_ERROR_INVALID_ARGUMENT);
+    theirs = qmesh_last_error();
+  }).join();
+  EXPECT_EQ(qmesh_last_error(), mine);
+  EXPECT_THAT(theirs, HasSubstr("qmesh_optimizer_step"));
+}
+
+TEST_F(CApi, CollectivesAndLossAgreeWithReference) {
+  // all_reduce: sum of (rank + 1) over 2 ranks = 3; all_gather: rank order.
+  double v = rank_ + 1.0;
+  const int64_t one = 1, two = 2;
+  qmesh_tensor t = qmesh_host_tensor(&v, QMESH_FLOAT64, 1, &one);
+  ASSERT_EQ(qmesh_world_all_reduce(world_, &t, QMESH_SUM), QMESH_OK) << qmesh_last_error();
+  EXPECT_EQ(v, 3.0);
+  const char* tp[1] = {"tp"};
+  v = rank_ * 10.0;
+  ASSERT_EQ(qmesh_mesh_all_reduce(mesh_, tp, 1, &t, QMESH_MAX), QMESH_OK) << qmesh_last_error();
+  EXPECT_EQ(v, 10.0);
+  int32_t mine = 7 + rank_, all[2] = {0, 0};
+  qmesh_tensor in = qmesh_host_tensor(&mine, QMESH_INT32, 1, &one);
+  qmesh_tensor out = qmesh_host_tensor(all, QMESH_INT32, 1, &two);
+  ASSERT_EQ(qmesh_world_all_gather(world_, &in, &out), QMESH_OK) << qmesh_last_error();
+  EXPECT_EQ(all[0], 7);
+  EXPECT_EQ(all[1], 8);
+  // mse_loss against float64 computed here.
+  float y[3] = {1.0f, -2.0f, 0.5f}, target[3] = {0.0f, 1.0f, 0.25f}, dy[3];
+  double sum_sq = 0;
+  const int64_t three = 3;
+  qmesh_tensor yt = qmesh_host_tensor(y, QMESH_FLOAT32, 1, &three);
+  qmesh_tensor tt = qmesh_host_tensor(target, QMESH_FLOAT32, 1, &three);
+  qmesh_tensor dyt = qmesh_host_tensor(dy, QMESH_FLOAT32, 1, &three);
+  qmesh_tensor st = qmesh_host_tensor(&sum_sq, QMESH_FLOAT64, 1, &one);
+  ASSERT_EQ(qmesh_mse_loss(&yt, &tt, 6.0, &dyt, &st, nullptr), QMESH_OK) << qmesh_last_error();
+  double expect = 0;
+  for (int i = 0; i < 3; ++i) {
+    const double d = double(y[i]) - double(target[i]);
+    expect += d * d;
+    EXPECT_EQ(dy[i], float(2.0 * d / 6.0));
+  }
+  EXPECT_EQ(sum_sq, expect);
+  EXPECT_STATUS(qmesh_mse_loss(&yt, &tt, 2.0, &dyt, &st, nullptr), QMESH_ERROR_FAILED,
+                "global_count");
+}
+
+TEST_F(CApi, CheckpointErrors) {
+  float v = 1.0f;
+  const int64_t one = 1;
+  qmesh_named_tensor tensors[1] = {{"v", qmesh_host_tensor(&v, QMESH_FLOAT32, 1, &one)}};
+  int step = -1;
+  int32_t pid = ::getpid();  // rank 0's names the directory every rank uses
+  const qmesh_tensor pid_tensor = qmesh_host_tensor(&pid, QMESH_INT32, 1, &one);
+  ASSERT_EQ(qmesh_world_all_reduce(world_, &pid_tensor, QMESH_MAX), QMESH_OK);
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("qmesh_c_api_ckpt_" + std::to_string(pid)))
+          .string();
+  EXPECT_STATUS(qmesh_checkpoint_load_latest(world_, dir.c_str(), tensors, 1, nullptr, &step),
+                QMESH_ERROR_FAILED, "no checkpoint to resume from");
+  EXPECT_EQ(step, -1);
+  tensors[0].name = nullptr;
+  EXPECT_STATUS(qmesh_checkpoint_save(world_, dir.c_str(), 1, tensors, 1, nullptr),
+                QMESH_ERROR_INVALID_ARGUMENT, "tensors[0].name is NULL");
+  tensors[0].name = "v";
+  EXPECT_STATUS(qmesh_checkpoint_save(world_, dir.c_str(), -1, tensors, 1, nullptr),
+                QMESH_ERROR_INVALID_ARGUMENT, "step is negative");
+  EXPECT_STATUS(qmesh_checkpoint_save(world_, dir.c_str(), 1, tensors, 1, ctx_), QMESH_ERROR_FAILED,
+                "no FP8 operands were registered");  // no layers yet
+  // A round trip (collective), then a load into a tensor of another shape.
+  v = 2.5f + float(rank_);
+  ASSERT_EQ(qmesh_checkpoint_save(world_, dir.c_str(), 4, tensors, 1, nullptr), QMESH_OK)
+      << qmesh_last_error();
+  v = 0;
+  ASSERT_EQ(qmesh_checkpoint_load_latest(world_, dir.c_str(), tensors, 1, nullptr, &step), QMESH_OK)
+      << qmesh_last_error();
+  EXPECT_EQ(step, 4);
+  EXPECT_EQ(v, 2.5f + float(rank_));
+  float w[2] = {0, 0};
+  const int64_t two = 2;
+  tensors[0].tensor = qmesh_host_tensor(w, QMESH_FLOAT32, 1, &two);
+  EXPECT_EQ(qmesh_checkpoint_load_latest(world_, dir.c_str(), tensors, 1, nullptr, &step),
+            QMESH_ERROR_FAILED);
+  EXPECT_EQ(w[0], 0.0f);  // untouched
+  ASSERT_EQ(qmesh_world_barrier(world_), QMESH_OK);
+  if (rank_ == 0) std::filesystem::remove_all(dir);
+}
+
+// A world bootstrapped through a directory (UCX), the two MPI ranks joining it as ranks 0
+// and 1: its all-reduce sums both.
+TEST_F(CApi, StoreBootstrappedWorld) {
+  int32_t pid = ::getpid();
+  const int64_t one = 1;
+  const qmesh_tensor pid_tensor = qmesh_host_tensor(&pid, QMESH_INT32, 1, &one);
+  ASSERT_EQ(qmesh_world_all_reduce(world_, &pid_tensor, QMESH_MAX), QMESH_OK);
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("qmesh_c_api_store_" + std::to_string(pid));
+  qmesh_world* store_world = nullptr;
+  const qmesh_status status = qmesh_world_create_store(rank_, 2, dir.c_str(), &store_world);
+  if (status == QMESH_ERROR_UNSUPPORTED) GTEST_SKIP() << qmesh_last_error();
+  ASSERT_EQ(status, QMESH_OK) << qmesh_last_error();
+  int rank = -1, size = 0;
+  EXPECT_EQ(qmesh_world_rank(store_world, &rank), QMESH_OK);
+  EXPECT_EQ(qmesh_world_size(store_world, &size), QMESH_OK);
+  EXPECT_EQ(rank, rank_);
+  EXPECT_EQ(size, 2);
+  double v = 10.0 * (rank_ + 1);
+  const qmesh_tensor t = qmesh_host_tensor(&v, QMESH_FLOAT64, 1, &one);
+  ASSERT_EQ(qmesh_world_all_reduce(store_world, &t, QMESH_SUM), QMESH_OK) << qmesh_last_error();
+  EXPECT_EQ(v, 30.0);
+  EXPECT_EQ(qmesh_world_barrier(store_world), QMESH_OK);
+  EXPECT_EQ(qmesh_world_destroy(store_world), QMESH_OK);
+  ASSERT_EQ(qmesh_world_barrier(world_), QMESH_OK);
+  if (rank_ == 0) std::filesystem::remove_all(dir);
+}
+
+// A peer that never joins: the store bootstrap gives up after the comm timeout
+// (QMESH_COMM_TIMEOUT_S) with a status and a message, instead of hanging.
+TEST_F(CApi, PeerThatNeverComes) {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("qmesh_c_api_test_" + std::to_string(::getpid()));
+  qmesh_world* world = nullptr;
+  const qmesh_status status = qmesh_world_create_store(0, 2, dir.c_str(), &world);
+  std::filesystem::remove_all(dir);
+  if (status == QMESH_ERROR_UNSUPPORTED) GTEST_SKIP() << qmesh_last_error();
+  EXPECT_EQ(status, QMESH_ERROR_FAILED) << qmesh_last_error();
+  EXPECT_THAT(std::string(qmesh_last_error()), HasSubstr("qmesh_world_create_store"));
+  EXPECT_EQ(world, nullptr);
+  EXPECT_STATUS(qmesh_world_create_store(2, 2, dir.c_str(), &world), QMESH_ERROR_INVALID_ARGUMENT,
+                "0 <= rank < size");
+}
+
+}  // namespace

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Builds the C consumer (main.c) against an installed qmesh twice, with pkg-config and with
+# find_package(qmesh), and runs each on 2 ranks under mpirun.
+# Usage: tests/package_c/run.sh <install prefix> <work dir>
+set -euo pipefail
+prefix=$(realpath "$1")
+work=$2
+src=$(cd "$(dirname "$0")" && pwd)
+rm -rf "$work" && mkdir -p "$work"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 QMESH_COMM_TIMEOUT_S=30
+mpirun_args=(-np 2 --oversubscribe --mca pml ob1 --mca btl self,vader)
+pc_dir=$(dirname "$(find "$prefix" -name qmesh.pc | head -n 1)")
+[ -f "$pc_dir/qmesh.pc" ] || { echo "no qmesh.pc under $prefix"; exit 1; }
+
+echo "pkg-config: $(PKG_CONFIG_PATH=$pc_dir pkg-config --cflags --libs qmesh)"
+# shellcheck disable=SC2046
+cc -std=c11 -Wall -Wextra -Werror -pedantic "$src/main.c" -o "$work/pc_consumer" \
+  $(PKG_CONFIG_PATH=$pc_dir pkg-config --cflags --libs qmesh)
+LD_LIBRARY_PATH="$(PKG_CONFIG_PATH=$pc_dir pkg-config --variable=libdir qmesh)" \
+  timeout 120 mpirun "${mpirun_args[@]}" "$work/pc_consumer"
+
+cmake -S "$src" -B "$work/cmake" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
+cmake --build "$work/cmake" >/dev/null
+timeout 120 mpirun "${mpirun_args[@]}" "$work/cmake/qmesh_c_consumer"
