@@ -260,3 +260,22 @@ def test_bad_input_raises():
         dense(x, w, state=init_state(recipe), recipe=recipe, activation="swish")
     with pytest.raises(ValueError, match="float32, bfloat16 or float16"):
         dense(jnp.ones((4, 32), jnp.int32), w, state=init_state(recipe), recipe=recipe)
+
+
+@pytest.mark.parametrize("policy", ["everything_saveable", "nothing_saveable", "qmesh"])
+def test_remat_keeps_fp8_residuals_exact(rng, policy):
+    # E4M3 codes >= 256 and subnormals: jax.checkpoint's reduce_precision on float residuals
+    # would turn them into NaN and 0; dense keeps its residuals as uint8.
+    from qmesh.jax.checkpoint_policies import checkpoint_dots_and_qmesh_gemms
+
+    pol = (checkpoint_dots_and_qmesh_gemms if policy == "qmesh"
+           else getattr(jax.checkpoint_policies, policy))
+    x, w, b, r = data(rng)
+    x[0, 0, :4] = [400.0, -300.0, 0.004, -0.003]
+    recipe = Float8CurrentScaling()
+    loss = lambda x_, w_: jnp.sum(dense(x_, w_, b, None, recipe=recipe) * r)  # noqa: E731
+    want = jax.value_and_grad(loss, argnums=(0, 1))(x, w)
+    got = jax.jit(jax.value_and_grad(jax.checkpoint(loss, policy=pol), argnums=(0, 1)))(x, w)
+    for g, wv in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        assert np.all(np.isfinite(np.asarray(g)))
+        np.testing.assert_allclose(np.asarray(g), np.asarray(wv), rtol=1e-6, atol=1e-6)

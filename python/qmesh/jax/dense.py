@@ -33,6 +33,8 @@ import functools
 
 import jax
 import jax.numpy as jnp
+from jax import lax
+from jax.ad_checkpoint import checkpoint_name
 
 from qmesh.jax import stats
 from qmesh.jax.gemm import Epilogue, WIDE_DTYPES, dgelu, gelu, gemm
@@ -110,20 +112,35 @@ def _quantize(x, state, name, dtype, recipe):
                             amax_epsilon=recipe.amax_epsilon)
 
 
+# FP8 residuals are kept as their uint8 bit patterns under this checkpoint name: jax.checkpoint
+# passes float residuals through reduce_precision(exponent_bits, mantissa_bits), which on
+# float8_e4m3fn flushes subnormals and turns codes >= 256 into NaN (IEEE-style E4M3 has no
+# such values); integers pass untouched. checkpoint_policies saves this name.
+SAVED_NAME = "qmesh_fp8_operand"
+
+
+def _saved(q):
+    """(codes, amax, scale_inv) of a Quantized, named for remat; codes come back as FP8."""
+    dtype = q.q.dtype
+    bits, amax, scale_inv = checkpoint_name(
+        (lax.bitcast_convert_type(q.q, jnp.uint8), q.amax, q.scale_inv), SAVED_NAME)
+    return bits, amax, scale_inv, lax.bitcast_convert_type(bits, dtype)
+
+
 def _forward(cfg, x, kernel, bias, state):
     recipe = cfg.recipe
     lead, k = x.shape[:-1], x.shape[-1]
     x2 = x.reshape(-1, k)
     fwd = recipe.fp8_format.fwd_dtype
-    xq = _quantize(x2, state, "input", fwd, recipe)
-    wq = _quantize(kernel, state, "kernel", fwd, recipe)
+    xq = _saved(_quantize(x2, state, "input", fwd, recipe))
+    wq = _saved(_quantize(kernel, state, "kernel", fwd, recipe))
     if cfg.activation == "gelu":
         epilogue = Epilogue.BIAS_GELU_AUX if cfg.has_bias else Epilogue.NONE
     else:
         epilogue = Epilogue.BIAS if cfg.has_bias else Epilogue.NONE
     # Without a bias the GELU runs here on the float32 product, which is also its aux.
     gemm_dtype = F32 if cfg.activation and not cfg.has_bias else cfg.out_dtype
-    out = gemm(xq.q, wq.q, xq.scale_inv, wq.scale_inv, trans_b=False, epilogue=epilogue,
+    out = gemm(xq[3], wq[3], xq[2], wq[2], trans_b=False, epilogue=epilogue,
                bias=bias if cfg.has_bias else None, out_dtype=gemm_dtype)
     aux = None
     if cfg.activation == "gelu":
@@ -139,15 +156,17 @@ def _forward(cfg, x, kernel, bias, state):
 
 def _dense_fwd(cfg, x, kernel, bias, state):
     y, (xq, wq, aux, lead) = _forward(cfg, x, kernel, bias, state)
-    res = (xq.q, xq.scale_inv, xq.amax, wq.q, wq.scale_inv, wq.amax, aux, state,
+    res = (xq[0], xq[2], xq[1], wq[0], wq[2], wq[1], aux, state,
            jnp.zeros((0,), x.dtype), jnp.zeros((0,), kernel.dtype),
            None if bias is None else jnp.zeros((0,), bias.dtype))
     return y, res
 
 
 def _dense_bwd(cfg, res, g):
-    x_q, x_si, x_amax, w_q, w_si, w_amax, aux, state, x_like, w_like, b_like = res
+    x_bits, x_si, x_amax, w_bits, w_si, w_amax, aux, state, x_like, w_like, b_like = res
     recipe = cfg.recipe
+    fwd = recipe.fp8_format.fwd_dtype
+    x_q, w_q = (lax.bitcast_convert_type(b, fwd) for b in (x_bits, w_bits))
     n = g.shape[-1]
     g2 = g.reshape(-1, n)
     if aux is not None:
