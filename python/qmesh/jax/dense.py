@@ -1,0 +1,282 @@
+"""The FP8 dense layer y = act(x @ kernel + bias) as one differentiable JAX function.
+
+    state = init_state(recipe)                       # DelayedScaling only (None otherwise)
+    y = dense(x, kernel, bias, state, recipe=recipe, activation="gelu")
+
+Forward: x (E4M3) and kernel (E4M3) are quantized with the recipe's scales and multiplied by
+qmesh's GEMM with their scale_inv operands; the bias and the GELU run in the GEMM's epilogue.
+Backward: the output gradient is quantized to the recipe's backward dtype (E5M2 with HYBRID),
+the bias gradient fused with that cast; dgrad = dy @ kernel^T and wgrad = x^T @ dy are FP8
+GEMMs on the FP8 codes saved by the forward (no full-precision copies are kept).
+
+Delayed scaling state (a dict, Flax's names): input_/kernel_/output_grad_ amax_history
+(float32 [amax_history_len]) and _scale (float32 scalars). The scales in the state are used as
+they are; this step's amaxes enter row 0 of the histories and the state is updated by qmesh's
+delayed-scaling rule (docs/design/scaling.md) in the backward pass, whose new value comes back
+as the *gradient* of the state: Flax's `_overwrite_with_gradient` collection (TrainState
+replaces the state by its gradient). Without a backward pass the state does not change.
+
+Sharding: x's rows and the kernel's columns keep their shardings; the amaxes are reduced by
+the quantize primitives over every mesh axis but the pipeline axis (XLA merges the step's
+amax reductions into one all-reduce); the bias gradient is summed over the axes that shard the
+rows; a GEMM whose contracting dimension is sharded sums its partial products (see gemm.py).
+
+FP8 needs K and N multiples of 16 on CUDA (cuBLASLt). When FP8 cannot be used the call raises
+with the reason, unless `fallback="bf16"`: then the layer runs in bfloat16 (float32
+accumulation), the state passes through unchanged, and qmesh.jax.stats() counts it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.ad_checkpoint import checkpoint_name
+
+from qmesh.jax import stats
+from qmesh.jax.gemm import Epilogue, WIDE_DTYPES, dgelu, gelu, gemm
+from qmesh.jax.quantize import dbias_quantize, quantize, quantize_current
+from qmesh.jax.recipe import DelayedScaling, Float8CurrentScaling, check_recipe
+from qmesh.jax.scaling import update_delayed_scaling
+
+OPERANDS = ("input", "kernel", "output_grad")
+ACTIVATIONS = (None, "gelu")
+FALLBACKS = (None, "bf16")
+F32 = jnp.dtype(jnp.float32)
+
+
+def init_state(recipe) -> dict | None:
+    """The delayed-scaling state of one dense layer (scales 1, histories 0); None for a
+    recipe without state."""
+    check_recipe(recipe)
+    if not isinstance(recipe, DelayedScaling):
+        return None
+    state = {}
+    for name in OPERANDS:
+        state[f"{name}_amax_history"] = jnp.zeros((recipe.amax_history_len,), F32)
+        state[f"{name}_scale"] = jnp.ones((), F32)
+    return state
+
+
+def backend_platform() -> str:
+    """The platform the layer is compiled for (the default backend's)."""
+    return jax.default_backend()
+
+
+def fp8_unsupported_reason(x_dtype, k: int, n: int, platform: str | None = None) -> str | None:
+    """Why the FP8 path cannot take this layer (None when it can)."""
+    if jnp.dtype(x_dtype) not in WIDE_DTYPES:
+        return f"dense: x must be float32, bfloat16 or float16 for FP8, not {jnp.dtype(x_dtype)}"
+    platform = backend_platform() if platform is None else platform
+    if platform in ("cuda", "gpu") and (k % 16 or n % 16):
+        return (f"dense: FP8 on CUDA needs the input features K and output features N to be "
+                f"multiples of 16 (cuBLASLt), got K={k}, N={n}")
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Config:
+    recipe: DelayedScaling | Float8CurrentScaling
+    activation: str | None
+    has_bias: bool
+    out_dtype: object
+
+
+def _check_state(state, recipe):
+    if not isinstance(recipe, DelayedScaling):
+        if state is not None:
+            raise ValueError(f"dense: {type(recipe).__name__} keeps no state; pass state=None")
+        return
+    if not isinstance(state, dict) or set(state) != {f"{o}_{s}" for o in OPERANDS
+                                                     for s in ("amax_history", "scale")}:
+        raise ValueError("dense: DelayedScaling needs the state of init_state(recipe) (a dict "
+                         "of input_/kernel_/output_grad_ amax_history and scale)")
+    for o in OPERANDS:
+        h, s = jnp.shape(state[f"{o}_amax_history"]), jnp.shape(state[f"{o}_scale"])
+        if h != (recipe.amax_history_len,) or s not in ((), (1,)):
+            raise ValueError(f"dense: state {o}_amax_history must be [{recipe.amax_history_len}] "
+                             f"and {o}_scale a scalar, not {list(h)} and {list(s)}")
+
+
+def _scalar(v):
+    return jnp.reshape(jnp.asarray(v, F32), ())
+
+
+def _quantize(x, state, name, dtype, recipe):
+    if isinstance(recipe, DelayedScaling):
+        return quantize(x, _scalar(state[f"{name}_scale"]), dtype)
+    return quantize_current(x, dtype, power_of_two_scales=recipe.power_of_two_scales,
+                            amax_epsilon=recipe.amax_epsilon)
+
+
+# FP8 residuals are kept as their uint8 bit patterns under this checkpoint name: jax.checkpoint
+# passes float residuals through reduce_precision(exponent_bits, mantissa_bits), which on
+# float8_e4m3fn flushes subnormals and turns codes >= 256 into NaN (IEEE-style E4M3 has no
+# such values); integers pass untouched. checkpoint_policies saves this name.
+SAVED_NAME = "qmesh_fp8_operand"
+
+
+def _saved(q):
+    """(codes, amax, scale_inv) of a Quantized, named for remat; codes come back as FP8."""
+    dtype = q.q.dtype
+    bits, amax, scale_inv = checkpoint_name(
+        (lax.bitcast_convert_type(q.q, jnp.uint8), q.amax, q.scale_inv), SAVED_NAME)
+    return bits, amax, scale_inv, lax.bitcast_convert_type(bits, dtype)
+
+
+def _forward(cfg, x, kernel, bias, state):
+    recipe = cfg.recipe
+    lead, k = x.shape[:-1], x.shape[-1]
+    x2 = x.reshape(-1, k)
+    fwd = recipe.fp8_format.fwd_dtype
+    xq = _saved(_quantize(x2, state, "input", fwd, recipe))
+    wq = _saved(_quantize(kernel, state, "kernel", fwd, recipe))
+    if cfg.activation == "gelu":
+        epilogue = Epilogue.BIAS_GELU_AUX if cfg.has_bias else Epilogue.NONE
+    else:
+        epilogue = Epilogue.BIAS if cfg.has_bias else Epilogue.NONE
+    # Without a bias the GELU runs here on the float32 product, which is also its aux.
+    gemm_dtype = F32 if cfg.activation and not cfg.has_bias else cfg.out_dtype
+    out = gemm(xq[3], wq[3], xq[2], wq[2], trans_b=False, epilogue=epilogue,
+               bias=bias if cfg.has_bias else None, out_dtype=gemm_dtype)
+    aux = None
+    if cfg.activation == "gelu":
+        if cfg.has_bias:
+            out, aux = out
+            out = out.astype(cfg.out_dtype)
+        else:  # the pre-activation is the product itself
+            aux = out
+            out = gelu(out).astype(cfg.out_dtype)
+    y = out.reshape(*lead, out.shape[-1])
+    return y, (xq, wq, aux, lead)
+
+
+def _dense_fwd(cfg, x, kernel, bias, state):
+    y, (xq, wq, aux, lead) = _forward(cfg, x, kernel, bias, state)
+    res = (xq[0], xq[2], xq[1], wq[0], wq[2], wq[1], aux, state,
+           jnp.zeros((0,), x.dtype), jnp.zeros((0,), kernel.dtype),
+           None if bias is None else jnp.zeros((0,), bias.dtype))
+    return y, res
+
+
+def _dense_bwd(cfg, res, g):
+    x_bits, x_si, x_amax, w_bits, w_si, w_amax, aux, state, x_like, w_like, b_like = res
+    recipe = cfg.recipe
+    fwd = recipe.fp8_format.fwd_dtype
+    x_q, w_q = (lax.bitcast_convert_type(b, fwd) for b in (x_bits, w_bits))
+    n = g.shape[-1]
+    g2 = g.reshape(-1, n)
+    if aux is not None:
+        g2 = (g2.astype(F32) * dgelu(aux.astype(F32))).astype(g.dtype)
+    bwd = recipe.fp8_format.bwd_dtype
+    dbias = None
+    if isinstance(recipe, DelayedScaling):
+        scale = _scalar(state["output_grad_scale"])
+        if cfg.has_bias:
+            gq, dbias = dbias_quantize(g2, scale, bwd)
+        else:
+            gq = quantize(g2, scale, bwd)
+    else:
+        gq = _quantize(g2, None, "output_grad", bwd, recipe)
+        if cfg.has_bias:
+            dbias = jnp.sum(g2.astype(F32), axis=0)
+    # Both backward GEMMs in the NN form (operands transposed by XLA): the host GEMM is several
+    # times faster in it; on CUDA the GEMM takes its TN form and the two transposes cancel.
+    dx = gemm(gq.q, w_q.T, gq.scale_inv, w_si, trans_b=False, out_dtype=x_like.dtype,
+              split_accumulator=True)
+    dw = gemm(x_q.T, gq.q, x_si, gq.scale_inv, trans_b=False, out_dtype=w_like.dtype,
+              split_accumulator=True)
+    dx = dx.reshape(*g.shape[:-1], dx.shape[-1])
+    db = None if b_like is None else dbias.astype(b_like.dtype)
+    new_state = None
+    if isinstance(recipe, DelayedScaling):
+        new_state = _updated_state(state, (x_amax, w_amax, gq.amax), recipe)
+    return dx, dw, db, new_state
+
+
+def _updated_state(state, amaxes, recipe):
+    """This step's amaxes into row 0 of the histories, then qmesh's delayed-scaling update of
+    the three tensors in one call."""
+    history = jnp.stack([state[f"{o}_amax_history"].astype(F32) for o in OPERANDS], axis=1)
+    history = history.at[0].set(jnp.stack(amaxes))
+    scale = jnp.stack([_scalar(state[f"{o}_scale"]) for o in OPERANDS])
+    fmt = recipe.fp8_format
+    history, scale = update_delayed_scaling(history, scale, (fmt.fwd_dtype, fmt.fwd_dtype,
+                                                              fmt.bwd_dtype), recipe)
+    new = {}
+    for i, o in enumerate(OPERANDS):
+        new[f"{o}_amax_history"] = history[:, i]
+        new[f"{o}_scale"] = scale[i].reshape(jnp.shape(state[f"{o}_scale"]))
+    return new
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _dense(cfg, x, kernel, bias, state):
+    return _forward(cfg, x, kernel, bias, state)[0]
+
+
+_dense.defvjp(_dense_fwd, _dense_bwd)
+
+
+@jax.custom_vjp
+def _pass_state(y, state):
+    """y, whose backward gives `state` back unchanged as the state's "gradient" (the fallback
+    keeps the FP8 state as it is)."""
+    return y
+
+
+_pass_state.defvjp(lambda y, state: (y, state), lambda state, g: (g, state))
+
+
+def _fallback(x, kernel, bias, activation, out_dtype):
+    bf = jnp.bfloat16
+    y = jnp.matmul(x.astype(bf), kernel.astype(bf), preferred_element_type=F32)
+    if bias is not None:
+        y = y + bias.astype(F32)
+    if activation == "gelu":
+        y = gelu(y)
+    return y.astype(out_dtype)
+
+
+def dense(x, kernel, bias=None, state=None, *, recipe=None, activation: str | None = None,
+          out_dtype=None, fallback: str | None = None):
+    """act(x @ kernel + bias) with FP8 GEMMs in forward and backward.
+
+    x: [..., K] (float32, bfloat16 or float16); kernel: [K, N]; bias: [N] or None; state: the
+    delayed-scaling state (init_state(recipe)) or None for Float8CurrentScaling; recipe:
+    DelayedScaling() (default) or Float8CurrentScaling(); activation: None or "gelu" (tanh
+    approximation); out_dtype: default x's dtype; fallback: None (raise when FP8 cannot be
+    used) or "bf16" (run in bfloat16 then, counted in qmesh.jax.stats()).
+
+    Returns y [..., N]. Differentiate with respect to `state` to get the updated state."""
+    recipe = DelayedScaling() if recipe is None else recipe
+    check_recipe(recipe)
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"dense: activation must be one of {ACTIVATIONS}, not {activation!r}")
+    if fallback not in FALLBACKS:
+        raise ValueError(f"dense: fallback must be None or 'bf16', not {fallback!r}")
+    x, kernel = jnp.asarray(x), jnp.asarray(kernel)
+    if x.ndim < 1 or kernel.ndim != 2 or x.shape[-1] != kernel.shape[0]:
+        raise ValueError(f"dense: x must be [..., K] and kernel [K, N] with the same K, got x "
+                         f"{tuple(x.shape)} and kernel {tuple(kernel.shape)}")
+    if bias is not None:
+        bias = jnp.asarray(bias)
+        if bias.shape != (kernel.shape[1],):
+            raise ValueError(f"dense: bias must be [N] = [{kernel.shape[1]}], not "
+                             f"{list(bias.shape)}")
+    _check_state(state, recipe)
+    out_dtype = jnp.dtype(x.dtype if out_dtype is None else out_dtype)
+    reason = fp8_unsupported_reason(x.dtype, kernel.shape[0], kernel.shape[1])
+    if reason is None and kernel.dtype not in WIDE_DTYPES:
+        reason = f"dense: kernel must be float32, bfloat16 or float16 for FP8, not {kernel.dtype}"
+    if reason is not None:
+        if fallback is None:
+            raise ValueError(f"{reason}; pass fallback='bf16' to run such layers in bfloat16")
+        stats.count_fallback(reason)
+        y = _fallback(x, kernel, bias, activation, out_dtype)
+        return y if state is None else _pass_state(y, state)
+    cfg = _Config(recipe, activation, bias is not None, out_dtype)
+    return _dense(cfg, x, kernel, bias, state)

@@ -1,0 +1,10 @@
+"""qmesh for Flax (Linen): the FP8 drop-in `make_dot_general_cls(recipe)` for nn.Dense, and
+TransformerEngine-style modules. See docs/flax.md."""
+
+from qmesh.jax.flax.dot_general import make_dot_general_cls
+from qmesh.jax.flax.fp8_info import fp8_meta, saturation
+from qmesh.jax.flax.module import (DenseGeneral, LayerNormDenseGeneral, LayerNormMLP, Softmax,
+                                   logical_axis_rules)
+
+__all__ = ["DenseGeneral", "LayerNormDenseGeneral", "LayerNormMLP", "Softmax", "fp8_meta",
+           "logical_axis_rules", "make_dot_general_cls", "saturation"]

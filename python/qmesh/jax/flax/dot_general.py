@@ -1,0 +1,83 @@
+"""The drop-in: FP8 for an existing Flax model by changing one argument of nn.Dense.
+
+    cls = make_dot_general_cls(DelayedScaling())
+    nn.Dense(features, dot_general_cls=cls)        # or nn.Dense(features, dot_general=cls())
+
+The module creates no parameters (the model's kernel, initialisation, sharding annotations and
+optimizer stay as they are). With DelayedScaling it keeps, in the collection
+`_overwrite_with_gradient` (flax.linen.fp8_ops.OVERWRITE_WITH_GRADIENT), the amax history and
+scale of its input, kernel and output gradient (Flax's variable names); the backward pass
+returns their updated values as their gradient, which TrainState.apply_gradients writes back.
+Float8CurrentScaling keeps no state.
+"""
+
+from __future__ import annotations
+
+import math
+
+import flax.linen as nn
+import jax.numpy as jnp
+from flax.linen.fp8_ops import OVERWRITE_WITH_GRADIENT
+
+from qmesh.jax.dense import FALLBACKS, OPERANDS, dense
+from qmesh.jax.recipe import DelayedScaling, check_recipe
+
+
+def fp8_state(module: nn.Module, recipe, prefix: str = "") -> dict | None:
+    """Declares (or reads) the delayed-scaling variables of one GEMM in `module`'s
+    _overwrite_with_gradient collection; None for a recipe without state."""
+    if not isinstance(recipe, DelayedScaling):
+        return None
+    state = {}
+    for name in OPERANDS:
+        h = f"{name}_amax_history"
+        s = f"{name}_scale"
+        state[h] = module.variable(OVERWRITE_WITH_GRADIENT, prefix + h, jnp.zeros,
+                                   (recipe.amax_history_len,), jnp.float32).value
+        state[s] = module.variable(OVERWRITE_WITH_GRADIENT, prefix + s, jnp.ones, (),
+                                   jnp.float32).value
+    return state
+
+
+def _as_matrix(lhs, rhs, dimension_numbers):
+    """lhs as [M, K] and rhs as [K, N] for a dot_general without batch dimensions, and the
+    output shape (lhs free dims, then rhs free dims)."""
+    (lc, rc), (lb, rb) = dimension_numbers
+    if lb or rb:
+        raise ValueError("qmesh's dot_general takes no batch dimensions (got "
+                         f"{dimension_numbers}); use it for Dense/DenseGeneral kernels")
+    lc = [d % lhs.ndim for d in lc]
+    rc = [d % rhs.ndim for d in rc]
+    lfree = [d for d in range(lhs.ndim) if d not in lc]
+    rfree = [d for d in range(rhs.ndim) if d not in rc]
+    k = math.prod(lhs.shape[d] for d in lc)
+    x = jnp.transpose(lhs, lfree + lc).reshape(-1, k)
+    w = jnp.transpose(rhs, rc + rfree).reshape(k, -1)
+    out_shape = tuple(lhs.shape[d] for d in lfree) + tuple(rhs.shape[d] for d in rfree)
+    return x, w, out_shape
+
+
+def make_dot_general_cls(recipe, fallback: str | None = None):
+    """A Flax module class computing lax.dot_general's result with qmesh's FP8 dense op.
+
+    recipe: qmesh.jax.recipe.DelayedScaling() or Float8CurrentScaling(); fallback: None (raise
+    when FP8 cannot be used) or "bf16" (run such calls in bfloat16, counted in stats)."""
+    check_recipe(recipe)
+    if fallback not in FALLBACKS:
+        raise ValueError(f"fallback must be None or 'bf16', not {fallback!r}")
+
+    class QmeshDotGeneral(nn.Module):
+        """lhs . rhs (contracting dims only) as an FP8 GEMM; see make_dot_general_cls."""
+
+        @nn.compact
+        def __call__(self, lhs, rhs, dimension_numbers, precision=None,
+                     preferred_element_type=None):
+            x, w, out_shape = _as_matrix(jnp.asarray(lhs), jnp.asarray(rhs), dimension_numbers)
+            out_dtype = preferred_element_type or jnp.result_type(lhs.dtype, rhs.dtype)
+            y = dense(x, w.astype(x.dtype) if w.dtype != x.dtype else w, None,
+                      fp8_state(self, recipe), recipe=recipe, out_dtype=out_dtype,
+                      fallback=fallback)
+            return y.reshape(out_shape)
+
+    QmeshDotGeneral.recipe = recipe
+    return QmeshDotGeneral

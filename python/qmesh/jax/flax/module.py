@@ -1,0 +1,304 @@
+"""TransformerEngine-style Flax modules on qmesh's FP8 dense op: DenseGeneral,
+LayerNormDenseGeneral, LayerNormMLP and Softmax, with LoRA on the dense modules.
+
+Names and arguments follow TransformerEngine's Flax modules. `recipe` picks the FP8 recipe
+(qmesh.jax.recipe.DelayedScaling() or Float8CurrentScaling()); None runs the layer unquantised
+in `dtype` (the baseline). DelayedScaling state lives in the `_overwrite_with_gradient`
+collection (see dot_general.py).
+
+Sharding: parameters carry logical axis names (kernel_axes, bias_axes, ...);
+`logical_axis_rules(resource)` maps them onto the mesh axes of a MeshResource: column parallel
+for fc1/QKV ("mlp", "joined_kv", "heads" -> tp), row parallel for fc2/projections (their input
+dimension). Activations follow their inputs; qmesh's primitives sum what a sharded contracting
+dimension leaves partial.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from qmesh.jax.dense import FALLBACKS, dense
+from qmesh.jax.flax.dot_general import fp8_state
+from qmesh.jax.gemm import gelu
+from qmesh.jax.layer_norm import layer_norm
+from qmesh.jax.recipe import check_recipe
+from qmesh.jax.sharding import MeshResource, global_mesh_resource
+
+ACTIVATIONS: dict[str, Callable] = {
+    "gelu": gelu, "relu": jax.nn.relu, "silu": jax.nn.silu, "linear": lambda x: x,
+}
+NORMS = ("layernorm", "rmsnorm")
+SOFTMAX_TYPES = ("scaled", "scaled_masked", "scaled_upper_triang_masked")
+
+
+def logical_axis_rules(resource: MeshResource | None = None) -> tuple:
+    """Flax logical axis rules for the modules' parameter axes under `resource` (default: the
+    MeshResource of the current global_shard_guard)."""
+    r = resource or global_mesh_resource()
+    tp = r.tp_resource
+    return (("batch", r.dp_resource), ("embed", None), ("act", None), ("mlp", tp),
+            ("heads", tp), ("joined_kv", tp), ("kv", None), ("seq", r.tpsp_resource))
+
+
+def _tuple(v) -> tuple:
+    return tuple(v) if isinstance(v, (tuple, list)) else (v,)
+
+
+def _check_divisible(size: int, axes: tuple, what: str) -> None:
+    """Raises ValueError when a parameter dimension mapped to the tp axis does not divide."""
+    mesh = jax.sharding.get_abstract_mesh()
+    tp = global_mesh_resource().tp_resource
+    if mesh.empty or tp is None or tp not in mesh.axis_names:
+        return
+    if any(a in ("mlp", "heads", "joined_kv") for a in axes) and size % mesh.shape[tp]:
+        raise ValueError(f"{what} = {size} is not divisible by the tensor-parallel size "
+                         f"{mesh.shape[tp]} (mesh axis {tp!r})")
+
+
+def _param(module, name, init, shape, dtype, axes):
+    if axes:
+        if len(axes) != len(shape):
+            raise ValueError(f"{name}: {len(axes)} logical axes {axes} for a {len(shape)}-D "
+                             f"parameter of shape {shape}")
+        init = nn.with_logical_partitioning(init, axes)
+    return module.param(name, init, shape, dtype)
+
+
+def _check_common(module):
+    if module.recipe is not None:
+        check_recipe(module.recipe)
+    if module.fallback not in FALLBACKS:
+        raise ValueError(f"fallback must be None or 'bf16', not {module.fallback!r}")
+
+
+def _matmul(module, x, kernel, bias, prefix="", activation=None):
+    """act(x @ kernel + bias) for x [..., K] and kernel [K, N]: the FP8 dense op, or plain
+    math in x's dtype when the module has no recipe."""
+    if module.recipe is None:
+        y = jnp.matmul(x, kernel.astype(x.dtype), preferred_element_type=jnp.float32)
+        y = y + (0 if bias is None else bias.astype(jnp.float32))
+        return (gelu(y) if activation == "gelu" else y).astype(x.dtype)
+    return dense(x, kernel.astype(x.dtype), None if bias is None else bias.astype(x.dtype),
+                 fp8_state(module, module.recipe, prefix), recipe=module.recipe,
+                 activation=activation, fallback=module.fallback)
+
+
+def _lora(module, x, k: int, n: int, prefix=""):
+    """The low-rank adapter's contribution (x @ A) @ B * alpha / r (B starts at zero)."""
+    r = module.low_rank_adaptation_dim
+    if r <= 0:
+        raise ValueError(f"low_rank_adaptation_dim must be > 0 with LoRA enabled, not {r}")
+    a = module.param(prefix + "lora_a_kernel", nn.initializers.variance_scaling(
+        1.0, "fan_in", "truncated_normal"), (k, r), module.dtype)
+    b = module.param(prefix + "lora_b_kernel", nn.initializers.zeros, (r, n), module.dtype)
+    scale = (module.low_rank_adaptation_alpha / r) if module.low_rank_adaptation_alpha else 1.0
+    return (x @ a.astype(x.dtype)) @ b.astype(x.dtype) * jnp.asarray(scale, x.dtype)
+
+
+def _dense_general(module, x, features: tuple, axis: tuple, prefix="", activation=None,
+                   kernel_axes=(), bias_axes=()):
+    """The DenseGeneral computation shared by the modules: contracts `axis` of x with a kernel
+    (*x.shape[axis], *features); returns [...rest of x, *features]."""
+    axis = tuple(a % x.ndim for a in axis)
+    rest = [d for d in range(x.ndim) if d not in axis]
+    in_shape = tuple(x.shape[a] for a in axis)
+    k, n = math.prod(in_shape), math.prod(features)
+    for size, ax in zip(features, kernel_axes[len(in_shape):]):
+        _check_divisible(size, (ax,), f"{prefix or ''}features")
+    init = module.kernel_init or nn.initializers.variance_scaling(
+        1.0, "fan_in", "truncated_normal", in_axis=tuple(range(len(in_shape))),
+        out_axis=tuple(range(len(in_shape), len(in_shape) + len(features))))
+    kernel = _param(module, prefix + "kernel", init, in_shape + features, module.dtype,
+                    tuple(kernel_axes))
+    bias = None
+    if module.use_bias:
+        bias = _param(module, prefix + "bias", module.bias_init, features, module.dtype,
+                      tuple(bias_axes)).reshape(n)
+    lora = getattr(module, "enable_low_rank_adaptation", False)
+    kernel = kernel.reshape(k, n)
+    if lora:  # the base layer is frozen: only the adapter receives gradients
+        kernel = lax.stop_gradient(kernel)
+        bias = None if bias is None else lax.stop_gradient(bias)
+    x2 = jnp.transpose(x, rest + list(axis)).reshape(*(x.shape[d] for d in rest), k)
+    y = _matmul(module, x2.astype(module.dtype), kernel, bias, prefix, activation)
+    if lora:
+        if activation is not None:
+            raise ValueError("LoRA is applied before the activation: use activation=None")
+        y = y + _lora(module, x2.astype(module.dtype), k, n, prefix)
+    return y.reshape(*(x.shape[d] for d in rest), *features)
+
+
+class DenseGeneral(nn.Module):
+    """y = x . kernel (+ bias) over `axis` of x; kernel shape (*x.shape[axis], *features)."""
+
+    features: int | tuple
+    axis: int | tuple = -1
+    use_bias: bool = True
+    kernel_init: Callable | None = None
+    bias_init: Callable = nn.initializers.zeros
+    kernel_axes: tuple = ()
+    bias_axes: tuple = ()
+    dtype: Any = jnp.float32
+    recipe: Any = None
+    fallback: str | None = None
+    enable_low_rank_adaptation: bool = False
+    low_rank_adaptation_dim: int = 32
+    low_rank_adaptation_alpha: float | None = None
+
+    @nn.compact
+    def __call__(self, inputs):
+        _check_common(self)
+        return _dense_general(self, inputs, _tuple(self.features), _tuple(self.axis),
+                              kernel_axes=self.kernel_axes, bias_axes=self.bias_axes)
+
+
+def _norm(module, x):
+    """LayerNorm (qmesh's float32 op) or RMSNorm over the last dimension, with the module's
+    scale (and ln_bias for LayerNorm) parameters."""
+    if module.layernorm_type not in NORMS:
+        raise ValueError(f"layernorm_type must be one of {NORMS}, not {module.layernorm_type!r}")
+    h = x.shape[-1]
+    zc = module.zero_centered_gamma
+    scale_init = module.scale_init or (nn.initializers.zeros if zc else nn.initializers.ones)
+    gamma = _param(module, "scale", scale_init, (h,), jnp.float32, tuple(module.scale_axes))
+    gamma = gamma + 1.0 if zc else gamma
+    xf = x.astype(jnp.float32)
+    if module.layernorm_type == "layernorm":
+        beta = _param(module, "ln_bias", module.ln_bias_init, (h,), jnp.float32,
+                      tuple(module.ln_bias_axes))
+        y = layer_norm(xf, gamma, beta, module.epsilon)
+    else:
+        y = xf * lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + module.epsilon) * gamma
+    return y.astype(x.dtype)
+
+
+class LayerNormDenseGeneral(nn.Module):
+    """norm(x) . kernel (+ bias): LayerNorm or RMSNorm in front of a DenseGeneral over the last
+    dimension. Returns (y, normalised x or None)."""
+
+    features: int | tuple
+    layernorm_type: str = "layernorm"
+    epsilon: float = 1e-6
+    zero_centered_gamma: bool = False
+    scale_init: Callable | None = None
+    scale_axes: tuple = ("embed",)
+    ln_bias_init: Callable = nn.initializers.zeros
+    ln_bias_axes: tuple = ("embed",)
+    return_layernorm_output: bool = False
+    use_bias: bool = False
+    kernel_init: Callable | None = None
+    bias_init: Callable = nn.initializers.zeros
+    kernel_axes: tuple = ()
+    bias_axes: tuple = ()
+    dtype: Any = jnp.float32
+    recipe: Any = None
+    fallback: str | None = None
+    enable_low_rank_adaptation: bool = False
+    low_rank_adaptation_dim: int = 32
+    low_rank_adaptation_alpha: float | None = None
+
+    @nn.compact
+    def __call__(self, inputs):
+        _check_common(self)
+        ln = _norm(self, inputs)
+        y = _dense_general(self, ln, _tuple(self.features), (-1,),
+                           kernel_axes=self.kernel_axes, bias_axes=self.bias_axes)
+        return y, (ln if self.return_layernorm_output else None)
+
+
+class LayerNormMLP(nn.Module):
+    """norm -> fc1 -> activation -> fc2. activations: ("gelu",), ("relu",), ("silu",), or a
+    gated pair such as ("silu", "linear") (SwiGLU) / ("gelu", "linear") (GeGLU): fc1 then has
+    one output block per entry and the blocks are multiplied. fc1 is column parallel ("mlp"
+    sharded), fc2 row parallel. Returns (y, normalised x or None)."""
+
+    intermediate_dim: int = 2048
+    activations: tuple = ("gelu",)
+    layernorm_type: str = "layernorm"
+    epsilon: float = 1e-6
+    zero_centered_gamma: bool = False
+    scale_init: Callable | None = None
+    scale_axes: tuple = ("embed",)
+    ln_bias_init: Callable = nn.initializers.zeros
+    ln_bias_axes: tuple = ("embed",)
+    return_layernorm_output: bool = False
+    use_bias: bool = True
+    kernel_init: Callable | None = None
+    bias_init: Callable = nn.initializers.zeros
+    kernel_axes_1: tuple = ("embed", "act", "mlp")
+    kernel_axes_2: tuple = ("mlp", "embed")
+    bias_axes_1: tuple = ("act", "mlp")
+    bias_axes_2: tuple = ("embed",)
+    dtype: Any = jnp.float32
+    recipe: Any = None
+    fallback: str | None = None
+
+    @nn.compact
+    def __call__(self, inputs):
+        _check_common(self)
+        acts = _tuple(self.activations)
+        if not 1 <= len(acts) <= 2 or any(a not in ACTIVATIONS for a in acts):
+            raise ValueError(f"activations must be one or two of {sorted(ACTIVATIONS)}, not "
+                             f"{self.activations!r}")
+        _check_divisible(self.intermediate_dim, ("mlp",), "intermediate_dim")
+        ln = _norm(self, inputs)
+        h, i, n_act = inputs.shape[-1], self.intermediate_dim, len(acts)
+        init = self.kernel_init or nn.initializers.variance_scaling(
+            1.0, "fan_in", "truncated_normal", in_axis=0, out_axis=(1, 2))
+        k1 = _param(self, "wi_kernel", init, (h, n_act, i), self.dtype, tuple(self.kernel_axes_1))
+        b1 = (_param(self, "wi_bias", self.bias_init, (n_act, i), self.dtype,
+                     tuple(self.bias_axes_1)) if self.use_bias else None)
+        # [h, i, n_act] flattened keeps the "mlp" sharding on the major factor of i * n_act.
+        k1 = jnp.transpose(k1, (0, 2, 1)).reshape(h, i * n_act)
+        b1 = None if b1 is None else b1.T.reshape(i * n_act)
+        fused = acts == ("gelu",) and b1 is not None  # bias + GELU in the GEMM's epilogue
+        z = _matmul(self, ln.astype(self.dtype), k1, b1, "wi_",
+                    activation="gelu" if fused else None)
+        z = z.reshape(*z.shape[:-1], i, n_act)
+        if not fused:
+            z = ACTIVATIONS[acts[0]](z[..., 0]) * (ACTIVATIONS[acts[1]](z[..., 1]) if n_act == 2
+                                                   else 1)
+        else:
+            z = z[..., 0]
+        init2 = self.kernel_init or nn.initializers.variance_scaling(1.0, "fan_in",
+                                                                     "truncated_normal")
+        k2 = _param(self, "wo_kernel", init2, (i, h), self.dtype, tuple(self.kernel_axes_2))
+        b2 = (_param(self, "wo_bias", self.bias_init, (h,), self.dtype, tuple(self.bias_axes_2))
+              if self.use_bias else None)
+        y = _matmul(self, z.astype(self.dtype), k2, b2, "wo_")
+        return y, (ln if self.return_layernorm_output else None)
+
+
+class Softmax(nn.Module):
+    """softmax(scale_factor * x) over the last dimension, in float32. softmax_type "scaled";
+    "scaled_masked" (mask: True where a position is masked out); "scaled_upper_triang_masked"
+    (causal: query i sees keys <= i)."""
+
+    scale_factor: float = 1.0
+    softmax_type: str = "scaled"
+
+    @nn.compact
+    def __call__(self, inputs, mask=None, bias=None):
+        if self.softmax_type not in SOFTMAX_TYPES:
+            raise ValueError(f"softmax_type must be one of {SOFTMAX_TYPES}, not "
+                             f"{self.softmax_type!r}")
+        x = inputs.astype(jnp.float32) * self.scale_factor
+        if bias is not None:
+            x = x + bias.astype(jnp.float32)
+        if self.softmax_type == "scaled_masked":
+            if mask is None:
+                raise ValueError("softmax_type 'scaled_masked' needs a mask")
+            x = jnp.where(mask, -jnp.inf, x)
+        elif self.softmax_type == "scaled_upper_triang_masked":
+            q, k = x.shape[-2:]
+            x = jnp.where(jnp.triu(jnp.ones((q, k), bool), 1), -jnp.inf, x)
+        m = jnp.max(x, axis=-1, keepdims=True)
+        e = jnp.exp(x - jnp.where(jnp.isfinite(m), m, 0))
+        s = jnp.sum(e, axis=-1, keepdims=True)
+        return jnp.where(s > 0, e / jnp.where(s > 0, s, 1), 0).astype(inputs.dtype)

@@ -1,0 +1,43 @@
+"""The JAX examples run end to end at tiny sizes (their numbers are checked by the other
+tests; here: they run, print what they promise and write their files)."""
+
+import importlib.util
+import os
+import sys
+
+EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "jax")
+
+
+def load(name):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(EXAMPLES, f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses (Flax modules) look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_train_mlp(tmp_path, capsys):
+    load("train_mlp").main(["--hidden", "32", "--ffn", "64", "--tokens", "32", "--steps", "4",
+                            "--log-every", "2", "--out", str(tmp_path / "run")])
+    out = capsys.readouterr().out
+    assert "final loss  delayed" in out and "output_grad: amax" in out
+    rows = (tmp_path / "run.csv").read_text().splitlines()
+    assert rows[0] == "step,bf16,delayed,current" and len(rows) == 5
+    assert (tmp_path / "run.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_dense_dp_tp(capsys):
+    load("dense_dp_tp").main(["--tokens", "64", "--hidden", "32", "--features", "64",
+                              "--repeat", "1"])
+    out = capsys.readouterr().out
+    assert "P(None, 'tp')" in out and "'all-gather': 0" in out
+    assert float(out.split("max relative difference ")[1].split()[0]) < 1e-5
+
+
+def test_transformer_layer(capsys):
+    recipe = "delayed"
+    load("transformer_layer").main(["--batch", "2", "--seq", "16", "--hidden", "32", "--heads",
+                                    "2", "--ffn", "64", "--repeat", "1", "--recipe", recipe])
+    out = capsys.readouterr().out
+    assert float(out.split("FP8 vs plain: ")[1].split(";")[0]) < 0.1
+    assert ("qkv/QmeshDotGeneral_0/input" in out) == (recipe == "delayed")

@@ -1,0 +1,202 @@
+"""qmesh.jax.flax modules: DenseGeneral, LayerNormDenseGeneral, LayerNormMLP and Softmax
+against float64 numpy references (unquantised: tight; FP8: FP8 tolerances), LoRA, sharded ==
+unsharded with the logical axis rules, the FP8 state helpers, and bad input."""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+import qmesh.jax as qj
+from qmesh.jax.flax import (DenseGeneral, LayerNormDenseGeneral, LayerNormMLP, Softmax, fp8_meta,
+                            logical_axis_rules, saturation)
+from qmesh.jax.recipe import DelayedScaling, Float8CurrentScaling
+
+H, I = 32, 64
+RECIPES = [None, DelayedScaling(amax_history_len=4), Float8CurrentScaling()]
+RIDS = ["plain", "delayed", "current"]
+
+
+def rel_err(got, want):
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    return np.linalg.norm(got - want) / np.linalg.norm(want)
+
+
+def tol(recipe):
+    return 1e-5 if recipe is None else 0.06
+
+
+def gelu64(x):
+    return 0.5 * x * (1 + np.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3)))
+
+
+ACTS64 = {"gelu": gelu64, "relu": lambda x: np.maximum(x, 0), "silu": lambda x: x / (1 + np.exp(-x)),
+          "linear": lambda x: x}
+
+
+def norm64(x, p, kind, eps=1e-6):
+    x = np.asarray(x, np.float64)
+    g = np.asarray(p["scale"], np.float64)
+    if kind == "layernorm":
+        mu = x.mean(-1, keepdims=True)
+        return (x - mu) / np.sqrt(x.var(-1, keepdims=True) + eps) * g + np.asarray(p["ln_bias"])
+    return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * g
+
+
+def f64(a):
+    return np.asarray(a, np.float64)
+
+
+@pytest.fixture
+def x(rng):
+    return jnp.asarray(rng.standard_normal((8, 4, H)).astype(np.float32))
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=RIDS)
+def test_dense_general(x, recipe):
+    m = DenseGeneral((4, 16), axis=(-2, -1), recipe=recipe)
+    v = nn.unbox(m.init(jax.random.key(0), x))
+    y = m.apply(v, x)
+    p = v["params"]
+    want = np.einsum("bsh,shfg->bfg", f64(x), f64(p["kernel"])) + f64(p["bias"])
+    assert y.shape == (8, 4, 16) and rel_err(y, want) < tol(recipe)
+    plain = nn.DenseGeneral((4, 16), axis=(-2, -1)).apply({"params": p}, x)
+    assert rel_err(y, plain) < tol(recipe)
+
+
+@pytest.mark.parametrize("kind", ["layernorm", "rmsnorm"])
+@pytest.mark.parametrize("recipe", RECIPES, ids=RIDS)
+def test_layernorm_dense_general(x, recipe, kind):
+    m = LayerNormDenseGeneral(48, layernorm_type=kind, use_bias=True, recipe=recipe,
+                              return_layernorm_output=True, bias_init=nn.initializers.normal(1.0))
+    v = nn.unbox(m.init(jax.random.key(0), x))
+    y, ln = m.apply(v, x)
+    p = v["params"]
+    n = norm64(x, p, kind)
+    assert rel_err(ln, n) < 1e-5
+    assert rel_err(y, n @ f64(p["kernel"]) + f64(p["bias"])) < tol(recipe)
+    # grads flow to every parameter
+    g = jax.grad(lambda v_: jnp.sum(m.apply(v_, x)[0] ** 2))(v)["params"]
+    assert all(np.any(np.asarray(a)) for a in jax.tree.leaves(g))
+
+
+@pytest.mark.parametrize("acts", [("gelu",), ("relu",), ("silu",), ("silu", "linear")],
+                         ids=["gelu", "relu", "silu", "swiglu"])
+@pytest.mark.parametrize("recipe", RECIPES, ids=RIDS)
+def test_layernorm_mlp(x, recipe, acts):
+    m = LayerNormMLP(intermediate_dim=I, activations=acts, recipe=recipe,
+                     bias_init=nn.initializers.normal(0.5))
+    v = nn.unbox(m.init(jax.random.key(0), x))
+    y, ln = m.apply(v, x)
+    assert ln is None
+    p = v["params"]
+    n = norm64(x, p, "layernorm")
+    z = np.einsum("bsh,hai->bsai", n, f64(p["wi_kernel"])) + f64(p["wi_bias"])
+    h = ACTS64[acts[0]](z[..., 0, :]) * (ACTS64[acts[1]](z[..., 1, :]) if len(acts) == 2 else 1)
+    want = h @ f64(p["wo_kernel"]) + f64(p["wo_bias"])
+    assert y.shape == x.shape and rel_err(y, want) < (1e-5 if recipe is None else 0.08)
+    if isinstance(recipe, DelayedScaling):
+        g = jax.grad(lambda v_: jnp.sum(m.apply(v_, x)[0] ** 2))(v)
+        meta = fp8_meta(g)
+        assert set(meta[""]) == {f"{p}{o}" for p in ("wi_", "wo_")
+                                 for o in ("input", "kernel", "output_grad")}
+        assert meta[""]["wi_input"]["last_amax"] == pytest.approx(float(np.abs(n).max()), rel=1e-5)
+        assert meta[""]["wi_input"]["scale"] == pytest.approx(448.0 / float(np.abs(n).max()), rel=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["scaled", "scaled_masked", "scaled_upper_triang_masked"])
+def test_softmax(rng, kind):
+    s = rng.standard_normal((2, 3, 5, 5)).astype(np.float32)
+    mask = rng.random((2, 1, 5, 5)) < 0.3
+    mask[0, 0, 1] = True  # a fully masked row gives zeros
+    y = Softmax(scale_factor=0.5, softmax_type=kind).apply({}, jnp.asarray(s), mask=jnp.asarray(mask))
+    z = 0.5 * f64(s)
+    if kind == "scaled_masked":
+        z = np.where(mask, -np.inf, z)
+    elif kind == "scaled_upper_triang_masked":
+        z = np.where(np.triu(np.ones((5, 5), bool), 1), -np.inf, z)
+    with np.errstate(invalid="ignore"):
+        e = np.exp(z - np.max(z, -1, keepdims=True))
+        want = np.nan_to_num(e / e.sum(-1, keepdims=True))
+    np.testing.assert_allclose(np.asarray(y), want, atol=1e-6)
+
+
+@pytest.mark.parametrize("recipe", RECIPES[:2], ids=RIDS[:2])
+def test_lora_zero_adapter_is_exact_and_only_the_adapter_learns(x, recipe):
+    base = DenseGeneral(48, recipe=recipe)
+    lora = DenseGeneral(48, recipe=recipe, enable_low_rank_adaptation=True,
+                        low_rank_adaptation_dim=4, low_rank_adaptation_alpha=8.0)
+    v = nn.unbox(lora.init(jax.random.key(0), x))
+    vb = {k: ({n: a for n, a in c.items() if not n.startswith("lora")} if k == "params" else c)
+          for k, c in v.items()}
+    np.testing.assert_array_equal(np.asarray(lora.apply(v, x)), np.asarray(base.apply(vb, x)))
+    g = jax.grad(lambda v_: jnp.sum(lora.apply(v_, x) ** 2))(v)["params"]
+    assert not np.any(np.asarray(g["kernel"])) and not np.any(np.asarray(g["bias"]))
+    assert np.any(np.asarray(g["lora_b_kernel"]))
+    # With B != 0 the adapter adds (x A) B * alpha / r.
+    v["params"]["lora_b_kernel"] = jnp.ones_like(v["params"]["lora_b_kernel"])
+    want = f64(base.apply(vb, x)) + (f64(x) @ f64(v["params"]["lora_a_kernel"])) @ np.ones((4, 48)) * 2.0
+    assert rel_err(lora.apply(v, x), want) < 1e-5
+
+
+def shard_variables(v, mesh, rules):
+    specs = nn.get_partition_spec(v)
+    shardings = nn.logical_to_mesh_sharding(specs, mesh, rules)
+    return jax.tree.map(lambda a, s: jax.device_put(a, s), nn.unbox(v), shardings)
+
+
+MODULES = {
+    "dense": lambda r: DenseGeneral(I, kernel_axes=("embed", "mlp"), bias_axes=("mlp",), recipe=r),
+    "ln_dense": lambda r: LayerNormDenseGeneral(I, kernel_axes=("embed", "joined_kv"), recipe=r),
+    "mlp": lambda r: LayerNormMLP(intermediate_dim=I, recipe=r),
+    "swiglu": lambda r: LayerNormMLP(intermediate_dim=I, activations=("silu", "linear"), recipe=r),
+}
+
+
+@pytest.mark.parametrize("name", list(MODULES))
+@pytest.mark.parametrize("recipe", RECIPES[1:], ids=RIDS[1:])
+def test_sharded_equals_unsharded(mesh, x, recipe, name):
+    m = MODULES[name](recipe)
+    v = m.init(jax.random.key(0), x)
+
+    def out(y):
+        return y[0] if isinstance(y, tuple) else y
+
+    def f(v, x):
+        return out(m.apply(v, x)), jax.grad(lambda v_: jnp.sum(out(m.apply(v_, x)) ** 2))(v)
+
+    want = jax.jit(f)(nn.unbox(v), x)
+    resource = qj.MeshResource(dp_resource="dp", tp_resource="tp")
+    vs = shard_variables(v, mesh, logical_axis_rules(resource))
+    xs = jax.device_put(x, NamedSharding(mesh, P("dp", None, None)))
+    with qj.global_shard_guard(resource):
+        got = jax.jit(f)(vs, xs)
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        assert g.shape == w.shape
+        if np.any(np.asarray(w)):
+            assert rel_err(g, w) < 1e-5
+        else:
+            np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+
+
+def test_saturation_counts_both_ends():
+    x = jnp.asarray([0.0, 1.0, 500.0, -1000.0, 1e-4, 2e-3])
+    s = saturation(x, 1.0)
+    assert s["saturated"] == pytest.approx(2 / 6) and s["flushed"] == pytest.approx(1 / 6)
+
+
+def test_bad_input_raises(x):
+    with pytest.raises(ValueError, match="activations"):
+        LayerNormMLP(intermediate_dim=I, activations=("swish",)).init(jax.random.key(0), x)
+    with pytest.raises(TypeError, match="recipe"):
+        DenseGeneral(8, recipe="fp8").init(jax.random.key(0), x)
+    with pytest.raises(ValueError, match="layernorm_type"):
+        LayerNormDenseGeneral(8, layernorm_type="batchnorm").init(jax.random.key(0), x)
+    with pytest.raises(ValueError, match="softmax_type"):
+        Softmax(softmax_type="masked").apply({}, x)
+    mesh = jax.make_mesh((2, 4), ("dp", "tp"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+    with jax.set_mesh(mesh), qj.global_shard_guard(qj.MeshResource("dp", "tp")):
+        with pytest.raises(ValueError, match="not divisible by the tensor-parallel size 4"):
+            LayerNormMLP(intermediate_dim=6).init(jax.random.key(0), x)
