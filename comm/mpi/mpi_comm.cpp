@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "algorithms/reduce.h"
+#include "failure.h"
 #include "mpi/check.h"
 #include "mpi/progress_thread.h"
 #include "qmesh/comm/mpi.h"
@@ -105,6 +106,7 @@ class MpiWork : public Work {
           std::lock_guard lock(comm_->mu);
           if (comm_->broken.empty()) comm_->broken = reason;
         }
+        comm_detail::record_failure();
         QMESH_THROW(reason,
                     ": a peer rank is dead, stuck or not taking part; the communicator "
                     "is now unusable and the process should exit");

@@ -340,7 +340,7 @@ int main(int argc, char** argv) {
     }
     return train_mlp::run(*options, node, world);
   } catch (const qmesh::Error& e) {
-    // A failed rank must not wait in MPI_Finalize for the others: report and exit.
+    // MpiSession did not finalize MPI (an error unwound through it): report and exit.
     std::fprintf(stderr, "train_mlp: %s\n", e.message().c_str());
     std::fflush(stderr);
     std::_Exit(1);
