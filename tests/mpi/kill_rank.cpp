@@ -7,7 +7,9 @@
 // writes <dir>/victim.txt ("KILLED <unix ms>") just before it dies. kill_rank_test.sh
 // checks the files.
 //
-// usage: mpi_kill_rank <result dir> <victim rank> <all_reduce|ring|grad_sync>
+// usage: mpi_kill_rank <result dir> <victim rank> <all_reduce|ring|grad_sync> [steps]
+// A victim rank of -1 kills no rank: the fault campaign (tests/faults) signals a rank from
+// outside; steps (default 10) makes the series long enough for that.
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -36,9 +38,11 @@ void write_file(const std::string& path, const std::string& text) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::string mode = argc == 4 ? argv[3] : "";
+  const std::string mode = argc == 4 || argc == 5 ? argv[3] : "";
+  const int steps = argc == 5 ? std::atoi(argv[4]) : 10;
   if (mode != "all_reduce" && mode != "ring" && mode != "grad_sync") {
-    std::fprintf(stderr, "usage: %s <result dir> <victim rank> <all_reduce|ring|grad_sync>\n",
+    std::fprintf(stderr,
+                 "usage: %s <result dir> <victim rank> <all_reduce|ring|grad_sync> [steps]\n",
                  argv[0]);
     return 2;
   }
@@ -67,7 +71,7 @@ int main(int argc, char** argv) {
     std::vector<qmesh::Parameter*> ptrs;
     for (auto& p : params) ptrs.push_back(&p);
     qmesh::GradSync sync(world, ptrs, 1 << 18);
-    for (int step = 0; step < 10; ++step) {
+    for (int step = 0; step < steps; ++step) {
       if (rank == victim && step == 3) {
         write_file(dir + "/victim.txt", "KILLED " + std::to_string(unix_ms()));
         std::raise(SIGKILL);
@@ -85,7 +89,8 @@ int main(int argc, char** argv) {
     const std::string line = "FAILED " + std::to_string(unix_ms()) + " " + e.what();
     write_file(dir + "/rank" + std::to_string(rank) + ".txt", line);
     std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
-    // Not MPI_Finalize: it would wait for the dead rank. Exit at once with a failure status.
+    // Not a normal return: the destructors of unfinished UCX operations would wait for the
+    // dead rank once more. Exit at once with a failure status.
     std::_Exit(3);
   }
   write_file(dir + "/rank" + std::to_string(rank) + ".txt",
