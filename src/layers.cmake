@@ -3,6 +3,7 @@
 # utilities (gradient sync, optimizers, the MSE loss).
 target_sources(qmesh PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/layers/dense.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/layers/fp8_stats.cpp
   ${CMAKE_CURRENT_LIST_DIR}/layers/gather_buffer.cpp
   ${CMAKE_CURRENT_LIST_DIR}/layers/layer_context.cpp
   ${CMAKE_CURRENT_LIST_DIR}/layers/layer_norm.cpp
