@@ -376,8 +376,24 @@ std::shared_ptr<Communicator> make_mpi_world() {
   int initialized = 0;
   QMESH_CHECK_MPI(MPI_Initialized(&initialized));
   QMESH_CHECK(initialized, "MPI is not initialized: create a qmesh::MpiSession first");
+  // Nonblocking, so that a rank that died or froze before joining cannot keep the others
+  // here forever (MPI_Comm_dup would).
   MPI_Comm dup = MPI_COMM_NULL;
-  QMESH_CHECK_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
+  MPI_Request request = MPI_REQUEST_NULL;
+  QMESH_CHECK_MPI(MPI_Comm_idup(MPI_COMM_WORLD, &dup, &request));
+  const auto timeout = comm_timeout();
+  const auto deadline = mpi::Clock::now() + timeout;
+  for (int done = 0;;) {
+    QMESH_CHECK_MPI(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+    if (done) break;
+    if (mpi::Clock::now() >= deadline) {
+      comm_detail::record_failure();
+      QMESH_THROW(comm_detail::timeout_text("MPI duplicate of MPI_COMM_WORLD", timeout),
+                  ": a rank is dead, stuck or has not called make_mpi_world; MPI is now "
+                  "unusable and the process should exit");
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
   return std::make_shared<mpi::MpiComm>(dup);
 }
 

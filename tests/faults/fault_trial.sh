@@ -3,9 +3,10 @@
 # delay, and checks that every other rank ends, with a non-zero status, within
 # 2 x QMESH_COMM_TIMEOUT_S of the signal. Under `mpirun --enable-recovery` (launcher
 # mpirun) the runtime leaves the survivors alone, so each must also leave by itself with a
-# message saying what timed out or failed ("timed out after", "did not return within" or
-# "MPI call failed"). Under qmeshrun the runtime may end the job itself when a rank dies
-# (it kills the survivors), so ending within the limit is what is checked. On a hang the
+# message saying what timed out or failed ("timed out after", "did not return within",
+# "MPI call failed", or Open MPI's own "MPI_INIT has failed"). Under qmeshrun the runtime
+# may end the job itself when a rank dies (it kills the survivors), so ending within the
+# limit is what is checked. On a hang the
 # survivors' stacks (gdb) are saved to <artifacts>/stacks.rank<r>.txt and the trial fails.
 # Never hangs itself: every process it started is killed at the end.
 #
@@ -95,7 +96,9 @@ for r in $(seq 0 $((np - 1))); do
   elapsed=$((exited - signalled))
   [ $elapsed -le $limit_ms ] || fail "rank $r exited ${elapsed} ms after the fault (limit ${limit_ms} ms)"
   if [ "$code" -le 128 ] || [ "$launcher" = mpirun ]; then
+    # Open MPI reports a failed MPI_Init itself, through mpirun.
     grep -q "timed out after\|did not return within\|MPI call failed\|UCX call failed" "$art/err.$r" ||
+      grep -q "MPI_INIT has failed" "$art/launcher.log" ||
       fail "rank $r (status $code): no message saying what timed out or failed"
   fi
   echo "rank $r: status $code, ${elapsed} ms after the fault: $(grep -m1 "timed out after\|did not return\|failed" "$art/err.$r" | cut -c1-160)"
