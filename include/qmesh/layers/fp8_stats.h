@@ -24,12 +24,17 @@ struct Fp8OperandStats {
   int64_t flushed = 0;    // x != 0 whose FP8 value is 0
   double error_sq = 0;    // sum of (dequantized - x)^2, float64
   double value_sq = 0;    // sum of x^2, float64
+  // Relative RMS error of each cast (sqrt of its error_sq / value_sq): the sum over casts
+  // and the latest (training-end precision, which early large tensors do not swamp).
+  double rel_error_sum = 0;
+  double rel_error_last = 0;
   // Scale staleness: amax(x) / the amax the scale was computed from
   // (fp8_max / (scale * 2^margin)); 1 means the scale fits this tensor exactly, < 1 that
   // the scale came from larger values (range unused), > 1 that values saturate.
   double staleness_sum = 0;
   double staleness_min = 0;
   double staleness_max = 0;
+  double staleness_last = 0;
 };
 
 class QMESH_API Fp8Stats {
@@ -41,8 +46,9 @@ class QMESH_API Fp8Stats {
   // scale carries (0 for current scaling). Error if a tensor is not on the host.
   void record(int id, const TensorView& x, const QuantizedTensorView& q, float margin);
   const std::vector<Fp8OperandStats>& operands() const { return operands_; }
-  // A table, one row per operand: role, relative RMS error, saturated and flushed
-  // fractions, mean/min/max staleness.
+  // A table, one row per operand: role, relative RMS error (over all casts, mean of the
+  // casts, latest cast), saturated and flushed fractions, staleness (mean [min, max],
+  // latest).
   std::string report() const;
 
  private:

@@ -40,6 +40,7 @@ TEST(Fp8Stats, CountsSaturatedAndFlushedValuesAndMeasuresTheError) {
   const double tiny = std::ldexp(1.0, -12);
   EXPECT_DOUBLE_EQ(s.error_sq, (1000.0 - 448.0) * (1000.0 - 448.0) + tiny * tiny);
   EXPECT_DOUBLE_EQ(s.value_sq, 1000.0 * 1000.0 + tiny * tiny + 1 + 4 + 1);
+  EXPECT_DOUBLE_EQ(s.rel_error_last, std::sqrt(s.error_sq / s.value_sq));
   // amax 1000 against the 448 the scale stands for.
   EXPECT_DOUBLE_EQ(s.staleness_max, 1000.0 / 448.0);
 }
@@ -62,6 +63,7 @@ TEST(Fp8Stats, StalenessIsTheAmaxOverTheAmaxOfTheScaleWithItsMargin) {
   EXPECT_DOUBLE_EQ(s.staleness_min, 0.25);
   EXPECT_DOUBLE_EQ(s.staleness_max, 2.0);
   EXPECT_DOUBLE_EQ(s.staleness_sum, 2.25);
+  EXPECT_DOUBLE_EQ(s.staleness_last, 2.0);
   EXPECT_EQ(s.saturated, 0);  // 16 * scale = 57344: the largest value, exact
   EXPECT_NE(stats.report().find("grad_output"), std::string::npos);
 }
