@@ -10,6 +10,7 @@
 
 #include "algorithms/reduce.h"
 #include "failure.h"
+#include "mpi/bounded_call.h"
 #include "mpi/check.h"
 #include "mpi/progress_thread.h"
 #include "qmesh/comm/mpi.h"
@@ -312,11 +313,14 @@ class MpiComm : public Communicator {
 
   std::shared_ptr<Communicator> split(int color, int key) override {
     // MPI_Comm_split has no nonblocking form: first make sure, with a bounded wait, that
-    // every rank has arrived, so that the blocking call cannot wait for a dead one.
+    // every rank has arrived, so that the blocking call can hardly wait for a dead one; a
+    // rank that dies or freezes just after the guard ends the process (bounded_call).
     const auto deadline = Clock::now() + comm_timeout();
     guard_all_arrived(deadline);
     MPI_Comm out = MPI_COMM_NULL;
-    QMESH_CHECK_MPI(MPI_Comm_split(comm(), color < 0 ? MPI_UNDEFINED : color, key, &out));
+    bounded_call("MPI_Comm_split", bounded_call_limit(), [&] {
+      QMESH_CHECK_MPI(MPI_Comm_split(comm(), color < 0 ? MPI_UNDEFINED : color, key, &out));
+    });
     if (out == MPI_COMM_NULL) return nullptr;
     return std::make_shared<MpiComm>(out);
   }
@@ -325,7 +329,10 @@ class MpiComm : public Communicator {
     const auto deadline = Clock::now() + comm_timeout();
     guard_all_arrived(deadline);
     MPI_Comm node = MPI_COMM_NULL;
-    QMESH_CHECK_MPI(MPI_Comm_split_type(comm(), MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
+    bounded_call("MPI_Comm_split_type", bounded_call_limit(), [&] {
+      QMESH_CHECK_MPI(
+          MPI_Comm_split_type(comm(), MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
+    });
     auto node_comm = std::make_shared<MpiComm>(node);
     // A host is named by its lowest rank in this communicator.
     int32_t leader = rank_;

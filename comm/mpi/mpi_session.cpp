@@ -1,15 +1,10 @@
 #include <mpi.h>
 
-#include <chrono>
-#include <condition_variable>
 #include <cstdio>
-#include <cstdlib>
 #include <exception>
-#include <functional>
-#include <mutex>
-#include <thread>
 
 #include "failure.h"
+#include "mpi/bounded_call.h"
 #include "mpi/check.h"
 #include "mpi/progress_thread.h"
 #include "qmesh/comm/mpi.h"
@@ -17,61 +12,13 @@
 #include "qmesh/logging.h"
 
 namespace qmesh {
-namespace {
-
-// MPI_Init_thread and MPI_Finalize synchronize with the other ranks; a rank that died or
-// froze would keep them waiting forever. A watchdog ends the process (status 1, with a
-// message) when `call` has not returned within `limit`.
-void run_within(const char* what, std::chrono::milliseconds limit,
-                const std::function<void()>& call) {
-  std::mutex mu;
-  std::condition_variable finished;
-  bool done = false;
-  std::thread watchdog([&] {
-    std::unique_lock lock(mu);
-    if (finished.wait_for(lock, limit, [&] { return done; })) return;
-    std::fprintf(stderr,
-                 "qmesh: %s did not return within %g s (QMESH_COMM_TIMEOUT_S): another rank "
-                 "is dead or stuck; exiting with status 1\n",
-                 what, std::chrono::duration<double>(limit).count());
-    std::fflush(nullptr);
-    std::_Exit(1);
-  });
-  struct Finish {  // stops the watchdog however `call` ends
-    std::mutex& mu;
-    std::condition_variable& finished;
-    bool& done;
-    std::thread& watchdog;
-    ~Finish() {
-      {
-        std::lock_guard lock(mu);
-        done = true;
-      }
-      finished.notify_one();
-      watchdog.join();
-    }
-  } finish{mu, finished, done, watchdog};
-  call();
-}
-
-// comm_timeout(), or its default when QMESH_COMM_TIMEOUT_S is invalid (reported by the first
-// communicator that reads it).
-std::chrono::milliseconds session_timeout() {
-  try {
-    return comm_timeout();
-  } catch (const std::exception&) {
-    return std::chrono::minutes(5);
-  }
-}
-
-}  // namespace
 
 MpiSession::MpiSession(int* argc, char*** argv) {
   int initialized = 0;
   QMESH_CHECK_MPI(MPI_Initialized(&initialized));
   if (!initialized) {
     int provided = MPI_THREAD_SINGLE;
-    run_within("MPI_Init_thread", session_timeout(), [&] {
+    mpi::bounded_call("MPI_Init_thread", mpi::bounded_call_limit(), [&] {
       QMESH_CHECK_MPI(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
     });
     owns_ = true;
@@ -96,7 +43,7 @@ MpiSession::~MpiSession() {
     std::fflush(nullptr);
     return;
   }
-  run_within("MPI_Finalize", session_timeout(), [] { MPI_Finalize(); });
+  mpi::bounded_call("MPI_Finalize", mpi::bounded_call_limit(), [] { MPI_Finalize(); });
 }
 
 }  // namespace qmesh
