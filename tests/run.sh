@@ -4,6 +4,7 @@
 #   build/       the default (CUDA compiled when nvcc exists, warnings as errors): all labels
 #   build-asan/  without CUDA, under AddressSanitizer + UndefinedBehaviorSanitizer: all
 #                labels except `slow` (MPI tests without leak detection)
+#   build-tsan/  under ThreadSanitizer: the local backend, MPI progress and overlap tests
 # and finally builds a program against the installed CMake package. Prints a summary and
 # exits non-zero on any failure. Usage: tests/run.sh [--quick]  (--quick: first build only)
 set -uo pipefail
@@ -52,6 +53,22 @@ if [ $quick -eq 0 ]; then
       step "test build-asan (mpi, without leak detection)"
       run env ASAN_OPTIONS=detect_leaks=0 ctest --test-dir build-asan --output-on-failure \
         -j "$jobs" -L mpi -LE slow
+    }
+
+  # ThreadSanitizer: the local (threads) backend, the MPI progress thread and the overlap
+  # tests, in their own small build (only these targets).
+  step "build build-tsan (ThreadSanitizer)"
+  mkdir -p build-tsan
+  tsan_tests=(comm_local_test mpi_progress_test)
+  run cmake -S . -B build-tsan -G Ninja -DQMESH_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DQMESH_WITH_CUDA=OFF -DQMESH_TSAN=ON -DQMESH_BUILD_BENCH=OFF -DQMESH_BUILD_EXAMPLES=OFF \
+    -DQMESH_WITH_JAX=OFF -DQMESH_WITH_UCX=OFF >build-tsan/configure.log 2>&1 &&
+    run cmake --build build-tsan -j "$jobs" --target "${tsan_tests[@]}" &&
+    {
+      step "test build-tsan"
+      run env TSAN_OPTIONS="halt_on_error=1 suppressions=$root/tests/tsan.supp" \
+        ctest --test-dir build-tsan --output-on-failure \
+        -R "^($(IFS='|'; echo "${tsan_tests[*]}"))\$"
     }
 
   step "install the package and build a program against it"
