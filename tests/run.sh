@@ -59,7 +59,7 @@ if [ $quick -eq 0 ]; then
   # tests, in their own small build (only these targets).
   step "build build-tsan (ThreadSanitizer)"
   mkdir -p build-tsan
-  tsan_tests=(comm_local_test mpi_progress_test)
+  tsan_tests=(comm_local_test overlap_test mpi_progress_test mpi_overlap_test)
   run cmake -S . -B build-tsan -G Ninja -DQMESH_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DQMESH_WITH_CUDA=OFF -DQMESH_TSAN=ON -DQMESH_BUILD_BENCH=OFF -DQMESH_BUILD_EXAMPLES=OFF \
     -DQMESH_WITH_JAX=OFF -DQMESH_WITH_UCX=OFF >build-tsan/configure.log 2>&1 &&
