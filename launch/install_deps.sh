@@ -14,6 +14,7 @@ packages=(
   zlib1g-dev                        # checkpoint checksums
   clang-format                      # format check
   gnuplot-nox                       # loss-curve plots
+  clang libclang-rt-14-dev          # libFuzzer targets (tests/fuzz)
 )
 
 missing=()

@@ -5,6 +5,7 @@
 #   build-asan/  without CUDA, under AddressSanitizer + UndefinedBehaviorSanitizer: all
 #                labels except `slow` (MPI tests without leak detection)
 #   build-tsan/  under ThreadSanitizer: the local backend, MPI progress and overlap tests
+#   build-fuzz/  clang + libFuzzer: a bounded run of each fuzz target (label fuzz)
 # and finally builds a program against the installed CMake package. Prints a summary and
 # exits non-zero on any failure. Usage: tests/run.sh [--quick]  (--quick: first build only)
 set -uo pipefail
@@ -70,6 +71,18 @@ if [ $quick -eq 0 ]; then
         ctest --test-dir build-tsan --output-on-failure \
         -R "^($(IFS='|'; echo "${tsan_tests[*]}"))\$"
     }
+
+  # libFuzzer (clang): the checkpoint and scaling-state readers, the CLI and environment
+  # parsing, 20 s each on the corpus in tests/fuzz/corpus.
+  step "build build-fuzz (libFuzzer)"
+  mkdir -p build-fuzz
+  run env CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DQMESH_WERROR=ON \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQMESH_WITH_CUDA=OFF -DQMESH_FUZZ=ON \
+    -DQMESH_BUILD_BENCH=OFF -DQMESH_WITH_JAX=OFF -DQMESH_WITH_UCX=OFF -DQMESH_WITH_MPI=OFF \
+    >build-fuzz/configure.log 2>&1 &&
+    run cmake --build build-fuzz -j "$jobs" --target tensor_file_fuzz scaling_state_fuzz \
+      cli_env_fuzz &&
+    { step "test build-fuzz"; run ctest --test-dir build-fuzz --output-on-failure -L fuzz; }
 
   step "install the package and build a program against it"
   rm -rf build/install build/package-consumer
