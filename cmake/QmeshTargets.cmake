@@ -1,13 +1,25 @@
 # Shared settings for every qmesh target: warnings, sanitizers, include paths.
 
 # qmesh_target_defaults(<target>): warnings (as errors with QMESH_WERROR) for C++ and CUDA,
-# and AddressSanitizer + UndefinedBehaviorSanitizer instrumentation with QMESH_SANITIZE.
+# and AddressSanitizer + UndefinedBehaviorSanitizer instrumentation with QMESH_SANITIZE,
+# ThreadSanitizer instrumentation with QMESH_TSAN, libFuzzer coverage with QMESH_FUZZ.
 function(qmesh_target_defaults target)
   if(QMESH_SANITIZE)
     target_compile_options(${target} PRIVATE
       $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined -fno-sanitize-recover=undefined
                                 -fno-omit-frame-pointer>)
     target_link_options(${target} PRIVATE -fsanitize=address,undefined)
+  endif()
+  if(QMESH_FUZZ)
+    target_compile_options(${target} PRIVATE
+      $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=fuzzer-no-link,address,undefined
+                                -fno-sanitize-recover=undefined -fno-omit-frame-pointer>)
+    target_link_options(${target} PRIVATE -fsanitize=address,undefined)
+  endif()
+  if(QMESH_TSAN)
+    target_compile_options(${target} PRIVATE
+      $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=thread -fno-omit-frame-pointer>)
+    target_link_options(${target} PRIVATE -fsanitize=thread)
   endif()
   target_compile_options(${target} PRIVATE
     $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor>

@@ -16,6 +16,7 @@ packages=(
   clang-format                      # format check
   gnuplot-nox                       # loss-curve plots
   python3 python3-venv              # the JAX package's venvs (launch/python_env.sh)
+  clang libclang-rt-14-dev          # libFuzzer targets (tests/fuzz)
 )
 if [ "${1:-}" = "--multinode" ]; then
   packages+=(iproute2 util-linux    # network-namespace nodes (launch/cluster/nscluster)

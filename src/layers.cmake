@@ -4,6 +4,7 @@
 # teacher task).
 target_sources(qmesh PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/layers/dense.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/layers/fp8_stats.cpp
   ${CMAKE_CURRENT_LIST_DIR}/layers/forward_epilogue.cpp
   ${CMAKE_CURRENT_LIST_DIR}/layers/gather_buffer.cpp
   ${CMAKE_CURRENT_LIST_DIR}/layers/layer_context.cpp

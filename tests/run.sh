@@ -5,6 +5,8 @@
 #                the JAX tests (label python) with the pinned venv build/venv
 #   build-asan/  without CUDA, under AddressSanitizer + UndefinedBehaviorSanitizer: all
 #                labels except `slow` and `multinode` (MPI tests without leak detection)
+#   build-tsan/  under ThreadSanitizer: the local backend, MPI progress and overlap tests
+#   build-fuzz/  clang + libFuzzer: a bounded run of each fuzz target (label fuzz)
 # then builds a program against the installed CMake package, and builds and installs the
 # Python wheel into a venv with the oldest supported JAX (build/venv-jax-oldest) and runs the
 # JAX primitive tests against the installed package. Prints a summary and
@@ -57,6 +59,34 @@ if [ $quick -eq 0 ]; then
       run env ASAN_OPTIONS=detect_leaks=0 ctest --test-dir build-asan --output-on-failure \
         -j "$jobs" -L mpi -LE slow
     }
+
+  # ThreadSanitizer: the local (threads) backend, the MPI progress thread and the overlap
+  # tests, in their own small build (only these targets).
+  step "build build-tsan (ThreadSanitizer)"
+  mkdir -p build-tsan
+  tsan_tests=(comm_local_test overlap_test mpi_progress_test mpi_overlap_test)
+  run cmake -S . -B build-tsan -G Ninja -DQMESH_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DQMESH_WITH_CUDA=OFF -DQMESH_TSAN=ON -DQMESH_BUILD_BENCH=OFF -DQMESH_BUILD_EXAMPLES=OFF \
+    -DQMESH_WITH_JAX=OFF -DQMESH_WITH_UCX=OFF >build-tsan/configure.log 2>&1 &&
+    run cmake --build build-tsan -j "$jobs" --target "${tsan_tests[@]}" &&
+    {
+      step "test build-tsan"
+      run env TSAN_OPTIONS="halt_on_error=1 suppressions=$root/tests/tsan.supp" \
+        ctest --test-dir build-tsan --output-on-failure \
+        -R "^($(IFS='|'; echo "${tsan_tests[*]}"))\$"
+    }
+
+  # libFuzzer (clang): the checkpoint and scaling-state readers, the CLI and environment
+  # parsing, 20 s each on the corpus in tests/fuzz/corpus.
+  step "build build-fuzz (libFuzzer)"
+  mkdir -p build-fuzz
+  run env CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DQMESH_WERROR=ON \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQMESH_WITH_CUDA=OFF -DQMESH_FUZZ=ON \
+    -DQMESH_BUILD_BENCH=OFF -DQMESH_WITH_JAX=OFF -DQMESH_WITH_UCX=OFF -DQMESH_WITH_MPI=OFF \
+    >build-fuzz/configure.log 2>&1 &&
+    run cmake --build build-fuzz -j "$jobs" --target tensor_file_fuzz scaling_state_fuzz \
+      cli_env_fuzz &&
+    { step "test build-fuzz"; run ctest --test-dir build-fuzz --output-on-failure -L fuzz; }
 
   step "install the package and build a program against it"
   rm -rf build/install build/package-consumer

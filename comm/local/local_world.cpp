@@ -18,20 +18,24 @@ int World::new_contexts_locked() {
 }
 
 void World::match(Posted& send, Posted& recv) {
-  std::exception_ptr error;
+  std::exception_ptr send_error, recv_error;
   try {
     QMESH_CHECK(send.bytes == recv.bytes, "message of ", send.bytes,
                 " bytes arrived for a receive buffer of ", recv.bytes,
                 " bytes: sender and receiver disagree on the size");
     comm_detail::copy_between(recv.buffer, send.buffer, send.bytes);
+  } catch (const Error& e) {
+    // Each side gets its own copy: the two ranks' threads rethrow, read and destroy their
+    // exceptions independently (one shared object is a data race under ThreadSanitizer).
+    send_error = std::current_exception();
+    recv_error = std::make_exception_ptr(e);
   } catch (...) {
-    error = std::current_exception();
+    send_error = recv_error = std::current_exception();
   }
   std::lock_guard lock(mu);
-  for (auto* state : {send.state.get(), recv.state.get()}) {
-    state->error = error;
-    state->done = true;
-  }
+  send.state->error = send_error;
+  recv.state->error = recv_error;
+  for (auto* state : {send.state.get(), recv.state.get()}) state->done = true;
   cv.notify_all();
 }
 

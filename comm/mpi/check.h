@@ -1,12 +1,14 @@
 // Check macro for MPI calls (internal to the MPI backend). Communicators use
 // MPI_ERRORS_RETURN, so a failing call returns its error code, which becomes a qmesh::Error
-// with the call's text and MPI_Error_string's message.
+// with the call's text and MPI_Error_string's message, and is recorded as a communicator
+// failure (failure.h: MpiSession then does not finalize MPI).
 #pragma once
 
 #include <mpi.h>
 
 #include <string>
 
+#include "failure.h"
 #include "qmesh/error.h"
 
 namespace qmesh::mpi {
@@ -24,7 +26,9 @@ inline std::string error_string(int code) {
 #define QMESH_CHECK_MPI(call)                                            \
   do {                                                                   \
     const int qmesh_mpi_code_ = (call);                                  \
-    if (qmesh_mpi_code_ != MPI_SUCCESS) [[unlikely]]                     \
+    if (qmesh_mpi_code_ != MPI_SUCCESS) [[unlikely]] {                   \
+      ::qmesh::comm_detail::record_failure();                            \
       throw ::qmesh::Error("MPI call failed", __FILE__, __LINE__, #call, \
                            ::qmesh::mpi::error_string(qmesh_mpi_code_)); \
+    }                                                                    \
   } while (0)

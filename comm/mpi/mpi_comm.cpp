@@ -9,6 +9,8 @@
 #include <thread>
 
 #include "algorithms/reduce.h"
+#include "failure.h"
+#include "mpi/bounded_call.h"
 #include "mpi/check.h"
 #include "mpi/progress_thread.h"
 #include "qmesh/comm/mpi.h"
@@ -105,6 +107,7 @@ class MpiWork : public Work {
           std::lock_guard lock(comm_->mu);
           if (comm_->broken.empty()) comm_->broken = reason;
         }
+        comm_detail::record_failure();
         QMESH_THROW(reason,
                     ": a peer rank is dead, stuck or not taking part; the communicator "
                     "is now unusable and the process should exit");
@@ -120,13 +123,19 @@ class MpiWork : public Work {
 
  private:
   enum class Cancel { kNotCancellable, kCancelled, kCompleted };
-  // Withdraws an unmatched receive. A receive that was matched meanwhile completes instead
-  // (MPI_Wait after MPI_Cancel returns at once either way).
+  // Withdraws an unmatched receive. A receive that was matched meanwhile completes instead,
+  // normally at once; one matched by a peer that then died mid-transfer may never complete
+  // (found by the fault campaign): after a second it counts as not cancellable.
   Cancel try_cancel() {
     if (!cancellable_) return Cancel::kNotCancellable;
     MPI_Status status;
     QMESH_CHECK_MPI(MPI_Cancel(&request_));
-    QMESH_CHECK_MPI(MPI_Wait(&request_, &status));
+    const auto deadline = Clock::now() + std::chrono::seconds(1);
+    for (int finished = 0; !finished;) {
+      QMESH_CHECK_MPI(MPI_Test(&request_, &finished, &status));
+      if (!finished && Clock::now() >= deadline) return Cancel::kNotCancellable;
+      if (!finished) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
     done_ = true;
     int cancelled = 0;
     QMESH_CHECK_MPI(MPI_Test_cancelled(&status, &cancelled));
@@ -310,11 +319,14 @@ class MpiComm : public Communicator {
 
   std::shared_ptr<Communicator> split(int color, int key) override {
     // MPI_Comm_split has no nonblocking form: first make sure, with a bounded wait, that
-    // every rank has arrived, so that the blocking call cannot wait for a dead one.
+    // every rank has arrived, so that the blocking call can hardly wait for a dead one; a
+    // rank that dies or freezes just after the guard ends the process (bounded_call).
     const auto deadline = Clock::now() + comm_timeout();
     guard_all_arrived(deadline);
     MPI_Comm out = MPI_COMM_NULL;
-    QMESH_CHECK_MPI(MPI_Comm_split(comm(), color < 0 ? MPI_UNDEFINED : color, key, &out));
+    bounded_call("MPI_Comm_split", bounded_call_limit(), [&] {
+      QMESH_CHECK_MPI(MPI_Comm_split(comm(), color < 0 ? MPI_UNDEFINED : color, key, &out));
+    });
     if (out == MPI_COMM_NULL) return nullptr;
     return std::make_shared<MpiComm>(out);
   }
@@ -323,7 +335,10 @@ class MpiComm : public Communicator {
     const auto deadline = Clock::now() + comm_timeout();
     guard_all_arrived(deadline);
     MPI_Comm node = MPI_COMM_NULL;
-    QMESH_CHECK_MPI(MPI_Comm_split_type(comm(), MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
+    bounded_call("MPI_Comm_split_type", bounded_call_limit(), [&] {
+      QMESH_CHECK_MPI(
+          MPI_Comm_split_type(comm(), MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
+    });
     auto node_comm = std::make_shared<MpiComm>(node);
     // A host is named by its lowest rank in this communicator.
     int32_t leader = rank_;
@@ -374,8 +389,24 @@ std::shared_ptr<Communicator> make_mpi_world() {
   int initialized = 0;
   QMESH_CHECK_MPI(MPI_Initialized(&initialized));
   QMESH_CHECK(initialized, "MPI is not initialized: create a qmesh::MpiSession first");
+  // Nonblocking, so that a rank that died or froze before joining cannot keep the others
+  // here forever (MPI_Comm_dup would).
   MPI_Comm dup = MPI_COMM_NULL;
-  QMESH_CHECK_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
+  MPI_Request request = MPI_REQUEST_NULL;
+  QMESH_CHECK_MPI(MPI_Comm_idup(MPI_COMM_WORLD, &dup, &request));
+  const auto timeout = comm_timeout();
+  const auto deadline = mpi::Clock::now() + timeout;
+  for (int done = 0;;) {
+    QMESH_CHECK_MPI(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+    if (done) break;
+    if (mpi::Clock::now() >= deadline) {
+      comm_detail::record_failure();
+      QMESH_THROW(comm_detail::timeout_text("MPI duplicate of MPI_COMM_WORLD", timeout),
+                  ": a rank is dead, stuck or has not called make_mpi_world; MPI is now "
+                  "unusable and the process should exit");
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
   return std::make_shared<mpi::MpiComm>(dup);
 }
 

@@ -21,6 +21,7 @@
 #include "qmesh/config.h"
 #include "qmesh/copy.h"
 #include "qmesh/error.h"
+#include "qmesh/layers/fp8_stats.h"
 #include "qmesh/layers/layer_norm_mlp.h"
 #include "qmesh/owned_stream.h"
 #include "qmesh/train/checkpoint.h"
@@ -220,6 +221,11 @@ int run(const Options& o, const NodeLayout& node,
       mesh, o.recipe, delayed, {},
       qmesh::Placement{device, stream, streams ? streams->comm.get() : qmesh::Stream{}});
   ctx.set_overlap(o.overlap);
+  qmesh::Fp8Stats fp8_stats;
+  if (o.fp8_stats) {
+    QMESH_CHECK(device.is_host(), "--fp8-stats needs the CPU backend (--device cpu)");
+    ctx.set_fp8_stats(&fp8_stats);
+  }
   Model model(o, ctx);
   auto params = model.parameters();
   std::unique_ptr<qmesh::Optimizer> opt =
@@ -351,6 +357,10 @@ int run(const Options& o, const NodeLayout& node,
     for (int r = 0; r < world->size(); ++r)
       std::printf(" %08x", uint32_t(sums.data_as<int32_t>()[r]));
     std::printf("\n");
+    if (o.fp8_stats)
+      std::printf("FP8 operands of rank 0 (in the order the layers cast them):\n%s",
+                  fp8_stats.operands().empty() ? "(none: the recipe is not FP8)\n"
+                                               : fp8_stats.report().c_str());
     if (csv.is_open()) csv.close();
     if (!o.plot.empty()) {
       std::vector<std::string> files = o.compare;
@@ -392,7 +402,7 @@ int main(int argc, char** argv) {
     }
     return train_mlp::run(*options, node, world);
   } catch (const qmesh::Error& e) {
-    // A failed rank must not wait in MPI_Finalize for the others: report and exit.
+    // MpiSession did not finalize MPI (an error unwound through it): report and exit.
     std::fprintf(stderr, "train_mlp: %s\n", e.message().c_str());
     std::fflush(stderr);
     std::_Exit(1);

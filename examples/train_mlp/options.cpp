@@ -54,6 +54,10 @@ std::optional<Options> parse_options(int argc, char** argv) {
      "it again in backward, alongside the dgrad GEMM (saves the gathered activations; same "
      "result)")
     ("seed", po::value(&o.seed)->default_value(o.seed), "seed of weights, teacher and data")
+    ("fp8-stats", po::bool_switch(&o.fp8_stats),
+     "FP8 recipes on the CPU: at the end, print for each quantized GEMM operand of rank 0 the "
+     "relative RMS error vs fp32, the fractions of values saturated and flushed to zero, and "
+     "how stale its scale was (docs/fp8-loss.md)")
     ("log-every", po::value(&o.log_every)->default_value(o.log_every),
      "print a progress line every N steps")
     ("timing", po::bool_switch(&o.timing),

@@ -39,6 +39,7 @@ struct Options {
   std::string checkpoint_dir;
   int checkpoint_every = 0;
   bool resume = false;
+  bool fp8_stats = false;  // print rank 0's per-operand FP8 precision statistics at the end
   std::string csv;
   std::string plot;
   std::vector<std::string> compare;

@@ -1,6 +1,7 @@
 #include "layers/operand_cast.h"
 
 #include "qmesh/comm/stream_ordered.h"
+#include "qmesh/layers/fp8_stats.h"
 #include "qmesh/ops/amax.h"
 #include "qmesh/ops/cast_transpose.h"
 #include "qmesh/ops/convert.h"
@@ -11,6 +12,7 @@ namespace qmesh {
 
 OperandCast::OperandCast(LayerContext& ctx, OperandRole role) : ctx_(ctx), role_(role) {
   if (ctx.recipe() == Recipe::kFp8Delayed) slot_ = ctx.add_operand(role);
+  if (ctx.is_fp8() && ctx.fp8_stats()) stats_id_ = ctx.fp8_stats()->add(role);
 }
 
 GemmOperand OperandCast::cast(const TensorView& x, bool columnwise) {
@@ -50,6 +52,10 @@ GemmOperand OperandCast::cast(const TensorView& x, bool columnwise) {
     cast_transpose(x, q, stream);
   else
     quantize(x, q, stream);
+  if (stats_id_ >= 0) {
+    const bool delayed = ctx_.recipe() == Recipe::kFp8Delayed;
+    ctx_.fp8_stats()->record(stats_id_, x, q, delayed ? ctx_.delayed_scaling().margin : 0.0f);
+  }
   return GemmOperand::fp8(q);
 }
 

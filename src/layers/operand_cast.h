@@ -28,6 +28,7 @@ class OperandCast {
   LayerContext& ctx_;
   OperandRole role_;
   int slot_ = -1;
+  int stats_id_ = -1;  // in ctx.fp8_stats(), when it collects
   Tensor bf16_;
   QuantizedTensor fp8_;
 };

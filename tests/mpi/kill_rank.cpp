@@ -9,6 +9,7 @@
 // link taken down: tests/multinode); every rank writes <dir>/started<r> after its first step.
 //
 // usage: mpi_kill_rank <result dir> <victim rank|-1> <all_reduce|ring|grad_sync> [steps (10)]
+// (tests/faults signals a rank from outside the same way, with victim -1.)
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -89,7 +90,8 @@ int main(int argc, char** argv) {
     const std::string line = "FAILED " + std::to_string(unix_ms()) + " " + e.what();
     write_file(dir + "/rank" + std::to_string(rank) + ".txt", line);
     std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
-    // Not MPI_Finalize: it would wait for the dead rank. Exit at once with a failure status.
+    // Not a normal return: the destructors of unfinished UCX operations would wait for the
+    // dead rank once more. Exit at once with a failure status.
     std::_Exit(3);
   }
   write_file(dir + "/rank" + std::to_string(rank) + ".txt",

@@ -14,9 +14,12 @@ namespace qmesh {
 
 // Initializes MPI (MPI_Init_thread asking for MPI_THREAD_MULTIPLE) unless it already is, and
 // finalizes it on destruction if this object initialized it (after stopping the backend's
-// background progress thread). One per process, created
-// before any other MPI call. A failing job should not destroy it normally (MPI_Finalize
-// waits for the other ranks): exit with a non-zero status instead.
+// background progress thread). One per process, created before any other MPI call.
+// The destructor does not finalize when an exception is unwinding through it or a
+// communicator of this process failed (a timeout or an MPI error): a peer may be dead, and
+// MPI_Finalize would wait for it forever; the process then ends with the status its error
+// handling gives. MPI_Init_thread and MPI_Finalize, which wait for every rank, are bounded
+// by QMESH_COMM_TIMEOUT_S: past it, the process prints why and exits with status 1.
 class QMESH_API MpiSession {
  public:
   MpiSession(int* argc, char*** argv);

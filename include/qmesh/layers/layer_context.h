@@ -22,6 +22,7 @@
 namespace qmesh {
 
 class GatherBuffer;  // internal (src/layers/gather_buffer.h)
+class Fp8Stats;      // qmesh/layers/fp8_stats.h
 
 enum class Recipe {
   kFp32,        // fp32 GEMM operands (the reference in tests)
@@ -62,6 +63,13 @@ class QMESH_API LayerContext {
   Overlap overlap() const { return overlap_; }
   void set_overlap(Overlap overlap) { overlap_ = overlap; }
 
+  // The collector of FP8 precision statistics that layers constructed from now on report
+  // to (null: none). Not owned; it must outlive those layers.
+  void set_fp8_stats(Fp8Stats* stats) { fp8_stats_ = stats; }
+  Fp8Stats* fp8_stats() const { return fp8_stats_; }
+  // The delayed-scaling recipe (used when recipe() is kFp8Delayed).
+  const DelayedScaling& delayed_scaling() const { return delayed_; }
+
   // Registers one quantized operand and returns its index in the scaling states. Only
   // before the first scaling() call (Error afterwards: the states are already laid out).
   int add_operand(OperandRole role);
@@ -89,6 +97,7 @@ class QMESH_API LayerContext {
   std::vector<OperandRole> roles_;
   std::unique_ptr<ScalingStates> states_;
   std::unique_ptr<GatherBuffer> shared_gather_;
+  Fp8Stats* fp8_stats_ = nullptr;
 };
 
 }  // namespace qmesh

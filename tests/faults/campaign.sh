@@ -1,0 +1,69 @@
+#!/bin/bash
+# Fault-injection campaign: many fault_trial.sh trials, each killing (SIGKILL) or freezing
+# (SIGSTOP) one random rank of a 4-rank job at a random moment (0-3 s after start: mesh
+# construction, training steps, collective-GEMM rings, bucketed gradient syncs, checkpoint
+# writes), over the MPI and UCX backends, under plain `mpirun --enable-recovery` and
+# launch/qmeshrun. A train_mlp job that writes a checkpoint every step must leave a newest
+# complete checkpoint that still loads (a resume from it runs). Prints one line per trial
+# and a summary; exits non-zero if any trial failed (artifacts, with gdb stacks of hung
+# ranks, stay in the work directory).
+#
+# usage: campaign.sh <build dir> [trials (default 20)] [seed (default: random)]
+#                    [timeout s (default 5)]
+# The local (threads) backend is not part of it: its ranks share one process, so one cannot
+# be killed or frozen alone. UCX runs over posix shared memory without cma: UCX's cma
+# transport aborts the surviving process when the peer it copies from has died
+# (docs/reliability.md).
+set -u
+build=$1 trials=${2:-20} seed=${3:-$RANDOM} timeout_s=${4:-5}
+here=$(cd "$(dirname "$0")" && pwd)
+RANDOM=$seed
+work=$(mktemp -d /tmp/qmesh-faults.XXXXXX)
+train="$build/examples/train_mlp/train_mlp --dp 2 --tp 2 --hidden 64 --ffn 128 --seq 16
+       --batch 4 --log-every 1000000"
+kill_rank="$build/tests/mpi/mpi_kill_rank"
+programs=(train train_ring train_ckpt mpi_all_reduce mpi_ring mpi_grad_sync)
+[ -x "$kill_rank" ] && grep -q "QMESH_WITH_UCX:BOOL=ON" "$build/CMakeCache.txt" &&
+  programs+=(ucx_all_reduce ucx_ring ucx_grad_sync)
+echo "campaign: $trials trials, seed $seed, QMESH_COMM_TIMEOUT_S=$timeout_s, work dir $work"
+passed=0
+for ((t = 1; t <= trials; t++)); do
+  program=${programs[RANDOM % ${#programs[@]}]}
+  launcher=$([ $((RANDOM % 2)) = 0 ] && echo mpirun || echo qmeshrun)
+  sig=$([ $((RANDOM % 2)) = 0 ] && echo KILL || echo STOP)
+  victim=$((RANDOM % 4)) delay=$((RANDOM % 3000))
+  art=$work/trial$t
+  mkdir -p "$art"
+  env=()
+  case $program in
+    train) cmd=($train --steps 1000000) ;;
+    train_ring) cmd=($train --steps 1000000 --sequence-parallel --overlap ring) ;;
+    train_ckpt) cmd=($train --steps 1000000 --checkpoint-dir "$art/ckpt" --checkpoint-every 1) ;;
+    mpi_*) cmd=("$kill_rank" "$art" -1 "${program#mpi_}" 1000000) env=(QMESH_TEST_WORLD=mpi) ;;
+    ucx_*) cmd=("$kill_rank" "$art" -1 "${program#ucx_}" 1000000)
+           env=(QMESH_TEST_WORLD=ucx UCX_TLS=posix,self) ;;
+  esac
+  what="trial $t: $program, $launcher, SIG$sig rank $victim at ${delay} ms"
+  if env "${env[@]}" "$here/fault_trial.sh" "$art" "$launcher" "$sig" "$victim" "$delay" \
+      "$timeout_s" "${cmd[@]}" >"$art/trial.log" 2>&1; then
+    ok=1
+    if [ "$program" = train_ckpt ] && [ -f "$art/ckpt/latest" ]; then
+      # The newest complete checkpoint loads: resume from it (no further steps to run).
+      QMESH_COMM_TIMEOUT_S=$timeout_s OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+        timeout 120 "$here/../../launch/qmeshrun" -np 4 $train --checkpoint-dir "$art/ckpt" \
+        --resume --steps 1 >"$art/resume.log" 2>&1 || ok=0
+      grep -q "resumed from" "$art/resume.log" || ok=0
+      [ $ok = 1 ] || echo "$what: FAIL: the newest checkpoint did not load (see $art/resume.log)"
+    fi
+    if [ $ok = 1 ]; then
+      passed=$((passed + 1))
+      echo "$what: PASS"
+      rm -rf "$art"
+    fi
+  else
+    echo "$what: FAIL ($(grep -m1 FAIL "$art/trial.log"))"
+  fi
+done
+echo "campaign: $passed of $trials trials passed (seed $seed)"
+[ $passed = "$trials" ] || { echo "campaign: artifacts of failed trials in $work"; exit 1; }
+rm -rf "$work"
