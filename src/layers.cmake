@@ -3,6 +3,7 @@
 # utilities (gradient sync, optimizers, the MSE loss).
 target_sources(qmesh PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/layers/dense.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/layers/fsdp.cpp
   ${CMAKE_CURRENT_LIST_DIR}/layers/gather_buffer.cpp
   ${CMAKE_CURRENT_LIST_DIR}/layers/layer_context.cpp
   ${CMAKE_CURRENT_LIST_DIR}/layers/layer_norm.cpp
@@ -11,7 +12,8 @@ target_sources(qmesh PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/ops/layer_ops.cpp
   ${CMAKE_CURRENT_LIST_DIR}/train/grad_sync.cpp
   ${CMAKE_CURRENT_LIST_DIR}/train/loss.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/train/optimizer.cpp)
+  ${CMAKE_CURRENT_LIST_DIR}/train/optimizer.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/train/ordered_reduce.cpp)
 if(QMESH_WITH_CUDA)
   target_sources(qmesh PRIVATE ${CMAKE_CURRENT_LIST_DIR}/cuda/layer_ops.cu
     ${CMAKE_CURRENT_LIST_DIR}/cuda/loss.cu)

@@ -9,6 +9,7 @@
 #include "layers/gather_buffer.h"
 #include "layers/operand_cast.h"
 #include "layers/parameter_init.h"
+#include "qmesh/copy.h"
 #include "qmesh/error.h"
 #include "qmesh/ops/bias.h"
 #include "qmesh/ops/gelu.h"
@@ -81,12 +82,102 @@ struct Dense::Impl {
     for (int64_t r = 0; r < out_local; ++r)
       for (int64_t c = 0; c < in_local; ++c)
         w[r * in_local + c] = stddev * counter_normal(seed, uint64_t((out0 + r) * in + in0 + c));
-    weight = make_parameter(name + ".weight", std::move(init), context.device());
+    weight = make_sharded_parameter(name + ".weight", std::move(init));
     if (opt.bias) {
       Tensor zeros(DType::kFloat32, Shape{out_local});
       std::fill_n(zeros.data_as<float>(), out_local, 0.0f);
-      bias = make_parameter(name + ".bias", std::move(zeros), context.device());
+      bias = make_sharded_parameter(name + ".bias", std::move(zeros));
     }
+    if (fsdp()) {  // zeros for the padding of the full gradients before their reduce-scatter
+      const int64_t pad = std::max(padded(weight) - out_local * in_local, padded(bias) - out_local);
+      if (pad > 0) {
+        Tensor zeros(DType::kFloat32, Shape{pad});
+        std::fill_n(zeros.data_as<float>(), pad, 0.0f);
+        grad_padding = clone(zeros, context.device());
+      }
+    }
+  }
+
+  // Under FSDP the parameter keeps only this rank's shard of `init` (the tp-local values).
+  Parameter make_sharded_parameter(std::string param_name, Tensor init) {
+    if (!fsdp()) return make_parameter(std::move(param_name), std::move(init), ctx.device());
+    Parameter p = make_parameter(std::move(param_name), ctx.fsdp().shard_of(init), ctx.device());
+    p.fsdp_sharded = true;
+    return p;
+  }
+
+  bool fsdp() const { return ctx.fsdp().enabled(); }
+  // Elements of a sharded parameter's gathered (padded) form; 0 for an absent one.
+  int64_t padded(const Parameter& p) const {
+    return p.value.data() ? p.value.numel() * ctx.fsdp().size() : 0;
+  }
+
+  // FSDP: this rank's weight shard cast to the recipe's operand (FP8 with the scale from the
+  // global amax) when `cast`, else forward's cast again; then the codes (or bf16, fp32) of
+  // every shard all-gathered into the [out, in] operand, and the columnwise copy made after.
+  GemmOperand gather_weight(bool cast) {
+    if (cast)
+      w_shard = w_cast.cast(TensorView(weight.value.data(), DType::kFloat32,
+                                       Shape{1, weight.value.numel()}, ctx.device()),
+                            false);
+    const TensorView shard = w_shard.is_quantized() ? w_shard.quantized.data : w_shard.tensor;
+    const TensorView full = ensure_tensor(w_full, shard.dtype, Shape{padded(weight)}, shard.device);
+    ctx.fsdp().all_gather(shard, full, ctx.stream());
+    const TensorView w(full.data, full.dtype, Shape{out_local, in_local}, full.device);
+    if (!w_shard.is_quantized()) return GemmOperand::plain(w);
+    QuantizedTensorView q = w_shard.quantized;  // one scale on every rank: not sent
+    q.data = w;
+    q.data_t = TensorView();
+    if (columnwise()) {
+      q.data_t = ensure_tensor(w_full_t, full.dtype, Shape{in_local, out_local}, full.device);
+      transpose(q.data, q.data_t, ctx.stream());
+    }
+    return GemmOperand::fp8(q);
+  }
+
+  // The bias as the GEMM epilogue reads it: the parameter, or under FSDP its gathered form.
+  TensorView bias_value() {
+    if (!fsdp()) return bias.value;
+    if (bias_full.data() == nullptr) {
+      ensure_tensor(bias_full, DType::kFloat32, Shape{padded(bias)}, ctx.device());
+      ctx.fsdp().all_gather(bias.value, bias_full, ctx.stream());
+    }
+    return TensorView(bias_full.data(), DType::kFloat32, Shape{out_local}, ctx.device());
+  }
+
+  // Where backward writes the full weight / bias gradient: the parameter's grad, or under
+  // FSDP a buffer that reduce_grads() reduce-scatters into the shard.
+  TensorView weight_grad() {
+    if (!fsdp()) return weight.grad;
+    return full_grad(w_grad_full, weight, Shape{out_local, in_local});
+  }
+  TensorView bias_grad_target() {
+    if (!fsdp()) return bias.grad;
+    return full_grad(b_grad_full, bias, Shape{out_local});
+  }
+  TensorView full_grad(Tensor& buffer, const Parameter& p, const Shape& shape) {
+    const int64_t n = shape.numel(), total = padded(p);
+    ensure_tensor(buffer, DType::kFloat32, Shape{total}, ctx.device());
+    if (total > n)
+      copy_bytes_async(buffer.data_as<float>() + n, ctx.device(), grad_padding.data(), ctx.device(),
+                       size_t(total - n) * sizeof(float), ctx.stream());
+    return TensorView(buffer.data(), DType::kFloat32, shape, ctx.device());
+  }
+
+  // FSDP, after backward: the full gradients summed over the data-parallel ranks into the
+  // shards; the gathered buffers are released unless kept (FsdpOptions::keep_gathered).
+  void reduce_grads() {
+    if (!fsdp()) return;
+    ctx.fsdp().reduce_scatter(w_grad_full, weight.grad, ctx.stream());
+    if (options.bias) ctx.fsdp().reduce_scatter(b_grad_full, bias.grad, ctx.stream());
+    w_grad_full = Tensor();
+    b_grad_full = Tensor();
+    release_gathered();
+  }
+  void release_gathered() {
+    w_full = Tensor();
+    w_full_t = Tensor();
+    bias_full = Tensor();
   }
 
   bool column() const { return options.parallelism == DenseParallelism::kColumn; }
@@ -115,7 +206,8 @@ struct Dense::Impl {
     } else {
       last_x = args.a;
     }
-    last_w = w_cast.cast(weight.value, columnwise());
+    if (fsdp()) release_gathered();  // gathered again from this step's shards
+    last_w = fsdp() ? gather_weight(true) : w_cast.cast(weight.value, columnwise());
     args.b = last_w;
     args.trans_b = GemmTranspose::kYes;  // y = x · Wᵀ
     const int64_t out_rows = row() && sp() ? tokens / tp->size() : tokens;
@@ -123,7 +215,7 @@ struct Dense::Impl {
         ensure_tensor(y, DType::kFloat32, with_rows(out_rows, out_local), x.device);
     args.d = out;
     if (options.bias && !row()) {
-      args.bias = bias.value;
+      args.bias = bias_value();
       args.epilogue = GemmEpilogue::kBias;
     }
     if (options.activation == DenseActivation::kGelu) {  // saves the pre-activation
@@ -144,7 +236,8 @@ struct Dense::Impl {
       if (row() && tp->size() > 1) tp->all_reduce(out, ReduceOp::kSum, ctx.stream());
     }
     // Row parallel: the partial products are summed over tp; add the (replicated) bias.
-    if (row() && options.bias) add_bias(out, bias.value, ctx.stream());
+    if (row() && options.bias) add_bias(out, bias_value(), ctx.stream());
+    if (fsdp() && !ctx.fsdp_options().keep_gathered) release_gathered();
     return out;
   }
 
@@ -153,6 +246,14 @@ struct Dense::Impl {
     check_dtype(dy_in, DType::kFloat32, name + " output gradient");
     check_device(dy_in, ctx.device(), name + " output gradient");
     const Shape x_shape = with_rows(tokens, in_local);  // x as the GEMMs saw it
+    if (fsdp() && w_full.data() == nullptr) last_w = gather_weight(false);
+    const TensorView dx_out = backward_unsharded(dy_in, x_shape);
+    reduce_grads();
+    return dx_out;
+  }
+
+  // backward() with the weights gathered; leaves the full gradients to reduce_grads().
+  TensorView backward_unsharded(const TensorView& dy_in, const Shape& x_shape) {
     if (row() && sp()) return backward_row_sp(dy_in, x_shape);
     check_shape(dy_in, Shape{tokens, out_local}, name + " output gradient");
     TensorView dy = dy_in;
@@ -161,7 +262,7 @@ struct Dense::Impl {
       dgelu(dy, pre_activation, d, ctx.stream());
       dy = d;
     }
-    if (options.bias) bias_grad(dy, bias.grad, ctx.stream());
+    if (options.bias) bias_grad(dy, bias_grad_target(), ctx.stream());
     const GemmOperand dy_op = dy_cast.cast(dy, columnwise());
     // dgrad: dx [T, in] = dy · W.
     GemmArgs dgrad = dgrad_args(dy_op);
@@ -200,9 +301,10 @@ struct Dense::Impl {
     if (options.bias) {
       const TensorView sums =
           ensure_tensor(bias_sums, DType::kFloat32, Shape{n, out_local}, dy_in.device);
-      bias_grad(dy_in, bias.grad, ctx.stream());
-      tp->all_gather(bias.grad, sums, ctx.stream());
-      bias_grad(sums, bias.grad, ctx.stream());  // rank 0's sums plus the others' in rank order
+      const TensorView grad = bias_grad_target();
+      bias_grad(dy_in, grad, ctx.stream());
+      tp->all_gather(grad, sums, ctx.stream());
+      bias_grad(sums, grad, ctx.stream());  // rank 0's sums plus the others' in rank order
     }
     GemmArgs dgrad = dgrad_args(dy_cast.cast(dy_in, columnwise()));
     const GemmOperand dy_gathered = dy_gather.get(dgrad.a, tokens, columnwise());
@@ -238,7 +340,7 @@ struct Dense::Impl {
     args.bias = {};
     args.aux = {};
     run(args);
-    add_bias(args.d, bias.value, ctx.stream());
+    add_bias(args.d, bias_value(), ctx.stream());
     if (with_gelu) gelu(args.d, out, ctx.stream());
   }
 
@@ -262,7 +364,7 @@ struct Dense::Impl {
     wgrad.trans_a = GemmTranspose::kYes;
     wgrad.b = x_op;
     wgrad.trans_b = GemmTranspose::kNo;
-    wgrad.d = weight.grad;
+    wgrad.d = weight_grad();
     wgrad.accumulation = GemmAccumulation::kSplit;
     gemm(wgrad, ctx.stream());
   }
@@ -297,6 +399,10 @@ struct Dense::Impl {
   int64_t epilogue_checked_for = -1;  // the token count fused_epilogue was decided for
   bool fused_epilogue = true;         // the backend offers the forward GEMM's epilogue
   Tensor y, pre_activation, bias_sums, dpre, dx;
+  // FSDP: forward's cast shard, the gathered weight (codes / bf16 / fp32, flat and padded),
+  // its columnwise copy, the gathered bias, the full gradients and zeros for their padding.
+  GemmOperand w_shard;
+  Tensor w_full, w_full_t, bias_full, w_grad_full, b_grad_full, grad_padding;
 };
 
 Dense::Dense(std::string name, int64_t in_features, int64_t out_features, DenseOptions options,

@@ -29,7 +29,12 @@ Recipe parse_recipe(std::string_view name) {
 
 LayerContext::LayerContext(const Mesh& mesh, Recipe recipe, DelayedScaling delayed,
                            Float8CurrentScaling current, Placement placement)
-    : mesh_(mesh), recipe_(recipe), delayed_(delayed), current_(current), placement_(placement) {
+    : mesh_(mesh),
+      recipe_(recipe),
+      delayed_(delayed),
+      current_(current),
+      placement_(placement),
+      fsdp_(mesh) {
   require_device(placement_.device);
   (void)recipe_name(recipe);  // rejects an out-of-range value
   validate(delayed_);

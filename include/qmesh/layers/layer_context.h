@@ -14,6 +14,7 @@
 
 #include "qmesh/comm/mesh.h"
 #include "qmesh/export.h"
+#include "qmesh/layers/fsdp.h"
 #include "qmesh/layers/placement.h"
 #include "qmesh/overlap/collective_gemm.h"
 #include "qmesh/scaling/recipe.h"
@@ -62,6 +63,13 @@ class QMESH_API LayerContext {
   Overlap overlap() const { return overlap_; }
   void set_overlap(Overlap overlap) { overlap_ = overlap; }
 
+  // Fully sharded data parallelism over the mesh's fsdp role (qmesh/layers/fsdp.h): the
+  // layers built on this context shard their parameters when fsdp().enabled(). Set the
+  // options before constructing the layers (each reads them once, at construction).
+  const FsdpGroup& fsdp() const { return fsdp_; }
+  const FsdpOptions& fsdp_options() const { return fsdp_options_; }
+  void set_fsdp_options(FsdpOptions options) { fsdp_options_ = options; }
+
   // Registers one quantized operand and returns its index in the scaling states. Only
   // before the first scaling() call (Error afterwards: the states are already laid out).
   int add_operand(OperandRole role);
@@ -86,6 +94,8 @@ class QMESH_API LayerContext {
   Float8CurrentScaling current_;
   Placement placement_;
   Overlap overlap_ = Overlap::kNone;
+  FsdpGroup fsdp_;
+  FsdpOptions fsdp_options_;
   std::vector<OperandRole> roles_;
   std::unique_ptr<ScalingStates> states_;
   std::unique_ptr<GatherBuffer> shared_gather_;

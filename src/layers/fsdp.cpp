@@ -1,0 +1,108 @@
+#include "qmesh/layers/fsdp.h"
+
+#include <cstring>
+#include <vector>
+
+#include "qmesh/copy.h"
+#include "qmesh/error.h"
+#include "qmesh/train/ordered_reduce.h"
+
+namespace qmesh {
+
+namespace {
+
+int axis_position(const Mesh& mesh, const std::string& name) {
+  const auto& axes = mesh.axes();
+  for (size_t i = 0; i < axes.size(); ++i)
+    if (axes[i].name == name) return int(i);
+  return -1;
+}
+
+TensorView flat(const TensorView& t, int64_t begin, int64_t count) {
+  auto* base = static_cast<char*>(t.data) + begin * int64_t(dtype_size(t.dtype));
+  return TensorView(base, t.dtype, Shape{count}, t.device);
+}
+
+}  // namespace
+
+FsdpGroup::FsdpGroup(const Mesh& mesh) {
+  const MeshResource& roles = mesh.resource();
+  enabled_ = !roles.fsdp.empty();
+  fsdp_ = mesh.role(roles.fsdp);
+  dp_ = mesh.role(roles.dp);
+  if (enabled_ && !roles.dp.empty()) {
+    data_ = mesh.group({roles.dp, roles.fsdp});
+    dp_outer_ = axis_position(mesh, roles.dp) < axis_position(mesh, roles.fsdp);
+  } else {
+    data_ = enabled_ ? fsdp_ : dp_;
+  }
+}
+
+int64_t FsdpGroup::shard_numel(int64_t numel) const {
+  QMESH_CHECK(numel >= 1, "an fsdp-sharded tensor needs at least one element, got ", numel);
+  const int64_t per = (numel + size() - 1) / size();
+  const int64_t d = dp_->size();
+  return (per + d - 1) / d * d;
+}
+
+Tensor FsdpGroup::shard_of(const TensorView& full) const {
+  QMESH_CHECK(full.device.is_host(), "FsdpGroup::shard_of takes a host tensor, got one on ",
+              full.device.str());
+  const int64_t n = full.numel(), s = shard_numel(n);
+  const size_t es = dtype_size(full.dtype);
+  Tensor shard(full.dtype, Shape{s});
+  std::memset(shard.data(), 0, size_t(s) * es);
+  const int64_t begin = std::min(n, rank() * s), end = std::min(n, begin + s);
+  std::memcpy(shard.data(), static_cast<const char*>(full.data) + begin * int64_t(es),
+              size_t(end - begin) * es);
+  return shard;
+}
+
+void FsdpGroup::all_gather(const TensorView& shard, const TensorView& full, Stream stream) const {
+  QMESH_CHECK(full.numel() == shard.numel() * size() && full.dtype == shard.dtype,
+              "FsdpGroup::all_gather: the output must hold ", size(), " shards of ", shard.numel(),
+              " ", dtype_name(shard.dtype), " elements, got ", full.numel(), " ",
+              dtype_name(full.dtype));
+  if (size() == 1) {
+    copy_bytes_async(full.data, full.device, shard.data, shard.device, shard.nbytes(), stream);
+    return;
+  }
+  fsdp_->all_gather(flat(shard, 0, shard.numel()), flat(full, 0, full.numel()), stream);
+}
+
+void FsdpGroup::reduce_scatter(const TensorView& full, const TensorView& shard,
+                               Stream stream) const {
+  check_dtype(full, DType::kFloat32, "FSDP gradient");
+  check_dtype(shard, DType::kFloat32, "FSDP gradient shard");
+  const int64_t s = shard.numel(), f = size(), d = dp_->size();
+  QMESH_CHECK(full.numel() == s * f && s % d == 0, "FsdpGroup::reduce_scatter: ", full.numel(),
+              " elements do not make ", f, " shards of ", s, " (a multiple of dp=", d, ")");
+  // Data rank c = (dp coordinate, fsdp coordinate) owns piece (its dp coordinate) of the
+  // shard of its fsdp coordinate. Arrange the pieces in data-rank order.
+  const int64_t piece = s / d;
+  TensorView in = flat(full, 0, full.numel());
+  Tensor arranged;
+  if (dp_outer_ && d > 1 && f > 1) {
+    arranged = Tensor(DType::kFloat32, Shape{full.numel()}, full.device);
+    for (int64_t di = 0; di < d; ++di)
+      for (int64_t fi = 0; fi < f; ++fi)
+        copy_bytes_async(flat(arranged, (di * f + fi) * piece, piece).data, full.device,
+                         flat(full, fi * s + di * piece, piece).data, full.device,
+                         size_t(piece) * 4, stream);
+    in = arranged;
+  }
+  const TensorView out = d > 1 ? TensorView() : flat(shard, 0, s);
+  Tensor mine;
+  TensorView target = out;
+  if (d > 1) {
+    mine = Tensor(DType::kFloat32, Shape{piece}, full.device);
+    target = mine;
+  }
+  if (full.device.is_host())
+    ordered_reduce_scatter(*data_, in, target);
+  else
+    data_->reduce_scatter(in, target, ReduceOp::kSum, stream);
+  if (d > 1) dp_->all_gather(target, flat(shard, 0, s), stream);
+}
+
+}  // namespace qmesh
