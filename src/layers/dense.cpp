@@ -102,7 +102,7 @@ struct Dense::Impl {
   Parameter make_sharded_parameter(std::string param_name, Tensor init) {
     if (!fsdp()) return make_parameter(std::move(param_name), std::move(init), ctx.device());
     Parameter p = make_parameter(std::move(param_name), ctx.fsdp().shard_of(init), ctx.device());
-    p.fsdp_sharded = true;
+    p.fsdp_numel = init.numel();
     return p;
   }
 

@@ -70,6 +70,16 @@ void FsdpGroup::all_gather(const TensorView& shard, const TensorView& full, Stre
   fsdp_->all_gather(flat(shard, 0, shard.numel()), flat(full, 0, full.numel()), stream);
 }
 
+Tensor FsdpGroup::full_value(const Parameter& p) const {
+  Tensor local = clone(p.value, Device::host());
+  if (!p.fsdp_sharded()) return local;
+  Tensor gathered(DType::kFloat32, Shape{local.numel() * size()});
+  all_gather(local, gathered);
+  Tensor out(DType::kFloat32, Shape{p.fsdp_numel});
+  std::memcpy(out.data(), gathered.data(), out.nbytes());
+  return out;
+}
+
 void FsdpGroup::reduce_scatter(const TensorView& full, const TensorView& shard,
                                Stream stream) const {
   check_dtype(full, DType::kFloat32, "FSDP gradient");

@@ -79,7 +79,7 @@ GradSync::GradSync(std::shared_ptr<Communicator> dp, std::vector<Parameter*> par
     check_dtype(p->grad, DType::kFloat32, p->name + ".grad");
     check_device(p->grad, impl_->device, p->name + ".grad (every gradient on one device)");
     QMESH_CHECK(!impl_->bucket_of.count(p), "parameter ", p->name, " is listed twice");
-    QMESH_CHECK(!p->fsdp_sharded, "parameter ", p->name,
+    QMESH_CHECK(!p->fsdp_sharded(), "parameter ", p->name,
                 " is fsdp-sharded: its backward already reduced its gradient; leave it out of "
                 "GradSync");
     QMESH_CHECK(order == GradSyncOrder::kBackend || impl_->device.is_host(),

@@ -19,6 +19,7 @@
 
 #include "qmesh/comm/mesh.h"
 #include "qmesh/export.h"
+#include "qmesh/layers/parameter.h"
 #include "qmesh/stream.h"
 #include "qmesh/tensor.h"
 
@@ -52,6 +53,9 @@ class QMESH_API FsdpGroup {
   // full: [size() * shard.numel()] of shard's dtype and device; every fsdp rank's shard in
   // rank order. Blocking on the host; on CUDA ordered on `stream`.
   void all_gather(const TensorView& shard, const TensorView& full, Stream stream = {}) const;
+  // The whole (tp-local) value of a parameter as a flat fp32 host tensor: a sharded one's
+  // shards all-gathered (collective over fsdp; blocking) without the padding, else a copy.
+  Tensor full_value(const Parameter& p) const;
   // full: fp32 [size() * shard.numel()], this rank's gradient of the whole tensor (padding
   // zero). shard becomes the sum over every data-parallel rank of their `full`, this
   // rank's part (host: summed in data-rank order). Every data-parallel rank calls it.

@@ -70,7 +70,8 @@ TEST(OrderedReduce, BadInputIsAClearError) {
 // One mesh layout of the data-parallel ranks (dp x fsdp) and tp.
 struct Layout {
   int dp, fsdp, tp;
-  bool fsdp_outer = false;  // the fsdp axis before the dp axis
+  bool fsdp_outer = false;         // the fsdp axis before the dp axis
+  bool sequence_parallel = false;  // tokens sharded over tp
 };
 
 std::vector<MeshAxis> axes_of(const Layout& l) {
@@ -147,38 +148,42 @@ Trained train(const Layout& l, Recipe recipe, FsdpOptions fsdp_options = {},
     Mesh mesh(base, axes_of(l), roles_of(l));
     LayerContext ctx(mesh, recipe);
     ctx.set_fsdp_options(fsdp_options);
+    LayerNormMLPOptions block_options;
+    block_options.sequence_parallel = l.sequence_parallel;
     std::vector<LayerNormMLP> blocks;
     for (int b = 0; b < kBlocks; ++b)
-      blocks.emplace_back("block" + std::to_string(b), kHidden, kFfn, LayerNormMLPOptions{}, ctx,
+      blocks.emplace_back("block" + std::to_string(b), kHidden, kFfn, block_options, ctx,
                           uint64_t(b + 1));
     std::vector<Parameter*> all, replicated;  // in the order gradients become ready
     for (auto it = blocks.rbegin(); it != blocks.rend(); ++it)
       for (Parameter* p : it->parameters()) {
         all.push_back(p);
-        if (!p->fsdp_sharded) replicated.push_back(p);
+        if (!p->fsdp_sharded()) replicated.push_back(p);
       }
     const FsdpGroup& fsdp = ctx.fsdp();
     GradSync sync(fsdp.data_group(), replicated, 256, {}, GradSyncOrder::kRankOrder);
     auto optimizer = make_adamw(all, AdamWOptions{1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f});
     const int data_ranks = fsdp.data_size();
-    const int64_t rows = kTokensPerRank;
+    const int64_t rows = l.sequence_parallel ? kTokensPerRank / l.tp : kTokensPerRank;
     Tensor x(DType::kFloat32, Shape{rows, kHidden}), target(DType::kFloat32, Shape{rows, kHidden});
     Tensor dy(DType::kFloat32, Shape{rows, kHidden}), sum_sq(DType::kFloat64, Shape{1});
     for (int step = 0; step < kSteps; ++step) {
-      const int64_t first = fsdp.data_rank() * rows * kHidden;
+      const int64_t first = (fsdp.data_rank() * kTokensPerRank +
+                             (l.sequence_parallel ? mesh.coord("tp") * rows : 0)) *
+                            kHidden;
       for (int64_t i = 0; i < rows * kHidden; ++i) {
         x.data_as<float>()[i] = input_at(step, first + i);
         target.data_as<float>()[i] = target_at(step, first + i);
       }
       TensorView h = x;
       for (auto& b : blocks) h = b.forward(h);
-      mse_loss(h, target, double(data_ranks * rows * kHidden), dy, sum_sq);
+      mse_loss(h, target, double(data_ranks * kTokensPerRank * kHidden), dy, sum_sq);
       TensorView g = dy;
       for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) {
         g = it->backward(g);
         std::vector<Parameter*> ready;
         for (Parameter* p : it->parameters())
-          if (!p->fsdp_sharded) ready.push_back(p);
+          if (!p->fsdp_sharded()) ready.push_back(p);
         sync.ready(ready);
       }
       sync.finish();
@@ -188,13 +193,8 @@ Trained train(const Layout& l, Recipe recipe, FsdpOptions fsdp_options = {},
     // Gather the shards back; data rank 0 of each tp rank reports.
     const int tp_rank = mesh.coord("tp");
     for (Parameter* p : all) {
-      std::vector<float> values(size_t(p->value.numel()));
-      std::memcpy(values.data(), p->value.data(), p->value.nbytes());
-      if (p->fsdp_sharded) {
-        Tensor full(DType::kFloat32, Shape{p->value.numel() * fsdp.size()});
-        fsdp.all_gather(p->value, full);
-        values.assign(full.data_as<float>(), full.data_as<float>() + full.numel());
-      }
+      const Tensor full = fsdp.full_value(*p);
+      const std::vector<float> values(full.data_as<float>(), full.data_as<float>() + full.numel());
       if (fsdp.data_rank() == 0) {
         std::lock_guard<std::mutex> lock(mu);
         result["tp" + std::to_string(tp_rank) + ":" + p->name] = values;
@@ -204,27 +204,26 @@ Trained train(const Layout& l, Recipe recipe, FsdpOptions fsdp_options = {},
   return result;
 }
 
-// a's values equal b's bit for bit (b may carry padding zeros past a's end, or vice versa).
 void expect_same_bits(const Trained& a, const Trained& b, const std::string& what) {
   ASSERT_EQ(a.size(), b.size()) << what;
   for (const auto& [name, va] : a) {
     const std::vector<float>& vb = b.at(name);
-    const size_t n = std::min(va.size(), vb.size());
-    for (size_t i = n; i < va.size(); ++i) ASSERT_EQ(va[i], 0.0f) << what << " " << name;
-    for (size_t i = n; i < vb.size(); ++i) ASSERT_EQ(vb[i], 0.0f) << what << " " << name;
-    ASSERT_EQ(std::memcmp(va.data(), vb.data(), n * sizeof(float)), 0)
+    ASSERT_EQ(va.size(), vb.size()) << what << " " << name;
+    ASSERT_EQ(std::memcmp(va.data(), vb.data(), va.size() * sizeof(float)), 0)
         << what << ": " << name << " differs";
   }
 }
 
-class FsdpTraining : public ::testing::TestWithParam<std::tuple<Recipe, int>> {};
+// (recipe, tp, sequence parallel)
+class FsdpTraining : public ::testing::TestWithParam<std::tuple<Recipe, std::pair<int, bool>>> {};
 
 TEST_P(FsdpTraining, DpFsdpAndBothGiveTheSameBits) {
-  const auto [recipe, tp] = GetParam();
-  const Trained dp = train({4, 1, tp}, recipe);
-  const Trained fsdp = train({1, 4, tp}, recipe);
-  const Trained both = train({2, 2, tp}, recipe);
-  const Trained kept = train({2, 2, tp}, recipe, FsdpOptions{true});
+  const auto [recipe, tp_sp] = GetParam();
+  const auto [tp, sp] = tp_sp;
+  const Trained dp = train({4, 1, tp, false, sp}, recipe);
+  const Trained fsdp = train({1, 4, tp, false, sp}, recipe);
+  const Trained both = train({2, 2, tp, false, sp}, recipe);
+  const Trained kept = train({2, 2, tp, false, sp}, recipe, FsdpOptions{true});
   // The parameters moved (the comparison is not between untrained copies).
   const std::vector<float>& w = dp.at("tp0:block0.fc1.weight");
   float first = counter_normal(3, 0) / std::sqrt(float(kHidden));
@@ -234,15 +233,16 @@ TEST_P(FsdpTraining, DpFsdpAndBothGiveTheSameBits) {
   expect_same_bits(dp, kept, "dp=4 vs dp=2 x fsdp=2 keeping the gathered weights");
 }
 
-INSTANTIATE_TEST_SUITE_P(Recipes, FsdpTraining,
-                         ::testing::Combine(::testing::Values(Recipe::kFp32, Recipe::kBf16,
-                                                              Recipe::kFp8Delayed,
-                                                              Recipe::kFp8Current),
-                                            ::testing::Values(1, 2)),
-                         [](const auto& p) {
-                           return std::string(recipe_name(std::get<0>(p.param))) + "_tp" +
-                                  std::to_string(std::get<1>(p.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Recipes, FsdpTraining,
+    ::testing::Combine(
+        ::testing::Values(Recipe::kFp32, Recipe::kBf16, Recipe::kFp8Delayed, Recipe::kFp8Current),
+        ::testing::Values(std::pair{1, false}, std::pair{2, false}, std::pair{2, true})),
+    [](const auto& p) {
+      return std::string(recipe_name(std::get<0>(p.param))) + "_tp" +
+             std::to_string(std::get<1>(p.param).first) +
+             (std::get<1>(p.param).second ? "_sp" : "");
+    });
 
 // The weight all-gathers of one training run move FP8 codes: half the bytes of bf16.
 TEST(FsdpTraining, Fp8WeightGatherMovesHalfTheBytesOfBf16) {
