@@ -5,6 +5,9 @@
 #   resume     20 steps == 10 steps, checkpoint, resume, 10 more (bit for bit)
 #   overlap    --overlap ring and bidir, and --regather-input, train to the same bits as
 #              --overlap none (FP8, SP)
+#   fsdp       --dp 4, --fsdp 4 and --dp 2 --fsdp 2 (and dp 2 vs fsdp 2 with tp 2) train to the
+#              same bits with --rank-order (FP8 delayed and BF16, sizes fsdp does not divide);
+#              an fsdp run resumes bit for bit; a different --fsdp at resume is an error
 #   bad-input  bad options and checkpoints give one clear message and a non-zero exit
 set -uo pipefail
 run=$1
@@ -65,6 +68,37 @@ overlap)
     [ -n "$a" ] && [ "$a" = "$b" ] || fail "parameters of --overlap $o and none differ"
   done
   ;;
+fsdp)
+  odd=(--layers 2 --hidden 60 --ffn 250 --seq 16 --batch 2 --log-every 1000 --device cpu
+    --rank-order)
+  for recipe in delayed bf16; do
+    for layout in "--dp 4" "--fsdp 4" "--dp 2 --fsdp 2" "--dp 2 --tp 2" "--fsdp 2 --tp 2"; do
+      name="$recipe${layout// /}"
+      # shellcheck disable=SC2086
+      train4 "${odd[@]}" --steps 8 --recipe $recipe $layout >"$work/$name.log" 2>&1 ||
+        { cat "$work/$name.log"; fail "$recipe $layout"; }
+      echo "$recipe $layout: $(field "parameter checksums" "$work/$name.log")"
+    done
+    for pair in "--dp4 --fsdp4" "--dp4 --dp2--fsdp2" "--dp2--tp2 --fsdp2--tp2"; do
+      # shellcheck disable=SC2086
+      set -- $pair
+      a=$(field "parameter checksums" "$work/$recipe$1.log")
+      b=$(field "parameter checksums" "$work/$recipe$2.log")
+      [ -n "$a" ] && [ "$a" = "$b" ] || fail "$recipe: $1 and $2 trained to different parameters"
+    done
+  done
+  train4 "${odd[@]}" --fsdp 2 --steps 12 >"$work/full.log" 2>&1 || fail "12 fsdp steps"
+  train4 "${odd[@]}" --fsdp 2 --steps 6 --checkpoint-dir "$work/f" >/dev/null 2>&1 ||
+    fail "6 fsdp steps"
+  train4 "${odd[@]}" --fsdp 2 --steps 12 --checkpoint-dir "$work/f" --resume \
+    >"$work/second.log" 2>&1 || { cat "$work/second.log"; fail "fsdp resume"; }
+  [ "$(field "parameter checksums" "$work/full.log")" = \
+    "$(field "parameter checksums" "$work/second.log")" ] || fail "fsdp resume differs"
+  train4 "${odd[@]}" --fsdp 4 --steps 12 --checkpoint-dir "$work/f" --resume \
+    >"$work/other.log" 2>&1 && fail "resumed an fsdp 2 checkpoint with --fsdp 4"
+  grep -q "a checkpoint of a different configuration" "$work/other.log" ||
+    { cat "$work/other.log"; fail "no clear error for a different --fsdp at resume"; }
+  ;;
 bad-input)
   # expect <message> <train_mlp args...>: non-zero exit, the message, no stack trace.
   expect() {
@@ -89,7 +123,7 @@ bad-input)
   fi
   expect "no checkpoint to resume from" "${small[@]}" --resume --checkpoint-dir "$work/none"
   train4 "${small[@]}" --steps 2 --checkpoint-dir "$work/c" >/dev/null 2>&1 || fail "save"
-  expect "another dp/tp/layers" --dp 2 --tp 2 --layers 1 --hidden 64 --ffn 256 --seq 32 \
+  expect "another dp/fsdp/tp/layers" --dp 2 --tp 2 --layers 1 --hidden 64 --ffn 256 --seq 32 \
     --batch 4 --steps 4 --recipe bf16 --resume --checkpoint-dir "$work/c"
   printf 'garbage' | dd of="$work/c/step-2/rank-1.tensors" bs=1 seek=100 conv=notrunc 2>/dev/null
   expect "corrupted (checksum mismatch)" "${small[@]}" --steps 4 --resume --checkpoint-dir "$work/c"
