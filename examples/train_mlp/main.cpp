@@ -195,6 +195,7 @@ int run(const Options& o, const NodeLayout& node,
       mesh, o.recipe, delayed, {},
       qmesh::Placement{device, stream, streams ? streams->comm.get() : qmesh::Stream{}});
   ctx.set_overlap(o.overlap);
+  ctx.set_fsdp_options(qmesh::FsdpOptions{false, o.fsdp_prefetch});
   Model model(o, ctx);
   auto params = model.parameters();
   std::unique_ptr<qmesh::Optimizer> opt =

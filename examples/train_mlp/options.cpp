@@ -27,6 +27,9 @@ std::optional<Options> parse_options(int argc, char** argv) {
     ("fsdp", po::value(&o.fsdp)->default_value(o.fsdp),
      "fully sharded data-parallel size: parameters, gradients and optimizer state sharded over "
      "fsdp ranks, weights all-gathered (FP8 codes under an FP8 recipe) before use")
+    ("fsdp-prefetch", po::value(&o.fsdp_prefetch)->default_value(o.fsdp_prefetch),
+     "with --fsdp: how many following layers' weight all-gathers run while a layer computes "
+     "(0: none)")
     ("rank-order", po::bool_switch(&o.rank_order),
      "--device cpu: sum gradients over the data-parallel ranks in rank order (blocking), so "
      "that every dp x fsdp split of the same data-parallel size trains to the same bits")
@@ -122,6 +125,7 @@ void validate(Options& o, int world, int ranks_per_node) {
   QMESH_CHECK(o.fsdp >= 1 && world % (o.tp * o.fsdp) == 0, "--fsdp ", o.fsdp, " x --tp ", o.tp,
               " does not divide the number of ranks ", world,
               "; choose fsdp x tp among the divisors of ", world);
+  QMESH_CHECK(o.fsdp_prefetch >= 0, "--fsdp-prefetch must be >= 0, got ", o.fsdp_prefetch);
   if (o.dp == 0) o.dp = world / (o.tp * o.fsdp);
   QMESH_CHECK(o.dp >= 1 && o.dp * o.fsdp * o.tp == world, "--dp ", o.dp, " x --fsdp ", o.fsdp,
               " x --tp ", o.tp, " = ", o.dp * o.fsdp * o.tp, " but the job has ", world,

@@ -17,6 +17,7 @@ enum class DeviceChoice { kAuto, kCpu, kCuda };
 struct Options {
   int dp = 0;  // 0: world size / (fsdp x tp)
   int fsdp = 1;
+  int fsdp_prefetch = 1;  // layers whose weight all-gather runs ahead (FsdpOptions::prefetch)
   int tp = 1;
   bool rank_order = false;  // sum gradients over the data-parallel ranks in rank order
   int layers = 2;

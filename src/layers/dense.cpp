@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "layers/activation_buffer.h"
+#include "layers/fsdp_prefetch.h"
 #include "layers/gather_buffer.h"
 #include "layers/operand_cast.h"
 #include "layers/parameter_init.h"
@@ -88,6 +89,8 @@ struct Dense::Impl {
       std::fill_n(zeros.data_as<float>(), out_local, 0.0f);
       bias = make_sharded_parameter(name + ".bias", std::move(zeros));
     }
+    if (fsdp())
+      prefetch_index = context.fsdp_prefetch().add([this](bool forward) { start_gather(forward); });
     if (fsdp()) {  // zeros for the padding of the full gradients before their reduce-scatter
       const int64_t pad = std::max(padded(weight) - out_local * in_local, padded(bias) - out_local);
       if (pad > 0) {
@@ -112,36 +115,60 @@ struct Dense::Impl {
     return p.value.data() ? p.value.numel() * ctx.fsdp().size() : 0;
   }
 
-  // FSDP: this rank's weight shard cast to the recipe's operand (FP8 with the scale from the
-  // global amax) when `cast`, else forward's cast again; then the codes (or bf16, fp32) of
-  // every shard all-gathered into the [out, in] operand, and the columnwise copy made after.
-  GemmOperand gather_weight(bool cast) {
-    if (cast)
+  // FSDP: starts this layer's weight all-gather for a pass. Forward: this rank's shard cast
+  // to the recipe's operand (FP8 with the scale from the global amax) and the bias gathered
+  // too; backward: forward's cast shard again. The codes (or bf16, fp32) of every shard go
+  // into one flat buffer; the [out, in] operand and its columnwise copy are made in
+  // gathered_weight(). Nothing happens when a gather for the pass is already under way or
+  // done (prefetched, or kept from forward for backward).
+  void start_gather(bool forward) {
+    if (forward ? fresh_for_forward : gathered) return;
+    release_gathered();  // a gather made for another pass
+    if (forward)
       w_shard = w_cast.cast(TensorView(weight.value.data(), DType::kFloat32,
                                        Shape{1, weight.value.numel()}, ctx.device()),
                             false);
     const TensorView shard = w_shard.is_quantized() ? w_shard.quantized.data : w_shard.tensor;
     const TensorView full = ensure_tensor(w_full, shard.dtype, Shape{padded(weight)}, shard.device);
-    ctx.fsdp().all_gather(shard, full, ctx.stream());
-    const TensorView w(full.data, full.dtype, Shape{out_local, in_local}, full.device);
+    w_work = ctx.fsdp().all_gather_async(shard, full, ctx.stream());
+    if (forward && options.bias) {
+      ensure_tensor(bias_full, DType::kFloat32, Shape{padded(bias)}, ctx.device());
+      b_work = ctx.fsdp().all_gather_async(bias.value, bias_full, ctx.stream());
+    }
+    gathered = true;
+    fresh_for_forward = forward;
+  }
+
+  // Starts this layer's gather for the pass (unless under way) and those of the next
+  // FsdpOptions::prefetch layers, then waits for this layer's and returns the [out, in] operand
+  // (FP8: one scale on every rank, so only the codes travel; columnwise copy made here).
+  GemmOperand gathered_weight(bool forward) {
+    start_gather(forward);
+    ctx.fsdp_prefetch().after(prefetch_index, forward, ctx.fsdp_options().prefetch);
+    wait_gathers();
+    fresh_for_forward = false;
+    const TensorView w(w_full.data(), w_full.dtype(), Shape{out_local, in_local}, ctx.device());
     if (!w_shard.is_quantized()) return GemmOperand::plain(w);
-    QuantizedTensorView q = w_shard.quantized;  // one scale on every rank: not sent
+    QuantizedTensorView q = w_shard.quantized;
     q.data = w;
     q.data_t = TensorView();
     if (columnwise()) {
-      q.data_t = ensure_tensor(w_full_t, full.dtype, Shape{in_local, out_local}, full.device);
+      q.data_t = ensure_tensor(w_full_t, w.dtype, Shape{in_local, out_local}, ctx.device());
       transpose(q.data, q.data_t, ctx.stream());
     }
     return GemmOperand::fp8(q);
   }
 
+  void wait_gathers() {
+    if (w_work) w_work->wait();
+    if (b_work) b_work->wait();
+    w_work.reset();
+    b_work.reset();
+  }
+
   // The bias as the GEMM epilogue reads it: the parameter, or under FSDP its gathered form.
   TensorView bias_value() {
     if (!fsdp()) return bias.value;
-    if (bias_full.data() == nullptr) {
-      ensure_tensor(bias_full, DType::kFloat32, Shape{padded(bias)}, ctx.device());
-      ctx.fsdp().all_gather(bias.value, bias_full, ctx.stream());
-    }
     return TensorView(bias_full.data(), DType::kFloat32, Shape{out_local}, ctx.device());
   }
 
@@ -175,6 +202,8 @@ struct Dense::Impl {
     release_gathered();
   }
   void release_gathered() {
+    wait_gathers();
+    gathered = fresh_for_forward = false;
     w_full = Tensor();
     w_full_t = Tensor();
     bias_full = Tensor();
@@ -206,8 +235,7 @@ struct Dense::Impl {
     } else {
       last_x = args.a;
     }
-    if (fsdp()) release_gathered();  // gathered again from this step's shards
-    last_w = fsdp() ? gather_weight(true) : w_cast.cast(weight.value, columnwise());
+    last_w = fsdp() ? gathered_weight(true) : w_cast.cast(weight.value, columnwise());
     args.b = last_w;
     args.trans_b = GemmTranspose::kYes;  // y = x · Wᵀ
     const int64_t out_rows = row() && sp() ? tokens / tp->size() : tokens;
@@ -246,7 +274,7 @@ struct Dense::Impl {
     check_dtype(dy_in, DType::kFloat32, name + " output gradient");
     check_device(dy_in, ctx.device(), name + " output gradient");
     const Shape x_shape = with_rows(tokens, in_local);  // x as the GEMMs saw it
-    if (fsdp() && w_full.data() == nullptr) last_w = gather_weight(false);
+    if (fsdp()) last_w = gathered_weight(false);
     const TensorView dx_out = backward_unsharded(dy_in, x_shape);
     reduce_grads();
     return dx_out;
@@ -403,13 +431,19 @@ struct Dense::Impl {
   // its columnwise copy, the gathered bias, the full gradients and zeros for their padding.
   GemmOperand w_shard;
   Tensor w_full, w_full_t, bias_full, w_grad_full, b_grad_full, grad_padding;
+  WorkHandle w_work, b_work;       // gathers in flight into w_full, bias_full
+  bool gathered = false;           // w_full holds (or receives) this step's weights
+  bool fresh_for_forward = false;  // ... cast for a forward that has not used them yet
+  int prefetch_index = -1;         // in the context's FsdpPrefetch
 };
 
 Dense::Dense(std::string name, int64_t in_features, int64_t out_features, DenseOptions options,
              LayerContext& ctx, uint64_t seed)
     : impl_(
           std::make_unique<Impl>(std::move(name), in_features, out_features, options, ctx, seed)) {}
-Dense::~Dense() = default;
+Dense::~Dense() {
+  if (impl_ && impl_->prefetch_index >= 0) impl_->ctx.fsdp_prefetch().remove(impl_->prefetch_index);
+}
 Dense::Dense(Dense&&) noexcept = default;
 
 TensorView Dense::forward(const TensorView& x) { return impl_->forward(x); }

@@ -59,15 +59,21 @@ Tensor FsdpGroup::shard_of(const TensorView& full) const {
 }
 
 void FsdpGroup::all_gather(const TensorView& shard, const TensorView& full, Stream stream) const {
+  if (WorkHandle work = all_gather_async(shard, full, stream)) work->wait();
+}
+
+WorkHandle FsdpGroup::all_gather_async(const TensorView& shard, const TensorView& full,
+                                       Stream stream) const {
   QMESH_CHECK(full.numel() == shard.numel() * size() && full.dtype == shard.dtype,
               "FsdpGroup::all_gather: the output must hold ", size(), " shards of ", shard.numel(),
               " ", dtype_name(shard.dtype), " elements, got ", full.numel(), " ",
               dtype_name(full.dtype));
   if (size() == 1) {
     copy_bytes_async(full.data, full.device, shard.data, shard.device, shard.nbytes(), stream);
-    return;
+    return nullptr;
   }
-  fsdp_->all_gather(flat(shard, 0, shard.numel()), flat(full, 0, full.numel()), stream);
+  return fsdp_->all_gather_async(flat(shard, 0, shard.numel()), flat(full, 0, full.numel()),
+                                 stream);
 }
 
 Tensor FsdpGroup::full_value(const Parameter& p) const {

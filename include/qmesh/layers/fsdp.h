@@ -29,6 +29,11 @@ struct FsdpOptions {
   // Keep each layer's gathered weights from forward until its backward (one all-gather per
   // step instead of two; the memory of every gathered layer until backward).
   bool keep_gathered = false;
+  // Prefetch: while a layer computes, the all-gathers of up to this many following layers
+  // (forward: the next ones in construction order; backward: the previous ones) are already
+  // in flight. 0 gathers each layer's weights only when it runs. Each prefetched layer holds
+  // its gathered weights until it has run.
+  int prefetch = 1;
 };
 
 class QMESH_API FsdpGroup {
@@ -53,6 +58,10 @@ class QMESH_API FsdpGroup {
   // full: [size() * shard.numel()] of shard's dtype and device; every fsdp rank's shard in
   // rank order. Blocking on the host; on CUDA ordered on `stream`.
   void all_gather(const TensorView& shard, const TensorView& full, Stream stream = {}) const;
+  // The same, asynchronous: wait on the handle before using `full` (nullptr: already done,
+  // when fsdp has one rank).
+  WorkHandle all_gather_async(const TensorView& shard, const TensorView& full,
+                              Stream stream = {}) const;
   // The whole (tp-local) value of a parameter as a flat fp32 host tensor: a sharded one's
   // shards all-gathered (collective over fsdp; blocking) without the padding, else a copy.
   Tensor full_value(const Parameter& p) const;

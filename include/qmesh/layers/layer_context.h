@@ -23,6 +23,7 @@
 namespace qmesh {
 
 class GatherBuffer;  // internal (src/layers/gather_buffer.h)
+class FsdpPrefetch;  // internal (src/layers/fsdp_prefetch.h)
 
 enum class Recipe {
   kFp32,        // fp32 GEMM operands (the reference in tests)
@@ -68,7 +69,10 @@ class QMESH_API LayerContext {
   // options before constructing the layers (each reads them once, at construction).
   const FsdpGroup& fsdp() const { return fsdp_; }
   const FsdpOptions& fsdp_options() const { return fsdp_options_; }
-  void set_fsdp_options(FsdpOptions options) { fsdp_options_ = options; }
+  // Error for a negative prefetch.
+  void set_fsdp_options(FsdpOptions options);
+  // The gather order of this context's FSDP layers. Used by the library's layers.
+  FsdpPrefetch& fsdp_prefetch();
 
   // Registers one quantized operand and returns its index in the scaling states. Only
   // before the first scaling() call (Error afterwards: the states are already laid out).
@@ -99,6 +103,7 @@ class QMESH_API LayerContext {
   std::vector<OperandRole> roles_;
   std::unique_ptr<ScalingStates> states_;
   std::unique_ptr<GatherBuffer> shared_gather_;
+  std::unique_ptr<FsdpPrefetch> fsdp_prefetch_;
 };
 
 }  // namespace qmesh

@@ -223,14 +223,16 @@ TEST_P(FsdpTraining, DpFsdpAndBothGiveTheSameBits) {
   const Trained dp = train({4, 1, tp, false, sp}, recipe);
   const Trained fsdp = train({1, 4, tp, false, sp}, recipe);
   const Trained both = train({2, 2, tp, false, sp}, recipe);
-  const Trained kept = train({2, 2, tp, false, sp}, recipe, FsdpOptions{true});
+  const Trained kept = train({2, 2, tp, false, sp}, recipe, FsdpOptions{true, 2});
+  const Trained no_prefetch = train({1, 4, tp, false, sp}, recipe, FsdpOptions{false, 0});
   // The parameters moved (the comparison is not between untrained copies).
   const std::vector<float>& w = dp.at("tp0:block0.fc1.weight");
   float first = counter_normal(3, 0) / std::sqrt(float(kHidden));
   EXPECT_NE(w[0], first);
   expect_same_bits(dp, fsdp, "dp=4 vs fsdp=4");
   expect_same_bits(dp, both, "dp=4 vs dp=2 x fsdp=2");
-  expect_same_bits(dp, kept, "dp=4 vs dp=2 x fsdp=2 keeping the gathered weights");
+  expect_same_bits(dp, kept, "dp=4 vs dp=2 x fsdp=2 keeping the gathered weights, prefetch 2");
+  expect_same_bits(dp, no_prefetch, "dp=4 vs fsdp=4 without prefetch");
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -259,6 +261,14 @@ TEST(FsdpTraining, Fp8WeightGatherMovesHalfTheBytesOfBf16) {
   ASSERT_GT(b, 0);
   ASSERT_GT(*bf16_bytes - b, 0);
   EXPECT_EQ(2 * (*fp8_bytes - b), *bf16_bytes - b);
+}
+
+TEST(Fsdp, NegativePrefetchIsAnError) {
+  run_local_ranks(1, [&](Communicator& world) {
+    Mesh mesh(borrow(world), {{"fsdp", 1}}, MeshResource{"", "", "fsdp", ""});
+    LayerContext ctx(mesh, Recipe::kFp32);
+    EXPECT_QMESH_ERROR(ctx.set_fsdp_options(FsdpOptions{false, -1}), "prefetch must be >= 0");
+  });
 }
 
 TEST(Fsdp, ShardedParametersAreRejectedByGradSync) {
