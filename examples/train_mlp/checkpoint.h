@@ -5,6 +5,7 @@
 // checkpoint.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -14,17 +15,30 @@
 
 namespace train_mlp {
 
+// The mesh of a run: world rank = (dp coordinate x fsdp + fsdp coordinate) x tp + tp
+// coordinate.
+struct MeshLayout {
+  int dp = 1, fsdp = 1, tp = 1;
+  bool operator==(const MeshLayout&) const = default;
+};
+
 struct CheckpointContent {
   std::vector<qmesh::NamedTensor> tensors;  // parameters, optimizer state, configuration
   qmesh::LayerContext* fp8 = nullptr;       // its scaling states are saved when delayed
+  MeshLayout layout;
+  // The fsdp-sharded tensors (parameters and their optimizer slots, each this rank's flat,
+  // padded shard) and their unsharded element counts: a checkpoint written by another
+  // dp x fsdp split (fsdp >= 2 on both sides, the same tp) is resharded at load.
+  std::map<std::string, int64_t> sharded;
 };
 
 // Collective over `world`: every rank writes its files, then rank 0 updates `latest`.
 void save_checkpoint(const std::string& dir, int step, const CheckpointContent& content,
                      qmesh::Communicator& world);
 
-// Loads the checkpoint `latest` names into `content` and returns its step. Error (saying
-// what is wrong and where) if there is none or it does not match this run's configuration.
+// Loads the checkpoint `latest` names into `content` and returns its step, resharding the
+// fsdp shards when the checkpoint's dp x fsdp split differs. Error (saying what is wrong and
+// where) if there is none or it does not match this run's configuration.
 int load_latest_checkpoint(const std::string& dir, const CheckpointContent& content, int rank);
 
 }  // namespace train_mlp

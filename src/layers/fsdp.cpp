@@ -39,10 +39,14 @@ FsdpGroup::FsdpGroup(const Mesh& mesh) {
 }
 
 int64_t FsdpGroup::shard_numel(int64_t numel) const {
+  return shard_numel(numel, size(), dp_->size());
+}
+
+int64_t FsdpGroup::shard_numel(int64_t numel, int fsdp, int dp) {
   QMESH_CHECK(numel >= 1, "an fsdp-sharded tensor needs at least one element, got ", numel);
-  const int64_t per = (numel + size() - 1) / size();
-  const int64_t d = dp_->size();
-  return (per + d - 1) / d * d;
+  QMESH_CHECK(fsdp >= 1 && dp >= 1, "fsdp and dp sizes must be >= 1, got ", fsdp, " and ", dp);
+  const int64_t per = (numel + fsdp - 1) / fsdp;
+  return (per + dp - 1) / dp * dp;
 }
 
 Tensor FsdpGroup::shard_of(const TensorView& full) const {

@@ -53,6 +53,9 @@ class QMESH_API FsdpGroup {
   // Elements per shard of a tensor of `numel` elements: ceil(numel / size()), rounded up
   // to a multiple of the dp size (the gradient reduce-scatter splits a shard over dp).
   int64_t shard_numel(int64_t numel) const;
+  // The same for any layout: `fsdp` shards, their pieces split over `dp` ranks (checkpoints
+  // written by another layout).
+  static int64_t shard_numel(int64_t numel, int fsdp, int dp);
   // This rank's shard of a host tensor of any dtype (flattened), zero-padded: [shard_numel].
   Tensor shard_of(const TensorView& full) const;
   // full: [size() * shard.numel()] of shard's dtype and device; every fsdp rank's shard in
