@@ -124,6 +124,7 @@ bad-input)
   }
   expect "does not divide the number of ranks 4" --tp 3
   expect "must be a positive multiple of --tp 4" --tp 4 --hidden 66
+  expect "--fsdp 3 x --tp 1 does not divide the number of ranks 4" --fsdp 3
   expect "unknown recipe 'fp9'" --recipe fp9
   expect "add --sequence-parallel or use --overlap none" "${small[@]}" --overlap ring
   expect "expected one of: none, ring, bidir" "${small[@]}" --overlap both

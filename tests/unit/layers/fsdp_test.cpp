@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -16,6 +17,7 @@
 #include "expect_error.h"
 #include "qmesh/comm/local.h"
 #include "qmesh/comm/mesh.h"
+#include "qmesh/layers/dense.h"
 #include "qmesh/layers/layer_norm_mlp.h"
 #include "qmesh/random.h"
 #include "qmesh/train/grad_sync.h"
@@ -261,6 +263,38 @@ TEST(FsdpTraining, Fp8WeightGatherMovesHalfTheBytesOfBf16) {
   ASSERT_GT(b, 0);
   ASSERT_GT(*bf16_bytes - b, 0);
   EXPECT_EQ(2 * (*fp8_bytes - b), *bf16_bytes - b);
+}
+
+// A layer's forward starts the gathers of the next `prefetch` layers before it computes.
+TEST(Fsdp, ForwardStartsTheNextLayersGathers) {
+  for (int prefetch : {0, 1, 2}) {
+    auto bytes = std::make_shared<std::atomic<int64_t>>(0);
+    run_local_ranks(2, [&](Communicator& world) {
+      auto counting = std::make_shared<testing::CountingCommunicator>(borrow(world), true, bytes);
+      Mesh mesh(counting, {{"fsdp", 2}}, MeshResource{"", "", "fsdp", ""});
+      LayerContext ctx(mesh, Recipe::kFp32);
+      ctx.set_fsdp_options(FsdpOptions{false, prefetch});
+      const DenseOptions no_bias{DenseParallelism::kNone, false,        false,
+                                 DenseActivation::kNone,  std::nullopt, GatheredInput::kSave};
+      std::vector<Dense> layers;
+      for (int i = 0; i < 3; ++i)
+        layers.emplace_back("d" + std::to_string(i), 6, 6, no_bias, ctx, 1);
+      Tensor x(DType::kFloat32, Shape{2, 6});
+      std::fill_n(x.data_as<float>(), x.numel(), 1.0f);
+      world.barrier();
+      const int64_t before = *bytes;
+      world.barrier();  // both ranks read the count before either gathers
+      layers[0].forward(x);
+      // fp32 weights of 36 elements: shards of 18 floats; every rank counts its own sends.
+      const int64_t gathered = int64_t(std::min(1 + prefetch, 3)) * 18 * 4 * 2;
+      world.barrier();
+      if (world.rank() == 0) {
+        EXPECT_EQ(*bytes - before, gathered) << "prefetch " << prefetch;
+      }
+      world.barrier();
+      layers[1].forward(layers[0].forward(x));  // the prefetched gathers are consumed
+    });
+  }
 }
 
 TEST(Fsdp, NegativePrefetchIsAnError) {
