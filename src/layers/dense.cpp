@@ -12,6 +12,7 @@
 #include "layers/parameter_init.h"
 #include "qmesh/copy.h"
 #include "qmesh/error.h"
+#include "qmesh/logging.h"
 #include "qmesh/ops/bias.h"
 #include "qmesh/ops/gelu.h"
 #include "qmesh/ops/gemm.h"
@@ -191,16 +192,37 @@ struct Dense::Impl {
     return TensorView(buffer.data(), DType::kFloat32, shape, ctx.device());
   }
 
-  // FSDP, after backward: the full gradients summed over the data-parallel ranks into the
-  // shards; the gathered buffers are released unless kept (FsdpOptions::keep_gathered).
+  // FSDP, after backward: the gathered buffers are released, and the reduce-scatter of the
+  // full gradients into the shards (summed over the data-parallel ranks) is started and left
+  // in flight while the earlier layers run their backward: the next layer's backward, or
+  // LayerContext::end_step(), completes it (the previous layer's first, in order).
   void reduce_grads() {
     if (!fsdp()) return;
-    ctx.fsdp().reduce_scatter(w_grad_full, weight.grad, ctx.stream());
-    if (options.bias) ctx.fsdp().reduce_scatter(b_grad_full, bias.grad, ctx.stream());
-    w_grad_full = Tensor();
-    b_grad_full = Tensor();
     release_gathered();
+    ctx.fsdp_prefetch().finish_deferred();
+    auto pending = std::make_shared<PendingReduction>();
+    pending->weight = ctx.fsdp().reduce_scatter_async(w_grad_full, weight.grad, ctx.stream());
+    if (options.bias)
+      pending->bias = ctx.fsdp().reduce_scatter_async(b_grad_full, bias.grad, ctx.stream());
+    pending->buffers[0] = std::move(w_grad_full);
+    pending->buffers[1] = std::move(b_grad_full);
+    reduction = pending;
+    ctx.fsdp_prefetch().defer([pending] { pending->finish(); });
   }
+
+  // A reduce-scatter in flight and the full gradients it reads.
+  struct PendingReduction {
+    WorkHandle weight, bias;
+    Tensor buffers[2];
+    void finish() {
+      if (weight) weight->wait();
+      if (bias) bias->wait();
+      weight.reset();
+      bias.reset();
+      buffers[0] = Tensor();
+      buffers[1] = Tensor();
+    }
+  };
   void release_gathered() {
     wait_gathers();
     gathered = fresh_for_forward = false;
@@ -431,10 +453,11 @@ struct Dense::Impl {
   // its columnwise copy, the gathered bias, the full gradients and zeros for their padding.
   GemmOperand w_shard;
   Tensor w_full, w_full_t, bias_full, w_grad_full, b_grad_full, grad_padding;
-  WorkHandle w_work, b_work;       // gathers in flight into w_full, bias_full
-  bool gathered = false;           // w_full holds (or receives) this step's weights
-  bool fresh_for_forward = false;  // ... cast for a forward that has not used them yet
-  int prefetch_index = -1;         // in the context's FsdpPrefetch
+  WorkHandle w_work, b_work;                    // gathers in flight into w_full, bias_full
+  bool gathered = false;                        // w_full holds (or receives) this step's weights
+  bool fresh_for_forward = false;               // ... cast for a forward that has not used them yet
+  int prefetch_index = -1;                      // in the context's FsdpPrefetch
+  std::shared_ptr<PendingReduction> reduction;  // the last one started (shared with FsdpPrefetch)
 };
 
 Dense::Dense(std::string name, int64_t in_features, int64_t out_features, DenseOptions options,
@@ -442,7 +465,17 @@ Dense::Dense(std::string name, int64_t in_features, int64_t out_features, DenseO
     : impl_(
           std::make_unique<Impl>(std::move(name), in_features, out_features, options, ctx, seed)) {}
 Dense::~Dense() {
-  if (impl_ && impl_->prefetch_index >= 0) impl_->ctx.fsdp_prefetch().remove(impl_->prefetch_index);
+  if (!impl_ || impl_->prefetch_index < 0) return;
+  impl_->ctx.fsdp_prefetch().remove(impl_->prefetch_index);
+  // A reduction still in flight writes into this layer's gradients: let it finish.
+  if (impl_->reduction) {
+    try {
+      impl_->reduction->finish();
+    } catch (const Error& e) {
+      QMESH_LOG_WARN(impl_->name,
+                     ": its gradient reduction failed while the layer was destroyed: ", e.what());
+    }
+  }
 }
 Dense::Dense(Dense&&) noexcept = default;
 

@@ -90,8 +90,56 @@ Tensor FsdpGroup::full_value(const Parameter& p) const {
   return out;
 }
 
+namespace {
+
+// The data-group reduce-scatter in flight, then (dp > 1) the all-gather of the pieces over
+// dp into the shard, issued when the reduce-scatter completes. Owns its scratch buffers.
+class FsdpReduceWork : public Work {
+ public:
+  FsdpReduceWork(WorkHandle reduce, Tensor arranged, Tensor piece, std::shared_ptr<Communicator> dp,
+                 TensorView shard, Stream stream)
+      : reduce_(std::move(reduce)),
+        arranged_(std::move(arranged)),
+        piece_(std::move(piece)),
+        dp_(std::move(dp)),
+        shard_(shard),
+        stream_(stream) {}
+
+  bool test() override {
+    if (reduce_ && !reduce_->test()) return false;
+    finish(comm_timeout());
+    return true;
+  }
+  void wait(std::chrono::milliseconds timeout) override {
+    if (reduce_) reduce_->wait(timeout);
+    finish(timeout);
+  }
+
+ private:
+  void finish(std::chrono::milliseconds timeout) {
+    reduce_.reset();
+    if (piece_.data() == nullptr) return;
+    dp_->all_gather_async(piece_, shard_, stream_)->wait(timeout);
+    piece_ = Tensor();
+    arranged_ = Tensor();
+  }
+
+  WorkHandle reduce_;
+  Tensor arranged_, piece_;
+  std::shared_ptr<Communicator> dp_;
+  TensorView shard_;
+  Stream stream_;
+};
+
+}  // namespace
+
 void FsdpGroup::reduce_scatter(const TensorView& full, const TensorView& shard,
                                Stream stream) const {
+  reduce_scatter_async(full, shard, stream)->wait();
+}
+
+WorkHandle FsdpGroup::reduce_scatter_async(const TensorView& full, const TensorView& shard,
+                                           Stream stream) const {
   check_dtype(full, DType::kFloat32, "FSDP gradient");
   check_dtype(shard, DType::kFloat32, "FSDP gradient shard");
   const int64_t s = shard.numel(), f = size(), d = dp_->size();
@@ -111,18 +159,17 @@ void FsdpGroup::reduce_scatter(const TensorView& full, const TensorView& shard,
                          size_t(piece) * 4, stream);
     in = arranged;
   }
-  const TensorView out = d > 1 ? TensorView() : flat(shard, 0, s);
   Tensor mine;
-  TensorView target = out;
+  TensorView target = flat(shard, 0, s);
   if (d > 1) {
     mine = Tensor(DType::kFloat32, Shape{piece}, full.device);
     target = mine;
   }
-  if (full.device.is_host())
-    ordered_reduce_scatter(*data_, in, target);
-  else
-    data_->reduce_scatter(in, target, ReduceOp::kSum, stream);
-  if (d > 1) dp_->all_gather(target, flat(shard, 0, s), stream);
+  WorkHandle reduce = full.device.is_host()
+                          ? ordered_reduce_scatter_async(*data_, in, target)
+                          : data_->reduce_scatter_async(in, target, ReduceOp::kSum, stream);
+  return std::make_unique<FsdpReduceWork>(std::move(reduce), std::move(arranged), std::move(mine),
+                                          dp_, flat(shard, 0, s), stream);
 }
 
 }  // namespace qmesh

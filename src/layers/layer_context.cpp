@@ -82,6 +82,7 @@ ScalingStates& LayerContext::scaling() {
 }
 
 void LayerContext::end_step() {
+  if (fsdp_prefetch_) fsdp_prefetch_->finish_deferred();
   if (recipe_ != Recipe::kFp8Delayed || roles_.empty()) return;
   AmaxReducer(mesh_).reduce_and_update(scaling(), placement_.stream);
 }

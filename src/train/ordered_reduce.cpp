@@ -1,5 +1,7 @@
 #include "qmesh/train/ordered_reduce.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <vector>
 
@@ -21,44 +23,85 @@ void wait_all(std::vector<WorkHandle>& works) {
 }
 
 // Sums rank r's slice [begin[r], begin[r + 1]) of every rank's `data` into `out` (rank
-// order), and exchanges the other ranks' slices of `data`. Empty slices send nothing.
-void reduce_chunks(Communicator& comm, const float* data, const std::vector<int64_t>& begin,
-                   float* out) {
-  const int n = comm.size(), me = comm.rank();
-  const int64_t mine = begin[me + 1] - begin[me];
-  std::vector<float> received(size_t(mine) * size_t(n));
-  std::vector<WorkHandle> works;
-  if (mine > 0)
-    for (int r = 0; r < n; ++r)
-      if (r != me)
-        works.push_back(
-            comm.recv_async(TensorView(received.data() + r * mine, DType::kFloat32, Shape{mine}), r,
-                            kOrderedReduceTag));
-  for (int r = 0; r < n; ++r) {
-    const int64_t count = begin[r + 1] - begin[r];
-    if (r != me && count > 0)
-      works.push_back(comm.send_async(
-          TensorView(const_cast<float*>(data) + begin[r], DType::kFloat32, Shape{count}), r,
-          kOrderedReduceTag));
+// order), and exchanges the other ranks' slices of `data`. Empty slices send nothing. The
+// transfers start at construction; the sum is taken once they are all complete.
+class ChunkReduction : public Work {
+ public:
+  ChunkReduction(Communicator& comm, const float* data, const std::vector<int64_t>& begin,
+                 float* out)
+      : n_(comm.size()),
+        mine_(begin[size_t(comm.rank()) + 1] - begin[size_t(comm.rank())]),
+        out_(out),
+        received_(size_t(mine_) * size_t(n_)) {
+    const int me = comm.rank();
+    if (mine_ > 0)
+      for (int r = 0; r < n_; ++r)
+        if (r != me)
+          works_.push_back(comm.recv_async(
+              TensorView(received_.data() + r * mine_, DType::kFloat32, Shape{mine_}), r,
+              kOrderedReduceTag));
+    for (int r = 0; r < n_; ++r) {
+      const int64_t count = begin[size_t(r) + 1] - begin[size_t(r)];
+      if (r != me && count > 0)
+        works_.push_back(comm.send_async(
+            TensorView(const_cast<float*>(data) + begin[size_t(r)], DType::kFloat32, Shape{count}),
+            r, kOrderedReduceTag));
+    }
+    if (mine_ > 0)
+      std::memcpy(received_.data() + me * mine_, data + begin[size_t(me)], size_t(mine_) * 4);
   }
-  if (mine > 0) std::memcpy(received.data() + me * mine, data + begin[me], size_t(mine) * 4);
-  wait_all(works);
-  for (int64_t i = 0; i < mine; ++i) {
-    float sum = received[size_t(i)];
-    for (int r = 1; r < n; ++r) sum += received[size_t(r * mine + i)];
-    out[i] = sum;
+
+  bool test() override {
+    for (WorkHandle& w : works_)
+      if (!w->test()) return false;
+    finish();
+    return true;
   }
-}
+
+  void wait(std::chrono::milliseconds timeout) override {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (WorkHandle& w : works_)
+      w->wait(std::max(
+          std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()),
+          std::chrono::milliseconds(0)));
+    finish();
+  }
+
+ private:
+  void finish() {
+    if (done_) return;
+    works_.clear();
+    for (int64_t i = 0; i < mine_; ++i) {
+      float sum = received_[size_t(i)];
+      for (int r = 1; r < n_; ++r) sum += received_[size_t(r * mine_ + i)];
+      out_[i] = sum;
+    }
+    done_ = true;
+  }
+
+  int n_;
+  int64_t mine_;
+  float* out_;
+  std::vector<float> received_;
+  std::vector<WorkHandle> works_;
+  bool done_ = false;
+};
 
 }  // namespace
 
-void ordered_reduce_scatter(Communicator& comm, const TensorView& in, const TensorView& out) {
+WorkHandle ordered_reduce_scatter_async(Communicator& comm, const TensorView& in,
+                                        const TensorView& out) {
   check_args(in, "ordered_reduce_scatter input");
   check_args(out, "ordered_reduce_scatter output");
   comm_check::reduce_scatter_args(in, out, comm.size());
   std::vector<int64_t> begin(size_t(comm.size()) + 1);
   for (int r = 0; r <= comm.size(); ++r) begin[size_t(r)] = r * out.numel();
-  reduce_chunks(comm, static_cast<const float*>(in.data), begin, static_cast<float*>(out.data));
+  return std::make_unique<ChunkReduction>(comm, static_cast<const float*>(in.data), begin,
+                                          static_cast<float*>(out.data));
+}
+
+void ordered_reduce_scatter(Communicator& comm, const TensorView& in, const TensorView& out) {
+  ordered_reduce_scatter_async(comm, in, out)->wait();
 }
 
 void ordered_all_reduce(Communicator& comm, const TensorView& buf) {
@@ -69,7 +112,7 @@ void ordered_all_reduce(Communicator& comm, const TensorView& buf) {
   for (int r = 0; r <= n; ++r) begin[size_t(r)] = total * r / n;
   float* data = static_cast<float*>(buf.data);
   std::vector<float> mine(size_t(begin[me + 1] - begin[me]));
-  reduce_chunks(comm, data, begin, mine.data());
+  ChunkReduction(comm, data, begin, mine.data()).wait(comm_timeout());
   std::memcpy(data + begin[me], mine.data(), mine.size() * 4);
   // Every rank sends its summed chunk to every other (all-gather).
   std::vector<WorkHandle> works;

@@ -72,6 +72,11 @@ class QMESH_API FsdpGroup {
   // zero). shard becomes the sum over every data-parallel rank of their `full`, this
   // rank's part (host: summed in data-rank order). Every data-parallel rank calls it.
   void reduce_scatter(const TensorView& full, const TensorView& shard, Stream stream = {}) const;
+  // The same, asynchronous: `full` and `shard` must stay alive and `full` unchanged until
+  // the handle's wait() returns (its dp all-gather is issued there). Every data-parallel
+  // rank completes its handles in the same order.
+  WorkHandle reduce_scatter_async(const TensorView& full, const TensorView& shard,
+                                  Stream stream = {}) const;
 
  private:
   bool enabled_ = false;

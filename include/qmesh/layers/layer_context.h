@@ -88,7 +88,8 @@ class QMESH_API LayerContext {
 
   // Once per training step, after backward, on every rank of the mesh. Delayed scaling:
   // one all-reduce(MAX) of every operand's current amax over mesh().amax_group(), then
-  // the fused update, both ordered on stream(). Other recipes: nothing.
+  // the fused update, both ordered on stream(). Other recipes: nothing. Under FSDP it first
+  // completes the layers' gradient reduce-scatters (the sharded grads are final after it).
   void end_step();
 
  private:
