@@ -6,6 +6,7 @@ target_sources(qmesh PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/layers/dense.cpp
   ${CMAKE_CURRENT_LIST_DIR}/layers/fp8_stats.cpp
   ${CMAKE_CURRENT_LIST_DIR}/layers/forward_epilogue.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/layers/fsdp.cpp
   ${CMAKE_CURRENT_LIST_DIR}/layers/gather_buffer.cpp
   ${CMAKE_CURRENT_LIST_DIR}/layers/layer_context.cpp
   ${CMAKE_CURRENT_LIST_DIR}/layers/layer_norm.cpp
@@ -16,6 +17,7 @@ target_sources(qmesh PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/train/grad_sync.cpp
   ${CMAKE_CURRENT_LIST_DIR}/train/loss.cpp
   ${CMAKE_CURRENT_LIST_DIR}/train/optimizer.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/train/ordered_reduce.cpp
   ${CMAKE_CURRENT_LIST_DIR}/train/teacher.cpp)
 if(QMESH_WITH_CUDA)
   target_sources(qmesh PRIVATE ${CMAKE_CURRENT_LIST_DIR}/cuda/layer_ops.cu

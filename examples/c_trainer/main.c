@@ -263,8 +263,9 @@ static int run(const options* o, qmesh_world* world) {
   CHECK(qmesh_teacher_create(o->hidden, o->seed, &teacher));
 
   /* What a checkpoint holds, with train_mlp's names: the run's configuration, the
-   * parameters and the optimizer state (and the context's FP8 scaling state). */
-  int32_t config[7] = {dp,
+   * parameters and the optimizer state (and the context's FP8 scaling state); fsdp 1. */
+  int32_t config[8] = {dp,
+                       1,
                        o->tp,
                        o->layers,
                        (int32_t)o->hidden,
@@ -276,9 +277,9 @@ static int run(const options* o, qmesh_world* world) {
   const int nckpt = 1 + nparams + nstate;
   qmesh_named_tensor* ckpt = calloc((size_t)nckpt, sizeof *ckpt);
   if (!ckpt) check(QMESH_ERROR_OUT_OF_MEMORY, "malloc");
-  const int64_t seven = 7;
+  const int64_t eight = 8;
   ckpt[0].name = "run.config";
-  ckpt[0].tensor = qmesh_host_tensor(config, QMESH_INT32, 1, &seven);
+  ckpt[0].tensor = qmesh_host_tensor(config, QMESH_INT32, 1, &eight);
   for (int i = 0; i < nparams; ++i) {
     CHECK(qmesh_parameter_name(params[i], &ckpt[1 + i].name));
     CHECK(qmesh_parameter_value(params[i], &ckpt[1 + i].tensor));
@@ -288,13 +289,13 @@ static int run(const options* o, qmesh_world* world) {
         qmesh_optimizer_state(opt, i, &ckpt[1 + nparams + i].name, &ckpt[1 + nparams + i].tensor));
   int start = 0;
   if (o->resume) {
-    const int32_t expected[7] = {config[0], config[1], config[2], config[3],
-                                 config[4], config[5], config[6]};
+    const int32_t expected[8] = {config[0], config[1], config[2], config[3],
+                                 config[4], config[5], config[6], config[7]};
     CHECK(qmesh_checkpoint_load_latest(world, o->checkpoint_dir, ckpt, nckpt, ctx, &start));
     if (memcmp(expected, config, sizeof config) != 0) {
       fprintf(stderr,
               "c_trainer: the checkpoint in %s was written by a run with another "
-              "dp/tp/layers/hidden/ffn/recipe/sequence-parallel configuration\n",
+              "dp/fsdp/tp/layers/hidden/ffn/recipe/sequence-parallel configuration\n",
               o->checkpoint_dir);
       return 1;
     }

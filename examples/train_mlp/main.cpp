@@ -42,6 +42,14 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The parameters that GradSync reduces: all but the fsdp-sharded ones (their backward does).
+std::vector<qmesh::Parameter*> replicated(const std::vector<qmesh::Parameter*>& params) {
+  std::vector<qmesh::Parameter*> out;
+  for (auto* p : params)
+    if (!p->fsdp_sharded()) out.push_back(p);
+  return out;
+}
+
 class Model {
  public:
   Model(const Options& o, qmesh::LayerContext& ctx) {
@@ -61,7 +69,7 @@ class Model {
   void backward(qmesh::TensorView dy, qmesh::GradSync& sync) {
     for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) {
       dy = it->backward(dy);
-      sync.ready(it->parameters());
+      sync.ready(replicated(it->parameters()));
     }
   }
   // In the order gradients become ready (last block first).
@@ -76,10 +84,12 @@ class Model {
   std::vector<qmesh::LayerNormMLP> blocks_;
 };
 
-uint32_t checksum(const std::vector<qmesh::Parameter*>& params) {
-  uint32_t h = 2166136261u;  // FNV-1a over the raw bytes of the local shards
+// FNV-1a over the raw bytes of this rank's tp-local parameters (fsdp shards gathered back,
+// so that every dp x fsdp split of a run prints the same checksums). Collective over fsdp.
+uint32_t checksum(const std::vector<qmesh::Parameter*>& params, const qmesh::FsdpGroup& fsdp) {
+  uint32_t h = 2166136261u;
   for (const auto* p : params) {
-    const qmesh::Tensor host = qmesh::clone(p->value, qmesh::Device::host());
+    const qmesh::Tensor host = fsdp.full_value(*p);
     const auto* b = static_cast<const uint8_t*>(host.data());
     for (size_t i = 0; i < host.nbytes(); ++i) h = (h ^ b[i]) * 16777619u;
   }
@@ -203,14 +213,16 @@ int run(const Options& o, const NodeLayout& node,
   std::shared_ptr<qmesh::Communicator> layers_world = compute_world(o, node, world, device);
   std::shared_ptr<TimedCommunicator> timed;  // --timing: every wait of the mesh is timed
   if (o.timing) layers_world = timed = std::make_shared<TimedCommunicator>(layers_world);
-  qmesh::Mesh mesh(layers_world, {{"dp", o.dp}, {"tp", o.tp}});
+  const std::vector<qmesh::MeshAxis> axes{{"dp", o.dp}, {"fsdp", o.fsdp}, {"tp", o.tp}};
+  qmesh::MeshResource roles;
+  if (o.fsdp > 1) roles.fsdp = "fsdp";
+  qmesh::Mesh mesh(layers_world, axes, roles);
   // Host-side reductions (the loss) run over MPI: a mesh of the MPI world when the layers'
   // mesh is NCCL's.
   std::optional<qmesh::Mesh> mpi_mesh;
-  if (!device.is_host())
-    mpi_mesh.emplace(world, std::vector<qmesh::MeshAxis>{{"dp", o.dp}, {"tp", o.tp}});
+  if (!device.is_host()) mpi_mesh.emplace(world, axes, roles);
   const qmesh::Mesh& host_mesh = mpi_mesh ? *mpi_mesh : mesh;
-  const int tp = o.tp, tp_rank = mesh.coord("tp"), dp_rank = mesh.coord("dp");
+  const int tp = o.tp, tp_rank = mesh.coord("tp");
   qmesh::DelayedScaling delayed;
   delayed.amax_history_len = o.amax_history;
   delayed.margin = o.margin;
@@ -226,57 +238,75 @@ int run(const Options& o, const NodeLayout& node,
     QMESH_CHECK(device.is_host(), "--fp8-stats needs the CPU backend (--device cpu)");
     ctx.set_fp8_stats(&fp8_stats);
   }
+  ctx.set_fsdp_options(qmesh::FsdpOptions{false, o.fsdp_prefetch});
   Model model(o, ctx);
   auto params = model.parameters();
   std::unique_ptr<qmesh::Optimizer> opt =
       o.optimizer == "adamw" ? qmesh::make_adamw(params, {o.lr, 0.9f, 0.999f, 1e-8f, 0.0f}, stream)
                              : qmesh::make_sgd(params, {o.lr, 0.9f, 0.0f}, stream);
-  qmesh::GradSync sync(mesh.axis("dp"), params, 4u << 20, stream);
+  // Data-parallel ranks: dp x fsdp, each with its own slice of the batch.
+  const qmesh::FsdpGroup& fsdp = ctx.fsdp();
+  const int data_rank = fsdp.data_rank(), data_ranks = o.dp * o.fsdp;
+  qmesh::GradSync sync(
+      fsdp.data_group(), replicated(params), 4u << 20, stream,
+      o.rank_order ? qmesh::GradSyncOrder::kRankOrder : qmesh::GradSyncOrder::kBackend);
   qmesh::TeacherTask task(o.hidden, o.seed);
 
   // Tokens of this rank: its dp rank's batch, sliced over tp under sequence parallelism.
   const int64_t dp_tokens = o.batch * o.seq;
   const int64_t tokens = o.sequence_parallel ? dp_tokens / tp : dp_tokens;
-  const int64_t first = dp_rank * dp_tokens + (o.sequence_parallel ? tp_rank * tokens : 0);
-  const double global_count = double(dp_tokens) * o.dp * double(o.hidden);
-  // Replicated outputs (no sequence parallelism) are summed over dp only.
-  auto loss_comm = o.sequence_parallel ? host_mesh.group({"dp", "tp"}) : host_mesh.axis("dp");
+  const int64_t first = data_rank * dp_tokens + (o.sequence_parallel ? tp_rank * tokens : 0);
+  const double global_count = double(dp_tokens) * data_ranks * double(o.hidden);
+  // Replicated outputs (no sequence parallelism) are summed over the data-parallel ranks only.
+  auto loss_comm =
+      o.sequence_parallel ? host_mesh.group({"dp", "fsdp", "tp"}) : host_mesh.group({"dp", "fsdp"});
 
-  qmesh::Tensor config(qmesh::DType::kInt32, qmesh::Shape{7});
-  const int32_t cfg[7] = {o.dp,
+  qmesh::Tensor config(qmesh::DType::kInt32, qmesh::Shape{8});
+  const int32_t cfg[8] = {o.dp,
+                          o.fsdp,
                           o.tp,
                           o.layers,
                           int32_t(o.hidden),
                           int32_t(o.ffn),
                           int32_t(o.recipe),
                           int32_t(o.sequence_parallel)};
-  std::copy(cfg, cfg + 7, config.data_as<int32_t>());
-  qmesh::CheckpointContent ckpt{{{"run.config", config}}, &ctx};
-  for (auto* p : params) ckpt.tensors.push_back({p->name, p->value});
-  for (auto& [name, t] : opt->state()) ckpt.tensors.push_back({name, *t});
+  std::copy(cfg, cfg + 8, config.data_as<int32_t>());
+  qmesh::CheckpointContent ckpt{
+      {{"run.config", config}}, &ctx, qmesh::MeshLayout{o.dp, o.fsdp, o.tp}, {}};
+  for (auto* p : params) {
+    ckpt.tensors.push_back({p->name, p->value});
+    if (p->fsdp_sharded()) ckpt.sharded[p->name] = p->fsdp_numel;
+  }
+  for (auto& [name, t] : opt->state()) {
+    ckpt.tensors.push_back({name, *t});
+    for (auto* p : params)  // a sharded parameter's optimizer slots are sharded alike
+      if (p->fsdp_sharded() && name.rfind(p->name + ".", 0) == 0)
+        ckpt.sharded[name] = p->fsdp_numel;
+  }
 
   int start = 0;
   if (o.resume) {
     all_ranks_or_exit(*world, [&] {
       start = qmesh::load_latest_checkpoint(o.checkpoint_dir, ckpt, world->rank());
-      QMESH_CHECK(std::equal(cfg, cfg + 7, config.data_as<int32_t>()), "the checkpoint in ",
-                  o.checkpoint_dir, " was written by a run with another dp/tp/layers/hidden/",
+      // dp and fsdp may differ: the shards were resharded.
+      QMESH_CHECK(std::equal(cfg + 2, cfg + 8, config.data_as<int32_t>() + 2), "the checkpoint in ",
+                  o.checkpoint_dir, " was written by a run with another tp/layers/hidden/",
                   "ffn/recipe/sequence-parallel configuration");
     });
     if (root) std::printf("resumed from %s at step %d\n", o.checkpoint_dir.c_str(), start);
   }
   const double baseline = task.mean_predictor_loss();
   const double flops_per_step =
-      12.0 * double(dp_tokens) * o.dp * double(o.hidden) * double(o.ffn) * o.layers;
+      12.0 * double(dp_tokens) * data_ranks * double(o.hidden) * double(o.ffn) * o.layers;
   if (root) {
     std::printf("%s\n", qmesh::build_info().c_str());
     std::printf(
-        "train_mlp: %d ranks = dp %d x tp %d%s on %s, %d x LayerNormMLP(hidden %lld, ffn "
+        "train_mlp: %d ranks = dp %d x fsdp %d x tp %d%s on %s, %d x LayerNormMLP(hidden %lld, ffn "
         "%lld), recipe %s, %lld tokens/step, %d steps\n",
-        world->size(), o.dp, o.tp, o.sequence_parallel ? " (sequence parallel)" : "",
+        world->size(), o.dp, o.fsdp, o.tp, o.sequence_parallel ? " (sequence parallel)" : "",
         device.is_host() ? "the CPU" : "CUDA (one GPU per rank, NCCL)", o.layers,
         (long long)o.hidden, (long long)o.ffn, std::string(qmesh::recipe_name(o.recipe)).c_str(),
-        (long long)(dp_tokens * o.dp), o.steps);
+        (long long)(dp_tokens * data_ranks), o.steps);
     std::printf("loss of predicting the mean: %.6f\n", baseline);
     const std::vector<int>& hosts = host_mesh.host_ids();
     std::printf("hosts: %d, at most %d ranks each; tp groups %s\n",
@@ -333,7 +363,7 @@ int run(const Options& o, const NodeLayout& node,
       const int steps_in_window = step % o.log_every == 0 ? o.log_every : step % o.log_every;
       window_start = now;
       std::printf("step %5d  loss %.6f  %9.0f tokens/s  %7.3f TFLOP/s  %7.1f s\n", step, loss,
-                  double(dp_tokens * o.dp) * steps_in_window / window,
+                  double(dp_tokens * data_ranks) * steps_in_window / window,
                   flops_per_step * steps_in_window / window / 1e12,
                   std::chrono::duration<double>(now - begin).count());
       std::fflush(stdout);
@@ -349,7 +379,7 @@ int run(const Options& o, const NodeLayout& node,
   // Every rank's parameter checksum, to compare runs bit for bit.
   qmesh::Tensor sums(qmesh::DType::kInt32, qmesh::Shape{world->size()});
   qmesh::Tensor mine(qmesh::DType::kInt32, qmesh::Shape{1});
-  *mine.data_as<int32_t>() = int32_t(checksum(params));
+  *mine.data_as<int32_t>() = int32_t(checksum(params, fsdp));
   world->all_gather(mine, sums);
   if (root) {
     std::printf("final loss %.6f (predicting the mean: %.6f, ratio %.3f)\nparameter checksums:",

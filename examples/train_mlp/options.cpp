@@ -19,11 +19,20 @@ std::optional<Options> parse_options(int argc, char** argv) {
   po::options_description desc(
       "train_mlp: train a stack of LayerNormMLP blocks with data and tensor parallelism and\n"
       "FP8 on a synthetic teacher task. Run under mpirun (or launch/qmeshrun), one process\n"
-      "per rank; dp x tp must equal the number of ranks.\n\nOptions");
+      "per rank; dp x fsdp x tp must equal the number of ranks.\n\nOptions");
   // clang-format off
   desc.add_options()
     ("help,h", "show this help")
-    ("dp", po::value(&o.dp)->default_value(o.dp), "data-parallel size (0: ranks / tp)")
+    ("dp", po::value(&o.dp)->default_value(o.dp), "data-parallel size (0: ranks / (fsdp x tp))")
+    ("fsdp", po::value(&o.fsdp)->default_value(o.fsdp),
+     "fully sharded data-parallel size: parameters, gradients and optimizer state sharded over "
+     "fsdp ranks, weights all-gathered (FP8 codes under an FP8 recipe) before use")
+    ("fsdp-prefetch", po::value(&o.fsdp_prefetch)->default_value(o.fsdp_prefetch),
+     "with --fsdp: how many following layers' weight all-gathers run while a layer computes "
+     "(0: none)")
+    ("rank-order", po::bool_switch(&o.rank_order),
+     "--device cpu: sum gradients over the data-parallel ranks in rank order (blocking), so "
+     "that every dp x fsdp split of the same data-parallel size trains to the same bits")
     ("tp", po::value(&o.tp)->default_value(o.tp), "tensor-parallel size")
     ("layers", po::value(&o.layers)->default_value(o.layers), "number of LayerNormMLP blocks")
     ("hidden", po::value(&o.hidden)->default_value(o.hidden), "hidden size (divisible by tp)")
@@ -121,9 +130,14 @@ void validate(Options& o, int world, int ranks_per_node) {
   QMESH_CHECK(o.tp >= 1, "--tp must be >= 1, got ", o.tp);
   QMESH_CHECK(world % o.tp == 0, "--tp ", o.tp, " does not divide the number of ranks ", world,
               "; choose tp among the divisors of ", world);
-  if (o.dp == 0) o.dp = world / o.tp;
-  QMESH_CHECK(o.dp >= 1 && o.dp * o.tp == world, "--dp ", o.dp, " x --tp ", o.tp, " = ",
-              o.dp * o.tp, " but the job has ", world, " ranks; make dp x tp equal the ranks");
+  QMESH_CHECK(o.fsdp >= 1 && world % (o.tp * o.fsdp) == 0, "--fsdp ", o.fsdp, " x --tp ", o.tp,
+              " does not divide the number of ranks ", world,
+              "; choose fsdp x tp among the divisors of ", world);
+  QMESH_CHECK(o.fsdp_prefetch >= 0, "--fsdp-prefetch must be >= 0, got ", o.fsdp_prefetch);
+  if (o.dp == 0) o.dp = world / (o.tp * o.fsdp);
+  QMESH_CHECK(o.dp >= 1 && o.dp * o.fsdp * o.tp == world, "--dp ", o.dp, " x --fsdp ", o.fsdp,
+              " x --tp ", o.tp, " = ", o.dp * o.fsdp * o.tp, " but the job has ", world,
+              " ranks; make dp x fsdp x tp equal the ranks");
   QMESH_CHECK(o.layers >= 1, "--layers must be >= 1, got ", o.layers);
   QMESH_CHECK(o.hidden >= 1 && o.hidden % o.tp == 0, "--hidden ", o.hidden,
               " must be a positive multiple of --tp ", o.tp);
@@ -157,6 +171,8 @@ void validate(Options& o, int world, int ranks_per_node) {
   }
   QMESH_CHECK(o.device != DeviceChoice::kCuda || obstacle.empty(), "--device cuda: ", obstacle,
               "; or use --device cpu");
+  QMESH_CHECK(!o.rank_order || o.device == DeviceChoice::kCpu,
+              "--rank-order sums host gradients: add --device cpu");
 }
 
 }  // namespace train_mlp

@@ -15,8 +15,11 @@ namespace train_mlp {
 enum class DeviceChoice { kAuto, kCpu, kCuda };
 
 struct Options {
-  int dp = 0;  // 0: world size / tp
+  int dp = 0;  // 0: world size / (fsdp x tp)
+  int fsdp = 1;
+  int fsdp_prefetch = 1;  // layers whose weight all-gather runs ahead (FsdpOptions::prefetch)
   int tp = 1;
+  bool rank_order = false;  // sum gradients over the data-parallel ranks in rank order
   int layers = 2;
   int64_t hidden = 256;
   int64_t ffn = 1024;
@@ -49,7 +52,7 @@ struct Options {
 // boost::program_options::error (bad syntax) with a message for the user.
 std::optional<Options> parse_options(int argc, char** argv);
 
-// Checks the options against the world size (e.g. dp * tp == world, sizes divisible by tp)
+// Checks the options against the world size (e.g. dp * fsdp * tp == world, sizes divisible by tp)
 // and the machine (--device cuda needs a GPU for each of the ranks_per_node ranks of the
 // fullest node), fills dp when it was left 0 and resolves --device auto. The same on every
 // rank. Throws qmesh::Error naming the option.

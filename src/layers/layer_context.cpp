@@ -1,5 +1,6 @@
 #include "qmesh/layers/layer_context.h"
 
+#include "layers/fsdp_prefetch.h"
 #include "layers/gather_buffer.h"
 #include "qmesh/error.h"
 #include "qmesh/scaling/amax_reducer.h"
@@ -29,7 +30,12 @@ Recipe parse_recipe(std::string_view name) {
 
 LayerContext::LayerContext(const Mesh& mesh, Recipe recipe, DelayedScaling delayed,
                            Float8CurrentScaling current, Placement placement)
-    : mesh_(mesh), recipe_(recipe), delayed_(delayed), current_(current), placement_(placement) {
+    : mesh_(mesh),
+      recipe_(recipe),
+      delayed_(delayed),
+      current_(current),
+      placement_(placement),
+      fsdp_(mesh) {
   require_device(placement_.device);
   (void)recipe_name(recipe);  // rejects an out-of-range value
   validate(delayed_);
@@ -41,6 +47,17 @@ LayerContext::~LayerContext() = default;
 GatherBuffer& LayerContext::shared_gather_buffer() {
   if (!shared_gather_) shared_gather_ = std::make_unique<GatherBuffer>();
   return *shared_gather_;
+}
+
+void LayerContext::set_fsdp_options(FsdpOptions options) {
+  QMESH_CHECK(options.prefetch >= 0,
+              "FsdpOptions::prefetch must be >= 0 (layers gathered ahead), got ", options.prefetch);
+  fsdp_options_ = options;
+}
+
+FsdpPrefetch& LayerContext::fsdp_prefetch() {
+  if (!fsdp_prefetch_) fsdp_prefetch_ = std::make_unique<FsdpPrefetch>();
+  return *fsdp_prefetch_;
 }
 
 DType LayerContext::fp8_dtype(OperandRole role) const {
@@ -65,6 +82,7 @@ ScalingStates& LayerContext::scaling() {
 }
 
 void LayerContext::end_step() {
+  if (fsdp_prefetch_) fsdp_prefetch_->finish_deferred();
   if (recipe_ != Recipe::kFp8Delayed || roles_.empty()) return;
   AmaxReducer(mesh_).reduce_and_update(scaling(), placement_.stream);
 }

@@ -6,10 +6,18 @@
 
 #include "qmesh/copy.h"
 #include "qmesh/error.h"
+#include "qmesh/train/ordered_reduce.h"
 
 namespace qmesh {
 
 namespace {
+// A reduction that finished when it was launched (GradSyncOrder::kRankOrder).
+class DoneWork : public Work {
+ public:
+  bool test() override { return true; }
+  void wait(std::chrono::milliseconds) override {}
+};
+
 struct Bucket {
   std::vector<Parameter*> params;
   Tensor flat;  // fp32 on the gradients' device, the concatenated gradients
@@ -21,6 +29,7 @@ struct Bucket {
 struct GradSync::Impl {
   std::shared_ptr<Communicator> dp;
   Stream stream;
+  GradSyncOrder order = GradSyncOrder::kBackend;
   Device device;  // of every gradient
   std::vector<Bucket> buckets;
   std::map<const Parameter*, size_t> bucket_of;
@@ -47,16 +56,22 @@ struct GradSync::Impl {
       copy_bytes_async(out, device, p->grad.data(), device, p->grad.nbytes(), stream);
       out += p->grad.numel();
     }
+    if (order == GradSyncOrder::kRankOrder) {
+      ordered_all_reduce(*dp, b.flat);
+      b.work = std::make_unique<DoneWork>();
+      return;
+    }
     b.work = dp->all_reduce_async(b.flat, ReduceOp::kSum, stream);
   }
 };
 
 GradSync::GradSync(std::shared_ptr<Communicator> dp, std::vector<Parameter*> params,
-                   size_t bucket_bytes, Stream stream)
+                   size_t bucket_bytes, Stream stream, GradSyncOrder order)
     : impl_(std::make_unique<Impl>()) {
   QMESH_CHECK(dp != nullptr, "GradSync needs a data-parallel communicator");
   impl_->dp = std::move(dp);
   impl_->stream = stream;
+  impl_->order = order;
   if (!params.empty()) impl_->device = params.front()->grad.device();
   std::vector<std::vector<Parameter*>> groups;
   size_t bytes = 0;
@@ -64,6 +79,12 @@ GradSync::GradSync(std::shared_ptr<Communicator> dp, std::vector<Parameter*> par
     check_dtype(p->grad, DType::kFloat32, p->name + ".grad");
     check_device(p->grad, impl_->device, p->name + ".grad (every gradient on one device)");
     QMESH_CHECK(!impl_->bucket_of.count(p), "parameter ", p->name, " is listed twice");
+    QMESH_CHECK(!p->fsdp_sharded(), "parameter ", p->name,
+                " is fsdp-sharded: its backward already reduced its gradient; leave it out of "
+                "GradSync");
+    QMESH_CHECK(order == GradSyncOrder::kBackend || impl_->device.is_host(),
+                "GradSyncOrder::kRankOrder needs host gradients; ", p->name, " is on ",
+                impl_->device.str());
     if (groups.empty() || bytes + p->grad.nbytes() > bucket_bytes) {
       groups.emplace_back();
       bytes = 0;

@@ -5,6 +5,10 @@
 #   resume     20 steps == 10 steps, checkpoint, resume, 10 more (bit for bit)
 #   overlap    --overlap ring and bidir, and --regather-input, train to the same bits as
 #              --overlap none (FP8, SP)
+#   fsdp       --dp 4, --fsdp 4 and --dp 2 --fsdp 2 (and dp 2 vs fsdp 2 with tp 2) train to the
+#              same bits with --rank-order (FP8 delayed and BF16, sizes fsdp does not divide);
+#              an fsdp run resumes bit for bit, also resharded from dp 2 x fsdp 2 to
+#              fsdp 4; resuming it without fsdp is a clear error
 #   bad-input  bad options and checkpoints give one clear message and a non-zero exit
 set -uo pipefail
 run=$1
@@ -65,6 +69,48 @@ overlap)
     [ -n "$a" ] && [ "$a" = "$b" ] || fail "parameters of --overlap $o and none differ"
   done
   ;;
+fsdp)
+  odd=(--layers 2 --hidden 60 --ffn 250 --seq 16 --batch 2 --log-every 1000 --device cpu
+    --rank-order)
+  for recipe in delayed bf16; do
+    for layout in "--dp 4" "--fsdp 4" "--dp 2 --fsdp 2" "--dp 2 --tp 2" "--fsdp 2 --tp 2"; do
+      name="$recipe${layout// /}"
+      # shellcheck disable=SC2086
+      train4 "${odd[@]}" --steps 8 --recipe $recipe $layout >"$work/$name.log" 2>&1 ||
+        { cat "$work/$name.log"; fail "$recipe $layout"; }
+      echo "$recipe $layout: $(field "parameter checksums" "$work/$name.log")"
+    done
+    for pair in "--dp4 --fsdp4" "--dp4 --dp2--fsdp2" "--dp2--tp2 --fsdp2--tp2"; do
+      # shellcheck disable=SC2086
+      set -- $pair
+      a=$(field "parameter checksums" "$work/$recipe$1.log")
+      b=$(field "parameter checksums" "$work/$recipe$2.log")
+      [ -n "$a" ] && [ "$a" = "$b" ] || fail "$recipe: $1 and $2 trained to different parameters"
+    done
+  done
+  train4 "${odd[@]}" --fsdp 2 --steps 12 >"$work/full.log" 2>&1 || fail "12 fsdp steps"
+  train4 "${odd[@]}" --fsdp 2 --steps 6 --checkpoint-dir "$work/f" >/dev/null 2>&1 ||
+    fail "6 fsdp steps"
+  train4 "${odd[@]}" --fsdp 2 --steps 12 --checkpoint-dir "$work/f" --resume \
+    >"$work/second.log" 2>&1 || { cat "$work/second.log"; fail "fsdp resume"; }
+  [ "$(field "parameter checksums" "$work/full.log")" = \
+    "$(field "parameter checksums" "$work/second.log")" ] || fail "fsdp resume differs"
+  # Resharded at load: dp 2 x fsdp 2 -> fsdp 4 (the same data-parallel size, rank order).
+  train4 "${odd[@]}" --fsdp 4 --steps 12 >"$work/full4.log" 2>&1 || fail "12 steps fsdp 4"
+  train4 "${odd[@]}" --dp 2 --fsdp 2 --steps 6 --checkpoint-dir "$work/g" >/dev/null 2>&1 ||
+    fail "6 steps dp 2 x fsdp 2"
+  train4 "${odd[@]}" --fsdp 4 --steps 12 --checkpoint-dir "$work/g" --resume \
+    >"$work/reshard.log" 2>&1 || { cat "$work/reshard.log"; fail "resharded resume"; }
+  a=$(field "parameter checksums" "$work/full4.log")
+  b=$(field "parameter checksums" "$work/reshard.log")
+  echo "fsdp 4 uninterrupted: $a"
+  echo "dp 2 x fsdp 2, resumed with fsdp 4: $b"
+  [ -n "$a" ] && [ "$a" = "$b" ] || fail "the resharded resume differs"
+  train4 "${odd[@]}" --dp 4 --steps 12 --checkpoint-dir "$work/g" --resume \
+    >"$work/other.log" 2>&1 && fail "resumed an fsdp checkpoint without fsdp"
+  grep -q "it resumes with any dp x fsdp split of fsdp >= 2" "$work/other.log" ||
+    { cat "$work/other.log"; fail "no clear error for resuming an fsdp checkpoint without fsdp"; }
+  ;;
 bad-input)
   # expect <message> <train_mlp args...>: non-zero exit, the message, no stack trace.
   expect() {
@@ -78,6 +124,7 @@ bad-input)
   }
   expect "does not divide the number of ranks 4" --tp 3
   expect "must be a positive multiple of --tp 4" --tp 4 --hidden 66
+  expect "--fsdp 3 x --tp 1 does not divide the number of ranks 4" --fsdp 3
   expect "unknown recipe 'fp9'" --recipe fp9
   expect "add --sequence-parallel or use --overlap none" "${small[@]}" --overlap ring
   expect "expected one of: none, ring, bidir" "${small[@]}" --overlap both
@@ -89,7 +136,7 @@ bad-input)
   fi
   expect "no checkpoint to resume from" "${small[@]}" --resume --checkpoint-dir "$work/none"
   train4 "${small[@]}" --steps 2 --checkpoint-dir "$work/c" >/dev/null 2>&1 || fail "save"
-  expect "another dp/tp/layers" --dp 2 --tp 2 --layers 1 --hidden 64 --ffn 256 --seq 32 \
+  expect "another tp/layers" --dp 2 --tp 2 --layers 1 --hidden 64 --ffn 256 --seq 32 \
     --batch 4 --steps 4 --recipe bf16 --resume --checkpoint-dir "$work/c"
   printf 'garbage' | dd of="$work/c/step-2/rank-1.tensors" bs=1 seek=100 conv=notrunc 2>/dev/null
   expect "corrupted (checksum mismatch)" "${small[@]}" --steps 4 --resume --checkpoint-dir "$work/c"

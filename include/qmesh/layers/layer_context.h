@@ -14,6 +14,7 @@
 
 #include "qmesh/comm/mesh.h"
 #include "qmesh/export.h"
+#include "qmesh/layers/fsdp.h"
 #include "qmesh/layers/placement.h"
 #include "qmesh/overlap/collective_gemm.h"
 #include "qmesh/scaling/recipe.h"
@@ -23,6 +24,7 @@ namespace qmesh {
 
 class GatherBuffer;  // internal (src/layers/gather_buffer.h)
 class Fp8Stats;      // qmesh/layers/fp8_stats.h
+class FsdpPrefetch;  // internal (src/layers/fsdp_prefetch.h)
 
 enum class Recipe {
   kFp32,        // fp32 GEMM operands (the reference in tests)
@@ -69,6 +71,15 @@ class QMESH_API LayerContext {
   Fp8Stats* fp8_stats() const { return fp8_stats_; }
   // The delayed-scaling recipe (used when recipe() is kFp8Delayed).
   const DelayedScaling& delayed_scaling() const { return delayed_; }
+  // Fully sharded data parallelism over the mesh's fsdp role (qmesh/layers/fsdp.h): the
+  // layers built on this context shard their parameters when fsdp().enabled(). Set the
+  // options before constructing the layers (each reads them once, at construction).
+  const FsdpGroup& fsdp() const { return fsdp_; }
+  const FsdpOptions& fsdp_options() const { return fsdp_options_; }
+  // Error for a negative prefetch.
+  void set_fsdp_options(FsdpOptions options);
+  // The gather order of this context's FSDP layers. Used by the library's layers.
+  FsdpPrefetch& fsdp_prefetch();
 
   // Registers one quantized operand and returns its index in the scaling states. Only
   // before the first scaling() call (Error afterwards: the states are already laid out).
@@ -84,7 +95,8 @@ class QMESH_API LayerContext {
 
   // Once per training step, after backward, on every rank of the mesh. Delayed scaling:
   // one all-reduce(MAX) of every operand's current amax over mesh().amax_group(), then
-  // the fused update, both ordered on stream(). Other recipes: nothing.
+  // the fused update, both ordered on stream(). Other recipes: nothing. Under FSDP it first
+  // completes the layers' gradient reduce-scatters (the sharded grads are final after it).
   void end_step();
 
  private:
@@ -94,10 +106,13 @@ class QMESH_API LayerContext {
   Float8CurrentScaling current_;
   Placement placement_;
   Overlap overlap_ = Overlap::kNone;
+  FsdpGroup fsdp_;
+  FsdpOptions fsdp_options_;
   std::vector<OperandRole> roles_;
   std::unique_ptr<ScalingStates> states_;
   std::unique_ptr<GatherBuffer> shared_gather_;
   Fp8Stats* fp8_stats_ = nullptr;
+  std::unique_ptr<FsdpPrefetch> fsdp_prefetch_;
 };
 
 }  // namespace qmesh

@@ -5,6 +5,9 @@
 // pointing at a partial checkpoint.
 #pragma once
 
+#include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,17 +18,33 @@
 
 namespace qmesh {
 
+// The mesh of a run: world rank = (dp coordinate x fsdp + fsdp coordinate) x tp + tp
+// coordinate.
+struct MeshLayout {
+  int dp = 1, fsdp = 1, tp = 1;
+  bool operator==(const MeshLayout&) const = default;
+};
+
 struct CheckpointContent {
   std::vector<NamedTensor> tensors;  // parameters, optimizer state, configuration
   LayerContext* fp8 = nullptr;       // its scaling states are saved when delayed
+  // The run's layout, recorded in <dir>/step-<N>/layout. Without one (the C API) nothing is
+  // recorded and every rank loads its own files as they are.
+  std::optional<MeshLayout> layout;
+  // The fsdp-sharded tensors (parameters and their optimizer slots, each this rank's flat,
+  // padded shard) and their unsharded element counts: a checkpoint written by another
+  // dp x fsdp split (fsdp >= 2 on both sides, the same tp) is resharded at load.
+  std::map<std::string, int64_t> sharded;
 };
 
 // Collective over `world`: every rank writes its files, then rank 0 updates `latest`.
 QMESH_API void save_checkpoint(const std::string& dir, int step, const CheckpointContent& content,
                                Communicator& world);
 
-// Loads the checkpoint `latest` names into `content` and returns its step. Error (saying
-// what is wrong and where) if there is none or it does not match this run's configuration.
+// Loads the checkpoint `latest` names into `content` and returns its step, resharding the
+// fsdp shards when the checkpoint's dp x fsdp split differs from `content.layout`. Error
+// (saying what is wrong and where) if there is none or it does not match this run's
+// configuration.
 QMESH_API int load_latest_checkpoint(const std::string& dir, const CheckpointContent& content,
                                      int rank);
 

@@ -17,6 +17,11 @@
 
 namespace qmesh {
 
+// How a bucket's sum is formed: the backend's all-reduce (asynchronous), or on host
+// gradients summed in rank order (train/ordered_reduce.h; blocking, launched when the bucket
+// is complete), bit-identical to the FSDP layers' gradient reduce-scatter.
+enum class GradSyncOrder { kBackend, kRankOrder };
+
 class QMESH_API GradSync {
  public:
   // `params` in the order their gradients become ready (reverse layer order). Buckets hold
@@ -24,8 +29,10 @@ class QMESH_API GradSync {
   // fp32 gradients, all on one device (host or CUDA; Error otherwise). For CUDA gradients
   // `dp` must carry CUDA buffers (NCCL, local backend), and the bucket copies and
   // all-reduces are ordered on `stream` (ignored on the host).
+  // FSDP-sharded parameters (Parameter::fsdp_sharded) are an Error: backward reduces them.
   GradSync(std::shared_ptr<Communicator> dp, std::vector<Parameter*> params,
-           size_t bucket_bytes = 4u << 20, Stream stream = {});
+           size_t bucket_bytes = 4u << 20, Stream stream = {},
+           GradSyncOrder order = GradSyncOrder::kBackend);
   ~GradSync();
 
   // Marks these parameters' gradients final for this step; launches the all-reduce of each

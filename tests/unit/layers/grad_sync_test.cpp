@@ -43,6 +43,33 @@ TEST(GradSync, SumsEveryGradientOverRanksInSeveralBuckets) {
   });
 }
 
+// GradSyncOrder::kRankOrder: every element summed over the ranks in rank order, in float.
+TEST(GradSync, RankOrderSumsInRankOrder) {
+  const int ranks = 4;
+  auto value = [](int rank, int i, int64_t j) {
+    return 1.0f / float(3 + rank * 7 + i * 5 + int(j));  // sums that depend on the order
+  };
+  run_local_ranks(ranks, [&](Communicator& comm) {
+    auto params = make_params(comm.rank());
+    std::vector<Parameter*> ptrs;
+    for (auto& p : params) {
+      for (int64_t j = 0; j < p.grad.numel(); ++j)
+        p.grad.data_as<float>()[j] = value(comm.rank(), int(&p - params.data()), j);
+      ptrs.push_back(&p);
+    }
+    GradSync sync(std::shared_ptr<Communicator>(&comm, [](Communicator*) {}), ptrs, 64, {},
+                  GradSyncOrder::kRankOrder);
+    for (auto* p : ptrs) sync.ready({p});
+    sync.finish();
+    for (int i = 0; i < 5; ++i)
+      for (int64_t j = 0; j < params[i].grad.numel(); ++j) {
+        float want = value(0, i, j);
+        for (int r = 1; r < ranks; ++r) want += value(r, i, j);
+        ASSERT_EQ(params[i].grad.data_as<float>()[j], want) << i << "," << j;
+      }
+  });
+}
+
 TEST(GradSync, MisuseIsAClearError) {
   run_local_ranks(1, [&](Communicator& comm) {
     auto params = make_params(0);

@@ -1,0 +1,175 @@
+#include "qmesh/layers/fsdp.h"
+
+#include <cstring>
+#include <vector>
+
+#include "qmesh/copy.h"
+#include "qmesh/error.h"
+#include "qmesh/train/ordered_reduce.h"
+
+namespace qmesh {
+
+namespace {
+
+int axis_position(const Mesh& mesh, const std::string& name) {
+  const auto& axes = mesh.axes();
+  for (size_t i = 0; i < axes.size(); ++i)
+    if (axes[i].name == name) return int(i);
+  return -1;
+}
+
+TensorView flat(const TensorView& t, int64_t begin, int64_t count) {
+  auto* base = static_cast<char*>(t.data) + begin * int64_t(dtype_size(t.dtype));
+  return TensorView(base, t.dtype, Shape{count}, t.device);
+}
+
+}  // namespace
+
+FsdpGroup::FsdpGroup(const Mesh& mesh) {
+  const MeshResource& roles = mesh.resource();
+  enabled_ = !roles.fsdp.empty();
+  fsdp_ = mesh.role(roles.fsdp);
+  dp_ = mesh.role(roles.dp);
+  if (enabled_ && !roles.dp.empty()) {
+    data_ = mesh.group({roles.dp, roles.fsdp});
+    dp_outer_ = axis_position(mesh, roles.dp) < axis_position(mesh, roles.fsdp);
+  } else {
+    data_ = enabled_ ? fsdp_ : dp_;
+  }
+}
+
+int64_t FsdpGroup::shard_numel(int64_t numel) const {
+  return shard_numel(numel, size(), dp_->size());
+}
+
+int64_t FsdpGroup::shard_numel(int64_t numel, int fsdp, int dp) {
+  QMESH_CHECK(numel >= 1, "an fsdp-sharded tensor needs at least one element, got ", numel);
+  QMESH_CHECK(fsdp >= 1 && dp >= 1, "fsdp and dp sizes must be >= 1, got ", fsdp, " and ", dp);
+  const int64_t per = (numel + fsdp - 1) / fsdp;
+  return (per + dp - 1) / dp * dp;
+}
+
+Tensor FsdpGroup::shard_of(const TensorView& full) const {
+  QMESH_CHECK(full.device.is_host(), "FsdpGroup::shard_of takes a host tensor, got one on ",
+              full.device.str());
+  const int64_t n = full.numel(), s = shard_numel(n);
+  const size_t es = dtype_size(full.dtype);
+  Tensor shard(full.dtype, Shape{s});
+  std::memset(shard.data(), 0, size_t(s) * es);
+  const int64_t begin = std::min(n, rank() * s), end = std::min(n, begin + s);
+  std::memcpy(shard.data(), static_cast<const char*>(full.data) + begin * int64_t(es),
+              size_t(end - begin) * es);
+  return shard;
+}
+
+void FsdpGroup::all_gather(const TensorView& shard, const TensorView& full, Stream stream) const {
+  if (WorkHandle work = all_gather_async(shard, full, stream)) work->wait();
+}
+
+WorkHandle FsdpGroup::all_gather_async(const TensorView& shard, const TensorView& full,
+                                       Stream stream) const {
+  QMESH_CHECK(full.numel() == shard.numel() * size() && full.dtype == shard.dtype,
+              "FsdpGroup::all_gather: the output must hold ", size(), " shards of ", shard.numel(),
+              " ", dtype_name(shard.dtype), " elements, got ", full.numel(), " ",
+              dtype_name(full.dtype));
+  if (size() == 1) {
+    copy_bytes_async(full.data, full.device, shard.data, shard.device, shard.nbytes(), stream);
+    return nullptr;
+  }
+  return fsdp_->all_gather_async(flat(shard, 0, shard.numel()), flat(full, 0, full.numel()),
+                                 stream);
+}
+
+Tensor FsdpGroup::full_value(const Parameter& p) const {
+  Tensor local = clone(p.value, Device::host());
+  if (!p.fsdp_sharded()) return local;
+  Tensor gathered(DType::kFloat32, Shape{local.numel() * size()});
+  all_gather(local, gathered);
+  Tensor out(DType::kFloat32, Shape{p.fsdp_numel});
+  std::memcpy(out.data(), gathered.data(), out.nbytes());
+  return out;
+}
+
+namespace {
+
+// The data-group reduce-scatter in flight, then (dp > 1) the all-gather of the pieces over
+// dp into the shard, issued when the reduce-scatter completes. Owns its scratch buffers.
+class FsdpReduceWork : public Work {
+ public:
+  FsdpReduceWork(WorkHandle reduce, Tensor arranged, Tensor piece, std::shared_ptr<Communicator> dp,
+                 TensorView shard, Stream stream)
+      : reduce_(std::move(reduce)),
+        arranged_(std::move(arranged)),
+        piece_(std::move(piece)),
+        dp_(std::move(dp)),
+        shard_(shard),
+        stream_(stream) {}
+
+  bool test() override {
+    if (reduce_ && !reduce_->test()) return false;
+    finish(comm_timeout());
+    return true;
+  }
+  void wait(std::chrono::milliseconds timeout) override {
+    if (reduce_) reduce_->wait(timeout);
+    finish(timeout);
+  }
+
+ private:
+  void finish(std::chrono::milliseconds timeout) {
+    reduce_.reset();
+    if (piece_.data() == nullptr) return;
+    dp_->all_gather_async(piece_, shard_, stream_)->wait(timeout);
+    piece_ = Tensor();
+    arranged_ = Tensor();
+  }
+
+  WorkHandle reduce_;
+  Tensor arranged_, piece_;
+  std::shared_ptr<Communicator> dp_;
+  TensorView shard_;
+  Stream stream_;
+};
+
+}  // namespace
+
+void FsdpGroup::reduce_scatter(const TensorView& full, const TensorView& shard,
+                               Stream stream) const {
+  reduce_scatter_async(full, shard, stream)->wait();
+}
+
+WorkHandle FsdpGroup::reduce_scatter_async(const TensorView& full, const TensorView& shard,
+                                           Stream stream) const {
+  check_dtype(full, DType::kFloat32, "FSDP gradient");
+  check_dtype(shard, DType::kFloat32, "FSDP gradient shard");
+  const int64_t s = shard.numel(), f = size(), d = dp_->size();
+  QMESH_CHECK(full.numel() == s * f && s % d == 0, "FsdpGroup::reduce_scatter: ", full.numel(),
+              " elements do not make ", f, " shards of ", s, " (a multiple of dp=", d, ")");
+  // Data rank c = (dp coordinate, fsdp coordinate) owns piece (its dp coordinate) of the
+  // shard of its fsdp coordinate. Arrange the pieces in data-rank order.
+  const int64_t piece = s / d;
+  TensorView in = flat(full, 0, full.numel());
+  Tensor arranged;
+  if (dp_outer_ && d > 1 && f > 1) {
+    arranged = Tensor(DType::kFloat32, Shape{full.numel()}, full.device);
+    for (int64_t di = 0; di < d; ++di)
+      for (int64_t fi = 0; fi < f; ++fi)
+        copy_bytes_async(flat(arranged, (di * f + fi) * piece, piece).data, full.device,
+                         flat(full, fi * s + di * piece, piece).data, full.device,
+                         size_t(piece) * 4, stream);
+    in = arranged;
+  }
+  Tensor mine;
+  TensorView target = flat(shard, 0, s);
+  if (d > 1) {
+    mine = Tensor(DType::kFloat32, Shape{piece}, full.device);
+    target = mine;
+  }
+  WorkHandle reduce = full.device.is_host()
+                          ? ordered_reduce_scatter_async(*data_, in, target)
+                          : data_->reduce_scatter_async(in, target, ReduceOp::kSum, stream);
+  return std::make_unique<FsdpReduceWork>(std::move(reduce), std::move(arranged), std::move(mine),
+                                          dp_, flat(shard, 0, s), stream);
+}
+
+}  // namespace qmesh

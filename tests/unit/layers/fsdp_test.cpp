@@ -1,0 +1,318 @@
+// Fully sharded data parallelism: the rank-ordered reductions, the shard layout, and training
+// that is bit-identical for dp = 4, fsdp = 4 and dp = 2 x fsdp = 2 (tp 1 and 2; fp32, bf16
+// and both FP8 recipes; sizes that fsdp does not divide), on the local backend.
+#include "qmesh/layers/fsdp.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "counting_communicator.h"
+#include "expect_error.h"
+#include "qmesh/comm/local.h"
+#include "qmesh/comm/mesh.h"
+#include "qmesh/layers/dense.h"
+#include "qmesh/layers/layer_norm_mlp.h"
+#include "qmesh/random.h"
+#include "qmesh/train/grad_sync.h"
+#include "qmesh/train/loss.h"
+#include "qmesh/train/optimizer.h"
+#include "qmesh/train/ordered_reduce.h"
+
+namespace qmesh {
+namespace {
+
+std::shared_ptr<Communicator> borrow(Communicator& c) {
+  return std::shared_ptr<Communicator>(&c, [](Communicator*) {});
+}
+
+float value_of(int rank, int64_t i) { return counter_normal(uint64_t(rank) + 11, uint64_t(i)); }
+
+// The definition: every element summed in rank order, ((x0 + x1) + x2) + ..., in float.
+float rank_order_sum(int ranks, int64_t i) {
+  float sum = value_of(0, i);
+  for (int r = 1; r < ranks; ++r) sum += value_of(r, i);
+  return sum;
+}
+
+TEST(OrderedReduce, ReduceScatterAndAllReduceSumInRankOrder) {
+  const int n = 4;
+  for (int64_t total : {int64_t(3), int64_t(4), int64_t(37), int64_t(400)}) {
+    run_local_ranks(n, [&](Communicator& comm) {
+      Tensor buf(DType::kFloat32, Shape{total});
+      for (int64_t i = 0; i < total; ++i) buf.data_as<float>()[i] = value_of(comm.rank(), i);
+      if (total % n == 0) {
+        Tensor out(DType::kFloat32, Shape{total / n});
+        ordered_reduce_scatter(comm, buf, out);
+        for (int64_t i = 0; i < total / n; ++i)
+          ASSERT_EQ(out.data_as<float>()[i], rank_order_sum(n, comm.rank() * (total / n) + i));
+      }
+      ordered_all_reduce(comm, buf);
+      for (int64_t i = 0; i < total; ++i)
+        ASSERT_EQ(buf.data_as<float>()[i], rank_order_sum(n, i)) << "total " << total;
+    });
+  }
+}
+
+TEST(OrderedReduce, BadInputIsAClearError) {
+  run_local_ranks(2, [&](Communicator& comm) {
+    Tensor in(DType::kFloat32, Shape{6}), out(DType::kFloat32, Shape{2});
+    EXPECT_QMESH_ERROR(ordered_reduce_scatter(comm, in, out), "");
+    Tensor bf(DType::kBFloat16, Shape{4});
+    EXPECT_QMESH_ERROR(ordered_all_reduce(comm, bf), "");
+  });
+}
+
+// One mesh layout of the data-parallel ranks (dp x fsdp) and tp.
+struct Layout {
+  int dp, fsdp, tp;
+  bool fsdp_outer = false;         // the fsdp axis before the dp axis
+  bool sequence_parallel = false;  // tokens sharded over tp
+};
+
+std::vector<MeshAxis> axes_of(const Layout& l) {
+  std::vector<MeshAxis> axes;
+  if (l.fsdp_outer)
+    axes = {{"fsdp", l.fsdp}, {"dp", l.dp}};
+  else
+    axes = {{"dp", l.dp}, {"fsdp", l.fsdp}};
+  axes.push_back({"tp", l.tp});
+  return axes;
+}
+
+MeshResource roles_of(const Layout& l) {
+  MeshResource roles;
+  if (l.fsdp > 1) roles.fsdp = "fsdp";
+  return roles;
+}
+
+TEST(FsdpGroup, ShardsGatherAndReduceScatterAnyLayout) {
+  const int64_t n = 23;  // not divided by 4: padded shards
+  for (const Layout& l : {Layout{1, 4, 1}, Layout{2, 2, 1}, Layout{2, 2, 1, true}}) {
+    run_local_ranks(l.dp * l.fsdp, [&](Communicator& world) {
+      Mesh mesh(borrow(world), axes_of(l), roles_of(l));
+      FsdpGroup g(mesh);
+      ASSERT_TRUE(g.enabled());
+      EXPECT_EQ(g.size(), l.fsdp);
+      const int64_t s = g.shard_numel(n);
+      EXPECT_EQ(s % l.dp, 0);
+      EXPECT_GE(s * l.fsdp, n);
+      EXPECT_LT(s * l.fsdp - n, l.fsdp * l.dp);
+      // A replicated tensor: shard it and gather it back.
+      Tensor full(DType::kFloat32, Shape{n});
+      for (int64_t i = 0; i < n; ++i) full.data_as<float>()[i] = value_of(99, i);
+      Tensor gathered(DType::kFloat32, Shape{s * l.fsdp});
+      g.all_gather(g.shard_of(full), gathered);
+      for (int64_t i = 0; i < s * l.fsdp; ++i)
+        ASSERT_EQ(gathered.data_as<float>()[i], i < n ? value_of(99, i) : 0.0f);
+      // Each data rank's gradient of the whole tensor (padding zero), reduce-scattered.
+      for (int64_t i = 0; i < s * l.fsdp; ++i)
+        gathered.data_as<float>()[i] = i < n ? value_of(g.data_rank(), i) : 0.0f;
+      Tensor grad(DType::kFloat32, Shape{s});
+      g.reduce_scatter(gathered, grad);
+      for (int64_t i = 0; i < s; ++i) {
+        const int64_t e = g.rank() * s + i;
+        ASSERT_EQ(grad.data_as<float>()[i], e < n ? rank_order_sum(g.data_size(), e) : 0.0f)
+            << "element " << e;
+      }
+    });
+  }
+}
+
+// ---- Training: every layout gives the same bits ----
+
+constexpr int64_t kHidden = 10, kFfn = 22, kTokensPerRank = 6;  // sizes fsdp does not divide
+constexpr int kBlocks = 2, kSteps = 3;
+
+// The global batch of a step: [data ranks * tokens, hidden]; each data rank takes its rows.
+float input_at(int step, int64_t i) { return counter_normal(1000 + uint64_t(step), uint64_t(i)); }
+float target_at(int step, int64_t i) {
+  return 0.5f * counter_normal(2000 + uint64_t(step), uint64_t(i));
+}
+
+// Every parameter's tp-local values after training, per tp rank: "tp<t>:<name>" -> values.
+using Trained = std::map<std::string, std::vector<float>>;
+
+Trained train(const Layout& l, Recipe recipe, FsdpOptions fsdp_options = {},
+              std::shared_ptr<std::atomic<int64_t>> gather_bytes = nullptr) {
+  Trained result;
+  std::mutex mu;
+  run_local_ranks(l.dp * l.fsdp * l.tp, [&](Communicator& world) {
+    std::shared_ptr<Communicator> base = borrow(world);
+    if (gather_bytes)
+      base = std::make_shared<testing::CountingCommunicator>(base, true, gather_bytes);
+    Mesh mesh(base, axes_of(l), roles_of(l));
+    LayerContext ctx(mesh, recipe);
+    ctx.set_fsdp_options(fsdp_options);
+    LayerNormMLPOptions block_options;
+    block_options.sequence_parallel = l.sequence_parallel;
+    std::vector<LayerNormMLP> blocks;
+    for (int b = 0; b < kBlocks; ++b)
+      blocks.emplace_back("block" + std::to_string(b), kHidden, kFfn, block_options, ctx,
+                          uint64_t(b + 1));
+    std::vector<Parameter*> all, replicated;  // in the order gradients become ready
+    for (auto it = blocks.rbegin(); it != blocks.rend(); ++it)
+      for (Parameter* p : it->parameters()) {
+        all.push_back(p);
+        if (!p->fsdp_sharded()) replicated.push_back(p);
+      }
+    const FsdpGroup& fsdp = ctx.fsdp();
+    GradSync sync(fsdp.data_group(), replicated, 256, {}, GradSyncOrder::kRankOrder);
+    auto optimizer = make_adamw(all, AdamWOptions{1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f});
+    const int data_ranks = fsdp.data_size();
+    const int64_t rows = l.sequence_parallel ? kTokensPerRank / l.tp : kTokensPerRank;
+    Tensor x(DType::kFloat32, Shape{rows, kHidden}), target(DType::kFloat32, Shape{rows, kHidden});
+    Tensor dy(DType::kFloat32, Shape{rows, kHidden}), sum_sq(DType::kFloat64, Shape{1});
+    for (int step = 0; step < kSteps; ++step) {
+      const int64_t first = (fsdp.data_rank() * kTokensPerRank +
+                             (l.sequence_parallel ? mesh.coord("tp") * rows : 0)) *
+                            kHidden;
+      for (int64_t i = 0; i < rows * kHidden; ++i) {
+        x.data_as<float>()[i] = input_at(step, first + i);
+        target.data_as<float>()[i] = target_at(step, first + i);
+      }
+      TensorView h = x;
+      for (auto& b : blocks) h = b.forward(h);
+      mse_loss(h, target, double(data_ranks * kTokensPerRank * kHidden), dy, sum_sq);
+      TensorView g = dy;
+      for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) {
+        g = it->backward(g);
+        std::vector<Parameter*> ready;
+        for (Parameter* p : it->parameters())
+          if (!p->fsdp_sharded()) ready.push_back(p);
+        sync.ready(ready);
+      }
+      sync.finish();
+      ctx.end_step();
+      optimizer->step();
+    }
+    // Gather the shards back; data rank 0 of each tp rank reports.
+    const int tp_rank = mesh.coord("tp");
+    for (Parameter* p : all) {
+      const Tensor full = fsdp.full_value(*p);
+      const std::vector<float> values(full.data_as<float>(), full.data_as<float>() + full.numel());
+      if (fsdp.data_rank() == 0) {
+        std::lock_guard<std::mutex> lock(mu);
+        result["tp" + std::to_string(tp_rank) + ":" + p->name] = values;
+      }
+    }
+  });
+  return result;
+}
+
+void expect_same_bits(const Trained& a, const Trained& b, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (const auto& [name, va] : a) {
+    const std::vector<float>& vb = b.at(name);
+    ASSERT_EQ(va.size(), vb.size()) << what << " " << name;
+    ASSERT_EQ(std::memcmp(va.data(), vb.data(), va.size() * sizeof(float)), 0)
+        << what << ": " << name << " differs";
+  }
+}
+
+// (recipe, tp, sequence parallel)
+class FsdpTraining : public ::testing::TestWithParam<std::tuple<Recipe, std::pair<int, bool>>> {};
+
+TEST_P(FsdpTraining, DpFsdpAndBothGiveTheSameBits) {
+  const auto [recipe, tp_sp] = GetParam();
+  const auto [tp, sp] = tp_sp;
+  const Trained dp = train({4, 1, tp, false, sp}, recipe);
+  const Trained fsdp = train({1, 4, tp, false, sp}, recipe);
+  const Trained both = train({2, 2, tp, false, sp}, recipe);
+  const Trained kept = train({2, 2, tp, false, sp}, recipe, FsdpOptions{true, 2});
+  const Trained no_prefetch = train({1, 4, tp, false, sp}, recipe, FsdpOptions{false, 0});
+  // The parameters moved (the comparison is not between untrained copies).
+  const std::vector<float>& w = dp.at("tp0:block0.fc1.weight");
+  float first = counter_normal(3, 0) / std::sqrt(float(kHidden));
+  EXPECT_NE(w[0], first);
+  expect_same_bits(dp, fsdp, "dp=4 vs fsdp=4");
+  expect_same_bits(dp, both, "dp=4 vs dp=2 x fsdp=2");
+  expect_same_bits(dp, kept, "dp=4 vs dp=2 x fsdp=2 keeping the gathered weights, prefetch 2");
+  expect_same_bits(dp, no_prefetch, "dp=4 vs fsdp=4 without prefetch");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Recipes, FsdpTraining,
+    ::testing::Combine(
+        ::testing::Values(Recipe::kFp32, Recipe::kBf16, Recipe::kFp8Delayed, Recipe::kFp8Current),
+        ::testing::Values(std::pair{1, false}, std::pair{2, false}, std::pair{2, true})),
+    [](const auto& p) {
+      return std::string(recipe_name(std::get<0>(p.param))) + "_tp" +
+             std::to_string(std::get<1>(p.param).first) +
+             (std::get<1>(p.param).second ? "_sp" : "");
+    });
+
+// The weight all-gathers of one training run move FP8 codes: half the bytes of bf16.
+TEST(FsdpTraining, Fp8WeightGatherMovesHalfTheBytesOfBf16) {
+  auto bf16_bytes = std::make_shared<std::atomic<int64_t>>(0);
+  auto fp8_bytes = std::make_shared<std::atomic<int64_t>>(0);
+  auto fp32_bytes = std::make_shared<std::atomic<int64_t>>(0);
+  train({1, 4, 1}, Recipe::kBf16, {}, bf16_bytes);
+  train({1, 4, 1}, Recipe::kFp8Current, {}, fp8_bytes);
+  train({1, 4, 1}, Recipe::kFp32, {}, fp32_bytes);
+  // Per run, gathered bytes = weight codes + what every recipe gathers alike (the fp32
+  // biases, the final gather of the results): fp32 = 4w + c, bf16 = 2w + c, so c = 2 bf16 - fp32;
+  // FP8 must then gather w bytes of weights, half of bf16's 2w.
+  const int64_t b = 2 * *bf16_bytes - *fp32_bytes;
+  ASSERT_GT(b, 0);
+  ASSERT_GT(*bf16_bytes - b, 0);
+  EXPECT_EQ(2 * (*fp8_bytes - b), *bf16_bytes - b);
+}
+
+// A layer's forward starts the gathers of the next `prefetch` layers before it computes.
+TEST(Fsdp, ForwardStartsTheNextLayersGathers) {
+  for (int prefetch : {0, 1, 2}) {
+    auto bytes = std::make_shared<std::atomic<int64_t>>(0);
+    run_local_ranks(2, [&](Communicator& world) {
+      auto counting = std::make_shared<testing::CountingCommunicator>(borrow(world), true, bytes);
+      Mesh mesh(counting, {{"fsdp", 2}}, MeshResource{"", "", "fsdp", ""});
+      LayerContext ctx(mesh, Recipe::kFp32);
+      ctx.set_fsdp_options(FsdpOptions{false, prefetch});
+      const DenseOptions no_bias{DenseParallelism::kNone, false,        false,
+                                 DenseActivation::kNone,  std::nullopt, GatheredInput::kSave};
+      std::vector<Dense> layers;
+      for (int i = 0; i < 3; ++i)
+        layers.emplace_back("d" + std::to_string(i), 6, 6, no_bias, ctx, 1);
+      Tensor x(DType::kFloat32, Shape{2, 6});
+      std::fill_n(x.data_as<float>(), x.numel(), 1.0f);
+      world.barrier();
+      const int64_t before = *bytes;
+      world.barrier();  // both ranks read the count before either gathers
+      layers[0].forward(x);
+      // fp32 weights of 36 elements: shards of 18 floats; every rank counts its own sends.
+      const int64_t gathered = int64_t(std::min(1 + prefetch, 3)) * 18 * 4 * 2;
+      world.barrier();
+      if (world.rank() == 0) {
+        EXPECT_EQ(*bytes - before, gathered) << "prefetch " << prefetch;
+      }
+      world.barrier();
+      layers[1].forward(layers[0].forward(x));  // the prefetched gathers are consumed
+    });
+  }
+}
+
+TEST(Fsdp, NegativePrefetchIsAnError) {
+  run_local_ranks(1, [&](Communicator& world) {
+    Mesh mesh(borrow(world), {{"fsdp", 1}}, MeshResource{"", "", "fsdp", ""});
+    LayerContext ctx(mesh, Recipe::kFp32);
+    EXPECT_QMESH_ERROR(ctx.set_fsdp_options(FsdpOptions{false, -1}), "prefetch must be >= 0");
+  });
+}
+
+TEST(Fsdp, ShardedParametersAreRejectedByGradSync) {
+  run_local_ranks(2, [&](Communicator& world) {
+    Mesh mesh(borrow(world), {{"fsdp", 2}}, MeshResource{"", "", "fsdp", ""});
+    LayerContext ctx(mesh, Recipe::kFp32);
+    LayerNormMLP block("b", 8, 8, {}, ctx, 1);
+    EXPECT_QMESH_ERROR(GradSync(mesh.world(), block.parameters()), "is fsdp-sharded");
+  });
+}
+
+}  // namespace
+}  // namespace qmesh
