@@ -9,8 +9,16 @@ collection (see dot_general.py).
 Sharding: parameters carry logical axis names (kernel_axes, bias_axes, ...);
 `logical_axis_rules(resource)` maps them onto the mesh axes of a MeshResource: column parallel
 for fc1/QKV ("mlp", "joined_kv", "heads" -> tp), row parallel for fc2/projections (their input
-dimension). Activations follow their inputs; qmesh's primitives sum what a sharded contracting
-dimension leaves partial.
+dimension). qmesh's primitives sum what a sharded contracting dimension leaves partial.
+
+Activations: under a mesh in context (jax.set_mesh) and a MeshResource naming tp or tpsp, the
+LayerNorm modules constrain their activations the TransformerEngine way (logical axes, mapped
+by the same rules): the input, the LayerNorm output and LayerNormMLP's output
+("batch", "seq", "embed"), sequence-sharded over tpsp; the first GEMM's input
+("batch", None, "embed"), gathered (as FP8 codes in FP8 mode: dense's row_axes); the hidden
+activation ("batch", None, "mlp"), sharded over tp. fc2 is row parallel over tp, so with
+tpsp = tp its product is reduce-scattered back to sequence-sharded (gemm.py) and nothing is
+all-reduced. Without a mesh in context, or without tp/tpsp, nothing is constrained.
 """
 
 from __future__ import annotations
@@ -28,12 +36,16 @@ from qmesh.jax.flax.dot_general import fp8_state
 from qmesh.jax.gemm import gelu
 from qmesh.jax.layer_norm import layer_norm
 from qmesh.jax.recipe import check_recipe
-from qmesh.jax.sharding import MeshResource, global_mesh_resource
+from qmesh.jax.sharding import MeshResource, constrain, global_mesh_resource
 
 ACTIVATIONS: dict[str, Callable] = {
     "gelu": gelu, "relu": jax.nn.relu, "silu": jax.nn.silu, "linear": lambda x: x,
 }
 NORMS = ("layernorm", "rmsnorm")
+# TransformerEngine's activation layout for [batch, seq, hidden] inputs (logical axes).
+SEQ_AXES = ("batch", "seq", "embed")
+DOT_1_INPUT_AXES = ("batch", None, "embed")
+HIDDEN_AXES = ("batch", None, "mlp")
 SOFTMAX_TYPES = ("scaled", "scaled_masked", "scaled_upper_triang_masked")
 
 
@@ -61,6 +73,79 @@ def _check_divisible(size: int, axes: tuple, what: str) -> None:
                          f"{mesh.shape[tp]} (mesh axis {tp!r})")
 
 
+def _activation_spec(axes, default: tuple, ndim: int, what: str):
+    """The mesh axes (one entry per dimension) an activation is constrained to, or None for
+    no constraint. `axes` None means `default` for an activation of its rank (none otherwise);
+    () means no constraint. Nothing is constrained unless the MeshResource in force names tp
+    or tpsp."""
+    resource = global_mesh_resource()
+    if resource.tp_resource is None and resource.tpsp_resource is None:
+        return None
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty or any(t != jax.sharding.AxisType.Auto for t in mesh.axis_types):
+        return None  # no mesh in context, or inside shard_map: nothing to constrain
+    if axes is None:
+        if ndim != len(default):
+            return None
+        axes = default
+    axes = tuple(axes)
+    if not axes:
+        return None
+    if len(axes) != ndim:
+        raise ValueError(f"{what}: {len(axes)} logical axes {axes} for a {ndim}-D activation")
+    return tuple(nn.logical_to_mesh_axes(axes, logical_axis_rules(resource)))
+
+
+def _constrain(x, spec):
+    return x if spec is None else constrain(x, spec)
+
+
+def _entry(axes: tuple):
+    return None if not axes else axes[0] if len(axes) == 1 else axes
+
+
+def _layout(inputs, seq, *specs):
+    """(x, (seq, *specs), leave): the input in the layout the module computes in, the
+    activation specs for that layout, and the function that takes a result back to the
+    input's layout.
+
+    Sequence parallel (a 3-D [batch, seq, hidden] input whose seq dimension is sharded): the
+    tokens are flattened in the order (batch shard, seq, batch within the shard), so that the
+    2-D token dimension is sharded over the batch axes and then the seq axes in contiguous
+    blocks: the layout in which gathering the seq axes gives each device its batch shard's
+    rows, and the row-parallel GEMM's reduce-scatter along rows (gemm.py) gives back exactly
+    the sequence shards. Going in and out only reshapes and transposes locally. Otherwise x is
+    the (constrained) input and leave is the identity."""
+    if seq is None or inputs.ndim != 3 or seq[1] is None:
+        return _constrain(inputs, seq), (seq, *specs), lambda y: y
+    mesh = jax.sharding.get_abstract_mesh()
+    size = lambda e: math.prod(mesh.shape[a] for a in _tuple(e)) if e is not None else 1  # noqa: E731
+    b, n, _ = inputs.shape
+    g = size(seq[0])
+    if b % g or n % size(seq[1]):
+        raise ValueError(f"sequence parallelism: the batch ({b}) must be divisible by {g} "
+                         f"(mesh axes {seq[0]!r}) and the sequence ({n}) by {size(seq[1])} "
+                         f"(mesh axes {seq[1]!r})")
+
+    def tokens(spec):
+        return None if spec is None else (
+            _entry(tuple(a for e in spec[:2] if e is not None for a in _tuple(e))), *spec[2:])
+
+    def leave(y):
+        y = y.reshape(g, n, b // g, *y.shape[1:]).swapaxes(1, 2)
+        return y.reshape(b, n, *y.shape[3:])
+
+    x = _constrain(inputs, seq).reshape(g, b // g, n, -1).swapaxes(1, 2).reshape(b * n, -1)
+    return x, tuple(tokens(sp) for sp in (seq, *specs)), leave
+
+
+def _row_axes(spec) -> tuple | None:
+    """The mesh axes of the rows (every dimension but the last) of an activation spec."""
+    if spec is None:
+        return None
+    return tuple(a for e in spec[:-1] if e is not None for a in _tuple(e))
+
+
 def _param(module, name, init, shape, dtype, axes):
     if axes:
         if len(axes) != len(shape):
@@ -77,16 +162,20 @@ def _check_common(module):
         raise ValueError(f"fallback must be None or 'bf16', not {module.fallback!r}")
 
 
-def _matmul(module, x, kernel, bias, prefix="", activation=None):
+def _matmul(module, x, kernel, bias, prefix="", activation=None, input_spec=None):
     """act(x @ kernel + bias) for x [..., K] and kernel [K, N]: the FP8 dense op, or plain
-    math in x's dtype when the module has no recipe."""
+    math in x's dtype when the module has no recipe. input_spec: the mesh axes x's rows are
+    gathered to in front of the GEMM (the FP8 codes in FP8 mode), None for as they come."""
     if module.recipe is None:
+        if input_spec is not None:
+            x = constrain(x, (*input_spec[:-1], jax.sharding.PartitionSpec.UNCONSTRAINED))
         y = jnp.matmul(x, kernel.astype(x.dtype), preferred_element_type=jnp.float32)
         y = y + (0 if bias is None else bias.astype(jnp.float32))
         return (gelu(y) if activation == "gelu" else y).astype(x.dtype)
     return dense(x, kernel.astype(x.dtype), None if bias is None else bias.astype(x.dtype),
                  fp8_state(module, module.recipe, prefix), recipe=module.recipe,
-                 activation=activation, fallback=module.fallback)
+                 activation=activation, fallback=module.fallback,
+                 row_axes=_row_axes(input_spec))
 
 
 def _lora(module, x, k: int, n: int, prefix=""):
@@ -102,9 +191,10 @@ def _lora(module, x, k: int, n: int, prefix=""):
 
 
 def _dense_general(module, x, features: tuple, axis: tuple, prefix="", activation=None,
-                   kernel_axes=(), bias_axes=()):
+                   kernel_axes=(), bias_axes=(), input_spec=None):
     """The DenseGeneral computation shared by the modules: contracts `axis` of x with a kernel
-    (*x.shape[axis], *features); returns [...rest of x, *features]."""
+    (*x.shape[axis], *features); returns [...rest of x, *features]. input_spec (axis (-1,)
+    only): see _matmul."""
     axis = tuple(a % x.ndim for a in axis)
     rest = [d for d in range(x.ndim) if d not in axis]
     in_shape = tuple(x.shape[a] for a in axis)
@@ -126,7 +216,7 @@ def _dense_general(module, x, features: tuple, axis: tuple, prefix="", activatio
         kernel = lax.stop_gradient(kernel)
         bias = None if bias is None else lax.stop_gradient(bias)
     x2 = jnp.transpose(x, rest + list(axis)).reshape(*(x.shape[d] for d in rest), k)
-    y = _matmul(module, x2.astype(module.dtype), kernel, bias, prefix, activation)
+    y = _matmul(module, x2.astype(module.dtype), kernel, bias, prefix, activation, input_spec)
     if lora:
         if activation is not None:
             raise ValueError("LoRA is applied before the activation: use activation=None")
@@ -180,7 +270,9 @@ def _norm(module, x):
 
 class LayerNormDenseGeneral(nn.Module):
     """norm(x) . kernel (+ bias): LayerNorm or RMSNorm in front of a DenseGeneral over the last
-    dimension. Returns (y, normalised x or None)."""
+    dimension. Returns (y, normalised x or None). layernorm_input_axes (input and LayerNorm
+    output; default ("batch", "seq", "embed")) and dot_input_axes (the GEMM's gathered input;
+    ("batch", None, "embed")) constrain the activations as in LayerNormMLP."""
 
     features: int | tuple
     layernorm_type: str = "layernorm"
@@ -202,21 +294,35 @@ class LayerNormDenseGeneral(nn.Module):
     enable_low_rank_adaptation: bool = False
     low_rank_adaptation_dim: int = 32
     low_rank_adaptation_alpha: float | None = None
+    layernorm_input_axes: tuple | None = None
+    dot_input_axes: tuple | None = None
 
     @nn.compact
     def __call__(self, inputs):
         _check_common(self)
-        ln = _norm(self, inputs)
-        y = _dense_general(self, ln, _tuple(self.features), (-1,),
-                           kernel_axes=self.kernel_axes, bias_axes=self.bias_axes)
-        return y, (ln if self.return_layernorm_output else None)
+        seq = _activation_spec(self.layernorm_input_axes, SEQ_AXES, inputs.ndim,
+                               "layernorm_input_axes")
+        dot = _activation_spec(self.dot_input_axes, DOT_1_INPUT_AXES, inputs.ndim,
+                               "dot_input_axes")
+        x, (seq_t, dot), leave = _layout(inputs, seq, dot)
+        ln = _constrain(_norm(self, x), seq_t)
+        y = _dense_general(self, ln, _tuple(self.features), (-1,), kernel_axes=self.kernel_axes,
+                           bias_axes=self.bias_axes, input_spec=dot)
+        ln = _constrain(leave(ln), seq) if self.return_layernorm_output else None
+        return leave(y), ln
 
 
 class LayerNormMLP(nn.Module):
     """norm -> fc1 -> activation -> fc2. activations: ("gelu",), ("relu",), ("silu",), or a
     gated pair such as ("silu", "linear") (SwiGLU) / ("gelu", "linear") (GeGLU): fc1 then has
     one output block per entry and the blocks are multiplied. fc1 is column parallel ("mlp"
-    sharded), fc2 row parallel. Returns (y, normalised x or None)."""
+    sharded), fc2 row parallel. Returns (y, normalised x or None).
+
+    Activation sharding (see the module docstring): layernorm_input_axes (input, LayerNorm
+    output and y; default ("batch", "seq", "embed")), dot_1_input_axes (fc1's gathered input;
+    ("batch", None, "embed")), dot_2_input_axes (the hidden activation; ("batch", None, "mlp")):
+    logical axes, one per dimension of the input; None takes the default for 3-D inputs (no
+    constraint for other ranks), () constrains nothing."""
 
     intermediate_dim: int = 2048
     activations: tuple = ("gelu",)
@@ -235,6 +341,9 @@ class LayerNormMLP(nn.Module):
     kernel_axes_2: tuple = ("mlp", "embed")
     bias_axes_1: tuple = ("act", "mlp")
     bias_axes_2: tuple = ("embed",)
+    layernorm_input_axes: tuple | None = None
+    dot_1_input_axes: tuple | None = None
+    dot_2_input_axes: tuple | None = None
     dtype: Any = jnp.float32
     recipe: Any = None
     fallback: str | None = None
@@ -247,7 +356,12 @@ class LayerNormMLP(nn.Module):
             raise ValueError(f"activations must be one or two of {sorted(ACTIVATIONS)}, not "
                              f"{self.activations!r}")
         _check_divisible(self.intermediate_dim, ("mlp",), "intermediate_dim")
-        ln = _norm(self, inputs)
+        nd = inputs.ndim
+        seq = _activation_spec(self.layernorm_input_axes, SEQ_AXES, nd, "layernorm_input_axes")
+        dot1 = _activation_spec(self.dot_1_input_axes, DOT_1_INPUT_AXES, nd, "dot_1_input_axes")
+        dot2 = _activation_spec(self.dot_2_input_axes, HIDDEN_AXES, nd, "dot_2_input_axes")
+        x, (seq_t, dot1, dot2), leave = _layout(inputs, seq, dot1, dot2)
+        ln = _constrain(_norm(self, x), seq_t)
         h, i, n_act = inputs.shape[-1], self.intermediate_dim, len(acts)
         init = self.kernel_init or nn.initializers.variance_scaling(
             1.0, "fan_in", "truncated_normal", in_axis=0, out_axis=(1, 2))
@@ -259,7 +373,7 @@ class LayerNormMLP(nn.Module):
         b1 = None if b1 is None else b1.T.reshape(i * n_act)
         fused = acts == ("gelu",) and b1 is not None  # bias + GELU in the GEMM's epilogue
         z = _matmul(self, ln.astype(self.dtype), k1, b1, "wi_",
-                    activation="gelu" if fused else None)
+                    activation="gelu" if fused else None, input_spec=dot1)
         z = z.reshape(*z.shape[:-1], i, n_act)
         if not fused:
             z = ACTIVATIONS[acts[0]](z[..., 0]) * (ACTIVATIONS[acts[1]](z[..., 1]) if n_act == 2
@@ -271,8 +385,11 @@ class LayerNormMLP(nn.Module):
         k2 = _param(self, "wo_kernel", init2, (i, h), self.dtype, tuple(self.kernel_axes_2))
         b2 = (_param(self, "wo_bias", self.bias_init, (h,), self.dtype, tuple(self.bias_axes_2))
               if self.use_bias else None)
-        y = _matmul(self, z.astype(self.dtype), k2, b2, "wo_")
-        return y, (ln if self.return_layernorm_output else None)
+        z = _constrain(z, dot2)
+        y = _constrain(_matmul(self, z.astype(self.dtype), k2, b2, "wo_", input_spec=dot2), seq_t)
+        y = _constrain(leave(y), seq)
+        ln = _constrain(leave(ln), seq) if self.return_layernorm_output else None
+        return y, ln
 
 
 class Softmax(nn.Module):
