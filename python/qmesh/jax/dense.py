@@ -143,12 +143,14 @@ def _saved(q):
     return bits, amax, scale_inv, lax.bitcast_convert_type(bits, dtype)
 
 
-def _forward(cfg, x, kernel, bias, state):
+def _forward(cfg, x, kernel, bias, state, xq=None):
+    """The forward pass; xq: x already quantized as [M, K] (the fused LayerNorm's codes)."""
     recipe = cfg.recipe
     lead, k = x.shape[:-1], x.shape[-1]
-    x2 = x.reshape(-1, k)
     fwd = recipe.fp8_format.fwd_dtype
-    xq = _saved(_pin_rows(_quantize(x2, state, "input", fwd, recipe), cfg.row_axes))
+    if xq is None:
+        xq = _quantize(x.reshape(-1, k), state, "input", fwd, recipe)
+    xq = _saved(_pin_rows(xq, cfg.row_axes))
     wq = _saved(_quantize(kernel, state, "kernel", fwd, recipe))
     if cfg.activation == "gelu":
         epilogue = Epilogue.BIAS_GELU_AUX if cfg.has_bias else Epilogue.NONE
@@ -170,8 +172,8 @@ def _forward(cfg, x, kernel, bias, state):
     return y, (xq, wq, aux, lead)
 
 
-def _dense_fwd(cfg, x, kernel, bias, state):
-    y, (xq, wq, aux, lead) = _forward(cfg, x, kernel, bias, state)
+def _dense_fwd(cfg, x, kernel, bias, state, xq=None):
+    y, (xq, wq, aux, lead) = _forward(cfg, x, kernel, bias, state, xq)
     res = (xq[0], xq[2], xq[1], wq[0], wq[2], wq[1], aux, state,
            jnp.zeros((0,), x.dtype), jnp.zeros((0,), kernel.dtype),
            None if bias is None else jnp.zeros((0,), bias.dtype))

@@ -31,11 +31,12 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from qmesh.jax.dense import FALLBACKS, dense
+from qmesh.jax.dense import FALLBACKS, dense, fp8_unsupported_reason
 from qmesh.jax.flax.dot_general import fp8_state
 from qmesh.jax.gemm import gelu
 from qmesh.jax.layer_norm import layer_norm
-from qmesh.jax.recipe import check_recipe
+from qmesh.jax.layernorm_dense import layernorm_dense
+from qmesh.jax.recipe import DelayedScaling, check_recipe
 from qmesh.jax.sharding import MeshResource, constrain, global_mesh_resource
 
 ACTIVATIONS: dict[str, Callable] = {
@@ -198,6 +199,21 @@ def _dense_general(module, x, features: tuple, axis: tuple, prefix="", activatio
     axis = tuple(a % x.ndim for a in axis)
     rest = [d for d in range(x.ndim) if d not in axis]
     in_shape = tuple(x.shape[a] for a in axis)
+    k = math.prod(in_shape)
+    kernel, bias = _dense_params(module, in_shape, features, prefix, kernel_axes, bias_axes)
+    lora = getattr(module, "enable_low_rank_adaptation", False)
+    x2 = jnp.transpose(x, rest + list(axis)).reshape(*(x.shape[d] for d in rest), k)
+    y = _matmul(module, x2.astype(module.dtype), kernel, bias, prefix, activation, input_spec)
+    if lora:
+        if activation is not None:
+            raise ValueError("LoRA is applied before the activation: use activation=None")
+        y = y + _lora(module, x2.astype(module.dtype), k, kernel.shape[1], prefix)
+    return y.reshape(*(x.shape[d] for d in rest), *features)
+
+
+def _dense_params(module, in_shape: tuple, features: tuple, prefix, kernel_axes, bias_axes):
+    """The kernel (*in_shape, *features) as [K, N] and the bias [N] (or None) of a dense
+    computation; both frozen (stop_gradient) when the module has LoRA enabled."""
     k, n = math.prod(in_shape), math.prod(features)
     for size, ax in zip(features, kernel_axes[len(in_shape):]):
         _check_divisible(size, (ax,), f"{prefix or ''}features")
@@ -210,18 +226,12 @@ def _dense_general(module, x, features: tuple, axis: tuple, prefix="", activatio
     if module.use_bias:
         bias = _param(module, prefix + "bias", module.bias_init, features, module.dtype,
                       tuple(bias_axes)).reshape(n)
-    lora = getattr(module, "enable_low_rank_adaptation", False)
     kernel = kernel.reshape(k, n)
-    if lora:  # the base layer is frozen: only the adapter receives gradients
+    if getattr(module, "enable_low_rank_adaptation", False):
+        # the base layer is frozen: only the adapter receives gradients
         kernel = lax.stop_gradient(kernel)
         bias = None if bias is None else lax.stop_gradient(bias)
-    x2 = jnp.transpose(x, rest + list(axis)).reshape(*(x.shape[d] for d in rest), k)
-    y = _matmul(module, x2.astype(module.dtype), kernel, bias, prefix, activation, input_spec)
-    if lora:
-        if activation is not None:
-            raise ValueError("LoRA is applied before the activation: use activation=None")
-        y = y + _lora(module, x2.astype(module.dtype), k, n, prefix)
-    return y.reshape(*(x.shape[d] for d in rest), *features)
+    return kernel, bias
 
 
 class DenseGeneral(nn.Module):
@@ -248,24 +258,56 @@ class DenseGeneral(nn.Module):
                               kernel_axes=self.kernel_axes, bias_axes=self.bias_axes)
 
 
-def _norm(module, x):
-    """LayerNorm (qmesh's float32 op) or RMSNorm over the last dimension, with the module's
-    scale (and ln_bias for LayerNorm) parameters."""
+def _norm_params(module, h: int):
+    """(gamma, beta): the module's scale (+ 1 with zero_centered_gamma) and, for LayerNorm,
+    ln_bias (None for RMSNorm), float32 [h]."""
     if module.layernorm_type not in NORMS:
         raise ValueError(f"layernorm_type must be one of {NORMS}, not {module.layernorm_type!r}")
-    h = x.shape[-1]
     zc = module.zero_centered_gamma
     scale_init = module.scale_init or (nn.initializers.zeros if zc else nn.initializers.ones)
     gamma = _param(module, "scale", scale_init, (h,), jnp.float32, tuple(module.scale_axes))
     gamma = gamma + 1.0 if zc else gamma
-    xf = x.astype(jnp.float32)
+    beta = None
     if module.layernorm_type == "layernorm":
         beta = _param(module, "ln_bias", module.ln_bias_init, (h,), jnp.float32,
                       tuple(module.ln_bias_axes))
+    return gamma, beta
+
+
+def _norm(module, x, params):
+    """LayerNorm (qmesh's float32 op) or RMSNorm of x over the last dimension with
+    params = _norm_params(...)."""
+    gamma, beta = params
+    xf = x.astype(jnp.float32)
+    if beta is not None:
         y = layer_norm(xf, gamma, beta, module.epsilon)
     else:
         y = xf * lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + module.epsilon) * gamma
     return y.astype(x.dtype)
+
+
+def _fuses_norm(module, x, n: int) -> bool:
+    """Whether LayerNorm and the FP8 cast of its output run as one op in front of the first
+    GEMM (layernorm_dense): DelayedScaling, LayerNorm, float32 input and module dtype, no LoRA,
+    and a GEMM FP8 can take."""
+    return (isinstance(module.recipe, DelayedScaling) and module.layernorm_type == "layernorm"
+            and x.dtype == jnp.float32 and jnp.dtype(module.dtype) == jnp.float32
+            and not getattr(module, "enable_low_rank_adaptation", False)
+            and fp8_unsupported_reason(x.dtype, x.shape[-1], n) is None)
+
+
+def _norm_dense(module, x, seq_spec, dot_spec, kernel, bias, prefix="", activation=None):
+    """(act(norm(x) @ kernel + bias) [..., N], norm(x)): fused where _fuses_norm says so,
+    else the norm, then _matmul."""
+    params = _norm_params(module, x.shape[-1])
+    if _fuses_norm(module, x, kernel.shape[1]):
+        y, ln = layernorm_dense(x, *params, kernel, bias, fp8_state(module, module.recipe, prefix),
+                                recipe=module.recipe, eps=module.epsilon, activation=activation,
+                                row_axes=_row_axes(dot_spec))
+        return y, _constrain(ln, seq_spec)
+    ln = _constrain(_norm(module, x, params), seq_spec)
+    return _matmul(module, ln.astype(module.dtype), kernel, bias, prefix, activation,
+                   dot_spec), ln
 
 
 class LayerNormDenseGeneral(nn.Module):
@@ -305,9 +347,16 @@ class LayerNormDenseGeneral(nn.Module):
         dot = _activation_spec(self.dot_input_axes, DOT_1_INPUT_AXES, inputs.ndim,
                                "dot_input_axes")
         x, (seq_t, dot), leave = _layout(inputs, seq, dot)
-        ln = _constrain(_norm(self, x), seq_t)
-        y = _dense_general(self, ln, _tuple(self.features), (-1,), kernel_axes=self.kernel_axes,
-                           bias_axes=self.bias_axes, input_spec=dot)
+        features = _tuple(self.features)
+        if self.enable_low_rank_adaptation:
+            ln = _constrain(_norm(self, x, _norm_params(self, x.shape[-1])), seq_t)
+            y = _dense_general(self, ln, features, (-1,), kernel_axes=self.kernel_axes,
+                               bias_axes=self.bias_axes, input_spec=dot)
+        else:
+            kernel, bias = _dense_params(self, (x.shape[-1],), features, "", self.kernel_axes,
+                                         self.bias_axes)
+            y, ln = _norm_dense(self, x, seq_t, dot, kernel, bias)
+            y = y.reshape(*x.shape[:-1], *features)
         ln = _constrain(leave(ln), seq) if self.return_layernorm_output else None
         return leave(y), ln
 
@@ -361,7 +410,6 @@ class LayerNormMLP(nn.Module):
         dot1 = _activation_spec(self.dot_1_input_axes, DOT_1_INPUT_AXES, nd, "dot_1_input_axes")
         dot2 = _activation_spec(self.dot_2_input_axes, HIDDEN_AXES, nd, "dot_2_input_axes")
         x, (seq_t, dot1, dot2), leave = _layout(inputs, seq, dot1, dot2)
-        ln = _constrain(_norm(self, x), seq_t)
         h, i, n_act = inputs.shape[-1], self.intermediate_dim, len(acts)
         init = self.kernel_init or nn.initializers.variance_scaling(
             1.0, "fan_in", "truncated_normal", in_axis=0, out_axis=(1, 2))
@@ -372,8 +420,7 @@ class LayerNormMLP(nn.Module):
         k1 = jnp.transpose(k1, (0, 2, 1)).reshape(h, i * n_act)
         b1 = None if b1 is None else b1.T.reshape(i * n_act)
         fused = acts == ("gelu",) and b1 is not None  # bias + GELU in the GEMM's epilogue
-        z = _matmul(self, ln.astype(self.dtype), k1, b1, "wi_",
-                    activation="gelu" if fused else None, input_spec=dot1)
+        z, ln = _norm_dense(self, x, seq_t, dot1, k1, b1, "wi_", "gelu" if fused else None)
         z = z.reshape(*z.shape[:-1], i, n_act)
         if not fused:
             z = ACTIVATIONS[acts[0]](z[..., 0]) * (ACTIVATIONS[acts[1]](z[..., 1]) if n_act == 2
