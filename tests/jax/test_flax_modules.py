@@ -315,3 +315,41 @@ def test_sequence_parallel_bad_shapes_raise(x):
         with pytest.raises(ValueError, match="dot_1_input_axes: 2 logical axes"):
             LayerNormMLP(intermediate_dim=I, dot_1_input_axes=("batch", "embed")).init(
                 jax.random.key(0), x)
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=RIDS)
+def test_row_parallel_dense_general_reduce_scatters_to_sequence_shards(mesh, rng, recipe):
+    """The projection after attention under sequence parallelism: input [batch, seq, heads,
+    kv] heads over tp, output sequence-sharded; equal to the unsharded step, and the product
+    is reduce-scattered (FP8), never all-reduced."""
+    import re
+
+    x = jnp.asarray(rng.standard_normal((2, 12, 4, 8)).astype(np.float32))  # 24 tokens
+    m = DenseGeneral(H, axis=(-2, -1), kernel_axes=("heads", "kv", "embed"), recipe=recipe,
+                     input_axes=("batch", None, "heads", "kv"),
+                     output_axes=("batch", "seq", "embed"))
+
+    def f(v, x_):
+        y = m.apply(v, x_)
+        return y, jax.grad(lambda v__, x__: jnp.sum(m.apply(v__, x__) ** 2), argnums=(0, 1))(v, x_)
+
+    v = m.init(jax.random.key(0), x)
+    want = jax.jit(f)(nn.unbox(v), x)
+    resource = RESOURCES["tpsp"]
+    vs = shard_variables(v, mesh, logical_axis_rules(resource))
+    xs = jax.device_put(x, NamedSharding(mesh, P("dp", None, "tp", None)))
+    with jax.set_mesh(mesh), qj.global_shard_guard(resource):
+        got = jax.jit(f)(vs, xs)
+        hlo = jax.jit(f).lower(vs, xs).compile().as_text()
+    assert (tuple(got[0].sharding.spec) + (None,))[:2] == ("dp", "tp"), got[0].sharding
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        assert g.shape == w.shape
+        if np.any(np.asarray(w)):
+            assert rel_err(g, w) < 1e-5
+        else:
+            np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+    if recipe is not None:
+        assert collectives(hlo, "reduce-scatter"), hlo
+        for shape, _ in collectives(hlo, "all-reduce"):  # amaxes and the weight/bias sums
+            for dims in re.findall(r"f32\[([\d,]*)\]", shape):  # wgrad [K / tp, H], dbias [H]
+                assert {int(d) for d in dims.split(",") if d} <= {H, 32 // mesh.shape["tp"]}, shape

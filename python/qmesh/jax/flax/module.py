@@ -105,23 +105,24 @@ def _entry(axes: tuple):
     return None if not axes else axes[0] if len(axes) == 1 else axes
 
 
-def _layout(inputs, seq, *specs):
+def _layout(inputs, seq, *specs, in_spec=()):
     """(x, (seq, *specs), leave): the input in the layout the module computes in, the
     activation specs for that layout, and the function that takes a result back to the
-    input's layout.
+    input's layout. The input is constrained to in_spec (default: seq).
 
-    Sequence parallel (a 3-D [batch, seq, hidden] input whose seq dimension is sharded): the
+    Sequence parallel ([batch, seq, ...] activations whose seq dimension seq shards): the
     tokens are flattened in the order (batch shard, seq, batch within the shard), so that the
     2-D token dimension is sharded over the batch axes and then the seq axes in contiguous
     blocks: the layout in which gathering the seq axes gives each device its batch shard's
     rows, and the row-parallel GEMM's reduce-scatter along rows (gemm.py) gives back exactly
     the sequence shards. Going in and out only reshapes and transposes locally. Otherwise x is
     the (constrained) input and leave is the identity."""
-    if seq is None or inputs.ndim != 3 or seq[1] is None:
-        return _constrain(inputs, seq), (seq, *specs), lambda y: y
+    in_spec = seq if in_spec == () else in_spec
+    if seq is None or inputs.ndim < 3 or seq[1] is None:
+        return _constrain(inputs, in_spec), (seq, *specs), lambda y: y
     mesh = jax.sharding.get_abstract_mesh()
     size = lambda e: math.prod(mesh.shape[a] for a in _tuple(e)) if e is not None else 1  # noqa: E731
-    b, n, _ = inputs.shape
+    b, n = inputs.shape[:2]
     g = size(seq[0])
     if b % g or n % size(seq[1]):
         raise ValueError(f"sequence parallelism: the batch ({b}) must be divisible by {g} "
@@ -136,7 +137,9 @@ def _layout(inputs, seq, *specs):
         y = y.reshape(g, n, b // g, *y.shape[1:]).swapaxes(1, 2)
         return y.reshape(b, n, *y.shape[3:])
 
-    x = _constrain(inputs, seq).reshape(g, b // g, n, -1).swapaxes(1, 2).reshape(b * n, -1)
+    rest = inputs.shape[2:]
+    x = _constrain(inputs, in_spec).reshape(g, b // g, n, *rest).swapaxes(1, 2)
+    x = x.reshape(b * n, *rest)
     return x, tuple(tokens(sp) for sp in (seq, *specs)), leave
 
 
@@ -194,8 +197,9 @@ def _lora(module, x, k: int, n: int, prefix=""):
 def _dense_general(module, x, features: tuple, axis: tuple, prefix="", activation=None,
                    kernel_axes=(), bias_axes=(), input_spec=None):
     """The DenseGeneral computation shared by the modules: contracts `axis` of x with a kernel
-    (*x.shape[axis], *features); returns [...rest of x, *features]. input_spec (axis (-1,)
-    only): see _matmul."""
+    (*x.shape[axis], *features); returns [...rest of x, *features]. input_spec: x's
+    activation spec (one entry per dimension) whose rows (the dimensions not contracted) the
+    GEMM's input is gathered to (see _matmul), or None."""
     axis = tuple(a % x.ndim for a in axis)
     rest = [d for d in range(x.ndim) if d not in axis]
     in_shape = tuple(x.shape[a] for a in axis)
@@ -203,7 +207,8 @@ def _dense_general(module, x, features: tuple, axis: tuple, prefix="", activatio
     kernel, bias = _dense_params(module, in_shape, features, prefix, kernel_axes, bias_axes)
     lora = getattr(module, "enable_low_rank_adaptation", False)
     x2 = jnp.transpose(x, rest + list(axis)).reshape(*(x.shape[d] for d in rest), k)
-    y = _matmul(module, x2.astype(module.dtype), kernel, bias, prefix, activation, input_spec)
+    rows_spec = None if input_spec is None else (*(input_spec[d] for d in rest), None)
+    y = _matmul(module, x2.astype(module.dtype), kernel, bias, prefix, activation, rows_spec)
     if lora:
         if activation is not None:
             raise ValueError("LoRA is applied before the activation: use activation=None")
@@ -235,7 +240,13 @@ def _dense_params(module, in_shape: tuple, features: tuple, prefix, kernel_axes,
 
 
 class DenseGeneral(nn.Module):
-    """y = x . kernel (+ bias) over `axis` of x; kernel shape (*x.shape[axis], *features)."""
+    """y = x . kernel (+ bias) over `axis` of x; kernel shape (*x.shape[axis], *features).
+
+    input_axes / output_axes: logical axes of the input / output activations (one per
+    dimension; () constrains nothing), applied as the LayerNorm modules' (under a mesh and a
+    MeshResource naming tp or tpsp). A row-parallel projection under sequence parallelism:
+    input_axes=("batch", None, "heads", "kv"), output_axes=("batch", "seq", "embed"), its
+    product reduce-scattered straight to sequence shards."""
 
     features: int | tuple
     axis: int | tuple = -1
@@ -250,12 +261,24 @@ class DenseGeneral(nn.Module):
     enable_low_rank_adaptation: bool = False
     low_rank_adaptation_dim: int = 32
     low_rank_adaptation_alpha: float | None = None
+    input_axes: tuple = ()
+    output_axes: tuple = ()
 
     @nn.compact
     def __call__(self, inputs):
         _check_common(self)
-        return _dense_general(self, inputs, _tuple(self.features), _tuple(self.axis),
-                              kernel_axes=self.kernel_axes, bias_axes=self.bias_axes)
+        features, nd = _tuple(self.features), inputs.ndim
+        axis = tuple(a % nd for a in _tuple(self.axis))
+        in_spec = _activation_spec(self.input_axes, (), nd, "input_axes")
+        out_spec = _activation_spec(self.output_axes, (), nd - len(axis) + len(features),
+                                    "output_axes")
+        # A sequence-sharded output of [batch, seq, ...] rows: the token layout of _layout.
+        sp = out_spec if min(axis) >= 2 else None
+        x, (_, in_t, out_t), leave = _layout(inputs, sp, in_spec, sp, in_spec=in_spec)
+        y = _dense_general(self, x, features, tuple(a - nd for a in axis),
+                           kernel_axes=self.kernel_axes, bias_axes=self.bias_axes,
+                           input_spec=in_t)
+        return _constrain(leave(_constrain(y, out_t)), out_spec)
 
 
 def _norm_params(module, h: int):
