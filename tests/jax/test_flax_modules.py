@@ -315,6 +315,9 @@ def test_sequence_parallel_bad_shapes_raise(x):
         with pytest.raises(ValueError, match="dot_1_input_axes: 2 logical axes"):
             LayerNormMLP(intermediate_dim=I, dot_1_input_axes=("batch", "embed")).init(
                 jax.random.key(0), x)
+    with jax.set_mesh(mesh), qj.global_shard_guard(qj.MeshResource(tp_resource="model")):
+        with pytest.raises(ValueError, match="tp_resource is 'model'"):
+            LayerNormMLP(intermediate_dim=I).init(jax.random.key(0), x)
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=RIDS)
@@ -353,3 +356,18 @@ def test_row_parallel_dense_general_reduce_scatters_to_sequence_shards(mesh, rng
         for shape, _ in collectives(hlo, "all-reduce"):  # amaxes and the weight/bias sums
             for dims in re.findall(r"f32\[([\d,]*)\]", shape):  # wgrad [K / tp, H], dbias [H]
                 assert {int(d) for d in dims.split(",") if d} <= {H, 32 // mesh.shape["tp"]}, shape
+
+
+def test_inside_shard_map_nothing_is_constrained(rng):
+    """Under shard_map (manual axes) the modules set no activation constraints: each device
+    runs the layer on its rows, as without a mesh."""
+    mesh = jax.make_mesh((2, 4), ("dp", "tp"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+    x = jnp.asarray(rng.standard_normal((8, 4, H)).astype(np.float32))
+    m = LayerNormMLP(intermediate_dim=I, recipe=DelayedScaling(amax_history_len=4))
+    v = nn.unbox(m.init(jax.random.key(0), x))
+    want = m.apply(v, x)[0]  # delayed scaling: the forward uses the state's scales
+    with jax.set_mesh(mesh), qj.global_shard_guard(RESOURCES["tpsp"]):
+        got = jax.jit(jax.shard_map(lambda v_, x_: m.apply(v_, x_)[0], mesh=mesh,
+                                    in_specs=(P(), P(("dp", "tp"))),
+                                    out_specs=P(("dp", "tp"))))(v, x)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))

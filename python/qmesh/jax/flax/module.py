@@ -37,7 +37,8 @@ from qmesh.jax.gemm import gelu
 from qmesh.jax.layer_norm import layer_norm
 from qmesh.jax.layernorm_dense import layernorm_dense
 from qmesh.jax.recipe import DelayedScaling, check_recipe
-from qmesh.jax.sharding import MeshResource, constrain, global_mesh_resource
+from qmesh.jax.sharding import (MeshResource, check_mesh_resource, constrain,
+                                 global_mesh_resource)
 
 ACTIVATIONS: dict[str, Callable] = {
     "gelu": gelu, "relu": jax.nn.relu, "silu": jax.nn.silu, "linear": lambda x: x,
@@ -85,6 +86,7 @@ def _activation_spec(axes, default: tuple, ndim: int, what: str):
     mesh = jax.sharding.get_abstract_mesh()
     if mesh.empty or any(t != jax.sharding.AxisType.Auto for t in mesh.axis_types):
         return None  # no mesh in context, or inside shard_map: nothing to constrain
+    check_mesh_resource(mesh, resource)
     if axes is None:
         if ndim != len(default):
             return None
