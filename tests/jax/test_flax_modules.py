@@ -200,3 +200,174 @@ def test_bad_input_raises(x):
     with jax.set_mesh(mesh), qj.global_shard_guard(qj.MeshResource("dp", "tp")):
         with pytest.raises(ValueError, match="not divisible by the tensor-parallel size 4"):
             LayerNormMLP(intermediate_dim=6).init(jax.random.key(0), x)
+
+
+# ---- activation sharding and sequence parallelism (a mesh in context: jax.set_mesh) --------
+
+SP_MODULES = {
+    "mlp": lambda r: LayerNormMLP(intermediate_dim=I, recipe=r, return_layernorm_output=True,
+                                  bias_init=nn.initializers.normal(0.5)),
+    "swiglu": lambda r: LayerNormMLP(intermediate_dim=I, activations=("silu", "linear"),
+                                     recipe=r),
+    "ln_dense": lambda r: LayerNormDenseGeneral((4, I // 4), kernel_axes=("embed", "heads", "kv"),
+                                                recipe=r, return_layernorm_output=True),
+}
+RESOURCES = {"tp": qj.MeshResource(dp_resource="dp", tp_resource="tp"),
+             "tpsp": qj.MeshResource(dp_resource="dp", tp_resource="tp", tpsp_resource="tp")}
+
+
+def sp_step(m):
+    def f(v, x):
+        def loss(v_, x_):
+            y, ln = m.apply(v_, x_)
+            return jnp.sum(y ** 2) + (0.0 if ln is None else jnp.sum(ln * x_)), (y, ln)
+        (_, out), grads = jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)(v, x)
+        return out, grads
+    return f
+
+
+@pytest.mark.parametrize("res", list(RESOURCES))
+@pytest.mark.parametrize("name", list(SP_MODULES))
+@pytest.mark.parametrize("recipe", RECIPES, ids=RIDS)
+def test_activation_sharding_equals_unsharded(mesh, rng, recipe, name, res):
+    """With the mesh in context the modules constrain their activations (sequence-sharded
+    over tpsp around the norm, gathered before fc1, hidden over tp); the results, the state
+    and every gradient equal the unsharded step's."""
+    x = jnp.asarray(rng.standard_normal((4, 8, H)).astype(np.float32))
+    m = SP_MODULES[name](recipe)
+    v = m.init(jax.random.key(0), x)
+    want = jax.jit(sp_step(m))(nn.unbox(v), x)
+    resource = RESOURCES[res]
+    vs = shard_variables(v, mesh, logical_axis_rules(resource))
+    seq = P("dp", "tp", None) if res == "tpsp" else P("dp", None, None)
+    xs = jax.device_put(x, NamedSharding(mesh, seq))
+    with jax.set_mesh(mesh), qj.global_shard_guard(resource):
+        got = jax.jit(sp_step(m))(vs, xs)
+    (y, ln), _ = got
+    lead = lambda a: (tuple(a.sharding.spec) + (None, None))[:2]  # noqa: E731
+    if name != "ln_dense":  # y and the norm's output come back sequence-sharded
+        assert lead(y) == tuple(seq[:2]), y.sharding
+    if ln is not None:
+        assert lead(ln) == tuple(seq[:2]), ln.sharding
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        assert g.shape == w.shape
+        if np.any(np.asarray(w)):
+            assert rel_err(g, w) < 1e-5
+        else:
+            np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+
+
+def collectives(hlo, op):
+    """(result shape text, reduction computation name) of each `op` instruction."""
+    out = []
+    for line in hlo.splitlines():
+        if f" {op}(" in line or f" {op}-start(" in line:
+            shape = line.split("=", 1)[1].split(f" {op}")[0].strip()
+            out.append((shape, line.split("to_apply=")[1].split(",")[0] if "to_apply=" in line
+                        else ""))
+    return out
+
+
+@pytest.mark.parametrize("recipe", RECIPES[1:], ids=RIDS[1:])
+def test_sequence_parallel_hlo_gathers_and_reduce_scatters(rng, recipe):
+    """SP LayerNormMLP forward+backward on dp=2 x tp=4 (tpsp=tp): the FP8 activations are
+    all-gathered before fc1 (and fc2's output gradient before its GEMMs), fc2's product and
+    fc1's dgrad are reduce-scattered, and the only all-reduces are the amax maxima (scalars;
+    one merged all-reduce with delayed scaling) and the parameter-gradient sums: none carries
+    a token dimension."""
+    import re
+
+    mesh = jax.make_mesh((2, 4), ("dp", "tp"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+    x = jnp.asarray(rng.standard_normal((4, 20, H)).astype(np.float32))  # 80 tokens
+    m = LayerNormMLP(intermediate_dim=I, recipe=recipe)
+    resource = RESOURCES["tpsp"]
+    v = m.init(jax.random.key(0), x)
+    vs = shard_variables(v, mesh, logical_axis_rules(resource))
+    xs = jax.device_put(x, NamedSharding(mesh, P("dp", "tp", None)))
+    loss = lambda v_, x_: jnp.sum(m.apply(v_, x_)[0] ** 2)  # noqa: E731
+    with jax.set_mesh(mesh), qj.global_shard_guard(resource):
+        hlo = jax.jit(jax.grad(loss, argnums=(0, 1))).lower(vs, xs).compile().as_text()
+    gathers, scatters = collectives(hlo, "all-gather"), collectives(hlo, "reduce-scatter")
+    # x's codes before fc1 and the output gradient's codes before fc2's backward GEMMs: the
+    # 40 tokens of a dp shard (XLA's CPU backend widens FP8 to f16 for the collective).
+    assert len(gathers) == 2 and all("[40,32]" in s for s, _ in gathers), gathers
+    # fc2's forward product and fc1's dgrad: back to the 10 tokens of a device.
+    assert len(scatters) == 2 and all("[10,32]" in s for s, _ in scatters), scatters
+    reduces = collectives(hlo, "all-reduce")
+    comps = {c: hlo.split(f"\n{c} (")[1].split("\n}")[0] for _, c in reduces}
+    maxes = [s for s, c in reduces if "maximum" in comps[c]]
+    sums = [s for s, c in reduces if "add" in comps[c]]
+    assert len(maxes) + len(sums) == len(reduces), reduces
+    assert all(re.fullmatch(r"\(?(f32\[\],? ?)+\)?", s.replace("/*index=5*/", "")) for s in maxes), maxes
+    if isinstance(recipe, DelayedScaling):
+        assert len(maxes) == 1, maxes
+    param_dims = {H, I, I // 4, 1}  # local parameter-gradient dimensions (I over tp=4)
+    for s in sums:
+        for dims in re.findall(r"f32\[([\d,]*)\]", s):
+            assert {int(d) for d in dims.split(",") if d} <= param_dims, (s, reduces)
+
+
+def test_sequence_parallel_bad_shapes_raise(x):
+    mesh = jax.make_mesh((2, 4), ("dp", "tp"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+    with jax.set_mesh(mesh), qj.global_shard_guard(RESOURCES["tpsp"]):
+        with pytest.raises(ValueError, match=r"sequence \(6\) by 4"):
+            LayerNormMLP(intermediate_dim=I).init(jax.random.key(0), jnp.ones((8, 6, H)))
+        with pytest.raises(ValueError, match="dot_1_input_axes: 2 logical axes"):
+            LayerNormMLP(intermediate_dim=I, dot_1_input_axes=("batch", "embed")).init(
+                jax.random.key(0), x)
+    with jax.set_mesh(mesh), qj.global_shard_guard(qj.MeshResource(tp_resource="model")):
+        with pytest.raises(ValueError, match="tp_resource is 'model'"):
+            LayerNormMLP(intermediate_dim=I).init(jax.random.key(0), x)
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=RIDS)
+def test_row_parallel_dense_general_reduce_scatters_to_sequence_shards(mesh, rng, recipe):
+    """The projection after attention under sequence parallelism: input [batch, seq, heads,
+    kv] heads over tp, output sequence-sharded; equal to the unsharded step, and the product
+    is reduce-scattered (FP8), never all-reduced."""
+    import re
+
+    x = jnp.asarray(rng.standard_normal((2, 12, 4, 8)).astype(np.float32))  # 24 tokens
+    m = DenseGeneral(H, axis=(-2, -1), kernel_axes=("heads", "kv", "embed"), recipe=recipe,
+                     input_axes=("batch", None, "heads", "kv"),
+                     output_axes=("batch", "seq", "embed"))
+
+    def f(v, x_):
+        y = m.apply(v, x_)
+        return y, jax.grad(lambda v__, x__: jnp.sum(m.apply(v__, x__) ** 2), argnums=(0, 1))(v, x_)
+
+    v = m.init(jax.random.key(0), x)
+    want = jax.jit(f)(nn.unbox(v), x)
+    resource = RESOURCES["tpsp"]
+    vs = shard_variables(v, mesh, logical_axis_rules(resource))
+    xs = jax.device_put(x, NamedSharding(mesh, P("dp", None, "tp", None)))
+    with jax.set_mesh(mesh), qj.global_shard_guard(resource):
+        got = jax.jit(f)(vs, xs)
+        hlo = jax.jit(f).lower(vs, xs).compile().as_text()
+    assert (tuple(got[0].sharding.spec) + (None,))[:2] == ("dp", "tp"), got[0].sharding
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        assert g.shape == w.shape
+        if np.any(np.asarray(w)):
+            assert rel_err(g, w) < 1e-5
+        else:
+            np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+    if recipe is not None:
+        assert collectives(hlo, "reduce-scatter"), hlo
+        for shape, _ in collectives(hlo, "all-reduce"):  # amaxes and the weight/bias sums
+            for dims in re.findall(r"f32\[([\d,]*)\]", shape):  # wgrad [K / tp, H], dbias [H]
+                assert {int(d) for d in dims.split(",") if d} <= {H, 32 // mesh.shape["tp"]}, shape
+
+
+def test_inside_shard_map_nothing_is_constrained(rng):
+    """Under shard_map (manual axes) the modules set no activation constraints: each device
+    runs the layer on its rows, as without a mesh."""
+    mesh = jax.make_mesh((2, 4), ("dp", "tp"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+    x = jnp.asarray(rng.standard_normal((8, 4, H)).astype(np.float32))
+    m = LayerNormMLP(intermediate_dim=I, recipe=DelayedScaling(amax_history_len=4))
+    v = nn.unbox(m.init(jax.random.key(0), x))
+    want = m.apply(v, x)[0]  # delayed scaling: the forward uses the state's scales
+    with jax.set_mesh(mesh), qj.global_shard_guard(RESOURCES["tpsp"]):
+        got = jax.jit(jax.shard_map(lambda v_, x_: m.apply(v_, x_)[0], mesh=mesh,
+                                    in_specs=(P(), P(("dp", "tp"))),
+                                    out_specs=P(("dp", "tp"))))(v, x)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))

@@ -20,6 +20,10 @@ Sharding: x's rows and the kernel's columns keep their shardings; the amaxes are
 the quantize primitives over every mesh axis but the pipeline axis (XLA merges the step's
 amax reductions into one all-reduce); the bias gradient is summed over the axes that shard the
 rows; a GEMM whose contracting dimension is sharded sums its partial products (see gemm.py).
+`row_axes` pins the rows (tokens) of the FP8 operands that carry them, x's codes in forward
+and the output gradient's codes in backward, to exactly those mesh axes: under sequence
+parallelism the activations arrive sequence-sharded and are all-gathered as FP8 codes (one
+byte per value) right before the GEMMs, as TransformerEngine does.
 
 FP8 needs K and N multiples of 16 on CUDA (cuBLASLt). When FP8 cannot be used the call raises
 with the reason, unless `fallback="bf16"`: then the layer runs in bfloat16 (float32
@@ -36,7 +40,9 @@ import jax.numpy as jnp
 from jax import lax
 from jax.ad_checkpoint import checkpoint_name
 
-from qmesh.jax import stats
+from jax.sharding import PartitionSpec
+
+from qmesh.jax import sharding, stats
 from qmesh.jax.gemm import Epilogue, WIDE_DTYPES, dgelu, gelu, gemm
 from qmesh.jax.quantize import dbias_quantize, quantize, quantize_current
 from qmesh.jax.recipe import DelayedScaling, Float8CurrentScaling, check_recipe
@@ -83,6 +89,7 @@ class _Config:
     activation: str | None
     has_bias: bool
     out_dtype: object
+    row_axes: tuple | None = None
 
 
 def _check_state(state, recipe):
@@ -99,6 +106,15 @@ def _check_state(state, recipe):
         if h != (recipe.amax_history_len,) or s not in ((), (1,)):
             raise ValueError(f"dense: state {o}_amax_history must be [{recipe.amax_history_len}] "
                              f"and {o}_scale a scalar, not {list(h)} and {list(s)}")
+
+
+def _pin_rows(q, row_axes):
+    """q with its codes' rows ([M, ...]) constrained to the mesh axes `row_axes` (None: as
+    they come)."""
+    if row_axes is None:
+        return q
+    rows = None if not row_axes else row_axes[0] if len(row_axes) == 1 else row_axes
+    return q._replace(q=sharding.constrain(q.q, (rows, PartitionSpec.UNCONSTRAINED)))
 
 
 def _scalar(v):
@@ -127,12 +143,14 @@ def _saved(q):
     return bits, amax, scale_inv, lax.bitcast_convert_type(bits, dtype)
 
 
-def _forward(cfg, x, kernel, bias, state):
+def _forward(cfg, x, kernel, bias, state, xq=None):
+    """The forward pass; xq: x already quantized as [M, K] (the fused LayerNorm's codes)."""
     recipe = cfg.recipe
     lead, k = x.shape[:-1], x.shape[-1]
-    x2 = x.reshape(-1, k)
     fwd = recipe.fp8_format.fwd_dtype
-    xq = _saved(_quantize(x2, state, "input", fwd, recipe))
+    if xq is None:
+        xq = _quantize(x.reshape(-1, k), state, "input", fwd, recipe)
+    xq = _saved(_pin_rows(xq, cfg.row_axes))
     wq = _saved(_quantize(kernel, state, "kernel", fwd, recipe))
     if cfg.activation == "gelu":
         epilogue = Epilogue.BIAS_GELU_AUX if cfg.has_bias else Epilogue.NONE
@@ -154,8 +172,8 @@ def _forward(cfg, x, kernel, bias, state):
     return y, (xq, wq, aux, lead)
 
 
-def _dense_fwd(cfg, x, kernel, bias, state):
-    y, (xq, wq, aux, lead) = _forward(cfg, x, kernel, bias, state)
+def _dense_fwd(cfg, x, kernel, bias, state, xq=None):
+    y, (xq, wq, aux, lead) = _forward(cfg, x, kernel, bias, state, xq)
     res = (xq[0], xq[2], xq[1], wq[0], wq[2], wq[1], aux, state,
            jnp.zeros((0,), x.dtype), jnp.zeros((0,), kernel.dtype),
            None if bias is None else jnp.zeros((0,), bias.dtype))
@@ -183,6 +201,7 @@ def _dense_bwd(cfg, res, g):
         gq = _quantize(g2, None, "output_grad", bwd, recipe)
         if cfg.has_bias:
             dbias = jnp.sum(g2.astype(F32), axis=0)
+    gq = _pin_rows(gq, cfg.row_axes)
     # Both backward GEMMs in the NN form (operands transposed by XLA): the host GEMM is several
     # times faster in it; on CUDA the GEMM takes its TN form and the two transposes cancel.
     dx = gemm(gq.q, w_q.T, gq.scale_inv, w_si, trans_b=False, out_dtype=x_like.dtype,
@@ -242,14 +261,17 @@ def _fallback(x, kernel, bias, activation, out_dtype):
 
 
 def dense(x, kernel, bias=None, state=None, *, recipe=None, activation: str | None = None,
-          out_dtype=None, fallback: str | None = None):
+          out_dtype=None, fallback: str | None = None, row_axes: tuple | None = None):
     """act(x @ kernel + bias) with FP8 GEMMs in forward and backward.
 
     x: [..., K] (float32, bfloat16 or float16); kernel: [K, N]; bias: [N] or None; state: the
     delayed-scaling state (init_state(recipe)) or None for Float8CurrentScaling; recipe:
     DelayedScaling() (default) or Float8CurrentScaling(); activation: None or "gelu" (tanh
     approximation); out_dtype: default x's dtype; fallback: None (raise when FP8 cannot be
-    used) or "bf16" (run in bfloat16 then, counted in qmesh.jax.stats()).
+    used) or "bf16" (run in bfloat16 then, counted in qmesh.jax.stats()); row_axes: None, or
+    the mesh axes (a tuple, () for replicated) the rows of x's and the output gradient's FP8
+    codes are constrained to before their GEMMs, under the mesh of the context (no effect
+    without one).
 
     Returns y [..., N]. Differentiate with respect to `state` to get the updated state."""
     recipe = DelayedScaling() if recipe is None else recipe
@@ -278,5 +300,7 @@ def dense(x, kernel, bias=None, state=None, *, recipe=None, activation: str | No
         stats.count_fallback(reason)
         y = _fallback(x, kernel, bias, activation, out_dtype)
         return y if state is None else _pass_state(y, state)
-    cfg = _Config(recipe, activation, bias is not None, out_dtype)
+    if row_axes is not None:
+        row_axes = tuple(row_axes)
+    cfg = _Config(recipe, activation, bias is not None, out_dtype, row_axes)
     return _dense(cfg, x, kernel, bias, state)

@@ -15,7 +15,8 @@ import dataclasses
 import threading
 
 import jax
-from jax.sharding import AxisType
+from jax import lax
+from jax.sharding import AxisType, PartitionSpec
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,3 +83,29 @@ def check_auto_axes(*args) -> None:
                 "qmesh primitives need a mesh whose axes are Auto: make it with "
                 "jax.make_mesh(shape, names, axis_types=(jax.sharding.AxisType.Auto,) * len(names)) "
                 f"(this argument is typed on a mesh with axis types {tuple(types)})")
+
+
+def constrain(x, spec):
+    """x with the sharding constraint PartitionSpec(*spec) on the mesh of the context
+    (jax.set_mesh / use_mesh); entries may be PartitionSpec.UNCONSTRAINED. Returns x unchanged
+    when there is no mesh in context, when the mesh lacks one of the named axes, or when one of
+    them is not Auto (inside shard_map, or an Explicit mesh): single-device and shard_map code
+    is not affected."""
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty:
+        return x
+    types = dict(zip(mesh.axis_names, mesh.axis_types))
+    named = [a for e in spec if e is not None and e is not PartitionSpec.UNCONSTRAINED
+             for a in (e if isinstance(e, tuple) else (e,))]
+    if any(types.get(a) != AxisType.Auto for a in named):
+        return x
+    if not isinstance(x, jax.core.Tracer):  # eager: place the array on the concrete mesh
+        try:
+            mesh = jax.sharding.get_mesh()
+        except ValueError:  # a constant inside jit: it keeps the sharding it has
+            return x
+        if mesh.empty:
+            return x
+        spec = [None if e is PartitionSpec.UNCONSTRAINED else e for e in spec]
+        return jax.device_put(x, jax.sharding.NamedSharding(mesh, PartitionSpec(*spec)))
+    return lax.with_sharding_constraint(x, PartitionSpec(*spec))
