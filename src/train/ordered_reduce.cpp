@@ -113,7 +113,7 @@ void ordered_all_reduce(Communicator& comm, const TensorView& buf) {
   float* data = static_cast<float*>(buf.data);
   std::vector<float> mine(size_t(begin[me + 1] - begin[me]));
   ChunkReduction(comm, data, begin, mine.data()).wait(comm_timeout());
-  std::memcpy(data + begin[me], mine.data(), mine.size() * 4);
+  if (!mine.empty()) std::memcpy(data + begin[me], mine.data(), mine.size() * sizeof(float));
   // Every rank sends its summed chunk to every other (all-gather).
   std::vector<WorkHandle> works;
   for (int r = 0; r < n; ++r) {
