@@ -7,7 +7,9 @@
 //   amax        fp32 scalar: max |x| of the unscaled inputs quantized into it since it was last
 //               reset (a running max; see ops/quantize.h).
 // The scalars live on the same device as the data, so GPU kernels and cuBLASLt read them
-// without a host round trip.
+// without a host round trip. A QuantizedTensor keeps each in its own 16-byte slot: cuBLASLt
+// launches FP8 GEMMs only on 16-byte-aligned scale pointers (a view's misaligned scalars still
+// work: the GEMM stages them, at the cost of two small copies per launch).
 #pragma once
 
 #include "qmesh/export.h"
@@ -44,7 +46,9 @@ class QMESH_API QuantizedTensor {
   const Shape& shape() const { return data_.shape(); }
   Device device() const { return data_.device(); }
   bool has_columnwise() const { return data_t_.data() != nullptr; }
-  // The three scalars as one fp32 tensor of 3 elements: [scale, scale_inv, amax].
+  // The three scalars as one fp32 tensor [3, kScalarSlot]: element 0 of row 0, 1, 2 holds
+  // scale, scale_inv, amax; the rest is zero padding that keeps each row 16-byte aligned.
+  static constexpr int64_t kScalarSlot = 4;
   const Tensor& scalars() const { return scalars_; }
 
  private:

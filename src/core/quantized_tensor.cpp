@@ -17,10 +17,12 @@ void QuantizedTensorView::validate(const char* what) const {
 }
 
 QuantizedTensor::QuantizedTensor(DType fp8, Shape shape, Device device, bool columnwise)
-    : data_(fp8, shape, device), scalars_(DType::kFloat32, Shape{3}, device) {
+    : data_(fp8, shape, device), scalars_(DType::kFloat32, Shape{3, kScalarSlot}, device) {
   QMESH_CHECK(is_fp8(fp8), "a quantized tensor needs an FP8 dtype, got ", dtype_name(fp8));
   if (columnwise) data_t_ = Tensor(fp8, Shape{shape.cols(), shape.rows()}, device);
-  const float initial[3] = {1.0f, 1.0f, 0.0f};  // scale, scale_inv, amax
+  float initial[3][kScalarSlot] = {};
+  initial[0][0] = 1.0f;  // scale
+  initial[1][0] = 1.0f;  // scale_inv; amax starts at 0
   copy_bytes(scalars_.data(), device, initial, Device::host(), sizeof(initial));
 }
 
@@ -30,8 +32,8 @@ QuantizedTensorView QuantizedTensor::view() const {
   if (has_columnwise()) v.data_t = data_t_.view();
   float* s = scalars_.data_as<float>();
   v.scale = s;
-  v.scale_inv = s + 1;
-  v.amax = s + 2;
+  v.scale_inv = s + kScalarSlot;
+  v.amax = s + 2 * kScalarSlot;
   return v;
 }
 

@@ -33,6 +33,18 @@ namespace {
 constexpr int kHeuristicCandidates = 8;
 constexpr int kTimedRuns = 3;
 
+// cuBLASLt 13.1 refuses to launch an FP8 GEMM whose scale pointers are not 16-byte aligned
+// (CUBLAS_STATUS_NOT_SUPPORTED from cublasLtMatmul, although its heuristic offered
+// algorithms; seen on an H100, docs/design/gemm.md). Such a scalar is staged: copied into
+// 16-byte-aligned stream-ordered scratch before each launch, and an amax copied back after.
+constexpr uintptr_t kScalarAlignment = 16;
+// Floats between two staged scalars, so that each starts 16 bytes after the previous one.
+constexpr size_t kStagedStride = kScalarAlignment / sizeof(float);
+
+bool misaligned_scalar(const float* p) {
+  return p != nullptr && reinterpret_cast<uintptr_t>(p) % kScalarAlignment != 0;
+}
+
 cudaDataType_t cuda_type(DType t) {
   switch (t) {
     case DType::kFloat32:
@@ -196,6 +208,16 @@ struct CublasLtGemm::Impl {
   float alpha = 1.0f;  // read by cuBLASLt from host memory at each launch
   float beta = 0.0f;
 
+  // A scalar pointer attribute that is staged at each launch (see kScalarAlignment).
+  struct StagedScalar {
+    cublasLtMatmulDescAttributes_t attr;
+    float* source;
+    bool is_output;  // the amax: written by the GEMM, copied back to `source`
+  };
+  std::vector<StagedScalar> staged;
+  // Staging points the descriptor at per-launch scratch: one launch at a time.
+  std::mutex staging_mutex;
+
   ~Impl() {
     for (cublasLtMatrixLayout_t l : {a_layout, b_layout, c_layout, d_layout})
       if (l) (void)cublasLtMatrixLayoutDestroy(l);
@@ -211,12 +233,12 @@ struct CublasLtGemm::Impl {
       set_attr(desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM,
                int8_t(c.accumulation == GemmAccumulation::kFast ? 1 : 0));
       // A' is our B and B' our A.
-      set_attr(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, c.b.scale_inv);
-      set_attr(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, c.a.scale_inv);
+      set_scalar(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, const_cast<float*>(c.b.scale_inv));
+      set_scalar(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, const_cast<float*>(c.a.scale_inv));
     }
     if (is_fp8(c.d_dtype)) {
-      set_attr(desc, CUBLASLT_MATMUL_DESC_D_SCALE_POINTER, static_cast<const float*>(c.d_scale));
-      if (c.d_amax) set_attr(desc, CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, c.d_amax);
+      set_scalar(CUBLASLT_MATMUL_DESC_D_SCALE_POINTER, c.d_scale);
+      if (c.d_amax) set_scalar(CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, c.d_amax, true);
     }
     set_attr(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, uint32_t(cublaslt_epilogue(c.epilogue)));
     // Bias and aux types default to D's; FP8 GEMMs name theirs (canonicalize checked that
@@ -240,6 +262,12 @@ struct CublasLtGemm::Impl {
                           : make_layout(c.a.dtype, cm.k, cm.n, cm.ldb);
     c_layout = make_layout(c_dtype(c), cm.m, cm.n, cm.ldd);
     d_layout = make_layout(c.d_dtype, cm.m, cm.n, cm.ldd);
+  }
+
+  // Points `attr` at the scalar `p`, noting it for staging when it is not aligned.
+  void set_scalar(cublasLtMatmulDescAttributes_t attr, float* p, bool is_output = false) {
+    set_attr(desc, attr, static_cast<const float*>(p));
+    if (misaligned_scalar(p)) staged.push_back({attr, p, is_output});
   }
 
   std::vector<cublasLtMatmulHeuristicResult_t> candidates() {
@@ -275,11 +303,31 @@ struct CublasLtGemm::Impl {
     return results;
   }
 
-  cublasStatus_t enqueue(const cublasLtMatmulAlgo_t& a, cudaStream_t stream, void* workspace) {
+  cublasStatus_t matmul(const cublasLtMatmulAlgo_t& a, cudaStream_t stream, void* workspace) {
     // A' = our B, B' = our A.
     return cublasLtMatmul(handle, desc, &alpha, c.b.data, a_layout, c.a.data, b_layout, &beta,
                           c_pointer(c), c_layout, c.d, d_layout, &a, workspace,
                           kCublasLtWorkspaceBytes, stream);
+  }
+
+  // One launch of algorithm `a`, its misaligned scalars staged around it.
+  cublasStatus_t enqueue(const cublasLtMatmulAlgo_t& a, cudaStream_t stream, void* workspace) {
+    if (staged.empty()) return matmul(a, stream, workspace);
+    const std::lock_guard lock(staging_mutex);
+    const cuda::StreamScratch<float> scratch(staged.size() * kStagedStride, stream);
+    for (size_t i = 0; i < staged.size(); ++i) {
+      float* slot = scratch.get() + i * kStagedStride;
+      if (!staged[i].is_output)
+        QMESH_CHECK_CUDA(cudaMemcpyAsync(slot, staged[i].source, sizeof(float),
+                                         cudaMemcpyDeviceToDevice, stream));
+      set_attr(desc, staged[i].attr, static_cast<const float*>(slot));
+    }
+    const cublasStatus_t status = matmul(a, stream, workspace);
+    for (size_t i = 0; i < staged.size(); ++i)
+      if (staged[i].is_output && status == CUBLAS_STATUS_SUCCESS)
+        QMESH_CHECK_CUDA(cudaMemcpyAsync(staged[i].source, scratch.get() + i * kStagedStride,
+                                         sizeof(float), cudaMemcpyDeviceToDevice, stream));
+    return status;
   }
 
   void launch(const cublasLtMatmulAlgo_t& a, cudaStream_t stream, void* workspace) {

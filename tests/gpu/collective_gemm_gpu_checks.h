@@ -128,7 +128,7 @@ inline void check_all_gather_gemm_gpu(Communicator& comm, Operands kind) {
     EXPECT_EQ(gathered.host_bytes(), full_bytes) << name << ": gathered operand";
     if (kind == Operands::kFp8) {
       const std::vector<float> scalars = to_host_floats(gathered.fp8.scalars());
-      EXPECT_EQ(scalars[1], 0.5f) << name << ": gathered scale_inv";
+      EXPECT_EQ(scalars[QuantizedTensor::kScalarSlot], 0.5f) << name << ": gathered scale_inv";
     }
     const std::vector<float> got = to_host_floats(d);
     EXPECT_LE(relative_error(got, want.data()), tolerance(kind)) << name;
@@ -169,7 +169,8 @@ inline void check_operand_gather_gpu(Communicator& comm, Operands kind) {
   streams.sync();
   EXPECT_EQ(gathered.host_bytes(), stored_bytes(full)) << "gathered operand";
   if (kind == Operands::kFp8) {
-    EXPECT_EQ(to_host_floats(gathered.fp8.scalars())[1], 0.5f) << "gathered scale_inv";
+    EXPECT_EQ(to_host_floats(gathered.fp8.scalars())[QuantizedTensor::kScalarSlot], 0.5f)
+        << "gathered scale_inv";
   }
 }
 

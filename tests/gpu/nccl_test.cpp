@@ -134,9 +134,10 @@ TEST_F(Nccl, BadArgumentsAreErrors) {
   Tensor fp8(DType::kFloat8E4M3, Shape{4}, kGpu);
   EXPECT_QMESH_ERROR(comm_->all_reduce_async(host, ReduceOp::kSum), "carries buffers of cuda:0");
   EXPECT_QMESH_ERROR(comm_->all_reduce_async(fp8, ReduceOp::kSum), "reductions support");
-  EXPECT_QMESH_ERROR(comm_->all_gather_async(dev, host), "all_gather output is on host");
+  EXPECT_QMESH_ERROR(comm_->all_gather_async(dev, host),
+                     "all_gather output must be on cuda:0, got host");
   EXPECT_QMESH_ERROR(comm_->reduce_scatter_async(dev, host, ReduceOp::kSum),
-                     "reduce_scatter output is on host");
+                     "reduce_scatter output must be on cuda:0, got host");
   EXPECT_QMESH_ERROR(comm_->broadcast_async(dev, 1), "broadcast root 1 is out of range");
   EXPECT_QMESH_ERROR(comm_->send_async(dev, 0, 0), "NCCL cannot send to itself");
   EXPECT_QMESH_ERROR(comm_->recv_async(dev, 1, 0), "receive peer 1 is out of range");
