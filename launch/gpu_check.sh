@@ -10,7 +10,9 @@
 #   build   configures and builds the GPU tests and benchmarks in build-gpu (minutes)
 #   tests   runs the GPU test programs (those matching TEST_REGEX if given), 180 s each at most
 #   bench   runs the GPU benchmarks, 240 s each at most
-#   all     (default) driver, build, tests, bench, in that order
+#   jax     builds the XLA FFI handlers against the machine's jax (needs build's configure),
+#           runs tests/jax/test_cuda.py (CUDA handlers vs CPU handlers) and jax_ops_bench.py
+#   all     (default) driver, build, tests, bench, jax, in that order
 # Each step is one call, so that a machine lent for 10 minutes a call can run them one by
 # one; tests and bench need build's output. --tests-only and --bench-only are the old names
 # of build+tests and build+bench.
@@ -23,13 +25,13 @@ test_regex=${2:-}
 export PYTHONUNBUFFERED=1
 case $step in
   -h | --help)
-    sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
     exit 0
     ;;
   --tests-only) steps="driver build tests" ;;
   --bench-only) steps="driver build bench" ;;
-  driver | build | tests | bench) steps=$step ;;
-  all) steps="driver build tests bench" ;;
+  driver | build | tests | bench | jax) steps=$step ;;
+  all) steps="driver build tests bench jax" ;;
   *)
     echo "gpu_check: unknown step '$step'; expected driver, build, tests, bench or all (--help)" >&2
     exit 2
@@ -118,6 +120,24 @@ if has_step bench; then
     echo "=== gemm_torch.py"
     timeout 240 python3 bench/gemm_torch.py --json "$out/gemm_torch.json" 2>&1 |
       tee "$out/gemm_torch.txt"
+  fi
+fi
+if has_step jax; then
+  # The configure above found the jax of the python3 on PATH (cmake/QmeshJax.cmake); the
+  # handler library is built against its FFI headers and loaded from the build tree.
+  if ! grep -q '^QMESH_WITH_JAX:BOOL=ON' build-gpu/CMakeCache.txt 2>/dev/null; then
+    echo "gpu_check: no JAX build (run the build step first, with a python3 that has jax)"
+    status=1
+  else
+    cmake --build build-gpu --target qmesh_jax_ffi -j "$(nproc)" 2>&1 | tail -n 5
+    export QMESH_JAX_LIBRARY_DIR=$PWD/build-gpu/src PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
+    timeout 300 python3 -m pytest -q -p no:cacheprovider tests/jax/test_cuda.py 2>&1 |
+      tee "$out/jax-tests.log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    # A size that fills the GPU: at the default 2048 x 2048 the dispatch overhead dominates.
+    timeout 240 python3 bench/jax_ops_bench.py --rows 16384 --cols 8192 --n 8192 --iters 20 \
+      --json "$out/jax_ops_bench.json" 2>&1 |
+      tee "$out/jax_ops_bench.txt"
   fi
 fi
 exit $status

@@ -4,7 +4,9 @@
     y = dense(x, kernel, bias, state, recipe=recipe, activation="gelu")
 
 Forward: x (E4M3) and kernel (E4M3) are quantized with the recipe's scales and multiplied by
-qmesh's GEMM with their scale_inv operands; the bias and the GELU run in the GEMM's epilogue.
+qmesh's GEMM with their scale_inv operands; the bias and the GELU run in the GEMM's epilogue
+for a bf16 or fp16 output (bias and saved pre-activation in that type, cuBLASLt's FP8 rule), and
+in float32 right after the GEMM for a float32 output.
 Backward: the output gradient is quantized to the recipe's backward dtype (E5M2 with HYBRID),
 the bias gradient fused with that cast; dgrad = dy @ kernel^T and wgrad = x^T @ dy are FP8
 GEMMs on the FP8 codes saved by the forward (no full-precision copies are kept).
@@ -152,22 +154,26 @@ def _forward(cfg, x, kernel, bias, state, xq=None):
         xq = _quantize(x.reshape(-1, k), state, "input", fwd, recipe)
     xq = _saved(_pin_rows(xq, cfg.row_axes))
     wq = _saved(_quantize(kernel, state, "kernel", fwd, recipe))
-    if cfg.activation == "gelu":
-        epilogue = Epilogue.BIAS_GELU_AUX if cfg.has_bias else Epilogue.NONE
+    gelu_on = cfg.activation == "gelu"
+    # cuBLASLt fuses the bias and the GELU into an FP8 GEMM only with a bf16 or fp16 D, the bias
+    # (and the GELU's aux) in D's type; with a float32 D they run after the GEMM, in float32
+    # (XLA fuses them into one elementwise pass). The host GEMM follows the same rule, so both
+    # platforms compute the same function.
+    if cfg.has_bias and cfg.out_dtype in (jnp.bfloat16, jnp.float16):
+        out = gemm(xq[3], wq[3], xq[2], wq[2], trans_b=False,
+                   epilogue=Epilogue.BIAS_GELU_AUX if gelu_on else Epilogue.BIAS,
+                   bias=bias.astype(cfg.out_dtype), out_dtype=cfg.out_dtype)
+        out, aux = out if gelu_on else (out, None)
     else:
-        epilogue = Epilogue.BIAS if cfg.has_bias else Epilogue.NONE
-    # Without a bias the GELU runs here on the float32 product, which is also its aux.
-    gemm_dtype = F32 if cfg.activation and not cfg.has_bias else cfg.out_dtype
-    out = gemm(xq[3], wq[3], xq[2], wq[2], trans_b=False, epilogue=epilogue,
-               bias=bias if cfg.has_bias else None, out_dtype=gemm_dtype)
-    aux = None
-    if cfg.activation == "gelu":
+        wide = cfg.has_bias or gelu_on
+        out = gemm(xq[3], wq[3], xq[2], wq[2], trans_b=False,
+                   out_dtype=F32 if wide else cfg.out_dtype)
         if cfg.has_bias:
-            out, aux = out
-            out = out.astype(cfg.out_dtype)
-        else:  # the pre-activation is the product itself
-            aux = out
-            out = gelu(out).astype(cfg.out_dtype)
+            out = out + bias.astype(F32)
+        aux = out if gelu_on else None  # the float32 pre-activation
+        if gelu_on:
+            out = gelu(out)
+        out = out.astype(cfg.out_dtype)
     y = out.reshape(*lead, out.shape[-1])
     return y, (xq, wq, aux, lead)
 

@@ -1,0 +1,144 @@
+"""qmesh's CUDA handlers against its CPU handlers, on the same inputs: the FP8 casts bit for
+bit (both round to nearest even and saturate the same way), the GEMMs and the dense layer
+within the tolerances of docs/numerics.md. Skipped where JAX sees no GPU (CI); run on a GPU
+machine by launch/gpu_check.sh (step jax)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import qmesh.jax as qj
+from qmesh.jax import dense as qdense
+from qmesh.jax.gemm import Epilogue, gemm
+from qmesh.jax.layer_norm import layer_norm
+from qmesh.jax.recipe import DelayedScaling, Float8CurrentScaling
+
+
+def _gpu():
+    try:
+        return jax.devices("gpu")[0]
+    except RuntimeError:
+        return None
+
+
+GPU = _gpu()
+CPU = jax.devices("cpu")[0]
+pytestmark = pytest.mark.skipif(GPU is None, reason="JAX sees no GPU")
+
+E4M3, E5M2 = jnp.float8_e4m3fn, jnp.float8_e5m2
+
+
+def on_both(fn, *args):
+    """fn(*args) computed on the GPU and on the CPU, as numpy trees."""
+    results = []
+    for device in (GPU, CPU):
+        placed = jax.device_put(args, device)
+        results.append(jax.tree.map(np.asarray, jax.jit(fn)(*placed)))
+    return results
+
+
+def bits(a):
+    a = np.asarray(a)
+    return a.view(np.uint8) if a.dtype.itemsize == 1 else a.view(f"u{a.dtype.itemsize}")
+
+
+def rel(got, want):
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    return np.linalg.norm(got - want) / np.linalg.norm(want)
+
+
+def random(rng, shape, dtype=jnp.float32, scale=1.0):
+    return jnp.asarray(rng.standard_normal(shape) * scale, dtype)
+
+
+@pytest.mark.parametrize("in_dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize("fp8", [E4M3, E5M2])
+def test_quantize_is_bitwise_equal(rng, in_dtype, fp8):
+    # Large values too, so that saturation is part of the comparison.
+    x = random(rng, (96, 80), in_dtype, scale=100.0)
+    gpu, cpu = on_both(lambda x, s: qj.quantize(x, s, fp8, columnwise=True), x,
+                       jnp.float32(3.0))
+    for g, c in zip(gpu, cpu):
+        np.testing.assert_array_equal(bits(g), bits(c))
+
+
+def test_current_scaling_and_amax_are_bitwise_equal(rng):
+    x = random(rng, (64, 48), jnp.bfloat16, scale=7.0)
+    gpu, cpu = on_both(lambda x: (qj.quantize_current(x, E4M3, columnwise=True), qj.amax(x)), x)
+    for g, c in zip(jax.tree.leaves(gpu), jax.tree.leaves(cpu)):
+        np.testing.assert_array_equal(bits(g), bits(c))
+
+
+def test_dbias_quantize(rng):
+    g = random(rng, (128, 64), jnp.bfloat16)
+    (qg, dbg), (qc, dbc) = on_both(lambda g, s: qj.dbias_quantize(g, s, E5M2, columnwise=True),
+                                   g, jnp.float32(2.0))
+    for a, b in zip(qg, qc):
+        np.testing.assert_array_equal(bits(a), bits(b))
+    # The row sums differ only in summation order.
+    assert rel(dbg, dbc) < 1e-5
+
+
+@pytest.mark.parametrize("out_dtype", [jnp.float32, jnp.bfloat16])
+def test_fp8_gemm(rng, out_dtype):
+    a = qj.quantize(random(rng, (128, 96)), jnp.float32(8.0))
+    b = qj.quantize(random(rng, (64, 96)), jnp.float32(16.0))
+    gpu, cpu = on_both(
+        lambda qa, qb, sa, sb: gemm(qa, qb, sa, sb, trans_b=True, out_dtype=out_dtype,
+                                    split_accumulator=True),
+        a.q, b.q, a.scale_inv, b.scale_inv)
+    # Hopper's FP8 accumulator keeps about 14 bits between promotions; bf16 D rounds to 8.
+    assert rel(gpu, cpu) < (4 * 2.0**-14 if out_dtype == jnp.float32 else 2 * 2.0**-8)
+
+
+def test_fp8_gemm_with_bias_gelu(rng):
+    a = qj.quantize(random(rng, (128, 96)), jnp.float32(8.0))
+    b = qj.quantize(random(rng, (64, 96)), jnp.float32(16.0))
+    bias = random(rng, (64,), jnp.bfloat16)
+    gpu, cpu = on_both(
+        lambda qa, qb, sa, sb, bias: gemm(qa, qb, sa, sb, trans_b=True,
+                                          epilogue=Epilogue.BIAS_GELU_AUX, bias=bias,
+                                          out_dtype=jnp.bfloat16),
+        a.q, b.q, a.scale_inv, b.scale_inv, bias)
+    for g, c in zip(gpu, cpu):
+        assert rel(g, c) < 1e-2
+
+
+def test_bf16_gemm(rng):
+    a, b = random(rng, (128, 96), jnp.bfloat16), random(rng, (96, 64), jnp.bfloat16)
+    gpu, cpu = on_both(lambda a, b: gemm(a, b, trans_b=False, out_dtype=jnp.float32), a, b)
+    assert rel(gpu, cpu) < 1e-5
+
+
+def test_layer_norm(rng):
+    x = random(rng, (64, 256), scale=3.0)  # qmesh's LayerNorm is float32
+    gamma, beta = random(rng, (256,)), random(rng, (256,))
+    def loss(x, g, b):
+        return jnp.sum(jnp.square(layer_norm(x, g, b).astype(jnp.float32)))
+
+    gpu, cpu = on_both(jax.value_and_grad(loss, argnums=(0, 1, 2)), x, gamma, beta)
+    for g, c in zip(jax.tree.leaves(gpu), jax.tree.leaves(cpu)):
+        assert rel(g, c) < 1e-5
+
+
+@pytest.mark.parametrize("x_dtype", [jnp.bfloat16, jnp.float32])
+@pytest.mark.parametrize("recipe", [DelayedScaling(), Float8CurrentScaling()],
+                         ids=["delayed", "current"])
+def test_dense_forward_and_backward(rng, recipe, x_dtype):
+    x = random(rng, (256, 128), x_dtype)
+    kernel = random(rng, (128, 64), jnp.float32, scale=0.1)
+    bias = random(rng, (64,), jnp.float32, scale=0.1)
+    state = qdense.init_state(recipe)
+
+    def loss(x, kernel, bias, state):
+        y = qdense.dense(x, kernel, bias, state, recipe=recipe, activation="gelu")
+        return jnp.sum(jnp.square(y.astype(jnp.float32)))
+
+    gpu, cpu = on_both(jax.value_and_grad(loss, argnums=(0, 1, 2, 3)), x, kernel, bias, state)
+    assert rel(gpu[0], cpu[0]) < 2e-2
+    for name, g, c in zip(("dx", "dkernel", "dbias"), gpu[1][:3], cpu[1][:3]):
+        assert rel(g, c) < 5e-2, name
+    # The updated delayed-scaling state (amax histories and scales) agrees too.
+    for g, c in zip(jax.tree.leaves(gpu[1][3]), jax.tree.leaves(cpu[1][3])):
+        np.testing.assert_allclose(g, c, rtol=2e-2)
