@@ -33,4 +33,9 @@ QMESH_API void require_device(const Device& device);
 // that work surface here as qmesh::Error). Nothing to wait for on the host.
 QMESH_API void synchronize(const Device& device, Stream stream = {});
 
+// Work enqueued on `waiter` from now on starts only after all work enqueued on `producer` so
+// far has completed (a CUDA event; the host does not wait). Nothing to do on the host or when
+// the two are the same stream.
+QMESH_API void order_after(const Device& device, Stream waiter, Stream producer);
+
 }  // namespace qmesh

@@ -47,4 +47,19 @@ void synchronize(const Device& device, Stream stream) {
 #endif
 }
 
+void order_after(const Device& device, Stream waiter, Stream producer) {
+  if (device.is_host() || waiter.handle == producer.handle) return;
+  require_device(device);
+#if QMESH_WITH_CUDA
+  const detail::cuda::DeviceGuard guard(device.index);
+  cudaEvent_t event = nullptr;
+  QMESH_CHECK_CUDA(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  cudaError_t status = cudaEventRecord(event, static_cast<cudaStream_t>(producer.handle));
+  if (status == cudaSuccess)
+    status = cudaStreamWaitEvent(static_cast<cudaStream_t>(waiter.handle), event, 0);
+  (void)cudaEventDestroy(event);  // released by CUDA once recorded work completes
+  QMESH_CHECK_CUDA(status);
+#endif
+}
+
 }  // namespace qmesh

@@ -134,10 +134,13 @@ struct Dense::Impl {
                             false);
     const TensorView shard = w_shard.is_quantized() ? w_shard.quantized.data : w_shard.tensor;
     const TensorView full = ensure_tensor(w_full, shard.dtype, Shape{padded(weight)}, shard.device);
-    w_work = ctx.fsdp().all_gather_async(shard, full, ctx.stream());
+    // On the communication stream, after the cast and every earlier use of the buffers.
+    const Stream comm = fsdp_stream();
+    order_after(ctx.device(), comm, ctx.stream());
+    w_work = ctx.fsdp().all_gather_async(shard, full, comm);
     if (forward && options.bias) {
       ensure_tensor(bias_full, DType::kFloat32, Shape{padded(bias)}, ctx.device());
-      b_work = ctx.fsdp().all_gather_async(bias.value, bias_full, ctx.stream());
+      b_work = ctx.fsdp().all_gather_async(bias.value, bias_full, comm);
     }
     gathered = true;
     fresh_for_forward = forward;
@@ -163,11 +166,24 @@ struct Dense::Impl {
     return GemmOperand::fp8(q);
   }
 
+  // Waits for this layer's gathers; the compute stream's later work is ordered after them.
   void wait_gathers() {
+    if (!w_work && !b_work) return;
     if (w_work) w_work->wait();
     if (b_work) b_work->wait();
     w_work.reset();
     b_work.reset();
+    order_after(ctx.device(), ctx.stream(), fsdp_stream());
+  }
+
+  // The stream of the FSDP gathers and gradient reduce-scatters: on CUDA the context's
+  // communication stream when it has one (distinct from the compute stream), so that they
+  // overlap the GEMMs; else the compute stream.
+  Stream fsdp_stream() const {
+    const Placement& place = ctx.placement();
+    const bool own = ctx.device().is_cuda() && place.comm_stream.handle &&
+                     place.comm_stream.handle != place.stream.handle;
+    return own ? place.comm_stream : ctx.stream();
   }
 
   // The fp32 bias of the forward pass: the parameter, or under FSDP its gathered form.
@@ -204,24 +220,32 @@ struct Dense::Impl {
     release_gathered();
     ctx.fsdp_prefetch().finish_deferred();
     auto pending = std::make_shared<PendingReduction>();
-    pending->weight = ctx.fsdp().reduce_scatter_async(w_grad_full, weight.grad, ctx.stream());
+    pending->device = ctx.device();
+    pending->compute = ctx.stream();
+    pending->comm = fsdp_stream();
+    order_after(ctx.device(), pending->comm, pending->compute);  // after the full gradients
+    pending->weight = ctx.fsdp().reduce_scatter_async(w_grad_full, weight.grad, pending->comm);
     if (options.bias)
-      pending->bias = ctx.fsdp().reduce_scatter_async(b_grad_full, bias.grad, ctx.stream());
+      pending->bias = ctx.fsdp().reduce_scatter_async(b_grad_full, bias.grad, pending->comm);
     pending->buffers[0] = std::move(w_grad_full);
     pending->buffers[1] = std::move(b_grad_full);
     reduction = pending;
     ctx.fsdp_prefetch().defer([pending] { pending->finish(); });
   }
 
-  // A reduce-scatter in flight and the full gradients it reads.
+  // A reduce-scatter in flight (on `comm`) and the full gradients it reads; finish() orders
+  // the compute stream's later work (the optimizer) after it.
   struct PendingReduction {
     WorkHandle weight, bias;
     Tensor buffers[2];
+    Device device;
+    Stream compute, comm;
     void finish() {
       if (weight) weight->wait();
       if (bias) bias->wait();
       weight.reset();
       bias.reset();
+      order_after(device, compute, comm);
       buffers[0] = Tensor();
       buffers[1] = Tensor();
     }

@@ -39,20 +39,29 @@ std::vector<double> gather(Communicator& comm, const TensorView& slice) {
 }  // namespace
 
 MlpRun run_sharded(const std::shared_ptr<Communicator>& world, const ShardedCase& c) {
-  Mesh mesh(world, {{"dp", c.dp}, {"tp", c.tp}});
+  std::vector<MeshAxis> axes{{"dp", c.dp}};
+  MeshResource roles;
+  if (c.fsdp > 1) {
+    axes.push_back({"fsdp", c.fsdp});
+    roles.fsdp = "fsdp";
+  }
+  axes.push_back({"tp", c.tp});
+  Mesh mesh(world, axes, roles);
   LayerContext ctx(mesh, c.recipe, {}, {}, c.placement);
   ctx.set_overlap(c.overlap);
+  ctx.set_fsdp_options(c.fsdp_options);
   LayerNormMLP block("mlp", c.hidden, c.ffn,
                      {c.sequence_parallel, 1e-5f, std::nullopt, c.gathered_input}, ctx, c.seed);
-  const int dp_rank = mesh.coord("dp"), tp_rank = mesh.coord("tp");
+  const FsdpGroup& fsdp = ctx.fsdp();
+  const int data = fsdp.data_size(), data_rank = fsdp.data_rank(), tp_rank = mesh.coord("tp");
   const int64_t T = c.tokens_per_dp, H = c.hidden, F = c.ffn;
   const int64_t local_tokens = c.sequence_parallel ? T / c.tp : T;
-  const int64_t row0 = dp_rank * T + (c.sequence_parallel ? tp_rank * local_tokens : 0);
+  const int64_t row0 = data_rank * T + (c.sequence_parallel ? tp_rank * local_tokens : 0);
   TensorView y, dx;
   Tensor x, dy;  // must outlive backward
   for (int step = 0; step < c.steps; ++step) {
-    const auto gx = sample(c.seed + 1, step, c.dp * T * H);
-    const auto gdy = sample(c.seed + 2, step, c.dp * T * H);
+    const auto gx = sample(c.seed + 1, step, data * T * H);
+    const auto gdy = sample(c.seed + 2, step, data * T * H);
     x = clone(rows_of(gx, row0, local_tokens, H), c.placement.device);
     dy = clone(rows_of(gdy, row0, local_tokens, H), c.placement.device);
     y = block.forward(x);
@@ -63,7 +72,7 @@ MlpRun run_sharded(const std::shared_ptr<Communicator>& world, const ShardedCase
   // Outputs: gather every rank's slice, keep tp rank 0's copy when tp ranks hold the same.
   MlpRun r;
   const auto ys = gather(*world, on_host(y)), dxs = gather(*world, on_host(dx));
-  r.y.resize(size_t(c.dp * T * H));
+  r.y.resize(size_t(data * T * H));
   r.dx.resize(r.y.size());
   for (int rank = 0; rank < world->size(); ++rank) {
     const int d = rank / c.tp, t = rank % c.tp;
@@ -73,12 +82,21 @@ MlpRun run_sharded(const std::shared_ptr<Communicator>& world, const ShardedCase
     std::copy_n(ys.begin() + rank * n, n, r.y.begin() + start);
     std::copy_n(dxs.begin() + rank * n, n, r.dx.begin() + start);
   }
-  // Gradients: sum over dp, then assemble the tp shards into the global layouts.
-  const auto dp = mesh.axis("dp"), tp = mesh.axis("tp");
+  // Gradients: summed over the data ranks (an fsdp shard already is: gather the shards and
+  // drop the padding), then the tp shards assembled into the global layouts.
+  const auto tp = mesh.axis("tp");
   std::vector<Tensor> grads;  // ln.gamma, ln.beta, fc1.w, fc1.b, fc2.w, fc2.b on the host
   for (Parameter* p : block.parameters()) {
-    grads.push_back(on_host(p->grad));
-    dp->all_reduce(grads.back(), ReduceOp::kSum);
+    Tensor local = on_host(p->grad);
+    if (!p->fsdp_sharded()) {
+      grads.push_back(std::move(local));
+      fsdp.data_group()->all_reduce(grads.back(), ReduceOp::kSum);
+      continue;
+    }
+    Tensor full(DType::kFloat32, Shape{local.numel() * fsdp.size()});
+    fsdp.all_gather(local, full);
+    grads.push_back(
+        clone(TensorView(full.data(), DType::kFloat32, Shape{p->fsdp_numel}), Device::host()));
   }
   r.grads.gamma = to_double(grads[0]);
   r.grads.beta = to_double(grads[1]);

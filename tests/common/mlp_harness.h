@@ -13,6 +13,7 @@
 
 #include "qmesh/comm/communicator.h"
 #include "qmesh/comm/mesh.h"
+#include "qmesh/layers/fsdp.h"
 #include "qmesh/layers/layer_norm_mlp.h"
 #include "qmesh/random.h"
 
@@ -136,6 +137,8 @@ inline void expect_bitwise_equal(const MlpRun& got, const MlpRun& want, const st
 
 struct ShardedCase {
   int dp = 1, tp = 1;
+  int fsdp = 1;              // > 1: a third mesh axis (dp, fsdp, tp) with the fsdp role
+  FsdpOptions fsdp_options;  // prefetch depth, keep_gathered
   bool sequence_parallel = false;
   Recipe recipe = Recipe::kFp32;
   int64_t hidden = 24, ffn = 48, tokens_per_dp = 12;
@@ -148,10 +151,11 @@ struct ShardedCase {
   Placement placement;
 };
 
-// Collective over `world` (dp * tp ranks, or 1 for the unsharded block): runs `steps`
-// forward/backward passes of one LayerNormMLP on the global batch of each step (every rank
-// takes its slice), calling end_step() in between, and returns the last step's global
-// outputs and dp-summed, tp-gathered gradients (identical on every rank).
+// Collective over `world` (dp * fsdp * tp ranks, or 1 for the unsharded block): runs `steps`
+// forward/backward passes of one LayerNormMLP on the global batch of each step (every data
+// rank takes its slice), calling end_step() in between, and returns the last step's global
+// outputs and gradients summed over the data ranks, unsharded (fsdp) and tp-gathered
+// (identical on every rank).
 MlpRun run_sharded(const std::shared_ptr<Communicator>& world, const ShardedCase& c);
 
 // The block's global parameters (from an unsharded block built with the case's seed).

@@ -206,8 +206,9 @@ TEST_F(LayersGpu, SgdMomentumStepMatchesTheHost) { expect_optimizer_matches(fals
 // thread with its own stream, and a second one for the collective GEMMs' transfers); returns
 // rank 0's gathered result.
 MlpRun run_case(ShardedCase c, bool gpu) {
-  std::vector<MlpRun> runs(size_t(c.dp * c.tp));
-  run_local_ranks(c.dp * c.tp, [&](Communicator& comm) {
+  const int ranks = c.dp * c.fsdp * c.tp;
+  std::vector<MlpRun> runs(static_cast<size_t>(ranks));
+  run_local_ranks(ranks, [&](Communicator& comm) {
     OwnStream s, comm_stream;
     ShardedCase mine = c;
     if (gpu) mine.placement = Placement{kGpu, s.stream(), comm_stream.stream()};
@@ -284,6 +285,65 @@ TEST_P(LayerNormMLPGpu, MatchesTheHostAndTheFloat64Reference) {
 
 constexpr Recipe kRecipes[] = {Recipe::kFp32, Recipe::kBf16, Recipe::kFp8Delayed,
                                Recipe::kFp8Current};
+
+// FSDP on the device: each rank's weight gathers (FP8 codes with an FP8 recipe) and gradient
+// reduce-scatters run on its communication stream, ordered against the compute stream with
+// events. The result must be what the host computes, and the same bits for every prefetch
+// depth and with the gathered weights kept for backward: a missing ordering (a gather that
+// reads the shard before its cast, a GEMM that reads the buffer before the gather) would show
+// as a difference between them.
+struct FsdpGpuCase {
+  int dp, fsdp, tp;
+  Recipe recipe;
+};
+
+void PrintTo(const FsdpGpuCase& c, std::ostream* os) {
+  *os << "dp" << c.dp << "_fsdp" << c.fsdp << "_tp" << c.tp << "_" << recipe_name(c.recipe);
+}
+
+class FsdpGpu : public ::testing::TestWithParam<FsdpGpuCase> {
+ protected:
+  void SetUp() override {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  }
+};
+
+void expect_same_run(const MlpRun& a, const MlpRun& b, const std::string& what) {
+  EXPECT_EQ(a.y, b.y) << what << ": y";
+  EXPECT_EQ(a.dx, b.dx) << what << ": dx";
+  for (const auto& [ga, gb] : {std::pair{&a.grads.gamma, &b.grads.gamma},
+                               {&a.grads.beta, &b.grads.beta},
+                               {&a.grads.w1, &b.grads.w1},
+                               {&a.grads.b1, &b.grads.b1},
+                               {&a.grads.w2, &b.grads.w2},
+                               {&a.grads.b2, &b.grads.b2}})
+    EXPECT_EQ(*ga, *gb) << what << ": a gradient";
+}
+
+TEST_P(FsdpGpu, MatchesTheHostWithAnyPrefetch) {
+  const FsdpGpuCase p = GetParam();
+  ShardedCase c;
+  c.dp = p.dp;
+  c.fsdp = p.fsdp;
+  c.tp = p.tp;
+  c.recipe = p.recipe;
+  c.hidden = 32, c.ffn = 64, c.tokens_per_dp = 16;  // FP8 on CUDA: multiples of 16
+  const std::string what =
+      detail::concat(recipe_name(p.recipe), " dp=", p.dp, " fsdp=", p.fsdp, " tp=", p.tp);
+  c.fsdp_options = {false, 0};
+  const MlpRun unprefetched = run_case(c, true);
+  c.fsdp_options = {true, 2};
+  const MlpRun prefetched = run_case(c, true);
+  expect_same_run(prefetched, unprefetched, what + ", prefetch 2 + keep_gathered vs prefetch 0");
+  expect_run_close(prefetched, run_case(c, false), tolerance(p.recipe), what + ", cuda vs host");
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, FsdpGpu,
+                         ::testing::Values(FsdpGpuCase{1, 4, 1, Recipe::kFp32},
+                                           FsdpGpuCase{1, 4, 1, Recipe::kBf16},
+                                           FsdpGpuCase{1, 4, 1, Recipe::kFp8Delayed},
+                                           FsdpGpuCase{2, 2, 1, Recipe::kFp8Current},
+                                           FsdpGpuCase{1, 2, 2, Recipe::kFp8Delayed}));
 
 // Every recipe at tp = 1 and 2, and with sequence parallelism at tp = 2 (`sp_only`: those).
 std::vector<MlpGpuCase> mlp_cases(bool sp_only) {
