@@ -85,9 +85,13 @@ void load_resharded(const fs::path& step_dir, const MeshLayout& old, const MeshL
     const size_t es = dtype_size(t.dtype());
     std::vector<char> full(size_t(n) * es);
     for (int f = 0; f < (assemble ? old.fsdp : 1); ++f) {
-      const Tensor& part = f == 0 ? t : files[size_t(f)].at(dst.name);
-      QMESH_CHECK(part.shape() == t.shape() && part.dtype() == t.dtype(), "tensor '", dst.name,
-                  "' differs in shape between the ranks of the checkpoint in ", step_dir.string());
+      const auto other = files[size_t(f)].find(dst.name);
+      QMESH_CHECK(other != files[size_t(f)].end() && other->second.shape() == t.shape() &&
+                      other->second.dtype() == t.dtype(),
+                  "tensor '", dst.name, "' is missing or differs in shape in ",
+                  rank_file(step_dir, f * old.tp + tp_rank, ".tensors"), " (compared with ", first,
+                  "): a corrupted checkpoint?");
+      const Tensor& part = other->second;
       const int64_t begin = f * part.numel();
       const int64_t count = std::max<int64_t>(0, std::min(part.numel(), n - begin));
       if (count > 0) std::memcpy(full.data() + size_t(begin) * es, part.data(), size_t(count) * es);
