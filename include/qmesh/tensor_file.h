@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -28,5 +29,10 @@ QMESH_API void save_tensors(const std::string& path, const std::vector<NamedTens
 // same dtype and shape; it is checked completely (magic, version, length, checksum, names,
 // shapes) before any tensor is written, so on any Error the tensors are left untouched.
 QMESH_API void load_tensors(const std::string& path, const std::vector<NamedTensor>& tensors);
+
+// Every tensor of `path` as a host tensor, by name (for a reader that does not know the
+// shapes in advance, e.g. a checkpoint written by another mesh layout). Checked as
+// load_tensors checks it.
+QMESH_API std::map<std::string, Tensor> read_tensors(const std::string& path);
 
 }  // namespace qmesh

@@ -50,6 +50,50 @@ class Reader {
   const std::string& path_;
 };
 
+// One tensor of a file: its header and where its data starts in the file's bytes.
+struct Entry {
+  std::string name;
+  DType dtype;
+  Shape shape;
+  const uint8_t* data;
+};
+
+// Checks the file's bytes completely (magic, version, checksum, every header, every tensor's
+// size, no trailing bytes) and lists its tensors in file order.
+std::vector<Entry> parse(const std::vector<uint8_t>& bytes, const std::string& path) {
+  QMESH_CHECK(
+      bytes.size() >= sizeof(kMagic) + 12 && std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) == 0,
+      path, " is not a qmesh tensor file (", bytes.size(), " bytes, magic missing)");
+  const size_t body = bytes.size() - 4;
+  uint32_t stored_crc;
+  std::memcpy(&stored_crc, bytes.data() + body, 4);
+  Reader in(bytes, body, path);
+  in.take(sizeof(kMagic));
+  const auto version = in.get<uint32_t>();
+  QMESH_CHECK(version == kTensorFileVersion, "tensor file ", path, " has format version ", version,
+              "; this build reads version ", kTensorFileVersion);
+  QMESH_CHECK(crc32_of(bytes.data(), body) == stored_crc, "tensor file ", path,
+              " is corrupted (checksum mismatch)");
+  const auto count = in.get<uint32_t>();
+  std::vector<Entry> entries;
+  for (uint32_t i = 0; i < count; ++i) {
+    const auto name_len = in.get<uint32_t>();
+    std::string name(reinterpret_cast<const char*>(in.take(name_len)), name_len);
+    const auto dtype = static_cast<DType>(in.get<uint8_t>());
+    const size_t element = dtype_size(dtype);  // an Error for an unknown dtype
+    std::vector<int64_t> dims(in.get<uint8_t>());
+    for (auto& d : dims) d = in.get<int64_t>();
+    Shape shape(std::move(dims));  // an Error for dimensions < 1 or too many elements
+    QMESH_CHECK(uint64_t(shape.numel()) <= (body - in.offset()) / element, "tensor file ", path,
+                " is truncated or corrupted ('", name, "' ", shape.str(), " runs past the end)");
+    const uint8_t* data = in.take(size_t(shape.numel()) * element);
+    entries.push_back({std::move(name), dtype, std::move(shape), data});
+  }
+  QMESH_CHECK(in.offset() == body, "tensor file ", path, " has ", body - in.offset(),
+              " unexpected trailing bytes");
+  return entries;
+}
+
 }  // namespace
 
 void save_tensors(const std::string& path, const std::vector<NamedTensor>& tensors) {
@@ -74,45 +118,35 @@ void save_tensors(const std::string& path, const std::vector<NamedTensor>& tenso
   write_file_atomically(path, bytes, "tensor file");
 }
 
+std::map<std::string, Tensor> read_tensors(const std::string& path) {
+  const std::vector<uint8_t> bytes = read_file(path, "tensor file");
+  std::map<std::string, Tensor> out;
+  for (const Entry& e : parse(bytes, path)) {
+    Tensor t(e.dtype, e.shape);
+    std::memcpy(t.data(), e.data, t.nbytes());
+    out.emplace(e.name, std::move(t));
+  }
+  return out;
+}
+
 void load_tensors(const std::string& path, const std::vector<NamedTensor>& tensors) {
   const std::vector<uint8_t> bytes = read_file(path, "tensor file");
-  QMESH_CHECK(
-      bytes.size() >= sizeof(kMagic) + 12 && std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) == 0,
-      path, " is not a qmesh tensor file (", bytes.size(), " bytes, magic missing)");
-  const size_t body = bytes.size() - 4;
-  uint32_t stored_crc;
-  std::memcpy(&stored_crc, bytes.data() + body, 4);
-  Reader in(bytes, body, path);
-  in.take(sizeof(kMagic));
-  const auto version = in.get<uint32_t>();
-  QMESH_CHECK(version == kTensorFileVersion, "tensor file ", path, " has format version ", version,
-              "; this build reads version ", kTensorFileVersion);
-  QMESH_CHECK(crc32_of(bytes.data(), body) == stored_crc, "tensor file ", path,
-              " is corrupted (checksum mismatch)");
-  const auto count = in.get<uint32_t>();
-  QMESH_CHECK(count == tensors.size(), "tensor file ", path, " holds ", count,
+  const std::vector<Entry> entries = parse(bytes, path);
+  QMESH_CHECK(entries.size() == tensors.size(), "tensor file ", path, " holds ", entries.size(),
               " tensors, expected ", tensors.size(), " (a checkpoint of a different model?)");
   // Validate everything first, remembering where each tensor's data is.
   std::map<std::string, const uint8_t*> data_of;
-  for (uint32_t i = 0; i < count; ++i) {
-    const auto name_len = in.get<uint32_t>();
-    const std::string name(reinterpret_cast<const char*>(in.take(name_len)), name_len);
-    const auto dtype = static_cast<DType>(in.get<uint8_t>());
-    const int rank = in.get<uint8_t>();
-    std::vector<int64_t> dims(static_cast<size_t>(rank));
-    for (auto& d : dims) d = in.get<int64_t>();
+  for (const Entry& e : entries) {
     const NamedTensor* dst = nullptr;
     for (const NamedTensor& t : tensors)
-      if (t.name == name) dst = &t;
-    QMESH_CHECK(dst != nullptr, "tensor file ", path, " holds '", name,
+      if (t.name == e.name) dst = &t;
+    QMESH_CHECK(dst != nullptr, "tensor file ", path, " holds '", e.name,
                 "', which this model does not have");
-    QMESH_CHECK(dst->tensor.dtype == dtype && dst->tensor.shape.dims() == dims, "tensor '", name,
+    QMESH_CHECK(dst->tensor.dtype == e.dtype && dst->tensor.shape == e.shape, "tensor '", e.name,
                 "' in ", path, " does not match the model's ", dtype_name(dst->tensor.dtype), " ",
                 dst->tensor.shape.str(), " (a checkpoint of a different configuration?)");
-    data_of[name] = in.take(dst->tensor.nbytes());
+    data_of[e.name] = e.data;
   }
-  QMESH_CHECK(in.offset() == body, "tensor file ", path, " has ", body - in.offset(),
-              " unexpected trailing bytes");
   for (const NamedTensor& t : tensors) {
     QMESH_CHECK(data_of.count(t.name), "tensor file ", path, " lacks '", t.name, "'");
   }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -43,63 +44,71 @@ MeshLayout load_layout(const fs::path& step_dir, const MeshLayout& current) {
   return l;
 }
 
-void copy_elements(const TensorView& dst, int64_t dst_begin, const float* src, int64_t count) {
-  copy_bytes(static_cast<float*>(dst.data) + dst_begin, dst.device, src, Device::host(),
-             size_t(count) * sizeof(float));
-}
-
-// Loads this rank's part of a checkpoint written by the layout `old`: every fsdp shard of
-// the tensors from the old ranks of this rank's tp coordinate (dp coordinate 0), unpadded,
-// and cut into this layout's shard; the other tensors and the scaling states from the first
-// of those ranks. `now`: this run's layout.
+// Loads this rank's part of a checkpoint written by the layout `old` (the same tp, any
+// dp x fsdp split, with or without fsdp) from the files of the old ranks of this rank's tp
+// coordinate and dp coordinate 0. A tensor is read whole from the first of them, or, when
+// that one holds it as a flat fsdp shard, assembled from all of them without the padding;
+// then cut into this rank's shard when it is in `content.sharded`, else kept whole. The
+// scaling states come from the first of those ranks. `now`: this run's layout.
 void load_resharded(const fs::path& step_dir, const MeshLayout& old, const MeshLayout& now,
                     const CheckpointContent& content, int rank) {
-  QMESH_CHECK(old.tp == now.tp && old.fsdp >= 2 && now.fsdp >= 2, "the checkpoint in ",
-              step_dir.string(), " was written with dp ", old.dp, " x fsdp ", old.fsdp, " x tp ",
-              old.tp, "; it resumes with any dp x fsdp split of fsdp >= 2 and tp ", old.tp,
-              " (this run: dp ", now.dp, " x fsdp ", now.fsdp, " x tp ", now.tp, ")");
+  QMESH_CHECK(old.tp == now.tp, "the checkpoint in ", step_dir.string(), " was written with dp ",
+              old.dp, " x fsdp ", old.fsdp, " x tp ", old.tp, "; resume it with tp ", old.tp,
+              " (any dp x fsdp split, with or without fsdp), not with this run's dp ", now.dp,
+              " x fsdp ", now.fsdp, " x tp ", now.tp);
   const int tp_rank = rank % now.tp, fsdp_rank = (rank / now.tp) % now.fsdp;
-  // Unsharded values of the sharded tensors, filled shard by shard.
-  std::map<std::string, std::vector<float>> full;
-  for (int f = 0; f < old.fsdp; ++f) {
-    std::vector<Tensor> storage;
-    std::vector<NamedTensor> named;
-    for (const auto& [name, view] : content.tensors) {
-      const auto it = content.sharded.find(name);
-      const Shape shape = it == content.sharded.end()
-                              ? view.shape
-                              : Shape{FsdpGroup::shard_numel(it->second, old.fsdp, old.dp)};
-      storage.emplace_back(view.dtype, shape);
-      named.push_back({name, storage.back()});
-    }
-    const int old_rank = f * old.tp + tp_rank;  // dp coordinate 0
-    load_tensors(rank_file(step_dir, old_rank, ".tensors"), named);
-    for (size_t i = 0; i < named.size(); ++i) {
-      const NamedTensor& dst = content.tensors[i];
-      const auto it = content.sharded.find(dst.name);
-      if (it == content.sharded.end()) {
-        if (f == 0)
-          copy_bytes(dst.tensor.data, dst.tensor.device, storage[i].data(), Device::host(),
-                     storage[i].nbytes());
-        continue;
-      }
-      std::vector<float>& values = full[dst.name];
-      values.resize(size_t(it->second));
-      const int64_t s = storage[i].numel(), begin = f * s;
-      const int64_t count = std::max<int64_t>(0, std::min(s, it->second - begin));
-      const float* src = storage[i].data_as<float>();
-      std::copy(src, src + count, values.begin() + begin);
-    }
-  }
+  std::vector<std::map<std::string, Tensor>> files;  // old fsdp coordinate -> its tensors
+  for (int f = 0; f < old.fsdp; ++f)
+    files.push_back(read_tensors(rank_file(step_dir, f * old.tp + tp_rank, ".tensors")));
+  const std::string first = rank_file(step_dir, tp_rank, ".tensors");
+  QMESH_CHECK(files[0].size() == content.tensors.size(), "tensor file ", first, " holds ",
+              files[0].size(), " tensors, expected ", content.tensors.size(),
+              " (a checkpoint of a different model?)");
+  std::vector<std::vector<char>> values;  // this rank's part of each tensor, checked first
   for (const NamedTensor& dst : content.tensors) {
-    const auto it = full.find(dst.name);
-    if (it == full.end()) continue;
-    const int64_t s = dst.tensor.numel(), n = int64_t(it->second.size());
-    std::vector<float> shard(size_t(s), 0.0f);
+    const auto src = files[0].find(dst.name);
+    QMESH_CHECK(src != files[0].end(), "tensor file ", first, " lacks '", dst.name, "'");
+    const Tensor& t = src->second;
+    const auto sharded = content.sharded.find(dst.name);
+    const bool cut = sharded != content.sharded.end();
+    const int64_t n = cut ? sharded->second : dst.tensor.numel();
+    const bool flat_shard =
+        old.fsdp >= 2 && t.shape() == Shape{FsdpGroup::shard_numel(n, old.fsdp, old.dp)};
+    const bool assemble = flat_shard && (cut || !(t.shape() == dst.tensor.shape));
+    const bool whole = !assemble && t.numel() == n && (cut || t.shape() == dst.tensor.shape);
+    QMESH_CHECK(t.dtype() == dst.tensor.dtype && (assemble || whole), "tensor '", dst.name, "' in ",
+                first, " is ", dtype_name(t.dtype()), " ", t.shape().str(),
+                ", which is neither this run's ", dtype_name(dst.tensor.dtype), " ",
+                dst.tensor.shape.str(), " nor a shard of it (a checkpoint of a different ",
+                "configuration?)");
+    // The unsharded value: one file's tensor, or every old rank's shard without the padding.
+    const size_t es = dtype_size(t.dtype());
+    std::vector<char> full(size_t(n) * es);
+    for (int f = 0; f < (assemble ? old.fsdp : 1); ++f) {
+      const auto other = files[size_t(f)].find(dst.name);
+      QMESH_CHECK(other != files[size_t(f)].end() && other->second.shape() == t.shape() &&
+                      other->second.dtype() == t.dtype(),
+                  "tensor '", dst.name, "' is missing or differs in shape in ",
+                  rank_file(step_dir, f * old.tp + tp_rank, ".tensors"), " (compared with ", first,
+                  "): a corrupted checkpoint?");
+      const Tensor& part = other->second;
+      const int64_t begin = f * part.numel();
+      const int64_t count = std::max<int64_t>(0, std::min(part.numel(), n - begin));
+      if (count > 0) std::memcpy(full.data() + size_t(begin) * es, part.data(), size_t(count) * es);
+    }
+    if (!cut) {
+      values.push_back(std::move(full));
+      continue;
+    }
+    const int64_t s = dst.tensor.numel();  // this rank's shard, zero-padded
+    std::vector<char> shard(size_t(s) * es, 0);
     const int64_t begin = std::min(n, fsdp_rank * s), end = std::min(n, begin + s);
-    std::copy(it->second.begin() + begin, it->second.begin() + end, shard.begin());
-    copy_elements(dst.tensor, 0, shard.data(), s);
+    std::memcpy(shard.data(), full.data() + size_t(begin) * es, size_t(end - begin) * es);
+    values.push_back(std::move(shard));
   }
+  for (size_t i = 0; i < values.size(); ++i)
+    copy_bytes(content.tensors[i].tensor.data, content.tensors[i].tensor.device, values[i].data(),
+               Device::host(), values[i].size());
   if (content.fp8 && content.fp8->recipe() == Recipe::kFp8Delayed)
     load_scaling_states(content.fp8->scaling(), rank_file(step_dir, tp_rank, ".scaling"));
 }

@@ -7,8 +7,9 @@
 #              --overlap none (FP8, SP)
 #   fsdp       --dp 4, --fsdp 4 and --dp 2 --fsdp 2 (and dp 2 vs fsdp 2 with tp 2) train to the
 #              same bits with --rank-order (FP8 delayed and BF16, sizes fsdp does not divide);
-#              an fsdp run resumes bit for bit, also resharded from dp 2 x fsdp 2 to
-#              fsdp 4; resuming it without fsdp is a clear error
+#              an fsdp run resumes bit for bit, also resharded at load (dp 2 x fsdp 2 to
+#              fsdp 4, and between fsdp and no fsdp both ways, FP8 delayed and BF16, tp 1
+#              and 2); resuming with another tp is a clear error naming both layouts
 #   bad-input  bad options and checkpoints give one clear message and a non-zero exit
 set -uo pipefail
 run=$1
@@ -95,21 +96,41 @@ fsdp)
     >"$work/second.log" 2>&1 || { cat "$work/second.log"; fail "fsdp resume"; }
   [ "$(field "parameter checksums" "$work/full.log")" = \
     "$(field "parameter checksums" "$work/second.log")" ] || fail "fsdp resume differs"
-  # Resharded at load: dp 2 x fsdp 2 -> fsdp 4 (the same data-parallel size, rank order).
-  train4 "${odd[@]}" --fsdp 4 --steps 12 >"$work/full4.log" 2>&1 || fail "12 steps fsdp 4"
-  train4 "${odd[@]}" --dp 2 --fsdp 2 --steps 6 --checkpoint-dir "$work/g" >/dev/null 2>&1 ||
-    fail "6 steps dp 2 x fsdp 2"
-  train4 "${odd[@]}" --fsdp 4 --steps 12 --checkpoint-dir "$work/g" --resume \
-    >"$work/reshard.log" 2>&1 || { cat "$work/reshard.log"; fail "resharded resume"; }
-  a=$(field "parameter checksums" "$work/full4.log")
-  b=$(field "parameter checksums" "$work/reshard.log")
-  echo "fsdp 4 uninterrupted: $a"
-  echo "dp 2 x fsdp 2, resumed with fsdp 4: $b"
-  [ -n "$a" ] && [ "$a" = "$b" ] || fail "the resharded resume differs"
-  train4 "${odd[@]}" --dp 4 --steps 12 --checkpoint-dir "$work/g" --resume \
-    >"$work/other.log" 2>&1 && fail "resumed an fsdp checkpoint without fsdp"
-  grep -q "it resumes with any dp x fsdp split of fsdp >= 2" "$work/other.log" ||
-    { cat "$work/other.log"; fail "no clear error for resuming an fsdp checkpoint without fsdp"; }
+  # Resharded at load: saved at step 6 with one layout, resumed with another, the run ends on
+  # the bits of an uninterrupted run with the second one (the same data-parallel size, rank
+  # order). reshard <name> <recipe> <saved layout> <resumed layout>
+  reshard() {
+    local name=$1 recipe=$2 from=$3 to=$4
+    # shellcheck disable=SC2086
+    train4 "${odd[@]}" --recipe "$recipe" $to --steps 12 >"$work/$name-full.log" 2>&1 ||
+      fail "12 steps $recipe $to"
+    # shellcheck disable=SC2086
+    train4 "${odd[@]}" --recipe "$recipe" $from --steps 6 --checkpoint-dir "$work/$name" \
+      >/dev/null 2>&1 || fail "6 steps $recipe $from"
+    # shellcheck disable=SC2086
+    train4 "${odd[@]}" --recipe "$recipe" $to --steps 12 --checkpoint-dir "$work/$name" --resume \
+      >"$work/$name.log" 2>&1 || { cat "$work/$name.log"; fail "$recipe $from resumed with $to"; }
+    grep -q "resumed from" "$work/$name.log" || fail "$recipe $to did not resume"
+    a=$(field "parameter checksums" "$work/$name-full.log")
+    b=$(field "parameter checksums" "$work/$name.log")
+    echo "$recipe $to uninterrupted: $a"
+    echo "$recipe $from, resumed with $to: $b"
+    [ -n "$a" ] && [ "$a" = "$b" ] || fail "$recipe: $from resumed with $to differs"
+  }
+  reshard ff delayed "--dp 2 --fsdp 2" "--fsdp 4"
+  for recipe in delayed bf16; do
+    reshard "$recipe-fd" $recipe "--dp 2 --fsdp 2" "--dp 4"  # fsdp shards assembled whole
+    reshard "$recipe-df" $recipe "--dp 4" "--fsdp 4"          # whole tensors cut into shards
+  done
+  reshard tp-fd delayed "--fsdp 2 --tp 2" "--dp 2 --tp 2"
+  reshard tp-df bf16 "--dp 2 --tp 2" "--fsdp 2 --tp 2"
+  # The last checkpoint in tp-df: dp 1 x fsdp 2 x tp 2.
+  train4 "${odd[@]}" --recipe bf16 --dp 2 --fsdp 2 --steps 14 --checkpoint-dir "$work/tp-df" \
+    --resume >"$work/other.log" 2>&1 && fail "resumed a tp 2 checkpoint with tp 1"
+  grep -q "written with dp 1 x fsdp 2 x tp 2; resume it with tp 2 .*this run's dp 2 x fsdp 2 x tp 1" \
+    "$work/other.log" || { cat "$work/other.log"; fail "no clear error for resuming with another tp"; }
+  ! grep -q -e "terminate called" -e "Aborted" -e "core dumped" "$work/other.log" ||
+    fail "crashed instead of reporting another tp"
   ;;
 bad-input)
   # expect <message> <train_mlp args...>: non-zero exit, the message, no stack trace.

@@ -32,8 +32,10 @@ struct CheckpointContent {
   // recorded and every rank loads its own files as they are.
   std::optional<MeshLayout> layout;
   // The fsdp-sharded tensors (parameters and their optimizer slots, each this rank's flat,
-  // padded shard) and their unsharded element counts: a checkpoint written by another
-  // dp x fsdp split (fsdp >= 2 on both sides, the same tp) is resharded at load.
+  // padded shard) and their unsharded element counts; empty without fsdp. A checkpoint
+  // written by another dp x fsdp split of the same tp, with or without fsdp, is resharded at
+  // load: the tensors an fsdp checkpoint holds as shards are assembled whole (without fsdp
+  // here) or cut into this layout's shards, and those of a checkpoint without fsdp are cut.
   std::map<std::string, int64_t> sharded;
 };
 
@@ -42,7 +44,8 @@ QMESH_API void save_checkpoint(const std::string& dir, int step, const Checkpoin
                                Communicator& world);
 
 // Loads the checkpoint `latest` names into `content` and returns its step, resharding the
-// fsdp shards when the checkpoint's dp x fsdp split differs from `content.layout`. Error
+// fsdp-sharded tensors when the checkpoint's dp x fsdp split differs from `content.layout`
+// (a different tp is an Error that names both layouts). Error
 // (saying what is wrong and where) if there is none or it does not match this run's
 // configuration.
 QMESH_API int load_latest_checkpoint(const std::string& dir, const CheckpointContent& content,

@@ -7,8 +7,10 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <vector>
 
+#include "core/atomic_file.h"
 #include "expect_error.h"
 #include "qmesh/config.h"
 
@@ -101,6 +103,41 @@ TEST_F(TensorFile, WrongShapeOrNames) {
   expect_rejected("holds 'other', which this model does not have");
   save_tensors(path_, {{"layer.weight", a_}});
   expect_rejected("holds 1 tensors, expected 2");
+}
+
+TEST_F(TensorFile, ReadTensorsGivesEveryTensorWithItsDtypeAndShape) {
+  save_tensors(path_, model(a_, b_));
+  const std::map<std::string, Tensor> got = read_tensors(path_);
+  ASSERT_EQ(got.size(), 2u);
+  const Tensor& a = got.at("layer.weight");
+  const Tensor& b = got.at("optimizer.step");
+  EXPECT_EQ(a.dtype(), DType::kFloat32);
+  EXPECT_EQ(a.shape(), (Shape{2, 3}));
+  EXPECT_EQ(b.dtype(), DType::kInt32);
+  EXPECT_EQ(b.shape(), Shape{3});
+  EXPECT_EQ(std::memcmp(a.data(), a_.data(), a.nbytes()), 0);
+  EXPECT_EQ(std::memcmp(b.data(), b_.data(), b.nbytes()), 0);
+  auto flipped = bytes();
+  flipped[flipped.size() / 2] ^= 0x10;
+  write(flipped);
+  EXPECT_QMESH_ERROR(read_tensors(path_), "checksum mismatch");
+}
+
+// A header whose sizes run past the end of the file (with a valid checksum) is an error for
+// both readers, never a read out of bounds.
+TEST_F(TensorFile, SizesPastTheEndAreAnError) {
+  save_tensors(path_, model(a_, b_));
+  auto b = bytes();
+  // The first dimension of the first tensor: after the magic, version, count, name length,
+  // name, dtype and rank.
+  const size_t dim0 = 8 + 4 + 4 + 4 + std::strlen("layer.weight") + 1 + 1;
+  const int64_t huge = int64_t(1) << 40;
+  std::memcpy(b.data() + dim0, &huge, sizeof(huge));
+  const uint32_t crc = crc32_of(b.data(), b.size() - 4);
+  std::memcpy(b.data() + b.size() - 4, &crc, sizeof(crc));
+  write(b);
+  EXPECT_QMESH_ERROR(read_tensors(path_), "runs past the end");
+  expect_rejected("runs past the end");
 }
 
 TEST_F(TensorFile, UnwritableDirectoryIsAClearError) {
