@@ -217,6 +217,20 @@ MlpRun run_case(ShardedCase c, bool gpu) {
   return runs[0];
 }
 
+// A LayerNormMLP case with sizes that suit CUDA's FP8 GEMM: multiples of 16 (its
+// leading-dimension rule), also after tp = 2 halves ffn and, with sequence parallelism, the
+// tokens (32 / 2).
+ShardedCase device_case(Recipe recipe, int dp, int fsdp, int tp, bool sequence_parallel = false) {
+  ShardedCase c;
+  c.dp = dp;
+  c.fsdp = fsdp;
+  c.tp = tp;
+  c.recipe = recipe;
+  c.sequence_parallel = sequence_parallel;
+  c.hidden = 32, c.ffn = 64, c.tokens_per_dp = sequence_parallel ? 32 : 16;
+  return c;
+}
+
 struct Tolerance {
   double y, dx, grads;
 };
@@ -265,13 +279,7 @@ class LayerNormMLPGpu : public ::testing::TestWithParam<MlpGpuCase> {
 // then quantizes with the scales its first update computed on the device).
 TEST_P(LayerNormMLPGpu, MatchesTheHostAndTheFloat64Reference) {
   const MlpGpuCase p = GetParam();
-  ShardedCase c;
-  c.tp = p.tp;
-  c.recipe = p.recipe;
-  c.sequence_parallel = p.sequence_parallel;
-  // Multiples of 16: the FP8 GEMM's leading-dimension rule on CUDA (tp = 2 halves ffn and,
-  // with sequence parallelism, the tokens: 32 / 2).
-  c.hidden = 32, c.ffn = 64, c.tokens_per_dp = p.sequence_parallel ? 32 : 16;
+  ShardedCase c = device_case(p.recipe, 1, 1, p.tp, p.sequence_parallel);
   const Tolerance tol = tolerance(p.recipe);
   for (int steps : {1, 2}) {
     c.steps = steps;
@@ -308,33 +316,17 @@ class FsdpGpu : public ::testing::TestWithParam<FsdpGpuCase> {
   }
 };
 
-void expect_same_run(const MlpRun& a, const MlpRun& b, const std::string& what) {
-  EXPECT_EQ(a.y, b.y) << what << ": y";
-  EXPECT_EQ(a.dx, b.dx) << what << ": dx";
-  for (const auto& [ga, gb] : {std::pair{&a.grads.gamma, &b.grads.gamma},
-                               {&a.grads.beta, &b.grads.beta},
-                               {&a.grads.w1, &b.grads.w1},
-                               {&a.grads.b1, &b.grads.b1},
-                               {&a.grads.w2, &b.grads.w2},
-                               {&a.grads.b2, &b.grads.b2}})
-    EXPECT_EQ(*ga, *gb) << what << ": a gradient";
-}
-
 TEST_P(FsdpGpu, MatchesTheHostWithAnyPrefetch) {
   const FsdpGpuCase p = GetParam();
-  ShardedCase c;
-  c.dp = p.dp;
-  c.fsdp = p.fsdp;
-  c.tp = p.tp;
-  c.recipe = p.recipe;
-  c.hidden = 32, c.ffn = 64, c.tokens_per_dp = 16;  // FP8 on CUDA: multiples of 16
+  ShardedCase c = device_case(p.recipe, p.dp, p.fsdp, p.tp);
   const std::string what =
       detail::concat(recipe_name(p.recipe), " dp=", p.dp, " fsdp=", p.fsdp, " tp=", p.tp);
   c.fsdp_options = {false, 0};
   const MlpRun unprefetched = run_case(c, true);
   c.fsdp_options = {true, 2};
   const MlpRun prefetched = run_case(c, true);
-  expect_same_run(prefetched, unprefetched, what + ", prefetch 2 + keep_gathered vs prefetch 0");
+  expect_bitwise_equal(prefetched, unprefetched,
+                       what + ", prefetch 2 + keep_gathered vs prefetch 0");
   expect_run_close(prefetched, run_case(c, false), tolerance(p.recipe), what + ", cuda vs host");
 }
 
@@ -370,9 +362,7 @@ class LayerNormMLPSpGpu : public LayerNormMLPGpu {};
 // gathering fc1's input again in backward (kRegather, the bulk overlap) instead of keeping it.
 TEST_P(LayerNormMLPSpGpu, OverlapSchedulesAreBitwiseEqualOnTheDevice) {
   const MlpGpuCase p = GetParam();
-  ShardedCase c;
-  c.tp = p.tp, c.recipe = p.recipe, c.sequence_parallel = true;
-  c.hidden = 32, c.ffn = 64, c.tokens_per_dp = 32;
+  ShardedCase c = device_case(p.recipe, 1, 1, p.tp, true);
   const MlpRun none = run_case(c, true);
   for (Overlap o : {Overlap::kRing, Overlap::kBidirectional}) {
     c.overlap = o;
