@@ -14,6 +14,7 @@
 #include <iostream>
 #include <vector>
 
+#include "cli_options.h"
 #include "mlp_step.h"
 #include "qmesh/comm/local.h"
 #include "qmesh/comm/mesh.h"
@@ -71,13 +72,7 @@ int main(int argc, char** argv) try {
       "device", po::value(&device_name)->default_value(device_name), "cpu, or cuda (GPU 0)")(
       "iters", po::value(&iters)->default_value(iters), "timed iterations (median reported)")(
       "json", po::value(&json), "also write the results as JSON to this file");
-  po::variables_map vm;
-  po::store(po::parse_command_line(argc, argv, desc), vm);
-  if (vm.count("help")) {
-    std::cout << desc << "\n";
-    return 0;
-  }
-  po::notify(vm);
+  if (!bench::parse_options(argc, argv, desc)) return 0;
   QMESH_CHECK(device_name == "cpu" || device_name == "cuda", "--device must be cpu or cuda, got '",
               device_name, "'");
   const qmesh::Device device =

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_options.h"
 #include "counting_communicator.h"
 #include "qmesh/comm/local.h"
 #include "qmesh/comm/mesh.h"
@@ -129,13 +130,7 @@ int main(int argc, char** argv) try {
       "ffn", po::value(&s.ffn)->default_value(s.ffn), "MLP inner size")(
       "iters", po::value(&s.iters)->default_value(s.iters), "timed steps (median reported)")(
       "json", po::value(&json), "also write the results as JSON to this file");
-  po::variables_map vm;
-  po::store(po::parse_command_line(argc, argv, desc), vm);
-  if (vm.count("help")) {
-    std::cout << desc << "\n";
-    return 0;
-  }
-  po::notify(vm);
+  if (!bench::parse_options(argc, argv, desc)) return 0;
   QMESH_CHECK(
       s.ranks >= 1 && s.layers >= 1 && s.tokens >= 1 && s.hidden >= 1 && s.ffn >= 1 && s.iters >= 1,
       "--ranks, --layers, --tokens, --hidden, --ffn and --iters must be >= 1");
