@@ -18,6 +18,7 @@ if(QMESH_WITH_CUDA)
   target_sources(qmesh PRIVATE
     ${CMAKE_CURRENT_LIST_DIR}/cuda/cast.cu
     ${CMAKE_CURRENT_LIST_DIR}/cuda/device_scalar.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/cuda/stream_scratch.cpp
     ${CMAKE_CURRENT_LIST_DIR}/cuda/scaling.cu)
   # One CUDA runtime per process: the shared one that qmesh_core links.
   set_target_properties(qmesh PROPERTIES CUDA_RUNTIME_LIBRARY Shared)

@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda/check.h"
+#include "cuda/stream_scratch.h"
 #endif
 
 namespace qmesh::overlap_detail {
@@ -59,9 +60,7 @@ void join_streams(Stream into, Stream from) noexcept {
 }
 
 void* alloc_async(size_t bytes, Stream stream) {
-  void* p = nullptr;
-  QMESH_CHECK_CUDA(cudaMallocAsync(&p, bytes, native(stream)));
-  return p;
+  return detail::cuda::stream_alloc(bytes, native(stream));
 }
 
 void free_async(void* p, Stream stream) noexcept { (void)cudaFreeAsync(p, native(stream)); }
