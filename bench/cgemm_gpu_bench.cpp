@@ -28,9 +28,9 @@
 #include <vector>
 
 #include "bench_util.h"
-#include "cuda/check.h"
 #include "qmesh/comm/local.h"
 #include "qmesh/copy.h"
+#include "qmesh/cuda_check.h"
 #include "qmesh/device.h"
 #include "qmesh/error.h"
 #include "qmesh/float16.h"

@@ -18,9 +18,9 @@
 #include <vector>
 
 #include "bench_util.h"
-#include "cuda/check.h"
 #include "mlp_step.h"
 #include "qmesh/comm/local.h"
+#include "qmesh/cuda_check.h"
 #include "qmesh/device.h"
 #include "qmesh/error.h"
 #include "qmesh/owned_stream.h"

@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "bench_util.h"
-#include "cuda/check.h"
 #include "qmesh/copy.h"
+#include "qmesh/cuda_check.h"
 #include "qmesh/device.h"
 #include "qmesh/float16.h"
 #include "qmesh/fp8.h"

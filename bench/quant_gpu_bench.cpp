@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "bench_util.h"
-#include "cuda/check.h"
 #include "qmesh/copy.h"
+#include "qmesh/cuda_check.h"
 #include "qmesh/device.h"
 #include "qmesh/ops/cast_transpose.h"
 #include "qmesh/scaling/scaling_states.h"

@@ -7,7 +7,7 @@
 #if QMESH_WITH_CUDA
 #include <cuda_runtime_api.h>
 
-#include "cuda/check.h"
+#include "qmesh/cuda_check.h"
 #endif
 
 namespace qmesh::comm_detail {

@@ -8,10 +8,10 @@
 #include <thread>
 
 #include "check.h"
-#include "cuda/check.h"
-#include "cuda/device_guard.h"
 #include "qmesh/comm/nccl.h"
 #include "qmesh/copy.h"
+#include "qmesh/cuda_check.h"
+#include "qmesh/device.h"
 #include "qmesh/logging.h"
 #include "timeout_text.h"
 
@@ -50,9 +50,8 @@ ncclRedOp_t reduction_op(ReduceOp op) {
   QMESH_THROW("invalid ReduceOp value ", static_cast<int>(op));
 }
 
-// NCCL and CUDA calls act on the current device: DeviceGuard makes `device` current for a
-// scope.
-using detail::cuda::DeviceGuard;
+// NCCL and CUDA calls act on the current device: DeviceGuard (qmesh/device.h) makes `device`
+// current for a scope.
 
 // An ncclComm_t shared by a communicator and its works, so that a wait can abort it.
 class Handle {
@@ -65,7 +64,7 @@ class Handle {
   ~Handle() {
     std::lock_guard<std::mutex> lock(mu_);
     if (aborted_) return;
-    DeviceGuard scope(device_);
+    const DeviceGuard scope(device_, std::nothrow);
     ncclResult_t state = ncclCommFinalize(comm_);
     const Clock::time_point deadline = Clock::now() + comm_timeout();
     while (state == ncclInProgress && Clock::now() <= deadline) {

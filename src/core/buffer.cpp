@@ -7,8 +7,8 @@
 #include "qmesh/config.h"
 #include "qmesh/error.h"
 #if QMESH_WITH_CUDA
-#include "cuda/check.h"
-#include "cuda/device_guard.h"
+#include "qmesh/cuda_check.h"
+#include "qmesh/device.h"
 #endif
 
 namespace qmesh {
@@ -27,7 +27,7 @@ Buffer::Buffer(size_t bytes, Device device) : size_(bytes), device_(device) {
   }
   require_device(device);
 #if QMESH_WITH_CUDA
-  const detail::cuda::DeviceGuard guard(device.index);
+  const DeviceGuard guard(device.index);
   QMESH_CHECK_CUDA(cudaMalloc(&data_, bytes));
 #endif
 }
@@ -57,11 +57,8 @@ void Buffer::release() noexcept {
 #if QMESH_WITH_CUDA
     // A destructor must not throw: errors are ignored. The owning device is made current,
     // as for the allocation (cudaFree synchronizes the current device).
-    int previous = 0;
-    const bool switched = cudaGetDevice(&previous) == cudaSuccess && previous != device_.index &&
-                          cudaSetDevice(device_.index) == cudaSuccess;
+    const DeviceGuard guard(device_.index, std::nothrow);
     (void)cudaFree(data_);
-    if (switched) (void)cudaSetDevice(previous);
 #endif
   }
   data_ = nullptr;

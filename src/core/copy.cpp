@@ -5,8 +5,8 @@
 #include "qmesh/config.h"
 #include "qmesh/error.h"
 #if QMESH_WITH_CUDA
-#include "cuda/check.h"
-#include "cuda/device_guard.h"
+#include "qmesh/cuda_check.h"
+#include "qmesh/device.h"
 #endif
 
 namespace qmesh {
@@ -46,7 +46,7 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
   // the host at all (CUDA runtime, "API synchronization behavior"). So the copy goes on the
   // legacy default stream of the device involved (made current: that stream is per device,
   // and it orders the copy after the device's blocking streams) and the host waits for it.
-  const detail::cuda::DeviceGuard guard(cuda_device_of(dst_device, src_device));
+  const DeviceGuard guard(cuda_device_of(dst_device, src_device));
   QMESH_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cudaStreamLegacy));
   QMESH_CHECK_CUDA(cudaStreamSynchronize(cudaStreamLegacy));
 #endif
@@ -57,7 +57,7 @@ void copy_bytes_async(void* dst, Device dst_device, const void* src, Device src_
   if (copied_on_host(dst, dst_device, src, src_device, bytes)) return;
 #if QMESH_WITH_CUDA
   // A null stream is the legacy default stream of the current device: make it dst's (or src's).
-  const detail::cuda::DeviceGuard guard(cuda_device_of(dst_device, src_device));
+  const DeviceGuard guard(cuda_device_of(dst_device, src_device));
   QMESH_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault,
                                    static_cast<cudaStream_t>(stream.handle)));
 #else

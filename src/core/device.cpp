@@ -3,8 +3,7 @@
 #include "qmesh/config.h"
 #include "qmesh/error.h"
 #if QMESH_WITH_CUDA
-#include "cuda/check.h"
-#include "cuda/device_guard.h"
+#include "qmesh/cuda_check.h"
 #endif
 
 namespace qmesh {
@@ -36,11 +35,42 @@ void require_device(const Device& device) {
               QMESH_WITH_CUDA ? "" : " (qmesh was built with QMESH_WITH_CUDA=OFF)");
 }
 
+DeviceGuard::DeviceGuard(int index) {
+#if QMESH_WITH_CUDA
+  int current = 0;
+  QMESH_CHECK_CUDA(cudaGetDevice(&current));
+  if (current != index) {
+    QMESH_CHECK_CUDA(cudaSetDevice(index));
+    previous_ = current;
+  }
+#else
+  QMESH_THROW("cannot make CUDA device ", index,
+              " current: qmesh was built with QMESH_WITH_CUDA=OFF");
+#endif
+}
+
+DeviceGuard::DeviceGuard(int index, std::nothrow_t) noexcept {
+#if QMESH_WITH_CUDA
+  int current = 0;
+  if (cudaGetDevice(&current) == cudaSuccess && current != index &&
+      cudaSetDevice(index) == cudaSuccess)
+    previous_ = current;
+#else
+  (void)index;
+#endif
+}
+
+DeviceGuard::~DeviceGuard() {
+#if QMESH_WITH_CUDA
+  if (previous_ >= 0) (void)cudaSetDevice(previous_);  // a destructor must not throw
+#endif
+}
+
 void synchronize(const Device& device, Stream stream) {
   if (device.is_host()) return;
   require_device(device);
 #if QMESH_WITH_CUDA
-  const detail::cuda::DeviceGuard guard(device.index);
+  const DeviceGuard guard(device.index);
   QMESH_CHECK_CUDA(cudaStreamSynchronize(static_cast<cudaStream_t>(stream.handle)));
 #else
   (void)stream;
@@ -51,7 +81,7 @@ void order_after(const Device& device, Stream waiter, Stream producer) {
   if (device.is_host() || waiter.handle == producer.handle) return;
   require_device(device);
 #if QMESH_WITH_CUDA
-  const detail::cuda::DeviceGuard guard(device.index);
+  const DeviceGuard guard(device.index);
   cudaEvent_t event = nullptr;
   QMESH_CHECK_CUDA(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
   cudaError_t status = cudaEventRecord(event, static_cast<cudaStream_t>(producer.handle));

@@ -6,8 +6,8 @@
 #include "qmesh/config.h"
 #include "qmesh/error.h"
 #if QMESH_WITH_CUDA
-#include "cuda/check.h"
-#include "cuda/device_guard.h"
+#include "qmesh/cuda_check.h"
+#include "qmesh/device.h"
 #endif
 
 namespace qmesh {
@@ -16,7 +16,7 @@ OwnedStream::OwnedStream(Device device) : device_(device) {
   QMESH_CHECK(device.is_cuda(), "OwnedStream needs a CUDA device, got ", device.str());
   require_device(device);
 #if QMESH_WITH_CUDA
-  const detail::cuda::DeviceGuard guard(device.index);
+  const DeviceGuard guard(device.index);
   cudaStream_t stream = nullptr;
   QMESH_CHECK_CUDA(cudaStreamCreate(&stream));
   stream_.handle = stream;

@@ -17,11 +17,11 @@
 #include <span>
 #include <vector>
 
-#include "cuda/check.h"
-#include "cuda/device_guard.h"
 #include "cuda/device_scalar.h"
 #include "cuda/stream_scratch.h"
 #include "ops/cast_job.h"
+#include "qmesh/cuda_check.h"
+#include "qmesh/device.h"
 #include "qmesh/error.h"
 
 namespace qmesh::detail::cuda {

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "cuda/check.h"
+#include "qmesh/cuda_check.h"
 #include "qmesh/error.h"
 
 namespace qmesh::detail::cuda {

@@ -16,13 +16,13 @@
 #include <vector>
 
 #include "core/stream_cleanup.h"
-#include "cuda/check.h"
 #include "cuda/cublaslt_check.h"
-#include "cuda/device_guard.h"
 #include "cuda/device_scalar.h"
 #include "cuda/gemm_algo_cache.h"
 #include "cuda/stream_scratch.h"
 #include "ops/gemm_algo_key.h"
+#include "qmesh/cuda_check.h"
+#include "qmesh/device.h"
 #include "qmesh/logging.h"
 
 namespace qmesh::detail {
@@ -126,7 +126,7 @@ void release_workspace(int device, cudaStream_t stream) {
     ws = it->second;
     r.workspaces.erase(it);
   }
-  const cuda::DeviceGuard guard(device);
+  const DeviceGuard guard(device);
   QMESH_CHECK_CUDA(cudaStreamSynchronize(stream));
   QMESH_CHECK_CUDA(cudaFree(ws));
 }
@@ -453,7 +453,7 @@ std::unique_ptr<CublasLtGemm::Impl> described(const CanonicalGemm& c) {
 }  // namespace
 
 CublasLtGemm::CublasLtGemm(const CanonicalGemm& c, void* stream) {
-  cuda::DeviceGuard guard(c.device.index);
+  DeviceGuard guard(c.device.index);
   cuda::require_device_scalar(c.a.scale_inv, c.device.index, "GemmArgs a.scale_inv");
   cuda::require_device_scalar(c.b.scale_inv, c.device.index, "GemmArgs b.scale_inv");
   cuda::require_device_scalar(c.d_scale, c.device.index, "GemmArgs d_scale");
@@ -463,14 +463,14 @@ CublasLtGemm::CublasLtGemm(const CanonicalGemm& c, void* stream) {
 }
 
 void CublasLtGemm::check_supported(const CanonicalGemm& c) {
-  cuda::DeviceGuard guard(c.device.index);
+  DeviceGuard guard(c.device.index);
   (void)described(c)->heuristic_algo();
 }
 
 CublasLtGemm::~CublasLtGemm() = default;
 
 void CublasLtGemm::run(void* stream, void* workspace) {
-  cuda::DeviceGuard guard(impl_->c.device.index);
+  DeviceGuard guard(impl_->c.device.index);
   auto s = static_cast<cudaStream_t>(stream);
   impl_->launch(impl_->algo, s, workspace ? workspace : workspace_for(impl_->c.device.index, s));
 }

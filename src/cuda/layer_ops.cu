@@ -10,10 +10,10 @@
 #include <cstdint>
 
 #include "cuda/block_sum.h"
-#include "cuda/check.h"
-#include "cuda/device_guard.h"
 #include "cuda/layer_kernels.h"
 #include "cuda/stream_scratch.h"
+#include "qmesh/cuda_check.h"
+#include "qmesh/device.h"
 
 namespace qmesh::detail::cuda {
 

@@ -4,10 +4,10 @@
 #include <cuda_runtime.h>
 
 #include "cuda/block_sum.h"
-#include "cuda/check.h"
-#include "cuda/device_guard.h"
 #include "cuda/loss_kernel.h"
 #include "cuda/stream_scratch.h"
+#include "qmesh/cuda_check.h"
+#include "qmesh/device.h"
 
 namespace qmesh::detail::cuda {
 

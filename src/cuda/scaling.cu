@@ -1,7 +1,7 @@
 // CUDA kernels of the scaling recipes: the fused multi-tensor delayed-scaling update and the
 // on-device current-scaling scale.
-#include "cuda/check.h"
-#include "cuda/device_guard.h"
+#include "qmesh/cuda_check.h"
+#include "qmesh/device.h"
 #include "scaling/scale_rules.h"
 
 namespace qmesh::detail::cuda {

@@ -7,7 +7,7 @@
 
 #include <cstddef>
 
-#include "cuda/check.h"
+#include "qmesh/cuda_check.h"
 
 namespace qmesh::detail::cuda {
 

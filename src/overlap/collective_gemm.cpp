@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "qmesh/device.h"
 #include "qmesh/error.h"
 #include "ring_device.h"
 
@@ -308,7 +309,7 @@ class RingExec {
   Device device_;
   CollectiveGemmStreams streams_;
   Waiter waiter_;
-  std::optional<overlap_detail::CurrentDevice> current_device_;
+  std::optional<DeviceGuard> current_device_;
   std::deque<Tensor> host_scratch_;
   std::vector<void*> device_scratch_;
   std::vector<void*> events_;

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 
+#include "qmesh/device.h"
 #include "qmesh/error.h"
 #include "qmesh/logging.h"
 #include "ring_device.h"
@@ -47,7 +48,7 @@ struct OperandGather::Impl {
   // orders the compute stream after it.
   void finish(std::chrono::milliseconds budget) {
     if (!work) return;
-    std::optional<overlap_detail::CurrentDevice> current;
+    std::optional<DeviceGuard> current;
     if (cuda) current.emplace(device);
     // NCCL completes in stream order: dropping the handle does not block.
     if (!(cuda && comm.stream_ordered())) {
@@ -90,7 +91,7 @@ OperandGather::OperandGather(Communicator& comm, const GemmOperand& chunk,
       comm, cuda, cuda ? c.device.index : -1, streams,
       std::string(op) + " (rank " + std::to_string(comm.rank()) + " of " + std::to_string(n) + ")",
       nullptr});
-  std::optional<overlap_detail::CurrentDevice> current;
+  std::optional<DeviceGuard> current;
   if (cuda) {
     current.emplace(c.device.index);
     void* ready = overlap_detail::record_event(streams.compute);

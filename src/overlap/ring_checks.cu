@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "cuda/check.h"
+#include "qmesh/cuda_check.h"
 #include "ring_device.h"
 
 namespace qmesh::overlap_detail {

@@ -6,8 +6,8 @@
 #if QMESH_WITH_CUDA
 #include <cuda_runtime_api.h>
 
-#include "cuda/check.h"
 #include "cuda/stream_scratch.h"
+#include "qmesh/cuda_check.h"
 #endif
 
 namespace qmesh::overlap_detail {
@@ -24,15 +24,6 @@ void require_two_streams(Stream compute, Stream comm, const char* op) {
 namespace {
 cudaStream_t native(Stream s) { return static_cast<cudaStream_t>(s.handle); }
 }  // namespace
-
-CurrentDevice::CurrentDevice(int device) {
-  QMESH_CHECK_CUDA(cudaGetDevice(&previous_));
-  if (device != previous_) QMESH_CHECK_CUDA(cudaSetDevice(device));
-}
-
-CurrentDevice::~CurrentDevice() {
-  if (previous_ >= 0) (void)cudaSetDevice(previous_);
-}
 
 void* record_event(Stream stream) {
   cudaEvent_t event = nullptr;
@@ -81,8 +72,6 @@ namespace {
 }
 }  // namespace
 
-CurrentDevice::CurrentDevice(int) { no_cuda(); }
-CurrentDevice::~CurrentDevice() = default;
 void* record_event(Stream) { no_cuda(); }
 void wait_event(Stream, void*) { no_cuda(); }
 void destroy_event(void*) noexcept {}

@@ -15,18 +15,6 @@ namespace qmesh::overlap_detail {
 // operations on CUDA tensors need (`op` names the operation in the message). Any build.
 void require_two_streams(Stream compute, Stream comm, const char* op);
 
-// Makes CUDA device `device` current for the scope and restores the previous one.
-class CurrentDevice {
- public:
-  explicit CurrentDevice(int device);
-  ~CurrentDevice();
-  CurrentDevice(const CurrentDevice&) = delete;
-  CurrentDevice& operator=(const CurrentDevice&) = delete;
-
- private:
-  int previous_ = -1;
-};
-
 // A new event (timing disabled) recorded on `stream`; release it with destroy_event.
 void* record_event(Stream stream);
 // Work enqueued on `stream` after this call starts once `event` has completed.

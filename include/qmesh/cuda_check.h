@@ -1,5 +1,6 @@
-// Check macro for the CUDA runtime (internal to qmesh's sources). A failing
-// call throws qmesh::Error with the call's text and the library's own error string.
+// Check macro for the CUDA runtime, for qmesh's sources and for code that calls the CUDA
+// runtime beside qmesh (it needs the CUDA toolkit's headers). A failing call throws
+// qmesh::Error with the call's text and the runtime's own error string.
 //
 // The runtime also records every failing call as the thread's "last error", which the next
 // cudaGetLastError() returns (the check after each kernel launch). A failure that was thrown
