@@ -4,7 +4,6 @@
 
 #include "layers/activation_buffer.h"
 #include "layers/fsdp_layer.h"
-#include "layers/parameter_init.h"
 #include "qmesh/comm/stream_ordered.h"
 #include "qmesh/error.h"
 #include "qmesh/ops/layer_norm.h"
@@ -20,33 +19,39 @@ Tensor filled(int64_t n, float value) {
 }  // namespace
 
 struct LayerNorm::Impl {
-  Impl(std::string name, int64_t hidden_in, float eps_in, Placement place, LayerContext* context,
+  Impl(std::string name, int64_t hidden_in, float eps_in, LayerContext& context,
        bool sequence_parallel)
-      : hidden(hidden_in), eps(eps_in), placement(place), ctx(context), sp(sequence_parallel) {
+      : hidden(hidden_in),
+        eps(eps_in),
+        placement(context.placement()),
+        ctx(context),
+        sp(sequence_parallel),
+        tp(context.mesh().role(context.mesh().resource().tp)),
+        sharding(context) {
     QMESH_CHECK(hidden >= 1, name, ": hidden size must be >= 1, got ", hidden);
     QMESH_CHECK(eps > 0, name, ": eps must be > 0, got ", eps);
-    if (context) {
-      tp = context->mesh().role(context->mesh().resource().tp);
-      if (context->fsdp().enabled()) sharding = std::make_unique<FsdpLayer>(*context);
-    }
-    gamma = make(name + ".gamma", filled(hidden, 1.0f));
-    beta = make(name + ".beta", filled(hidden, 0.0f));
-    if (sharding) {  // forward gathers gamma and beta; backward gamma only
-      sharding->add_gather([this](bool) { return gamma.value.view(); });
-      sharding->add_gather(
+    gamma = sharding.shard_parameter(name + ".gamma", filled(hidden, 1.0f));
+    beta = sharding.shard_parameter(name + ".beta", filled(hidden, 0.0f));
+    if (fsdp()) {  // forward gathers gamma and beta; backward gamma only
+      sharding.add_gather([this](bool) { return gamma.value.view(); });
+      sharding.add_gather(
           [this](bool forward) { return forward ? beta.value.view() : TensorView(); });
-      sharding->add_grads({&gamma, &beta});
+      sharding.add_grads({&gamma, &beta});
     }
   }
 
-  Parameter make(std::string name, Tensor init) const {
-    if (sharding) return sharding->shard_parameter(std::move(name), std::move(init));
-    return make_parameter(std::move(name), std::move(init), placement.device);
-  }
-  // The first `hidden` elements of a gathered (padded) slot.
-  TensorView gathered(int slot) const {
-    return TensorView(sharding->gathered(slot).data, DType::kFloat32, Shape{hidden},
+  bool fsdp() const { return ctx.fsdp().enabled(); }
+  // gamma or beta as forward and backward read it: the parameter, or under FSDP the first
+  // `hidden` elements of its gathered (padded) slot.
+  TensorView value(const Parameter& p, int slot) const {
+    if (!fsdp()) return p.value;
+    return TensorView(sharding.gathered(slot).data, DType::kFloat32, Shape{hidden},
                       placement.device);
+  }
+  // Where backward writes a gradient: the parameter's grad, or under FSDP the full gradient
+  // that FsdpLayer::reduce_grads() reduce-scatters into it.
+  TensorView grad_target(Parameter& p) {
+    return fsdp() ? sharding.full_grad(p, Shape{hidden}) : p.grad.view();
   }
 
   TensorView forward(const TensorView& x_in) {
@@ -57,13 +62,12 @@ struct LayerNorm::Impl {
                 hidden, ", got shape ", x_in.shape.str());
     const int64_t rows = x_in.shape.rows();
     x = x_in;
-    if (sharding) sharding->acquire(true);
-    layer_norm_forward(x_in, sharding ? gathered(0) : gamma.value.view(),
-                       sharding ? gathered(1) : beta.value.view(), eps,
+    if (fsdp()) sharding.acquire(true);
+    layer_norm_forward(x_in, value(gamma, 0), value(beta, 1), eps,
                        ensure_tensor(y, DType::kFloat32, x_in.shape, device),
                        ensure_tensor(mean, DType::kFloat32, Shape{rows}, device),
                        ensure_tensor(rstd, DType::kFloat32, Shape{rows}, device), placement.stream);
-    if (sharding && !ctx->fsdp_options().keep_gathered) sharding->release();
+    if (fsdp() && !ctx.fsdp_options().keep_gathered) sharding.release();
     return y.view();
   }
 
@@ -72,40 +76,35 @@ struct LayerNorm::Impl {
     check_dtype(dy, DType::kFloat32, "LayerNorm output gradient");
     check_device(dy, placement.device, "LayerNorm output gradient");
     check_shape(dy, x.shape, "LayerNorm output gradient");
-    if (sharding) sharding->acquire(false);
-    const TensorView dgamma =
-        sharding ? sharding->full_grad(gamma, Shape{hidden}) : gamma.grad.view();
-    const TensorView dbeta = sharding ? sharding->full_grad(beta, Shape{hidden}) : beta.grad.view();
-    layer_norm_backward(dy, x, sharding ? gathered(0) : gamma.value.view(), mean, rstd,
+    if (fsdp()) sharding.acquire(false);
+    const TensorView dgamma = grad_target(gamma), dbeta = grad_target(beta);
+    layer_norm_backward(dy, x, value(gamma, 0), mean, rstd,
                         ensure_tensor(dx, DType::kFloat32, x.shape, placement.device), dgamma,
                         dbeta, placement.stream);
     if (sp)  // partial sums over the tp ranks' tokens
       for (const TensorView& g : {dgamma, dbeta})
         all_reduce_in_stream_order(*tp, g, ReduceOp::kSum, placement.stream);
-    if (sharding) sharding->reduce_grads();
+    sharding.reduce_grads();  // under FSDP
     return dx.view();
   }
 
   int64_t hidden;
   float eps;
   Placement placement;
-  LayerContext* ctx;  // null for a standalone LayerNorm
+  LayerContext& ctx;
   bool sp;
-  std::shared_ptr<Communicator> tp;  // with a context
+  std::shared_ptr<Communicator> tp;
   Parameter gamma, beta;
   TensorView x;
   Tensor y, dx, mean, rstd;
   // Under FSDP: the gathers of gamma and beta and their gradient reduce-scatters. Declared
   // last: destroyed first (it completes a reduction into the grads still in flight).
-  std::unique_ptr<FsdpLayer> sharding;
+  FsdpLayer sharding;
 };
 
-LayerNorm::LayerNorm(std::string name, int64_t hidden, float eps, Placement placement)
-    : impl_(std::make_unique<Impl>(std::move(name), hidden, eps, placement, nullptr, false)) {}
 LayerNorm::LayerNorm(std::string name, int64_t hidden, float eps, LayerContext& ctx,
                      bool sequence_parallel)
-    : impl_(std::make_unique<Impl>(std::move(name), hidden, eps, ctx.placement(), &ctx,
-                                   sequence_parallel)) {}
+    : impl_(std::make_unique<Impl>(std::move(name), hidden, eps, ctx, sequence_parallel)) {}
 LayerNorm::~LayerNorm() = default;
 LayerNorm::LayerNorm(LayerNorm&&) noexcept = default;
 
