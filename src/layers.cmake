@@ -7,6 +7,7 @@ target_sources(qmesh PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/layers/fp8_stats.cpp
   ${CMAKE_CURRENT_LIST_DIR}/layers/forward_epilogue.cpp
   ${CMAKE_CURRENT_LIST_DIR}/layers/fsdp.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/layers/fsdp_layer.cpp
   ${CMAKE_CURRENT_LIST_DIR}/layers/gather_buffer.cpp
   ${CMAKE_CURRENT_LIST_DIR}/layers/layer_context.cpp
   ${CMAKE_CURRENT_LIST_DIR}/layers/layer_norm.cpp

@@ -7,14 +7,11 @@
 
 #include "layers/activation_buffer.h"
 #include "layers/forward_epilogue.h"
-#include "layers/fsdp_prefetch.h"
+#include "layers/fsdp_layer.h"
 #include "layers/gather_buffer.h"
 #include "layers/operand_cast.h"
-#include "layers/parameter_init.h"
 #include "qmesh/comm/stream_ordered.h"
-#include "qmesh/copy.h"
 #include "qmesh/error.h"
-#include "qmesh/logging.h"
 #include "qmesh/ops/bias.h"
 #include "qmesh/ops/convert.h"
 #include "qmesh/ops/gelu.h"
@@ -47,7 +44,8 @@ struct Dense::Impl {
         overlap(opt.overlap.value_or(context.overlap())),
         x_cast(context, OperandRole::kInput),
         w_cast(context, OperandRole::kWeight),
-        dy_cast(context, OperandRole::kGradOutput) {
+        dy_cast(context, OperandRole::kGradOutput),
+        sharding(context) {
     const int tp_size = tp->size();
     QMESH_CHECK(in >= 1 && out >= 1, name, ": feature counts must be >= 1, got in=", in,
                 " out=", out);
@@ -87,74 +85,39 @@ struct Dense::Impl {
     for (int64_t r = 0; r < out_local; ++r)
       for (int64_t c = 0; c < in_local; ++c)
         w[r * in_local + c] = stddev * counter_normal(seed, uint64_t((out0 + r) * in + in0 + c));
-    weight = make_sharded_parameter(name + ".weight", std::move(init));
+    weight = sharding.shard_parameter(name + ".weight", std::move(init));
     if (opt.bias) {
       Tensor zeros(DType::kFloat32, Shape{out_local});
       std::fill_n(zeros.data_as<float>(), out_local, 0.0f);
-      bias = make_sharded_parameter(name + ".bias", std::move(zeros));
+      bias = sharding.shard_parameter(name + ".bias", std::move(zeros));
     }
-    if (fsdp())
-      prefetch_index = context.fsdp_prefetch().add([this](bool forward) { start_gather(forward); });
-    if (fsdp()) {  // zeros for the padding of the full gradients before their reduce-scatter
-      const int64_t pad = std::max(padded(weight) - out_local * in_local, padded(bias) - out_local);
-      if (pad > 0) {
-        Tensor zeros(DType::kFloat32, Shape{pad});
-        std::fill_n(zeros.data_as<float>(), pad, 0.0f);
-        grad_padding = clone(zeros, context.device());
-      }
+    if (fsdp()) {
+      // Forward: this rank's weight shard cast to the recipe's operand (FP8 with the scale
+      // from the global amax) and the fp32 bias; backward: forward's cast shard again.
+      sharding.add_gather([this](bool forward) {
+        if (forward)
+          w_shard = w_cast.cast(TensorView(weight.value.data(), DType::kFloat32,
+                                           Shape{1, weight.value.numel()}, ctx.device()),
+                                false);
+        return w_shard.is_quantized() ? w_shard.quantized.data : w_shard.tensor;
+      });
+      if (opt.bias)
+        sharding.add_gather(
+            [this](bool forward) { return forward ? bias.value.view() : TensorView(); });
+      sharding.add_grads(opt.bias ? std::vector<Parameter*>{&weight, &bias}
+                                  : std::vector<Parameter*>{&weight});
     }
-  }
-
-  // Under FSDP the parameter keeps only this rank's shard of `init` (the tp-local values).
-  Parameter make_sharded_parameter(std::string param_name, Tensor init) {
-    if (!fsdp()) return make_parameter(std::move(param_name), std::move(init), ctx.device());
-    Parameter p = make_parameter(std::move(param_name), ctx.fsdp().shard_of(init), ctx.device());
-    p.fsdp_numel = init.numel();
-    return p;
   }
 
   bool fsdp() const { return ctx.fsdp().enabled(); }
-  // Elements of a sharded parameter's gathered (padded) form; 0 for an absent one.
-  int64_t padded(const Parameter& p) const {
-    return p.value.data() ? p.value.numel() * ctx.fsdp().size() : 0;
-  }
 
-  // FSDP: starts this layer's weight all-gather for a pass. Forward: this rank's shard cast
-  // to the recipe's operand (FP8 with the scale from the global amax) and the bias gathered
-  // too; backward: forward's cast shard again. The codes (or bf16, fp32) of every shard go
-  // into one flat buffer; the [out, in] operand and its columnwise copy are made in
-  // gathered_weight(). Nothing happens when a gather for the pass is already under way or
-  // done (prefetched, or kept from forward for backward).
-  void start_gather(bool forward) {
-    if (forward ? fresh_for_forward : gathered) return;
-    release_gathered();  // a gather made for another pass
-    if (forward)
-      w_shard = w_cast.cast(TensorView(weight.value.data(), DType::kFloat32,
-                                       Shape{1, weight.value.numel()}, ctx.device()),
-                            false);
-    const TensorView shard = w_shard.is_quantized() ? w_shard.quantized.data : w_shard.tensor;
-    const TensorView full = ensure_tensor(w_full, shard.dtype, Shape{padded(weight)}, shard.device);
-    // On the communication stream, after the cast and every earlier use of the buffers.
-    const Stream comm = fsdp_stream();
-    order_after(ctx.device(), comm, ctx.stream());
-    w_work = ctx.fsdp().all_gather_async(shard, full, comm);
-    if (forward && options.bias) {
-      ensure_tensor(bias_full, DType::kFloat32, Shape{padded(bias)}, ctx.device());
-      b_work = ctx.fsdp().all_gather_async(bias.value, bias_full, comm);
-    }
-    gathered = true;
-    fresh_for_forward = forward;
-  }
-
-  // Starts this layer's gather for the pass (unless under way) and those of the next
-  // FsdpOptions::prefetch layers, then waits for this layer's and returns the [out, in] operand
+  // FSDP: gathers this layer's weight for a pass (unless prefetched or kept; the next
+  // FsdpOptions::prefetch layers' gathers start meanwhile) and returns the [out, in] operand
   // (FP8: one scale on every rank, so only the codes travel; columnwise copy made here).
   GemmOperand gathered_weight(bool forward) {
-    start_gather(forward);
-    ctx.fsdp_prefetch().after(prefetch_index, forward, ctx.fsdp_options().prefetch);
-    wait_gathers();
-    fresh_for_forward = false;
-    const TensorView w(w_full.data(), w_full.dtype(), Shape{out_local, in_local}, ctx.device());
+    sharding.acquire(forward);
+    const TensorView w_full = sharding.gathered(0);
+    const TensorView w(w_full.data, w_full.dtype, Shape{out_local, in_local}, ctx.device());
     if (!w_shard.is_quantized()) return GemmOperand::plain(w);
     QuantizedTensorView q = w_shard.quantized;
     q.data = w;
@@ -166,96 +129,21 @@ struct Dense::Impl {
     return GemmOperand::fp8(q);
   }
 
-  // Waits for this layer's gathers; the compute stream's later work is ordered after them.
-  void wait_gathers() {
-    if (!w_work && !b_work) return;
-    if (w_work) w_work->wait();
-    if (b_work) b_work->wait();
-    w_work.reset();
-    b_work.reset();
-    order_after(ctx.device(), ctx.stream(), fsdp_stream());
-  }
-
-  // The stream of the FSDP gathers and gradient reduce-scatters: on CUDA the context's
-  // communication stream when it has one (distinct from the compute stream), so that they
-  // overlap the GEMMs; else the compute stream.
-  Stream fsdp_stream() const {
-    const Placement& place = ctx.placement();
-    const bool own = ctx.device().is_cuda() && place.comm_stream.handle &&
-                     place.comm_stream.handle != place.stream.handle;
-    return own ? place.comm_stream : ctx.stream();
-  }
-
   // The fp32 bias of the forward pass: the parameter, or under FSDP its gathered form.
   TensorView bias_value() {
     if (!fsdp()) return bias.value;
-    return TensorView(bias_full.data(), DType::kFloat32, Shape{out_local}, ctx.device());
+    return TensorView(sharding.gathered(1).data, DType::kFloat32, Shape{out_local}, ctx.device());
   }
 
   // Where backward writes the full weight / bias gradient: the parameter's grad, or under
-  // FSDP a buffer that reduce_grads() reduce-scatters into the shard.
+  // FSDP a buffer that FsdpLayer::reduce_grads() reduce-scatters into the shard.
   TensorView weight_grad() {
     if (!fsdp()) return weight.grad;
-    return full_grad(w_grad_full, weight, Shape{out_local, in_local});
+    return sharding.full_grad(weight, Shape{out_local, in_local});
   }
   TensorView bias_grad_target() {
     if (!fsdp()) return bias.grad;
-    return full_grad(b_grad_full, bias, Shape{out_local});
-  }
-  TensorView full_grad(Tensor& buffer, const Parameter& p, const Shape& shape) {
-    const int64_t n = shape.numel(), total = padded(p);
-    ensure_tensor(buffer, DType::kFloat32, Shape{total}, ctx.device());
-    if (total > n)
-      copy_bytes_async(buffer.data_as<float>() + n, ctx.device(), grad_padding.data(), ctx.device(),
-                       size_t(total - n) * sizeof(float), ctx.stream());
-    return TensorView(buffer.data(), DType::kFloat32, shape, ctx.device());
-  }
-
-  // FSDP, after backward: the gathered buffers are released, and the reduce-scatter of the
-  // full gradients into the shards (summed over the data-parallel ranks) is started and left
-  // in flight while the earlier layers run their backward: the next layer's backward, or
-  // LayerContext::end_step(), completes it (the previous layer's first, in order).
-  void reduce_grads() {
-    if (!fsdp()) return;
-    release_gathered();
-    ctx.fsdp_prefetch().finish_deferred();
-    auto pending = std::make_shared<PendingReduction>();
-    pending->device = ctx.device();
-    pending->compute = ctx.stream();
-    pending->comm = fsdp_stream();
-    order_after(ctx.device(), pending->comm, pending->compute);  // after the full gradients
-    pending->weight = ctx.fsdp().reduce_scatter_async(w_grad_full, weight.grad, pending->comm);
-    if (options.bias)
-      pending->bias = ctx.fsdp().reduce_scatter_async(b_grad_full, bias.grad, pending->comm);
-    pending->buffers[0] = std::move(w_grad_full);
-    pending->buffers[1] = std::move(b_grad_full);
-    reduction = pending;
-    ctx.fsdp_prefetch().defer([pending] { pending->finish(); });
-  }
-
-  // A reduce-scatter in flight (on `comm`) and the full gradients it reads; finish() orders
-  // the compute stream's later work (the optimizer) after it.
-  struct PendingReduction {
-    WorkHandle weight, bias;
-    Tensor buffers[2];
-    Device device;
-    Stream compute, comm;
-    void finish() {
-      if (weight) weight->wait();
-      if (bias) bias->wait();
-      weight.reset();
-      bias.reset();
-      order_after(device, compute, comm);
-      buffers[0] = Tensor();
-      buffers[1] = Tensor();
-    }
-  };
-  void release_gathered() {
-    wait_gathers();
-    gathered = fresh_for_forward = false;
-    w_full = Tensor();
-    w_full_t = Tensor();
-    bias_full = Tensor();
+    return sharding.full_grad(bias, Shape{out_local});
   }
 
   bool column() const { return options.parallelism == DenseParallelism::kColumn; }
@@ -318,7 +206,10 @@ struct Dense::Impl {
       if (options.bias) add_bias(out, bias_value(), ctx.stream());
       ran_epilogue = options.bias ? DenseEpilogue::kSeparate : DenseEpilogue::kNone;
     }
-    if (fsdp() && !ctx.fsdp_options().keep_gathered) release_gathered();
+    if (fsdp() && !ctx.fsdp_options().keep_gathered) {
+      sharding.release();
+      w_full_t = Tensor();
+    }
     return out;
   }
 
@@ -329,7 +220,10 @@ struct Dense::Impl {
     const Shape x_shape = with_rows(tokens, in_local);  // x as the GEMMs saw it
     if (fsdp()) last_w = gathered_weight(false);
     const TensorView dx_out = backward_unsharded(dy_in, x_shape);
-    reduce_grads();
+    if (fsdp()) {  // the reduce-scatter stays in flight while the earlier layers run backward
+      w_full_t = Tensor();
+      sharding.reduce_grads();
+    }
     return dx_out;
   }
 
@@ -502,34 +396,20 @@ struct Dense::Impl {
   DenseEpilogue epilogue = DenseEpilogue::kNone;      // what the forward GEMM runs
   DenseEpilogue ran_epilogue = DenseEpilogue::kNone;  // what the last forward ran
   Tensor y, pre_activation, bias_sums, dpre, dx, bias_bf16;
-  // FSDP: forward's cast shard, the gathered weight (codes / bf16 / fp32, flat and padded),
-  // its columnwise copy, the gathered bias, the full gradients and zeros for their padding.
+  // FSDP: forward's cast shard and the gathered weight's columnwise copy; the gathers
+  // (slot 0: the weight's codes / bf16 / fp32, flat and padded; slot 1: the fp32 bias) and the
+  // gradient reduce-scatters. Declared last: destroyed first (it completes a reduction into
+  // weight.grad and bias.grad still in flight).
   GemmOperand w_shard;
-  Tensor w_full, w_full_t, bias_full, w_grad_full, b_grad_full, grad_padding;
-  WorkHandle w_work, b_work;                    // gathers in flight into w_full, bias_full
-  bool gathered = false;                        // w_full holds (or receives) this step's weights
-  bool fresh_for_forward = false;               // ... cast for a forward that has not used them yet
-  int prefetch_index = -1;                      // in the context's FsdpPrefetch
-  std::shared_ptr<PendingReduction> reduction;  // the last one started (shared with FsdpPrefetch)
+  Tensor w_full_t;
+  FsdpLayer sharding;
 };
 
 Dense::Dense(std::string name, int64_t in_features, int64_t out_features, DenseOptions options,
              LayerContext& ctx, uint64_t seed)
     : impl_(
           std::make_unique<Impl>(std::move(name), in_features, out_features, options, ctx, seed)) {}
-Dense::~Dense() {
-  if (!impl_ || impl_->prefetch_index < 0) return;
-  impl_->ctx.fsdp_prefetch().remove(impl_->prefetch_index);
-  // A reduction still in flight writes into this layer's gradients: let it finish.
-  if (impl_->reduction) {
-    try {
-      impl_->reduction->finish();
-    } catch (const Error& e) {
-      QMESH_LOG_WARN(impl_->name,
-                     ": its gradient reduction failed while the layer was destroyed: ", e.what());
-    }
-  }
-}
+Dense::~Dense() = default;
 Dense::Dense(Dense&&) noexcept = default;
 
 TensorView Dense::forward(const TensorView& x) { return impl_->forward(x); }

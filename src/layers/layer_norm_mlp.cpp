@@ -1,22 +1,12 @@
 #include "qmesh/layers/layer_norm_mlp.h"
 
 #include "layers/activation_buffer.h"
-#include "qmesh/comm/stream_ordered.h"
 #include "qmesh/error.h"
 #include "qmesh/ops/add.h"
 
 namespace qmesh {
 
 namespace {
-
-// Under sequence parallelism each tp rank normalizes different tokens, so the LayerNorm
-// parameter gradients are partial sums over tp.
-void reduce_norm_grads(LayerNorm& norm, LayerContext& ctx, bool sequence_parallel) {
-  if (!sequence_parallel) return;
-  const auto tp = ctx.mesh().role(ctx.mesh().resource().tp);
-  for (Parameter* p : norm.parameters())
-    all_reduce_in_stream_order(*tp, p->grad, ReduceOp::kSum, ctx.stream());
-}
 
 std::vector<Parameter*> concat(std::vector<Parameter*> a, const std::vector<Parameter*>& b) {
   a.insert(a.end(), b.begin(), b.end());
@@ -27,9 +17,8 @@ std::vector<Parameter*> concat(std::vector<Parameter*> a, const std::vector<Para
 
 LayerNormMLP::LayerNormMLP(std::string name, int64_t hidden, int64_t ffn,
                            LayerNormMLPOptions options, LayerContext& ctx, uint64_t seed)
-    : options_(options),
-      ctx_(ctx),
-      norm_(name + ".ln", hidden, options.layer_norm_eps, ctx.placement()),
+    : ctx_(ctx),
+      norm_(name + ".ln", hidden, options.layer_norm_eps, ctx, options.sequence_parallel),
       fc1_(name + ".fc1", hidden, ffn,
            DenseOptions{DenseParallelism::kColumn, options.sequence_parallel, true,
                         DenseActivation::kGelu, options.overlap, options.gathered_input},
@@ -49,7 +38,6 @@ TensorView LayerNormMLP::forward(const TensorView& x) {
 
 TensorView LayerNormMLP::backward(const TensorView& dy) {
   const TensorView d_norm = norm_.backward(fc1_.backward(fc2_.backward(dy)));
-  reduce_norm_grads(norm_, ctx_, options_.sequence_parallel);
   const TensorView dx = ensure_tensor(dx_, DType::kFloat32, dy.shape, dy.device);
   add(dy, d_norm, dx, ctx_.stream());  // the residual path
   return dx;
@@ -61,9 +49,7 @@ std::vector<Parameter*> LayerNormMLP::parameters() {
 
 LayerNormDense::LayerNormDense(std::string name, int64_t hidden, int64_t out,
                                bool sequence_parallel, LayerContext& ctx, uint64_t seed)
-    : sequence_parallel_(sequence_parallel),
-      ctx_(ctx),
-      norm_(name + ".ln", hidden, 1e-5f, ctx.placement()),
+    : norm_(name + ".ln", hidden, 1e-5f, ctx, sequence_parallel),
       dense_(name + ".dense", hidden, out,
              DenseOptions{DenseParallelism::kColumn, sequence_parallel, true,
                           DenseActivation::kNone, std::nullopt},
@@ -72,9 +58,7 @@ LayerNormDense::LayerNormDense(std::string name, int64_t hidden, int64_t out,
 TensorView LayerNormDense::forward(const TensorView& x) { return dense_.forward(norm_.forward(x)); }
 
 TensorView LayerNormDense::backward(const TensorView& dy) {
-  const TensorView dx = norm_.backward(dense_.backward(dy));
-  reduce_norm_grads(norm_, ctx_, sequence_parallel_);
-  return dx;
+  return norm_.backward(dense_.backward(dy));
 }
 
 std::vector<Parameter*> LayerNormDense::parameters() {

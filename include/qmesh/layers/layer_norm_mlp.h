@@ -42,7 +42,6 @@ class QMESH_API LayerNormMLP {
   std::vector<Parameter*> parameters();
 
  private:
-  LayerNormMLPOptions options_;
   LayerContext& ctx_;
   LayerNorm norm_;
   Dense fc1_, fc2_;
@@ -60,8 +59,6 @@ class QMESH_API LayerNormDense {
   std::vector<Parameter*> parameters();
 
  private:
-  bool sequence_parallel_;
-  LayerContext& ctx_;
   LayerNorm norm_;
   Dense dense_;
 };

@@ -305,6 +305,64 @@ TEST(Fsdp, NegativePrefetchIsAnError) {
   });
 }
 
+// Every parameter of LayerNormMLP and LayerNormDense, LayerNorm's gamma and beta included, and
+// its AdamW moments are held as this rank's zero-padded 1/fsdp shard; gathered back, LayerNorm's
+// parameters are their unsharded initial values (gamma 1, beta 0).
+TEST(Fsdp, EveryParameterAndItsOptimizerStateIsAPaddedShard) {
+  for (const Layout& l : {Layout{1, 4, 1}, Layout{2, 2, 2}}) {
+    run_local_ranks(l.dp * l.fsdp * l.tp, [&](Communicator& world) {
+      Mesh mesh(borrow(world), axes_of(l), roles_of(l));
+      LayerContext ctx(mesh, Recipe::kFp8Delayed);
+      LayerNormMLP mlp("mlp", kHidden, kFfn, {}, ctx, 1);
+      LayerNormDense qkv("qkv", kHidden, 3 * kFfn, false, ctx, 2);
+      std::vector<Parameter*> params = mlp.parameters();
+      for (Parameter* p : qkv.parameters()) params.push_back(p);
+      // The tp-local sizes (fc1 and the qkv projection are column parallel, fc2 row parallel).
+      const std::map<std::string, int64_t> local = {{"mlp.ln.gamma", kHidden},
+                                                    {"mlp.ln.beta", kHidden},
+                                                    {"mlp.fc1.weight", kFfn / l.tp * kHidden},
+                                                    {"mlp.fc1.bias", kFfn / l.tp},
+                                                    {"mlp.fc2.weight", kHidden * kFfn / l.tp},
+                                                    {"mlp.fc2.bias", kHidden},
+                                                    {"qkv.ln.gamma", kHidden},
+                                                    {"qkv.ln.beta", kHidden},
+                                                    {"qkv.dense.weight", 3 * kFfn / l.tp * kHidden},
+                                                    {"qkv.dense.bias", 3 * kFfn / l.tp}};
+      ASSERT_EQ(params.size(), local.size());
+      // ceil(n / fsdp), rounded up to a multiple of dp: 1/fsdp of n plus less than fsdp x dp.
+      std::map<std::string, int64_t> shard;
+      for (const auto& [name, n] : local)
+        shard[name] = ((n + l.fsdp - 1) / l.fsdp + l.dp - 1) / l.dp * l.dp;
+      for (Parameter* p : params) {
+        SCOPED_TRACE(p->name);
+        ASSERT_TRUE(p->fsdp_sharded());
+        EXPECT_EQ(p->fsdp_numel, local.at(p->name));
+        EXPECT_EQ(p->value.numel(), shard.at(p->name));
+        EXPECT_EQ(p->grad.numel(), shard.at(p->name));
+      }
+      auto adamw = make_adamw(params, {});
+      int moments = 0;
+      for (const auto& [name, tensor] : adamw->state()) {
+        if (name == "optimizer.step") continue;
+        const std::string param = name.substr(0, name.rfind('.'));
+        EXPECT_EQ(tensor->numel(), shard.at(param)) << name;
+        ++moments;
+      }
+      EXPECT_EQ(moments, 2 * int(params.size()));
+      for (Parameter* p : {params[0], params[1]}) {  // mlp.ln.gamma, mlp.ln.beta
+        const Tensor full = ctx.fsdp().full_value(*p);
+        ASSERT_EQ(full.numel(), kHidden);
+        for (int64_t i = 0; i < kHidden; ++i)
+          ASSERT_EQ(full.data_as<float>()[i], p == params[0] ? 1.0f : 0.0f) << p->name;
+        const int64_t padding_begin =
+            std::max<int64_t>(0, kHidden - ctx.fsdp().rank() * p->value.numel());
+        for (int64_t i = padding_begin; i < p->value.numel(); ++i)
+          ASSERT_EQ(p->value.data_as<float>()[i], 0.0f) << p->name << " padding " << i;
+      }
+    });
+  }
+}
+
 TEST(Fsdp, ShardedParametersAreRejectedByGradSync) {
   run_local_ranks(2, [&](Communicator& world) {
     Mesh mesh(borrow(world), {{"fsdp", 2}}, MeshResource{"", "", "fsdp", ""});
