@@ -58,7 +58,17 @@ void shift(const RingContext& ctx, const TensorView& out_chunk, const TensorView
   const int prev = (ctx.rank + ctx.size - 1) % ctx.size;
   WorkHandle recv = ctx.p2p.recv_async(in_chunk, prev, ctx.tag);
   WorkHandle send = ctx.p2p.send_async(out_chunk, next, ctx.tag);
-  wait_for(ctx, *send, false, next, where);
+  try {
+    wait_for(ctx, *send, false, next, where);
+  } catch (const Error&) {
+    // The receive gets what is left of the deadline (nothing, after a timeout), so that
+    // dropping it does not wait a timeout of its own.
+    try {
+      recv->wait(remaining(ctx));
+    } catch (const Error&) {
+    }
+    throw;
+  }
   wait_for(ctx, *recv, true, prev, where);
 }
 
