@@ -42,7 +42,9 @@ void wait_for(const RingContext& ctx, Work& work, bool receiving, int peer,
         receiving, peer, where, std::chrono::ceil<std::chrono::milliseconds>(Clock::now() - start));
     const std::vector<int> absent = ctx.absent ? ctx.absent() : std::vector<int>{};
     if (!absent.empty()) blame = comm_detail::never_joined_text(absent, ctx.op) + "; " + blame;
-    QMESH_THROW(comm_detail::timeout_text(ctx.what, ctx.timeout), ": ", blame);
+    const std::string message = comm_detail::timeout_text(ctx.what, ctx.timeout) + ": " + blame;
+    if (ctx.on_timeout) ctx.on_timeout(message);
+    QMESH_THROW(message);
   }
 }
 
@@ -58,17 +60,7 @@ void shift(const RingContext& ctx, const TensorView& out_chunk, const TensorView
   const int prev = (ctx.rank + ctx.size - 1) % ctx.size;
   WorkHandle recv = ctx.p2p.recv_async(in_chunk, prev, ctx.tag);
   WorkHandle send = ctx.p2p.send_async(out_chunk, next, ctx.tag);
-  try {
-    wait_for(ctx, *send, false, next, where);
-  } catch (const Error&) {
-    // The receive gets what is left of the deadline (nothing, after a timeout), so that
-    // dropping it does not wait a timeout of its own.
-    try {
-      recv->wait(remaining(ctx));
-    } catch (const Error&) {
-    }
-    throw;
-  }
+  wait_for(ctx, *send, false, next, where);
   wait_for(ctx, *recv, true, prev, where);
 }
 

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <functional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -30,6 +31,9 @@ struct RingContext {
   std::string_view op;  // the collective alone: "all_reduce"
   // Where the backend knows it (local): the ranks that have not called this collective.
   std::function<std::vector<int>()> absent;
+  // Optional: told a step's timeout error before the ring unwinds (dropping the step's
+  // other transfer may wait for it), so that a waiter can report it at once.
+  std::function<void(const std::string&)> on_timeout;
 };
 
 // Shapes as in Collectives (arguments are checked by the caller). Host buffers only.

@@ -278,7 +278,8 @@ class LocalComm : public Communicator, public OneSided {
     worker_.submit([this, state, what, name, timeout, deadline, absent, fn] {
       std::exception_ptr error;
       try {
-        fn(algorithms::RingContext{coll_, rank_, size_, 0, deadline, timeout, what, name, absent});
+        fn(algorithms::RingContext{
+            coll_, rank_, size_, 0, deadline, timeout, what, name, absent, {}});
       } catch (...) {
         error = std::current_exception();
       }

@@ -35,9 +35,10 @@ void require_host(const TensorView& t, std::string_view what) {
 
 // A Work over an Op of an engine. `owner` keeps the engine alive for works handed to the
 // caller; works created by jobs of the engine's own thread leave it null. `blame` names the
-// peer a timed-out wait waited for (empty: unknown). A ring collective (`ring`) ends by itself
-// at its deadline with an error naming the peer its step waited for: a wait that times out
-// gives it a moment to report that, rather than a vaguer error of its own.
+// peer a timed-out wait waited for (empty: unknown). A ring collective (`ring`) notes, at its
+// deadline, an error naming the peer its step waited for (Op::timeout_note): a wait that
+// times out gives it a moment to do so (up to 1 s, and no longer than the wait's own
+// timeout: a zero-timeout poll stays one) and reports it, rather than a vaguer error.
 class UcxWork : public Work {
  public:
   UcxWork(std::shared_ptr<Engine> owner, Engine& engine, std::shared_ptr<Op> op,
@@ -67,9 +68,16 @@ class UcxWork : public Work {
   }
 
   void wait(std::chrono::milliseconds timeout) override {
-    auto is_done = [this] { return op_->is_done(); };
-    bool done = engine_.wait_until(is_done, Clock::now() + timeout);
-    if (!done && ring_) done = engine_.wait_until(is_done, Clock::now() + kRingReportGrace);
+    bool done = engine_.wait_until([this] { return op_->is_done(); }, Clock::now() + timeout);
+    if (!done && ring_) {
+      engine_.wait_until([this] { return op_->is_done() || op_->noted.load(); },
+                         Clock::now() + std::min(timeout, kRingReportGrace));
+      done = op_->is_done();
+      if (!done && op_->noted.load(std::memory_order_acquire)) {
+        timed_out_ = true;
+        QMESH_THROW(op_->timeout_note);
+      }
+    }
     if (!done) {
       timed_out_ = true;
       QMESH_THROW(
@@ -418,8 +426,19 @@ class UcxComm final : public Communicator,
                      size = size_]() {
       try {
         TagChannel channel(*engine, nullptr, Channel::kCollective, rank, size);
-        fn(algorithms::RingContext{
-            channel, rank, size, tag, deadline, timeout, op->what, name, {}});
+        fn(algorithms::RingContext{channel,
+                                   rank,
+                                   size,
+                                   tag,
+                                   deadline,
+                                   timeout,
+                                   op->what,
+                                   name,
+                                   {},
+                                   [&op](const std::string& message) {
+                                     op->timeout_note = message;
+                                     op->noted.store(true, std::memory_order_release);
+                                   }});
         op->complete();
       } catch (...) {
         op->complete(std::current_exception());
