@@ -34,6 +34,8 @@ struct CommState {
   int rank = 0;
   int size = 1;
   int roll_tag = 0;
+  std::vector<int> world_ranks;  // of this communicator's ranks (errors name both numberings)
+  bool is_world = false;         // world_ranks[r] == r for all ranks of the world
   std::string broken;
   std::optional<std::string> roll_call;  // its finding, once held
   std::mutex mu;
@@ -43,6 +45,16 @@ struct CommState {
     MPI_Finalized(&finalized);
     if (!finalized && comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
   }
+  // " (world ranks 1 and 3)": where `ranks` of this communicator are in MPI_COMM_WORLD;
+  // empty for the world itself (or none).
+  std::string in_world(const std::vector<int>& ranks) const {
+    if (ranks.empty() || is_world) return {};
+    std::vector<int> world;
+    for (int r : ranks) world.push_back(world_ranks[static_cast<size_t>(r)]);
+    std::string text = comm_detail::peer_ranks(world);  // "peer rank(s) ..."
+    return " (world " + text.substr(text.find("rank")) + ")";
+  }
+
   void check_usable() {
     std::lock_guard lock(mu);
     QMESH_CHECK(broken.empty(), "MPI communicator is unusable: ", broken);
@@ -86,7 +98,7 @@ std::string roll_call(CommState& state, std::string_view op, std::chrono::millis
   std::vector<int> silent;
   for (int r = 0; r < state.size; ++r)
     if (!answered[static_cast<size_t>(r)]) silent.push_back(r);
-  state.roll_call = comm_detail::roll_call_text(silent, op);
+  state.roll_call = comm_detail::roll_call_text(silent, op) + state.in_world(silent);
   return *state.roll_call;
 }
 
@@ -299,6 +311,21 @@ class MpiComm : public Communicator {
     state_->rank = rank_;
     state_->size = size_;
     state_->roll_tag = found ? *tag_ub : 32767;  // the top tag is the roll call's
+    MPI_Group group = MPI_GROUP_NULL, world_group = MPI_GROUP_NULL;
+    QMESH_CHECK_MPI(MPI_Comm_group(comm, &group));
+    QMESH_CHECK_MPI(MPI_Comm_group(MPI_COMM_WORLD, &world_group));
+    std::vector<int> ranks(static_cast<size_t>(size_));
+    for (int r = 0; r < size_; ++r) ranks[static_cast<size_t>(r)] = r;
+    state_->world_ranks.resize(ranks.size());
+    QMESH_CHECK_MPI(MPI_Group_translate_ranks(group, size_, ranks.data(), world_group,
+                                              state_->world_ranks.data()));
+    MPI_Group_free(&group);
+    MPI_Group_free(&world_group);
+    int world_size = 0;
+    QMESH_CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &world_size));
+    state_->is_world = world_size == size_;
+    for (int r = 0; r < size_; ++r)
+      state_->is_world = state_->is_world && state_->world_ranks[static_cast<size_t>(r)] == r;
     max_tag_ = state_->roll_tag - 1;
   }
 
@@ -362,7 +389,7 @@ class MpiComm : public Communicator {
           return MPI_Isend(in.data, count_of(static_cast<int64_t>(in.nbytes()), "send (bytes)"),
                            MPI_BYTE, peer, tag, comm(), r);
         },
-        comm_detail::p2p_wait_text(false, peer, tag));
+        comm_detail::p2p_wait_text(false, peer, tag) + state_->in_world({peer}));
   }
 
   WorkHandle recv_async(TensorView out, int peer, int tag, Stream) override {
@@ -381,7 +408,7 @@ class MpiComm : public Communicator {
     return start(
         detail::concat("receive from rank ", peer, " tag ", tag),
         [&](MPI_Request* r) { return MPI_Irecv(out.data, bytes, MPI_BYTE, peer, tag, comm(), r); },
-        comm_detail::p2p_wait_text(true, peer, tag), check_count, true);
+        comm_detail::p2p_wait_text(true, peer, tag) + state_->in_world({peer}), check_count, true);
   }
 
   std::shared_ptr<Communicator> split(int color, int key) override {
