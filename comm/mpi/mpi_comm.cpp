@@ -102,10 +102,11 @@ std::string roll_call(CommState& state, std::string_view op, std::chrono::millis
   return *state.roll_call;
 }
 
-// How long the roll call after a timeout of `timeout` collects answers: half of it, at most
-// 5 s, so that a rank still leaves within 2 x the timeout.
+// How long the roll call after a timeout of `timeout` collects answers: a quarter of it, at
+// most 5 s, so that a rank still leaves well within 2 x the timeout. The survivors of a
+// collective time out within moments of each other (they wait in the same one).
 std::chrono::milliseconds roll_call_grace(std::chrono::milliseconds timeout) {
-  return std::min(timeout / 2, std::chrono::milliseconds(5000));
+  return std::min(timeout / 4, std::chrono::milliseconds(5000));
 }
 
 class MpiWork : public Work {
