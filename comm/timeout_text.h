@@ -1,16 +1,38 @@
-// The opening of every communication timeout error, worded alike on every backend so that
-// users (and scripts) recognise it: "<what> timed out after <seconds> s
-// (QMESH_COMM_TIMEOUT_S)". Each backend adds what the timeout means for it.
+// The wording of every communication timeout error, alike on every backend so that users
+// (and scripts) recognise it. The opening: "<what> timed out after <seconds> s
+// (QMESH_COMM_TIMEOUT_S)". Then, where the backend knows it, the peer the operation waited
+// for: every such sentence contains "peer rank <r>" or "peer ranks <r> and <s>" (what
+// tests/faults looks for). NCCL cannot tell which peer is missing and names none.
 #pragma once
 
 #include <chrono>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "qmesh/export.h"
 
 namespace qmesh::comm_detail {
 
 QMESH_API std::string timeout_text(std::string_view what, std::chrono::milliseconds limit);
+
+// "peer rank 2", "peer ranks 2 and 3", "peer ranks 1, 2 and 3" (ranks in the given order).
+QMESH_API std::string peer_ranks(const std::vector<int>& ranks);
+
+// "peer ranks 2 and 3 never joined this <op>": ranks that have not called the collective.
+QMESH_API std::string never_joined_text(const std::vector<int>& ranks, std::string_view op);
+
+// A ring step that waited `waited` for `peer` (receiving from it, or for it to take what this
+// rank sends), at `where` ("step 1 of 3 of the ring"): "waited 5 s for data from peer rank 2
+// in step 1 of 3 of the ring; that rank died, froze, or is itself waiting for another".
+QMESH_API std::string ring_wait_text(bool receiving, int peer, std::string_view where,
+                                     std::chrono::milliseconds waited);
+
+// A point-to-point receive from (or send to) `peer` with `tag` that never matched.
+QMESH_API std::string p2p_wait_text(bool receiving, int peer, int tag);
+
+// The ranks that did not answer the roll call that follows a timed-out collective `op`.
+// Empty `ranks`: every peer answered (so each is alive, waiting in some operation).
+QMESH_API std::string roll_call_text(const std::vector<int>& ranks, std::string_view op);
 
 }  // namespace qmesh::comm_detail

@@ -1,10 +1,12 @@
 #include "algorithms/ring.h"
 
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "algorithms/reduce.h"
 #include "qmesh/error.h"
+#include "timeout_text.h"
 
 namespace qmesh::algorithms {
 
@@ -23,22 +25,43 @@ std::chrono::milliseconds remaining(const RingContext& ctx) {
   return std::max(left, std::chrono::milliseconds(0));
 }
 
-void wait_for(const RingContext& ctx, Work& work, std::string_view step) {
+// Waits for one transfer of a ring step with `peer`; on timeout the error names that peer
+// (and the ranks that never joined, where the backend knows them).
+void wait_for(const RingContext& ctx, Work& work, bool receiving, int peer,
+              std::string_view where) {
+  const auto start = Clock::now();
   try {
     work.wait(remaining(ctx));
   } catch (const Error& e) {
-    QMESH_THROW(ctx.what, " failed in ", step, ": ", e.what());
+    if (Clock::now() < ctx.deadline) {
+      QMESH_THROW(ctx.what, " failed in ", where, " (",
+                  receiving ? "receiving from " : "sending to ", comm_detail::peer_ranks({peer}),
+                  "): ", e.what());
+    }
+    std::string blame = comm_detail::ring_wait_text(
+        receiving, peer, where, std::chrono::ceil<std::chrono::milliseconds>(Clock::now() - start));
+    const std::vector<int> absent = ctx.absent ? ctx.absent() : std::vector<int>{};
+    if (!absent.empty()) blame = comm_detail::never_joined_text(absent, ctx.op) + "; " + blame;
+    const std::string message = comm_detail::timeout_text(ctx.what, ctx.timeout) + ": " + blame;
+    if (ctx.on_timeout) ctx.on_timeout(message);
+    QMESH_THROW(message);
   }
 }
 
-// Sends `out_chunk` to the next rank while receiving `in_chunk` from the previous one.
-void shift(const RingContext& ctx, const TensorView& out_chunk, const TensorView& in_chunk) {
+std::string ring_step(int step, int steps) {
+  return detail::concat("step ", step + 1, " of ", steps, " of the ring");
+}
+
+// Sends `out_chunk` to the next rank while receiving `in_chunk` from the previous one, in
+// step `where` of the ring.
+void shift(const RingContext& ctx, const TensorView& out_chunk, const TensorView& in_chunk,
+           std::string_view where) {
   const int next = (ctx.rank + 1) % ctx.size;
   const int prev = (ctx.rank + ctx.size - 1) % ctx.size;
   WorkHandle recv = ctx.p2p.recv_async(in_chunk, prev, ctx.tag);
   WorkHandle send = ctx.p2p.send_async(out_chunk, next, ctx.tag);
-  wait_for(ctx, *send, "a send to the next rank");
-  wait_for(ctx, *recv, "a receive from the previous rank");
+  wait_for(ctx, *send, false, next, where);
+  wait_for(ctx, *recv, true, prev, where);
 }
 
 void require_host(const TensorView& t, std::string_view what) {
@@ -50,7 +73,7 @@ void require_host(const TensorView& t, std::string_view what) {
 // `work` holds the full reduction. `scratch` holds at least the largest chunk.
 template <class ChunkFn>
 void reduce_scatter_chunks(const RingContext& ctx, const TensorView& work, ChunkFn chunk,
-                           std::vector<char>& scratch, ReduceOp op) {
+                           std::vector<char>& scratch, ReduceOp op, int steps) {
   const int n = ctx.size;
   for (int s = 0; s < n - 1; ++s) {
     const int send_c = (ctx.rank - s - 1 + 2 * n) % n;
@@ -58,21 +81,24 @@ void reduce_scatter_chunks(const RingContext& ctx, const TensorView& work, Chunk
     const auto [send_begin, send_count] = chunk(send_c);
     const auto [recv_begin, recv_count] = chunk(recv_c);
     TensorView tmp(scratch.data(), work.dtype, Shape{recv_count});
-    shift(ctx, slice(work, send_begin, send_count), tmp);
+    shift(ctx, slice(work, send_begin, send_count), tmp, ring_step(s, steps));
     reduce_into(slice(work, recv_begin, recv_count).data, tmp.data, recv_count, work.dtype, op);
   }
 }
 
 // Ring all-gather in place: chunk `rank` of `work` is this rank's; on return all are filled.
+// `first_step`, `steps`: where these steps lie in the whole ring (for messages).
 template <class ChunkFn>
-void all_gather_chunks(const RingContext& ctx, const TensorView& work, ChunkFn chunk) {
+void all_gather_chunks(const RingContext& ctx, const TensorView& work, ChunkFn chunk,
+                       int first_step, int steps) {
   const int n = ctx.size;
   for (int s = 0; s < n - 1; ++s) {
     const int send_c = (ctx.rank - s + n) % n;
     const int recv_c = (ctx.rank - s - 1 + n) % n;
     const auto [send_begin, send_count] = chunk(send_c);
     const auto [recv_begin, recv_count] = chunk(recv_c);
-    shift(ctx, slice(work, send_begin, send_count), slice(work, recv_begin, recv_count));
+    shift(ctx, slice(work, send_begin, send_count), slice(work, recv_begin, recv_count),
+          ring_step(first_step + s, steps));
   }
 }
 
@@ -83,7 +109,12 @@ void ring_all_gather(const RingContext& ctx, const TensorView& in, const TensorV
   require_host(out, "the all_gather output");
   const int64_t m = in.numel();
   std::memmove(slice(out, ctx.rank * m, m).data, in.data, in.nbytes());
-  all_gather_chunks(ctx, out, [m](int c) { return std::pair<int64_t, int64_t>{c * m, m}; });
+  all_gather_chunks(
+      ctx, out,
+      [m](int c) {
+        return std::pair<int64_t, int64_t>{c * m, m};
+      },
+      0, ctx.size - 1);
 }
 
 void ring_reduce_scatter(const RingContext& ctx, const TensorView& in, const TensorView& out,
@@ -100,7 +131,7 @@ void ring_reduce_scatter(const RingContext& ctx, const TensorView& in, const Ten
       [m](int c) {
         return std::pair<int64_t, int64_t>{c * m, m};
       },
-      scratch, op);
+      scratch, op, ctx.size - 1);
   std::memcpy(out.data, slice(work, ctx.rank * m, m).data, out.nbytes());
 }
 
@@ -124,8 +155,8 @@ void ring_all_reduce(const RingContext& ctx, const TensorView& buf, ReduceOp op)
     return;
   }
   std::vector<char> scratch((total / n + 1) * dtype_size(buf.dtype));
-  reduce_scatter_chunks(ctx, buf, chunk, scratch, op);
-  all_gather_chunks(ctx, buf, chunk);
+  reduce_scatter_chunks(ctx, buf, chunk, scratch, op, 2 * (n - 1));
+  all_gather_chunks(ctx, buf, chunk, n - 1, 2 * (n - 1));
 }
 
 void ring_broadcast(const RingContext& ctx, const TensorView& buf, int root) {
@@ -134,11 +165,11 @@ void ring_broadcast(const RingContext& ctx, const TensorView& buf, int root) {
   const int prev = (ctx.rank + ctx.size - 1) % ctx.size;
   if (ctx.rank != root) {
     WorkHandle recv = ctx.p2p.recv_async(buf, prev, ctx.tag);
-    wait_for(ctx, *recv, "a receive from the previous rank");
+    wait_for(ctx, *recv, true, prev, "the broadcast chain");
   }
   if (next != root) {
     WorkHandle send = ctx.p2p.send_async(buf, next, ctx.tag);
-    wait_for(ctx, *send, "a send to the next rank");
+    wait_for(ctx, *send, false, next, "the broadcast chain");
   }
 }
 
@@ -150,9 +181,10 @@ void ring_barrier(const RingContext& ctx) {
   // entered. Pass 2 (a chain from rank 0) tells the others.
   const int next = (ctx.rank + 1) % ctx.size;
   const int prev = (ctx.rank + ctx.size - 1) % ctx.size;
-  if (ctx.rank != 0) wait_for(ctx, *ctx.p2p.recv_async(t, prev, ctx.tag), "barrier pass 1");
-  wait_for(ctx, *ctx.p2p.send_async(t, next, ctx.tag), "barrier pass 1");
-  if (ctx.rank == 0) wait_for(ctx, *ctx.p2p.recv_async(t, prev, ctx.tag), "barrier pass 1");
+  const std::string_view pass = "pass 1 of the barrier";
+  if (ctx.rank != 0) wait_for(ctx, *ctx.p2p.recv_async(t, prev, ctx.tag), true, prev, pass);
+  wait_for(ctx, *ctx.p2p.send_async(t, next, ctx.tag), false, next, pass);
+  if (ctx.rank == 0) wait_for(ctx, *ctx.p2p.recv_async(t, prev, ctx.tag), true, prev, pass);
   ring_broadcast(ctx, t, 0);
 }
 

@@ -1,14 +1,18 @@
 // Ring collectives written only against PointToPoint (host buffers). Backends without
 // native collectives (local threads, UCX) run these; each call blocks the calling thread
-// until done and throws qmesh::Error once `deadline` has passed. Internal to qmesh's comm
-// libraries (exported for the backend libraries, not installed as a public header).
+// until done and throws qmesh::Error once `deadline` has passed, naming the peer that a
+// timed-out step waited for (and the ranks that never joined, where `absent` says). Internal to
+// qmesh's comm libraries (exported for the backend libraries, not installed as a public header).
 //
 // Bandwidth-optimal rings: all-gather and reduce-scatter move (n-1)/n of the data per rank,
 // all-reduce is reduce-scatter followed by all-gather (2(n-1)/n), broadcast is a chain.
 #pragma once
 
 #include <chrono>
+#include <functional>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "qmesh/comm/communicator.h"
 #include "qmesh/export.h"
@@ -21,8 +25,15 @@ struct RingContext {
   int size = 1;
   int tag = 0;
   std::chrono::steady_clock::time_point deadline;
+  std::chrono::milliseconds timeout{};  // the limit `deadline` came from (for messages)
   std::string_view
-      what;  // names the operation and rank in errors: "local all_reduce (rank 0 of 4)"
+      what;             // names the operation and rank in errors: "local all_reduce (rank 0 of 4)"
+  std::string_view op;  // the collective alone: "all_reduce"
+  // Where the backend knows it (local): the ranks that have not called this collective.
+  std::function<std::vector<int>()> absent;
+  // Optional: told a step's timeout error before the ring unwinds (dropping the step's
+  // other transfer may wait for it), so that a waiter can report it at once.
+  std::function<void(const std::string&)> on_timeout;
 };
 
 // Shapes as in Collectives (arguments are checked by the caller). Host buffers only.

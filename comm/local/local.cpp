@@ -15,6 +15,7 @@
 #include "local/local_world.h"
 #include "qmesh/comm/one_sided.h"
 #include "qmesh/error.h"
+#include "timeout_text.h"
 
 namespace qmesh {
 
@@ -264,11 +265,21 @@ class LocalComm : public Communicator, public OneSided {
   WorkHandle run_collective(std::string_view op, Fn fn) {
     auto state = std::make_shared<OpState>();
     const std::string what = describe(op);
-    const auto deadline = Clock::now() + comm_timeout();
-    worker_.submit([this, state, what, deadline, fn] {
+    const std::string name(op);
+    const auto timeout = comm_timeout();
+    const auto deadline = Clock::now() + timeout;
+    World* world = world_.get();
+    const int ctx = ctx_ + 1;
+    const uint64_t seq = world->join(ctx, rank_, size_);
+    auto absent = [world, ctx, seq] {
+      std::lock_guard lock(world->mu);
+      return world->absent_locked(ctx, seq);
+    };
+    worker_.submit([this, state, what, name, timeout, deadline, absent, fn] {
       std::exception_ptr error;
       try {
-        fn(algorithms::RingContext{coll_, rank_, size_, 0, deadline, what});
+        fn(algorithms::RingContext{
+            coll_, rank_, size_, 0, deadline, timeout, what, name, absent, {}});
       } catch (...) {
         error = std::current_exception();
       }
@@ -277,7 +288,10 @@ class LocalComm : public Communicator, public OneSided {
       state->done = true;
       world_->cv.notify_all();
     });
-    return std::make_unique<LocalWork>(world_, state, what);
+    return std::make_unique<LocalWork>(world_, state, what, [world, ctx, seq, name] {
+      const std::vector<int> missing = world->absent_locked(ctx, seq);
+      return missing.empty() ? std::string() : comm_detail::never_joined_text(missing, name);
+    });
   }
 
   struct Exchanged {
@@ -293,7 +307,7 @@ class LocalComm : public Communicator, public OneSided {
           return std::shared_ptr<const void>(
               std::make_shared<Exchanged>(Exchanged{values, finalize(values)}));
         },
-        Clock::now() + comm_timeout(), describe(op));
+        Clock::now() + comm_timeout(), describe(op), op);
     return *static_cast<const Exchanged*>(combined.get());
   }
 
@@ -314,8 +328,9 @@ WorkHandle Channel::send_async(TensorView in, int peer, int tag, Stream stream) 
   auto state = std::make_shared<OpState>();
   comm_.world().post_send(ctx_, comm_.rank(), peer, tag,
                           Posted{{in.data, in.device, stream}, in.nbytes(), state});
-  return std::make_unique<LocalWork>(comm_.world_ptr(), state,
-                                     comm_.describe(detail::concat("send to rank ", peer)));
+  return std::make_unique<LocalWork>(
+      comm_.world_ptr(), state, comm_.describe(detail::concat("send to rank ", peer)),
+      [peer, tag] { return comm_detail::p2p_wait_text(false, peer, tag); });
 }
 
 WorkHandle Channel::recv_async(TensorView out, int peer, int tag, Stream stream) {
@@ -325,8 +340,9 @@ WorkHandle Channel::recv_async(TensorView out, int peer, int tag, Stream stream)
   auto state = std::make_shared<OpState>();
   comm_.world().post_recv(ctx_, peer, comm_.rank(), tag,
                           Posted{{out.data, out.device, stream}, out.nbytes(), state});
-  return std::make_unique<LocalWork>(comm_.world_ptr(), state,
-                                     comm_.describe(detail::concat("receive from rank ", peer)));
+  return std::make_unique<LocalWork>(
+      comm_.world_ptr(), state, comm_.describe(detail::concat("receive from rank ", peer)),
+      [peer, tag] { return comm_detail::p2p_wait_text(true, peer, tag); });
 }
 
 }  // namespace

@@ -66,16 +66,17 @@ void World::post_recv(int ctx, int src, int dst, int tag, Posted recv) {
 }
 
 void World::wait(std::unique_lock<std::mutex>& lock, Clock::time_point deadline,
-                 const std::function<bool()>& done, const std::string& what) {
+                 const std::function<bool()>& done, const std::string& what, const Blame& blame) {
   const auto start = Clock::now();
   while (!done()) {
     if (aborted_) QMESH_THROW(what, " failed: the local world was aborted: ", abort_reason_);
     if (cv.wait_until(lock, deadline) == std::cv_status::timeout && !done()) {
       if (aborted_) continue;
+      std::string who = blame ? blame() : std::string();
+      if (who.empty()) who = "a peer rank did not take part";
       QMESH_THROW(comm_detail::timeout_text(
                       what, std::chrono::ceil<std::chrono::milliseconds>(Clock::now() - start)),
-                  ": a peer rank did not take part (raise QMESH_COMM_TIMEOUT_S if it is "
-                  "just slow)");
+                  ": ", who, " (raise QMESH_COMM_TIMEOUT_S if it is just slow)");
     }
   }
 }
@@ -83,7 +84,7 @@ void World::wait(std::unique_lock<std::mutex>& lock, Clock::time_point deadline,
 std::shared_ptr<const void> World::exchange(
     int ctx, uint64_t seq, int rank, int size, std::shared_ptr<const void> value,
     const std::function<std::shared_ptr<const void>(const Values&)>& finalize,
-    Clock::time_point deadline, const std::string& what) {
+    Clock::time_point deadline, const std::string& what, std::string_view op) {
   std::unique_lock lock(mu);
   Slot& slot = slots_[{ctx, seq}];
   if (slot.values.empty()) slot.values.resize(size);
@@ -93,10 +94,32 @@ std::shared_ptr<const void> World::exchange(
     cv.notify_all();
   }
   wait(
-      lock, deadline, [&] { return slot.arrived == size; }, what);
+      lock, deadline, [&] { return slot.arrived == size; }, what,
+      [&] {
+        std::vector<int> missing;
+        for (int r = 0; r < size; ++r)
+          if (!slot.values[r]) missing.push_back(r);
+        return comm_detail::never_joined_text(missing, op);
+      });
   std::shared_ptr<const void> result = slot.result;
   if (++slot.left == size) slots_.erase({ctx, seq});
   return result;
+}
+
+uint64_t World::join(int ctx, int rank, int size) {
+  std::lock_guard lock(mu);
+  auto& calls = joined_[ctx];
+  calls.resize(size);
+  return ++calls[rank];
+}
+
+std::vector<int> World::absent_locked(int ctx, uint64_t seq) const {
+  std::vector<int> absent;
+  const auto it = joined_.find(ctx);
+  if (it == joined_.end()) return absent;
+  for (size_t r = 0; r < it->second.size(); ++r)
+    if (it->second[r] < seq) absent.push_back(static_cast<int>(r));
+  return absent;
 }
 
 void World::abort(const std::string& reason) {
@@ -155,7 +178,7 @@ void LocalWork::wait(std::chrono::milliseconds timeout) {
     std::unique_lock lock(world_->mu);
     try {
       world_->wait(
-          lock, Clock::now() + timeout, [this] { return state_->done; }, what_);
+          lock, Clock::now() + timeout, [this] { return state_->done; }, what_, blame_);
     } catch (const Error&) {
       failure_reported_ = true;
       world_->cancel_locked(state_, std::current_exception());

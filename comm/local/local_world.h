@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -49,18 +50,27 @@ class World : public std::enable_shared_from_this<World> {
   void post_recv(int ctx, int src, int dst, int tag, Posted recv);
 
   // Blocks (lock held) until done() or the deadline; throws naming `what` on timeout and
-  // the abort reason when the world is aborted.
+  // the abort reason when the world is aborted. `blame` (called with the lock held) names
+  // the peer(s) waited for in the timeout error; empty or "" if it cannot tell.
+  using Blame = std::function<std::string()>;
   void wait(std::unique_lock<std::mutex>& lock, Clock::time_point deadline,
-            const std::function<bool()>& done, const std::string& what);
+            const std::function<bool()>& done, const std::string& what, const Blame& blame = {});
+
+  // Records that `rank` (of `size`) of context ctx has called its next collective there;
+  // returns that call's number (1, 2, ...).
+  uint64_t join(int ctx, int rank, int size);
+  // With `mu` held: the ranks of context ctx that have not yet called collective number `seq`.
+  std::vector<int> absent_locked(int ctx, uint64_t seq) const;
 
   // Rendezvous of the `size` ranks of context ctx for their call number `seq`: each passes
   // a value; the last to arrive runs `finalize` over all values (in rank order), and every
-  // rank returns what it produced. Bounded by `deadline`.
+  // rank returns what it produced. Bounded by `deadline`; a timeout names the ranks that
+  // never arrived at `op`.
   using Values = std::vector<std::shared_ptr<const void>>;
   std::shared_ptr<const void> exchange(
       int ctx, uint64_t seq, int rank, int size, std::shared_ptr<const void> value,
       const std::function<std::shared_ptr<const void>(const Values&)>& finalize,
-      Clock::time_point deadline, const std::string& what);
+      Clock::time_point deadline, const std::string& what, std::string_view op);
 
   void abort(const std::string& reason);
 
@@ -90,13 +100,19 @@ class World : public std::enable_shared_from_this<World> {
   std::map<Key, std::deque<Posted>> sends_;
   std::map<Key, std::deque<Posted>> recvs_;
   std::map<std::pair<int, uint64_t>, Slot> slots_;
+  std::map<int, std::vector<uint64_t>> joined_;  // per context: collectives called, per rank
 };
 
-// A Work over an OpState of a world.
+// A Work over an OpState of a world; `blame` names the peer(s) a timed-out wait waited for
+// (see World::wait).
 class LocalWork : public Work {
  public:
-  LocalWork(std::shared_ptr<World> world, std::shared_ptr<OpState> state, std::string what)
-      : world_(std::move(world)), state_(std::move(state)), what_(std::move(what)) {}
+  LocalWork(std::shared_ptr<World> world, std::shared_ptr<OpState> state, std::string what,
+            World::Blame blame = {})
+      : world_(std::move(world)),
+        state_(std::move(state)),
+        what_(std::move(what)),
+        blame_(std::move(blame)) {}
   ~LocalWork() override;
   bool test() override;
   void wait(std::chrono::milliseconds timeout) override;
@@ -106,6 +122,7 @@ class LocalWork : public Work {
   std::shared_ptr<World> world_;
   std::shared_ptr<OpState> state_;
   std::string what_;
+  World::Blame blame_;
   bool failure_reported_ = false;  // wait() or test() has thrown the failure to the caller
 };
 

@@ -6,7 +6,9 @@
 #include <climits>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <thread>
+#include <vector>
 
 #include "algorithms/reduce.h"
 #include "failure.h"
@@ -25,10 +27,17 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // An MPI communicator handle and, once a wait on it has timed out, why it is unusable: the
-// timed-out operation can be neither completed nor cancelled.
+// timed-out operation can be neither completed nor cancelled. `roll_tag` (above the users'
+// tags) carries only the roll call that follows a timed-out collective.
 struct CommState {
   MPI_Comm comm = MPI_COMM_NULL;
+  int rank = 0;
+  int size = 1;
+  int roll_tag = 0;
+  std::vector<int> world_ranks;  // of this communicator's ranks (errors name both numberings)
+  bool is_world = false;         // world_ranks[r] == r for all ranks of the world
   std::string broken;
+  std::optional<std::string> roll_call;  // its finding, once held
   std::mutex mu;
 
   ~CommState() {
@@ -36,23 +45,85 @@ struct CommState {
     MPI_Finalized(&finalized);
     if (!finalized && comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
   }
+  // " (world ranks 1 and 3)": where `ranks` of this communicator are in MPI_COMM_WORLD;
+  // empty for the world itself (or none).
+  std::string in_world(const std::vector<int>& ranks) const {
+    if (ranks.empty() || is_world) return {};
+    std::vector<int> world;
+    for (int r : ranks) world.push_back(world_ranks[static_cast<size_t>(r)]);
+    std::string text = comm_detail::peer_ranks(world);  // "peer rank(s) ..."
+    return " (world " + text.substr(text.find("rank")) + ")";
+  }
+
   void check_usable() {
     std::lock_guard lock(mu);
     QMESH_CHECK(broken.empty(), "MPI communicator is unusable: ", broken);
   }
 };
 
+// MPI cannot say which rank a timed-out collective waits for, so the ranks ask each other:
+// each rank whose collective on this communicator timed out sends an empty message with
+// `roll_tag` to every peer, then collects the peers' messages for `grace`. A peer that is
+// alive times out too (it waits in the same collective, or in one that waits for this rank)
+// and answers; the ones that never answer are dead, frozen, or never joined. Held once per
+// communicator (later timeouts reuse the finding); returns the sentence naming them.
+std::string roll_call(CommState& state, std::string_view op, std::chrono::milliseconds grace) {
+  std::lock_guard lock(state.mu);
+  if (state.roll_call) return *state.roll_call;
+  for (int peer = 0; peer < state.size; ++peer) {
+    if (peer == state.rank) continue;
+    MPI_Request request = MPI_REQUEST_NULL;
+    // Never waited for (the peer may be dead); an empty message needs no buffer.
+    if (MPI_Isend(nullptr, 0, MPI_BYTE, peer, state.roll_tag, state.comm, &request) == MPI_SUCCESS)
+      MPI_Request_free(&request);
+  }
+  std::vector<bool> answered(static_cast<size_t>(state.size), false);
+  answered[static_cast<size_t>(state.rank)] = true;
+  int missing = state.size - 1;
+  const auto deadline = Clock::now() + grace;
+  while (missing > 0 && Clock::now() < deadline) {
+    int flag = 0;
+    MPI_Status status;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, state.roll_tag, state.comm, &flag, &status) != MPI_SUCCESS)
+      break;
+    if (!flag) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      continue;
+    }
+    MPI_Recv(nullptr, 0, MPI_BYTE, status.MPI_SOURCE, state.roll_tag, state.comm,
+             MPI_STATUS_IGNORE);
+    if (!answered[static_cast<size_t>(status.MPI_SOURCE)]) --missing;
+    answered[static_cast<size_t>(status.MPI_SOURCE)] = true;
+  }
+  std::vector<int> silent;
+  for (int r = 0; r < state.size; ++r)
+    if (!answered[static_cast<size_t>(r)]) silent.push_back(r);
+  state.roll_call = comm_detail::roll_call_text(silent, op) + state.in_world(silent);
+  return *state.roll_call;
+}
+
+// How long the roll call after a timeout of `timeout` collects answers: a quarter of it, at
+// most 5 s, so that a rank still leaves well within 2 x the timeout. The survivors of a
+// collective time out within moments of each other (they wait in the same one).
+std::chrono::milliseconds roll_call_grace(std::chrono::milliseconds timeout) {
+  return std::min(timeout / 4, std::chrono::milliseconds(5000));
+}
+
 class MpiWork : public Work {
  public:
   using OnDone = std::function<void(const MPI_Status&)>;
   // A receive is `cancellable`: on timeout or when dropped unfinished it is withdrawn with
   // MPI_Cancel and the communicator stays usable. Anything else that times out leaves the
-  // communicator unusable.
-  MpiWork(std::shared_ptr<CommState> comm, MPI_Request request, std::string what,
-          OnDone on_done = {}, bool cancellable = false)
+  // communicator unusable. A timeout names the peer waited for: `blame` (point-to-point:
+  // the peer and tag), or, when it is empty (a collective), the ranks that did not answer
+  // the roll call after collective `op`.
+  MpiWork(std::shared_ptr<CommState> comm, MPI_Request request, std::string what, std::string op,
+          std::string blame, OnDone on_done = {}, bool cancellable = false)
       : comm_(std::move(comm)),
         request_(request),
         what_(std::move(what)),
+        op_(std::move(op)),
+        blame_(std::move(blame)),
         on_done_(std::move(on_done)),
         cancellable_(cancellable),
         progress_(ProgressThread::track()) {}
@@ -96,21 +167,22 @@ class MpiWork : public Work {
         const std::string reason = comm_detail::timeout_text(what_, timeout);
         switch (try_cancel()) {
           case Cancel::kCancelled:
-            QMESH_THROW(reason, ": the peer sent nothing; the receive was withdrawn");
+            QMESH_THROW(reason, ": ", blame_, "; the receive was withdrawn");
           case Cancel::kCompleted:
             timed_out_ = false;
             return;  // the message arrived after all
           case Cancel::kNotCancellable:
             break;
         }
+        const std::string blame =
+            blame_.empty() ? roll_call(*comm_, op_, roll_call_grace(timeout)) : blame_;
         {
           std::lock_guard lock(comm_->mu);
-          if (comm_->broken.empty()) comm_->broken = reason;
+          if (comm_->broken.empty()) comm_->broken = reason + ": " + blame;
         }
         comm_detail::record_failure();
-        QMESH_THROW(reason,
-                    ": a peer rank is dead, stuck or not taking part; the communicator "
-                    "is now unusable and the process should exit");
+        QMESH_THROW(reason, ": ", blame,
+                    "; the communicator is now unusable and the process should exit");
       }
       if (now < patient) {
         std::this_thread::yield();
@@ -147,6 +219,8 @@ class MpiWork : public Work {
   std::shared_ptr<CommState> comm_;
   MPI_Request request_;
   std::string what_;
+  std::string op_;
+  std::string blame_;
   OnDone on_done_;
   bool cancellable_;
   ProgressThread::Active progress_;  // background progress while in flight
@@ -235,7 +309,25 @@ class MpiComm : public Communicator {
     int* tag_ub = nullptr;
     int found = 0;
     QMESH_CHECK_MPI(MPI_Comm_get_attr(comm, MPI_TAG_UB, &tag_ub, &found));
-    max_tag_ = found ? *tag_ub : 32767;
+    state_->rank = rank_;
+    state_->size = size_;
+    state_->roll_tag = found ? *tag_ub : 32767;  // the top tag is the roll call's
+    MPI_Group group = MPI_GROUP_NULL, world_group = MPI_GROUP_NULL;
+    QMESH_CHECK_MPI(MPI_Comm_group(comm, &group));
+    QMESH_CHECK_MPI(MPI_Comm_group(MPI_COMM_WORLD, &world_group));
+    std::vector<int> ranks(static_cast<size_t>(size_));
+    for (int r = 0; r < size_; ++r) ranks[static_cast<size_t>(r)] = r;
+    state_->world_ranks.resize(ranks.size());
+    QMESH_CHECK_MPI(MPI_Group_translate_ranks(group, size_, ranks.data(), world_group,
+                                              state_->world_ranks.data()));
+    MPI_Group_free(&group);
+    MPI_Group_free(&world_group);
+    int world_size = 0;
+    QMESH_CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &world_size));
+    state_->is_world = world_size == size_;
+    for (int r = 0; r < size_; ++r)
+      state_->is_world = state_->is_world && state_->world_ranks[static_cast<size_t>(r)] == r;
+    max_tag_ = state_->roll_tag - 1;
   }
 
   int rank() const override { return rank_; }
@@ -292,10 +384,13 @@ class MpiComm : public Communicator {
     require_host(in, "the send buffer");
     comm_check::peer(peer, size_, "send peer");
     comm_check::tag(tag, max_tag_);
-    return start(detail::concat("send to rank ", peer, " tag ", tag), [&](MPI_Request* r) {
-      return MPI_Isend(in.data, count_of(static_cast<int64_t>(in.nbytes()), "send (bytes)"),
-                       MPI_BYTE, peer, tag, comm(), r);
-    });
+    return start(
+        detail::concat("send to rank ", peer, " tag ", tag),
+        [&](MPI_Request* r) {
+          return MPI_Isend(in.data, count_of(static_cast<int64_t>(in.nbytes()), "send (bytes)"),
+                           MPI_BYTE, peer, tag, comm(), r);
+        },
+        comm_detail::p2p_wait_text(false, peer, tag) + state_->in_world({peer}));
   }
 
   WorkHandle recv_async(TensorView out, int peer, int tag, Stream) override {
@@ -314,7 +409,7 @@ class MpiComm : public Communicator {
     return start(
         detail::concat("receive from rank ", peer, " tag ", tag),
         [&](MPI_Request* r) { return MPI_Irecv(out.data, bytes, MPI_BYTE, peer, tag, comm(), r); },
-        check_count, true);
+        comm_detail::p2p_wait_text(true, peer, tag) + state_->in_world({peer}), check_count, true);
   }
 
   std::shared_ptr<Communicator> split(int color, int key) override {
@@ -359,9 +454,10 @@ class MpiComm : public Communicator {
     return detail::concat("MPI ", op, " (rank ", rank_, " of ", size_, ")");
   }
 
+  // Issues an operation; `blame` as in MpiWork (empty for collectives).
   template <class Issue>
-  WorkHandle start(std::string_view op, Issue issue, MpiWork::OnDone on_done = {},
-                   bool cancellable = false) {
+  WorkHandle start(std::string_view op, Issue issue, std::string blame = {},
+                   MpiWork::OnDone on_done = {}, bool cancellable = false) {
     state_->check_usable();
     MPI_Request request = MPI_REQUEST_NULL;
     const int code = issue(&request);
@@ -369,8 +465,8 @@ class MpiComm : public Communicator {
       throw Error(describe(op) + " could not be started", __FILE__, __LINE__, "",
                   error_string(code));
     }
-    return std::make_unique<MpiWork>(state_, request, describe(op), std::move(on_done),
-                                     cancellable);
+    return std::make_unique<MpiWork>(state_, request, describe(op), std::string(op),
+                                     std::move(blame), std::move(on_done), cancellable);
   }
 
   // Bounded wait until every rank has arrived, before a blocking MPI call.

@@ -66,6 +66,9 @@ struct Op {
   std::function<void()> next;  // puts: the signal step, run once the data is flushed
   uint64_t operand = 1;        // atomic signal: the value added
   uint64_t reply = 0;          // atomic signal: the fetched value (unused)
+  // Ring collectives: the timeout error, known before the job has finished unwinding.
+  std::string timeout_note;  // written before `noted` is set
+  std::atomic<bool> noted{false};
 };
 
 // Remote memory of one peer: where a window's buffer and put counter are, and their keys

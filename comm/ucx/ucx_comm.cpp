@@ -34,11 +34,20 @@ void require_host(const TensorView& t, std::string_view what) {
 }
 
 // A Work over an Op of an engine. `owner` keeps the engine alive for works handed to the
-// caller; works created by jobs of the engine's own thread leave it null.
+// caller; works created by jobs of the engine's own thread leave it null. `blame` names the
+// peer a timed-out wait waited for (empty: unknown). A ring collective (`ring`) notes, at its
+// deadline, an error naming the peer its step waited for (Op::timeout_note): a wait that
+// times out gives it a moment to do so (up to 1 s, and no longer than the wait's own
+// timeout: a zero-timeout poll stays one) and reports it, rather than a vaguer error.
 class UcxWork : public Work {
  public:
-  UcxWork(std::shared_ptr<Engine> owner, Engine& engine, std::shared_ptr<Op> op)
-      : owner_(std::move(owner)), engine_(engine), op_(std::move(op)) {}
+  UcxWork(std::shared_ptr<Engine> owner, Engine& engine, std::shared_ptr<Op> op,
+          std::string blame = {}, bool ring = false)
+      : owner_(std::move(owner)),
+        engine_(engine),
+        op_(std::move(op)),
+        blame_(std::move(blame)),
+        ring_(ring) {}
 
   ~UcxWork() override {
     // A work that already timed out is not waited for again: the caller is handling that
@@ -59,12 +68,22 @@ class UcxWork : public Work {
   }
 
   void wait(std::chrono::milliseconds timeout) override {
-    const bool done = engine_.wait_until([this] { return op_->is_done(); }, Clock::now() + timeout);
+    bool done = engine_.wait_until([this] { return op_->is_done(); }, Clock::now() + timeout);
+    if (!done && ring_) {
+      engine_.wait_until([this] { return op_->is_done() || op_->noted.load(); },
+                         Clock::now() + std::min(timeout, kRingReportGrace));
+      done = op_->is_done();
+      if (!done && op_->noted.load(std::memory_order_acquire)) {
+        timed_out_ = true;
+        QMESH_THROW(op_->timeout_note);
+      }
+    }
     if (!done) {
       timed_out_ = true;
-      QMESH_THROW(comm_detail::timeout_text(op_->what, timeout),
-                  ": a peer may have failed or not issued the matching call (raise "
-                  "QMESH_COMM_TIMEOUT_S if the job is only slow)");
+      QMESH_THROW(
+          comm_detail::timeout_text(op_->what, timeout), ": ",
+          blame_.empty() ? "a peer may have failed or not issued the matching call" : blame_,
+          " (raise QMESH_COMM_TIMEOUT_S if the job is only slow)");
     }
     rethrow();
   }
@@ -75,10 +94,14 @@ class UcxWork : public Work {
     if (op_->error) std::rethrow_exception(op_->error);
   }
 
+  static constexpr std::chrono::milliseconds kRingReportGrace{1000};
+
   std::shared_ptr<Engine> owner_;
   Engine& engine_;
   bool timed_out_ = false;
   std::shared_ptr<Op> op_;
+  std::string blame_;
+  bool ring_;
 };
 
 // Point-to-point on a channel of an engine. The collective channel is what the ring
@@ -93,7 +116,8 @@ class TagChannel : public PointToPoint {
     auto op = engine_.tag_send(peer, in.data, in.nbytes(), make_tag(channel_, rank_, tag),
                                detail::concat("ucx send of ", in.nbytes(), " bytes from rank ",
                                               rank_, " to rank ", peer, " (tag ", tag, ")"));
-    return std::make_unique<UcxWork>(owner_, engine_, std::move(op));
+    return std::make_unique<UcxWork>(owner_, engine_, std::move(op),
+                                     comm_detail::p2p_wait_text(false, peer, tag));
   }
 
   WorkHandle recv_async(TensorView out, int peer, int tag, Stream = {}) override {
@@ -101,7 +125,8 @@ class TagChannel : public PointToPoint {
     auto op = engine_.tag_recv(out.data, out.nbytes(), make_tag(channel_, peer, tag),
                                detail::concat("ucx receive of ", out.nbytes(), " bytes on rank ",
                                               rank_, " from rank ", peer, " (tag ", tag, ")"));
-    return std::make_unique<UcxWork>(owner_, engine_, std::move(op));
+    return std::make_unique<UcxWork>(owner_, engine_, std::move(op),
+                                     comm_detail::p2p_wait_text(true, peer, tag));
   }
 
   int max_tag() const override { return kMaxTag; }
@@ -394,18 +419,32 @@ class UcxComm final : public Communicator,
     const std::string what = detail::concat("ucx ", name, " (rank ", rank_, " of ", size_, ")");
     auto op = std::make_shared<Op>(what);
     const int tag = static_cast<int>(next_tag_++ & static_cast<uint32_t>(kMaxTag));
-    const Clock::time_point deadline = Clock::now() + comm_timeout();
+    const auto timeout = comm_timeout();
+    const Clock::time_point deadline = Clock::now() + timeout;
     Engine* engine = engine_.get();
-    engine_->submit([engine, op, fn, tag, deadline, rank = rank_, size = size_]() {
+    engine_->submit([engine, op, fn, tag, timeout, deadline, name = std::string(name), rank = rank_,
+                     size = size_]() {
       try {
         TagChannel channel(*engine, nullptr, Channel::kCollective, rank, size);
-        fn(algorithms::RingContext{channel, rank, size, tag, deadline, op->what});
+        fn(algorithms::RingContext{channel,
+                                   rank,
+                                   size,
+                                   tag,
+                                   deadline,
+                                   timeout,
+                                   op->what,
+                                   name,
+                                   {},
+                                   [&op](const std::string& message) {
+                                     op->timeout_note = message;
+                                     op->noted.store(true, std::memory_order_release);
+                                   }});
         op->complete();
       } catch (...) {
         op->complete(std::current_exception());
       }
     });
-    return std::make_unique<UcxWork>(engine_, *engine_, std::move(op));
+    return std::make_unique<UcxWork>(engine_, *engine_, std::move(op), std::string(), true);
   }
 
   std::shared_ptr<Engine> engine_;

@@ -4,7 +4,9 @@
 # 2 x QMESH_COMM_TIMEOUT_S of the signal. Under `mpirun --enable-recovery` (launcher
 # mpirun) the runtime leaves the survivors alone, so each must also leave by itself with a
 # message saying what timed out or failed ("timed out after", "did not return within",
-# "MPI call failed", or Open MPI's own "MPI_INIT has failed"). Under qmeshrun the runtime
+# "MPI call failed", or Open MPI's own "MPI_INIT has failed"); each timeout message must
+# also name the peer rank(s) waited for ("peer rank 2 ...", comm/timeout_text.h), not only the
+# operation. Under qmeshrun the runtime
 # may end the job itself when a rank dies (it kills the survivors), so ending within the
 # limit is what is checked. On a hang the
 # survivors' stacks (gdb) are saved to <artifacts>/stacks.rank<r>.txt and the trial fails.
@@ -100,7 +102,10 @@ for r in $(seq 0 $((np - 1))); do
     grep -q "timed out after\|did not return within\|MPI call failed\|UCX call failed" "$art/err.$r" ||
       grep -q "MPI_INIT has failed" "$art/launcher.log" ||
       fail "rank $r (status $code): no message saying what timed out or failed"
+    if grep "timed out after" "$art/err.$r" | grep -Evq "peer ranks? [0-9]"; then
+      fail "rank $r (status $code): a timeout message does not name the peer it waited for"
+    fi
   fi
-  echo "rank $r: status $code, ${elapsed} ms after the fault: $(grep -m1 "timed out after\|did not return\|failed" "$art/err.$r" | cut -c1-160)"
+  echo "rank $r: status $code, ${elapsed} ms after the fault: $(grep -m1 "timed out after\|did not return\|failed" "$art/err.$r" | cut -c1-400)"
 done
 echo "fault_trial: PASS"

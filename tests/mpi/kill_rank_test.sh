@@ -2,7 +2,10 @@
 # Runs mpi_kill_rank with 4 ranks, rank 2 the victim, in one mode (all_reduce: a series of
 # all-reduces; ring: ring collective GEMMs; grad_sync: GradSync buckets), and checks that
 # every survivor exited with a non-zero status and a clear timeout message within
-# 2 x QMESH_COMM_TIMEOUT_S of the kill. Each rank runs under a small shell wrapper that
+# 2 x QMESH_COMM_TIMEOUT_S of the kill, naming a peer rank: on MPI's own collectives
+# (all_reduce, grad_sync) exactly the victim, rank 2 (the ranks' roll call after the
+# timeout); in rings (UCX, collective GEMMs) the peer the rank's ring step waited for, which
+# may be a survivor that itself waits for the victim. Each rank runs under a small shell wrapper that
 # records its exit status and time (<dir>/exit<r>), so the check does not depend on what
 # mpirun reports. Never hangs: mpirun runs under `timeout`.
 #
@@ -41,6 +44,15 @@ for r in 0 1 3; do
     *"timed out after"*) ;;
     *) fail "rank $r: the message does not say what timed out: $message" ;;
   esac
+  if [ "${QMESH_TEST_WORLD:-mpi}" = mpi ] && [ "$mode" != ring ]; then
+    case "$message" in
+      *"peer rank 2 did not answer"*) ;;
+      *) fail "rank $r: the message does not name the dead rank 2: $message" ;;
+    esac
+  else
+    echo "$message" | grep -Eq "peer ranks? [0-9]" ||
+      fail "rank $r: the message does not name the peer it waited for: $message"
+  fi
   [ -f "$dir/exit$r" ] || fail "rank $r: no exit status recorded"
   read -r code exited_ms <"$dir/exit$r"
   [ "$code" -ne 0 ] || fail "rank $r exited with status 0"

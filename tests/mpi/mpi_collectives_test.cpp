@@ -30,6 +30,12 @@ TEST(Mpi, ReceiveWithoutSenderTimesOutAndTheCommunicatorStaysUsable) {
   WorkHandle w = comm.recv_async(TensorView(&x, DType::kFloat32, Shape{1}),
                                  (comm.rank() + 1) % comm.size(), 999);
   EXPECT_QMESH_ERROR(w->wait(std::chrono::milliseconds(200)), "the receive was withdrawn");
+  // The error names the peer and the tag.
+  w = comm.recv_async(TensorView(&x, DType::kFloat32, Shape{1}), (comm.rank() + 1) % comm.size(),
+                      998);
+  EXPECT_QMESH_ERROR(
+      w->wait(std::chrono::milliseconds(50)),
+      detail::concat("peer rank ", (comm.rank() + 1) % comm.size(), " sent nothing with tag 998"));
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5.0);
   comm.barrier();
   testing::check_all_reduce(comm, DType::kFloat32, 10, ReduceOp::kSum);

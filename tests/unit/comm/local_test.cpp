@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include "collective_suite.h"
 #include "expect_error.h"
@@ -155,6 +157,54 @@ TEST(Local, CollectiveWithAMissingRankTimesOut) {
                        "local all_reduce (rank");
   });
   EXPECT_LT(seconds_since(start), 5.0);
+}
+
+// One call of collective `op` on 4 ranks, 8 floats each (reduce-scatter: 2 per rank); a
+// broadcast comes from `root`.
+void call_collective(Communicator& comm, const std::string& op, int root) {
+  std::vector<float> in(8, 1.0f), out(32, 0.0f);
+  TensorView v(in.data(), DType::kFloat32, Shape{8});
+  if (op == "all_reduce") comm.all_reduce(v, ReduceOp::kSum);
+  if (op == "all_gather") comm.all_gather(v, TensorView(out.data(), DType::kFloat32, Shape{32}));
+  if (op == "reduce_scatter")
+    comm.reduce_scatter(v, TensorView(out.data(), DType::kFloat32, Shape{2}), ReduceOp::kSum);
+  if (op == "broadcast") comm.broadcast(v, root);
+  if (op == "barrier") comm.barrier();
+  if (op == "split") comm.split(0, comm.rank());
+}
+
+// Ranks that skip a collective are named, exactly, by the timeout error of every rank that
+// called it. (A broadcast root waits only for the next rank: the root is the rank before the
+// first one missing, so that every caller waits.)
+TEST(Local, TimeoutNamesTheRanksThatNeverJoined) {
+  ScopedTimeout timeout("0.2");
+  for (const std::string op :
+       {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "barrier", "split"}) {
+    SCOPED_TRACE(op);
+    run_local_ranks(4, [&](Communicator& comm) {
+      if (comm.rank() == 2) return;
+      EXPECT_QMESH_ERROR(call_collective(comm, op, 1), "peer rank 2 never joined this " + op);
+    });
+    run_local_ranks(4, [&](Communicator& comm) {
+      if (comm.rank() == 1 || comm.rank() == 3) return;
+      EXPECT_QMESH_ERROR(call_collective(comm, op, 0),
+                         "peer ranks 1 and 3 never joined this " + op);
+    });
+  }
+}
+
+// Point-to-point timeouts name the peer and the tag.
+TEST(Local, PointToPointTimeoutNamesThePeerAndTag) {
+  ScopedTimeout timeout("0.2");
+  run_local_ranks(3, [](Communicator& comm) {
+    float x = 0;
+    TensorView v(&x, DType::kFloat32, Shape{1});
+    if (comm.rank() == 0)
+      EXPECT_QMESH_ERROR(comm.recv(v, 2, 7), "peer rank 2 sent nothing with tag 7");
+    if (comm.rank() == 1) {
+      EXPECT_QMESH_ERROR(comm.send(v, 2, 9), "peer rank 2 did not take the message with tag 9");
+    }
+  });
 }
 
 TEST(Local, AFailingRankAbortsTheOthersAtOnce) {
