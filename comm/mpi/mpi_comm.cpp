@@ -4,6 +4,7 @@
 #include <mpi.h>
 
 #include <climits>
+#include <cstdlib>
 #include <functional>
 #include <mutex>
 #include <optional>
@@ -67,9 +68,27 @@ struct CommState {
 // alive times out too (it waits in the same collective, or in one that waits for this rank)
 // and answers; the ones that never answer are dead, frozen, or never joined. Held once per
 // communicator (later timeouts reuse the finding); returns the sentence naming them.
+//
+// Only when the whole job runs on one host (Open MPI's OMPI_COMM_WORLD_LOCAL_SIZE equals
+// OMPI_COMM_WORLD_SIZE): across hosts a roll-call message may need a new connection, and Open
+// MPI's TCP transport aborts the process when that connection fails (a node whose link went
+// down: tests/multinode), which would replace this error by an abort without a message.
+bool single_host_job() {
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  const char* world = std::getenv("OMPI_COMM_WORLD_SIZE");
+  return local && world && std::string_view(local) == std::string_view(world);
+}
+
 std::string roll_call(CommState& state, std::string_view op, std::chrono::milliseconds grace) {
   std::lock_guard lock(state.mu);
   if (state.roll_call) return *state.roll_call;
+  if (!single_host_job()) {
+    state.roll_call = detail::concat(
+        "MPI does not say which peer rank this ", op,
+        " waits for (a job on several hosts asks no roll call): a rank died, froze, or never "
+        "joined; the other ranks' errors name theirs");
+    return *state.roll_call;
+  }
   for (int peer = 0; peer < state.size; ++peer) {
     if (peer == state.rank) continue;
     MPI_Request request = MPI_REQUEST_NULL;
