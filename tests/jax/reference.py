@@ -1,5 +1,6 @@
 """Independent references for the JAX tests: numpy/ml_dtypes, float32/float64 math."""
 
+import jax
 import ml_dtypes
 import numpy as np
 
@@ -64,3 +65,20 @@ def delayed_update(history, scale, maxima, margin, algo):
         col[0] = 0
         history[:, i] = col
     return history, scale
+
+
+def rel_err(got, want):
+    """||got - want|| / ||want|| in float64."""
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    return np.linalg.norm(got - want) / np.linalg.norm(want)
+
+
+def assert_trees_close(got, want, tol=1e-5):
+    """Every leaf of `got` has its `want` leaf's shape and lies within relative error `tol` of
+    it; an all-zero `want` leaf must be matched exactly."""
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        assert g.shape == w.shape
+        if np.any(np.asarray(w)):
+            assert rel_err(g, w) < tol
+        else:
+            np.testing.assert_array_equal(np.asarray(g), np.asarray(w))

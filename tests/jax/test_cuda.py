@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import qmesh.jax as qj
+import reference as ref
 from qmesh.jax import dense as qdense
 from qmesh.jax.gemm import Epilogue, gemm
 from qmesh.jax.layer_norm import layer_norm
@@ -43,11 +44,6 @@ def bits(a):
     return a.view(np.uint8) if a.dtype.itemsize == 1 else a.view(f"u{a.dtype.itemsize}")
 
 
-def rel(got, want):
-    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
-    return np.linalg.norm(got - want) / np.linalg.norm(want)
-
-
 def random(rng, shape, dtype=jnp.float32, scale=1.0):
     return jnp.asarray(rng.standard_normal(shape) * scale, dtype)
 
@@ -77,7 +73,7 @@ def test_dbias_quantize(rng):
     for a, b in zip(qg, qc):
         np.testing.assert_array_equal(bits(a), bits(b))
     # The row sums differ only in summation order.
-    assert rel(dbg, dbc) < 1e-5
+    assert ref.rel_err(dbg, dbc) < 1e-5
 
 
 @pytest.mark.parametrize("out_dtype", [jnp.float32, jnp.bfloat16])
@@ -89,7 +85,7 @@ def test_fp8_gemm(rng, out_dtype):
                                     split_accumulator=True),
         a.q, b.q, a.scale_inv, b.scale_inv)
     # Hopper's FP8 accumulator keeps about 14 bits between promotions; bf16 D rounds to 8.
-    assert rel(gpu, cpu) < (4 * 2.0**-14 if out_dtype == jnp.float32 else 2 * 2.0**-8)
+    assert ref.rel_err(gpu, cpu) < (4 * 2.0**-14 if out_dtype == jnp.float32 else 2 * 2.0**-8)
 
 
 def test_fp8_gemm_with_bias_gelu(rng):
@@ -102,13 +98,13 @@ def test_fp8_gemm_with_bias_gelu(rng):
                                           out_dtype=jnp.bfloat16),
         a.q, b.q, a.scale_inv, b.scale_inv, bias)
     for g, c in zip(gpu, cpu):
-        assert rel(g, c) < 1e-2
+        assert ref.rel_err(g, c) < 1e-2
 
 
 def test_bf16_gemm(rng):
     a, b = random(rng, (128, 96), jnp.bfloat16), random(rng, (96, 64), jnp.bfloat16)
     gpu, cpu = on_both(lambda a, b: gemm(a, b, trans_b=False, out_dtype=jnp.float32), a, b)
-    assert rel(gpu, cpu) < 1e-5
+    assert ref.rel_err(gpu, cpu) < 1e-5
 
 
 def test_layer_norm(rng):
@@ -119,7 +115,7 @@ def test_layer_norm(rng):
 
     gpu, cpu = on_both(jax.value_and_grad(loss, argnums=(0, 1, 2)), x, gamma, beta)
     for g, c in zip(jax.tree.leaves(gpu), jax.tree.leaves(cpu)):
-        assert rel(g, c) < 1e-5
+        assert ref.rel_err(g, c) < 1e-5
 
 
 @pytest.mark.parametrize("x_dtype", [jnp.bfloat16, jnp.float32])
@@ -136,9 +132,9 @@ def test_dense_forward_and_backward(rng, recipe, x_dtype):
         return jnp.sum(jnp.square(y.astype(jnp.float32)))
 
     gpu, cpu = on_both(jax.value_and_grad(loss, argnums=(0, 1, 2, 3)), x, kernel, bias, state)
-    assert rel(gpu[0], cpu[0]) < 2e-2
+    assert ref.rel_err(gpu[0], cpu[0]) < 2e-2
     for name, g, c in zip(("dx", "dkernel", "dbias"), gpu[1][:3], cpu[1][:3]):
-        assert rel(g, c) < 5e-2, name
+        assert ref.rel_err(g, c) < 5e-2, name
     # The updated delayed-scaling state (amax histories and scales) agrees too.
     for g, c in zip(jax.tree.leaves(gpu[1][3]), jax.tree.leaves(cpu[1][3])):
         np.testing.assert_allclose(g, c, rtol=2e-2)

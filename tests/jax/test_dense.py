@@ -44,11 +44,6 @@ def data(rng):
     return x, w, b, r
 
 
-def rel_err(got, want):
-    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
-    return np.linalg.norm(got - want) / np.linalg.norm(want)
-
-
 def plain_layer(x, w, b, activation):
     y = x @ w + (0 if b is None else b)
     return qj.gemm.gelu(y) if activation == "gelu" else y
@@ -86,11 +81,11 @@ def test_forward_and_gradients_match_references(rng, recipe, activation, with_bi
     pre = xq @ wq + (0 if b is None else b.astype(np.float64))
     want = gelu64(pre) if activation else pre
     assert y.shape == (B, S, N) and y.dtype == jnp.float32
-    assert rel_err(y.reshape(-1, N), want) < 1e-5
+    assert ref.rel_err(y.reshape(-1, N), want) < 1e-5
     # Against the exact operands: FP8 (E4M3) error.
     exact = plain_layer(x.astype(np.float64), w.astype(np.float64), b, None).reshape(-1, N)
     exact = gelu64(exact) if activation else exact
-    assert rel_err(y.reshape(-1, N), exact) < 0.06
+    assert ref.rel_err(y.reshape(-1, N), exact) < 0.06
     # Backward, on the quantized residuals and the E5M2 output gradient.
     g = r.reshape(-1, N).astype(np.float64)
     if activation:
@@ -98,17 +93,17 @@ def test_forward_and_gradients_match_references(rng, recipe, activation, with_bi
     g = np.asarray(g, np.float32)
     sg = np.float32(1) if delayed else ref.current_scale(ref.amax(g), E5M2)
     gq = qdq(g, sg, E5M2)
-    assert rel_err(dx.reshape(-1, K), gq @ wq.T) < 1e-5
-    assert rel_err(dw, xq.T @ gq) < 1e-5
+    assert ref.rel_err(dx.reshape(-1, K), gq @ wq.T) < 1e-5
+    assert ref.rel_err(dw, xq.T @ gq) < 1e-5
     if with_bias:
-        assert rel_err(db, g.astype(np.float64).sum(axis=0)) < 1e-5
+        assert ref.rel_err(db, g.astype(np.float64).sum(axis=0)) < 1e-5
     else:
         assert db is None
     # Against jax.grad of the plain float32 layer: FP8 (E4M3 x E5M2) error.
     loss = lambda x_, w_, b_: jnp.sum(plain_layer(x_, w_, b_, activation) * r)  # noqa: E731
     want_grads = jax.grad(loss, argnums=(0, 1) + ((2,) if with_bias else ()))(x, w, b)
     for got, want_g in zip((dx, dw, db), want_grads):
-        assert rel_err(got, want_g) < 0.15
+        assert ref.rel_err(got, want_g) < 0.15
     if delayed:
         assert set(new_state) == set(state)
     else:
@@ -144,11 +139,11 @@ def test_next_step_quantizes_with_the_updated_scale(rng):
     y1, (_, _, _, state) = f(x, w, b, init_state(recipe), r)
     y2, _ = f(x, w, b, state, r)
     exact = (x.reshape(-1, K).astype(np.float64) @ w + b)
-    assert rel_err(y2.reshape(-1, N), exact) < 0.06 < rel_err(y1.reshape(-1, N), exact)
+    assert ref.rel_err(y2.reshape(-1, N), exact) < 0.06 < ref.rel_err(y1.reshape(-1, N), exact)
     sx = np.float32(state["input_scale"])
     assert sx == np.float32(448.0) / ref.amax(x)
     want = qdq(x.reshape(-1, K), sx, E4M3) @ qdq(w, np.float32(state["kernel_scale"]), E4M3) + b
-    assert rel_err(y2.reshape(-1, N), want) < 1e-5
+    assert ref.rel_err(y2.reshape(-1, N), want) < 1e-5
 
 
 LAYOUTS = [  # (x spec, kernel spec, bias spec): column parallel, row parallel, data parallel
@@ -174,7 +169,7 @@ def test_sharded_equals_unsharded(mesh, rng, recipe, layout):
     for g, wv in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
         assert g.shape == wv.shape and g.dtype == wv.dtype
         if np.any(np.asarray(wv)):
-            assert rel_err(g, wv) < 1e-5
+            assert ref.rel_err(g, wv) < 1e-5
         else:
             np.testing.assert_array_equal(np.asarray(g), np.asarray(wv))
     if state is not None:
@@ -236,7 +231,7 @@ def test_fallback_is_opt_in_and_counted(rng, monkeypatch):
     counted = qstats.stats()
     assert counted["fallbacks"] >= 2 and all("multiples of 16" in k for k in counted["fallback_reasons"])
     want = x.reshape(-1, 24).astype(np.float64) @ w + b
-    assert rel_err(y.reshape(-1, 40), want) < 0.01
+    assert ref.rel_err(y.reshape(-1, 40), want) < 0.01
     for k in state:  # the FP8 state passes through unchanged
         np.testing.assert_array_equal(np.asarray(new_state[k]), np.asarray(state[k]))
 

@@ -10,6 +10,7 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 import qmesh.jax as qj
+import reference as ref
 from qmesh.jax.flax import (DenseGeneral, LayerNormDenseGeneral, LayerNormMLP, Softmax, fp8_meta,
                             logical_axis_rules, saturation)
 from qmesh.jax.recipe import DelayedScaling, Float8CurrentScaling
@@ -17,11 +18,6 @@ from qmesh.jax.recipe import DelayedScaling, Float8CurrentScaling
 H, I = 32, 64
 RECIPES = [None, DelayedScaling(amax_history_len=4), Float8CurrentScaling()]
 RIDS = ["plain", "delayed", "current"]
-
-
-def rel_err(got, want):
-    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
-    return np.linalg.norm(got - want) / np.linalg.norm(want)
 
 
 def tol(recipe):
@@ -61,9 +57,9 @@ def test_dense_general(x, recipe):
     y = m.apply(v, x)
     p = v["params"]
     want = np.einsum("bsh,shfg->bfg", f64(x), f64(p["kernel"])) + f64(p["bias"])
-    assert y.shape == (8, 4, 16) and rel_err(y, want) < tol(recipe)
+    assert y.shape == (8, 4, 16) and ref.rel_err(y, want) < tol(recipe)
     plain = nn.DenseGeneral((4, 16), axis=(-2, -1)).apply({"params": p}, x)
-    assert rel_err(y, plain) < tol(recipe)
+    assert ref.rel_err(y, plain) < tol(recipe)
 
 
 @pytest.mark.parametrize("kind", ["layernorm", "rmsnorm"])
@@ -75,8 +71,8 @@ def test_layernorm_dense_general(x, recipe, kind):
     y, ln = m.apply(v, x)
     p = v["params"]
     n = norm64(x, p, kind)
-    assert rel_err(ln, n) < 1e-5
-    assert rel_err(y, n @ f64(p["kernel"]) + f64(p["bias"])) < tol(recipe)
+    assert ref.rel_err(ln, n) < 1e-5
+    assert ref.rel_err(y, n @ f64(p["kernel"]) + f64(p["bias"])) < tol(recipe)
     # grads flow to every parameter
     g = jax.grad(lambda v_: jnp.sum(m.apply(v_, x)[0] ** 2))(v)["params"]
     assert all(np.any(np.asarray(a)) for a in jax.tree.leaves(g))
@@ -96,7 +92,7 @@ def test_layernorm_mlp(x, recipe, acts):
     z = np.einsum("bsh,hai->bsai", n, f64(p["wi_kernel"])) + f64(p["wi_bias"])
     h = ACTS64[acts[0]](z[..., 0, :]) * (ACTS64[acts[1]](z[..., 1, :]) if len(acts) == 2 else 1)
     want = h @ f64(p["wo_kernel"]) + f64(p["wo_bias"])
-    assert y.shape == x.shape and rel_err(y, want) < (1e-5 if recipe is None else 0.08)
+    assert y.shape == x.shape and ref.rel_err(y, want) < (1e-5 if recipe is None else 0.08)
     if isinstance(recipe, DelayedScaling):
         g = jax.grad(lambda v_: jnp.sum(m.apply(v_, x)[0] ** 2))(v)
         meta = fp8_meta(g)
@@ -138,7 +134,7 @@ def test_lora_zero_adapter_is_exact_and_only_the_adapter_learns(x, recipe):
     # With B != 0 the adapter adds (x A) B * alpha / r.
     v["params"]["lora_b_kernel"] = jnp.ones_like(v["params"]["lora_b_kernel"])
     want = f64(base.apply(vb, x)) + (f64(x) @ f64(v["params"]["lora_a_kernel"])) @ np.ones((4, 48)) * 2.0
-    assert rel_err(lora.apply(v, x), want) < 1e-5
+    assert ref.rel_err(lora.apply(v, x), want) < 1e-5
 
 
 def shard_variables(v, mesh, rules):
@@ -173,12 +169,7 @@ def test_sharded_equals_unsharded(mesh, x, recipe, name):
     xs = jax.device_put(x, NamedSharding(mesh, P("dp", None, None)))
     with qj.global_shard_guard(resource):
         got = jax.jit(f)(vs, xs)
-    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
-        assert g.shape == w.shape
-        if np.any(np.asarray(w)):
-            assert rel_err(g, w) < 1e-5
-        else:
-            np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+    ref.assert_trees_close(got, want)
 
 
 def test_saturation_counts_both_ends():
@@ -249,12 +240,7 @@ def test_activation_sharding_equals_unsharded(mesh, rng, recipe, name, res):
         assert lead(y) == tuple(seq[:2]), y.sharding
     if ln is not None:
         assert lead(ln) == tuple(seq[:2]), ln.sharding
-    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
-        assert g.shape == w.shape
-        if np.any(np.asarray(w)):
-            assert rel_err(g, w) < 1e-5
-        else:
-            np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+    ref.assert_trees_close(got, want)
 
 
 def collectives(hlo, op):
@@ -345,12 +331,7 @@ def test_row_parallel_dense_general_reduce_scatters_to_sequence_shards(mesh, rng
         got = jax.jit(f)(vs, xs)
         hlo = jax.jit(f).lower(vs, xs).compile().as_text()
     assert (tuple(got[0].sharding.spec) + (None,))[:2] == ("dp", "tp"), got[0].sharding
-    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
-        assert g.shape == w.shape
-        if np.any(np.asarray(w)):
-            assert rel_err(g, w) < 1e-5
-        else:
-            np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+    ref.assert_trees_close(got, want)
     if recipe is not None:
         assert collectives(hlo, "reduce-scatter"), hlo
         for shape, _ in collectives(hlo, "all-reduce"):  # amaxes and the weight/bias sums

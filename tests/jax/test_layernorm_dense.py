@@ -12,6 +12,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from conftest import make_mesh
 import qmesh.jax as qj
+import reference as ref
 from qmesh.jax.dense import dense, init_state
 from qmesh.jax.flax import LayerNormDenseGeneral, LayerNormMLP
 from qmesh.jax.layer_norm import layer_norm
@@ -21,11 +22,6 @@ from qmesh.jax.recipe import DelayedScaling, Float8CurrentScaling
 B, S, H, N = 4, 8, 32, 48
 EPS = 1e-6
 RECIPE = DelayedScaling(amax_history_len=4)
-
-
-def rel_err(got, want):
-    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
-    return np.linalg.norm(got - want) / np.linalg.norm(want)
 
 
 def data(rng):
@@ -73,7 +69,7 @@ def test_equals_the_unfused_composition_and_float64(rng, activation):
     if activation == "gelu":
         z = 0.5 * z * (1 + np.tanh(0.7978845608028654 * (z + 0.044715 * z ** 3)))
     (_, (y, ln)), grads = got
-    assert rel_err(ln, n) < 1e-5 and rel_err(y, z) < 0.06
+    assert ref.rel_err(ln, n) < 1e-5 and ref.rel_err(y, z) < 0.06
     new_state = grads[5]  # this step's input amax is the norm output's global amax
     assert float(np.max(new_state["input_amax_history"])) == pytest.approx(np.abs(n).max(), rel=1e-5)
 
