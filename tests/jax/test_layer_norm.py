@@ -32,7 +32,6 @@ def ln64_backward(dy, x, gamma, eps=EPS):
     _, mean, rstd = ln64(x, gamma, np.zeros_like(gamma), eps)
     xhat = (x - mean[..., None]) * rstd[..., None]
     g = dy * gamma
-    n = x.shape[-1]
     dx = rstd[..., None] * (g - g.mean(-1, keepdims=True) - xhat * (g * xhat).mean(-1, keepdims=True))
     rows = tuple(range(x.ndim - 1))
     return dx, (dy * xhat).sum(rows), dy.sum(rows)

@@ -3,7 +3,6 @@ against the unfused composition dense(layer_norm(x)) (the same codes: tight), a 
 reference (FP8 tolerances), the state update, sharded == unsharded, the Flax modules taking
 the fused path, and bad input."""
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
