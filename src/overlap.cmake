@@ -3,7 +3,8 @@
 target_sources(qmesh PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/overlap/collective_gemm.cpp
   ${CMAKE_CURRENT_LIST_DIR}/overlap/operand_gather.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/overlap/ring_device.cpp)
+  ${CMAKE_CURRENT_LIST_DIR}/overlap/ring_device.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/overlap/ring_exec.cpp)
 if(QMESH_WITH_CUDA)
   target_sources(qmesh PRIVATE ${CMAKE_CURRENT_LIST_DIR}/overlap/ring_add.cu
                                ${CMAKE_CURRENT_LIST_DIR}/overlap/ring_checks.cu)
