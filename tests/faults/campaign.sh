@@ -10,8 +10,10 @@
 #
 # usage: campaign.sh <build dir> [trials (default 20)] [seed (default: random)]
 #                    [timeout s (default 5)]
-# The local (threads) backend is not part of it: its ranks share one process, so one cannot
-# be killed or frozen alone. UCX runs over posix shared memory without cma: UCX's cma
+# The local (threads) backend's ranks share one process, so a signal cannot stop one alone:
+# its trials (local_*) run local_fault, whose victim thread freezes or dies by itself at its
+# first communicator call after the delay (KILL: dies, STOP: freezes; no launcher). UCX runs
+# over posix shared memory without cma: UCX's cma
 # transport aborts the surviving process when the peer it copies from has died
 # (docs/reliability.md).
 set -u
@@ -25,6 +27,7 @@ kill_rank="$build/tests/mpi/mpi_kill_rank"
 programs=(train train_ring train_ckpt mpi_all_reduce mpi_ring mpi_grad_sync)
 [ -x "$kill_rank" ] && grep -q "QMESH_WITH_UCX:BOOL=ON" "$build/CMakeCache.txt" &&
   programs+=(ucx_all_reduce ucx_ring ucx_grad_sync)
+[ -x "$build/tests/faults/local_fault" ] && programs+=(local_train local_ckpt)
 echo "campaign: $trials trials, seed $seed, QMESH_COMM_TIMEOUT_S=$timeout_s, work dir $work"
 passed=0
 for ((t = 1; t <= trials; t++)); do
@@ -44,6 +47,22 @@ for ((t = 1; t <= trials; t++)); do
            env=(QMESH_TEST_WORLD=ucx UCX_TLS=posix,self) ;;
   esac
   what="trial $t: $program, $launcher, SIG$sig rank $victim at ${delay} ms"
+  if [[ $program == local_* ]]; then
+    what="trial $t: $program, $([ $sig = KILL ] && echo dies || echo freezes) rank $victim at ${delay} ms"
+    workload=$([ $program = local_ckpt ] && echo checkpoint || echo train)
+    rc=0
+    timeout $((6 * timeout_s + 30)) "$build/tests/faults/local_fault" "$workload" "$victim" \
+      "$delay" "$([ $sig = KILL ] && echo die || echo freeze)" "$timeout_s" "$art/ckpt" \
+      >"$art/trial.log" 2>&1 || rc=$?
+    if [ $rc = 0 ]; then
+      passed=$((passed + 1))
+      echo "$what: PASS"
+      rm -rf "$art"
+    else
+      echo "$what: FAIL (exit status $rc; $(grep -m1 FAIL "$art/trial.log"))"
+    fi
+    continue
+  fi
   if env "${env[@]}" "$here/fault_trial.sh" "$art" "$launcher" "$sig" "$victim" "$delay" \
       "$timeout_s" "${cmd[@]}" >"$art/trial.log" 2>&1; then
     ok=1
