@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include "expect_error.h"
+#include "qmesh/config.h"
 #include "qmesh/copy.h"
+#include "qmesh/device.h"
 #include "qmesh/quantized_tensor.h"
 
 namespace qmesh {
@@ -76,6 +78,17 @@ TEST(Device, DiscoveryIsCleanWithoutAGpu) {
   EXPECT_GE(n, 0);
   EXPECT_EQ(Device::cuda(1).str(), "cuda:1");
   EXPECT_EQ(Device::host().str(), "host");
+}
+
+// Without a usable device (a build without CUDA, or a machine without a GPU) the guard is a
+// clear Error, and its std::nothrow form (for cleanup paths) neither throws nor aborts.
+TEST(Device, GuardWithoutADeviceIsAClearError) {
+  if (cuda_device_count() > 0) GTEST_SKIP() << "a CUDA device is present";
+  if (QMESH_WITH_CUDA)
+    EXPECT_THROW(DeviceGuard(0), Error);
+  else
+    EXPECT_QMESH_ERROR(DeviceGuard(0), "qmesh was built with QMESH_WITH_CUDA=OFF");
+  EXPECT_NO_THROW(DeviceGuard(0, std::nothrow));
 }
 
 }  // namespace
