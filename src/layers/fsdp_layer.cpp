@@ -67,16 +67,22 @@ Stream FsdpLayer::comm_stream() const {
 
 void FsdpLayer::start(bool forward) {
   if (forward ? fresh_for_forward_ : gathered_) return;
-  release();  // a gather made for another pass
+  release();                       // a gather made for another pass
+  std::vector<TensorView> shards;  // a source casts the shard (forward): call it once
   for (Slot& slot : slots_) {
-    const TensorView shard = slot.source(forward);
-    if (shard.empty()) continue;
-    const TensorView full = ensure_tensor(slot.full, shard.dtype,
-                                          Shape{shard.numel() * ctx_.fsdp().size()}, shard.device);
-    // After the shard's cast and every earlier use of the buffer, enqueued so far.
-    order_after(ctx_.device(), comm_stream(), ctx_.stream());
-    works_.push_back(ctx_.fsdp().all_gather_async(shard, full, comm_stream()));
+    shards.push_back(slot.source(forward));
+    const TensorView& shard = shards.back();
+    if (!shard.empty())
+      ensure_tensor(slot.full, shard.dtype, Shape{shard.numel() * ctx_.fsdp().size()},
+                    shard.device);
   }
+  // The gathers start after the shards' casts and every earlier use of the buffers, all
+  // enqueued on the compute stream so far.
+  order_after(ctx_.device(), comm_stream(), ctx_.stream());
+  for (size_t i = 0; i < slots_.size(); ++i)
+    if (!shards[i].empty())
+      works_.push_back(
+          ctx_.fsdp().all_gather_async(shards[i], slots_[i].full.view(), comm_stream()));
   gathered_ = true;
   fresh_for_forward_ = forward;
 }
