@@ -47,40 +47,32 @@ for ((t = 1; t <= trials; t++)); do
            env=(QMESH_TEST_WORLD=ucx UCX_TLS=posix,self) ;;
   esac
   what="trial $t: $program, $launcher, SIG$sig rank $victim at ${delay} ms"
+  failure=""  # empty: the trial passed
   if [[ $program == local_* ]]; then
-    what="trial $t: $program, $([ $sig = KILL ] && echo dies || echo freezes) rank $victim at ${delay} ms"
+    how=$([ $sig = KILL ] && echo die || echo freeze)
+    what="trial $t: $program, rank $victim should ${how} at ${delay} ms"
     workload=$([ $program = local_ckpt ] && echo checkpoint || echo train)
     rc=0
     timeout $((6 * timeout_s + 30)) "$build/tests/faults/local_fault" "$workload" "$victim" \
-      "$delay" "$([ $sig = KILL ] && echo die || echo freeze)" "$timeout_s" "$art/ckpt" \
-      >"$art/trial.log" 2>&1 || rc=$?
-    if [ $rc = 0 ]; then
-      passed=$((passed + 1))
-      echo "$what: PASS"
-      rm -rf "$art"
-    else
-      echo "$what: FAIL (exit status $rc; $(grep -m1 FAIL "$art/trial.log"))"
-    fi
-    continue
-  fi
-  if env "${env[@]}" "$here/fault_trial.sh" "$art" "$launcher" "$sig" "$victim" "$delay" \
+      "$delay" "$how" "$timeout_s" "$art/ckpt" >"$art/trial.log" 2>&1 || rc=$?
+    [ $rc = 0 ] || failure="exit status $rc; $(grep -m1 FAIL "$art/trial.log")"
+  elif ! env "${env[@]}" "$here/fault_trial.sh" "$art" "$launcher" "$sig" "$victim" "$delay" \
       "$timeout_s" "${cmd[@]}" >"$art/trial.log" 2>&1; then
-    ok=1
-    if [ "$program" = train_ckpt ] && [ -f "$art/ckpt/latest" ]; then
-      # The newest complete checkpoint loads: resume from it (no further steps to run).
-      QMESH_COMM_TIMEOUT_S=$timeout_s OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
-        timeout 120 "$here/../../launch/qmeshrun" -np 4 $train --checkpoint-dir "$art/ckpt" \
-        --resume --steps 1 >"$art/resume.log" 2>&1 || ok=0
-      grep -q "resumed from" "$art/resume.log" || ok=0
-      [ $ok = 1 ] || echo "$what: FAIL: the newest checkpoint did not load (see $art/resume.log)"
-    fi
-    if [ $ok = 1 ]; then
-      passed=$((passed + 1))
-      echo "$what: PASS"
-      rm -rf "$art"
-    fi
+    failure=$(grep -m1 FAIL "$art/trial.log")
+  elif [ "$program" = train_ckpt ] && [ -f "$art/ckpt/latest" ]; then
+    # The newest complete checkpoint loads: resume from it (no further steps to run).
+    QMESH_COMM_TIMEOUT_S=$timeout_s OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+      timeout 120 "$here/../../launch/qmeshrun" -np 4 $train --checkpoint-dir "$art/ckpt" \
+      --resume --steps 1 >"$art/resume.log" 2>&1
+    grep -q "resumed from" "$art/resume.log" ||
+      failure="the newest checkpoint did not load (see $art/resume.log)"
+  fi
+  if [ -z "$failure" ]; then
+    passed=$((passed + 1))
+    echo "$what: PASS"
+    rm -rf "$art"
   else
-    echo "$what: FAIL ($(grep -m1 FAIL "$art/trial.log"))"
+    echo "$what: FAIL ($failure)"
   fi
 done
 echo "campaign: $passed of $trials trials passed (seed $seed)"
