@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include "check.h"
@@ -108,6 +109,13 @@ void Op::complete(std::exception_ptr error_) {
 Context::Context() {
   ucp_config_t* config = nullptr;
   QMESH_CHECK_UCX(ucp_config_read(nullptr, nullptr, &config));
+  // UCX's cma transport aborts the process when the peer it copies from has died
+  // (docs/reliability.md): unless the user chose the transports (UCX_TLS), all but cma.
+  if (std::getenv("UCX_TLS") == nullptr) {
+    const ucs_status_t modified = ucp_config_modify(config, "TLS", "^cma");
+    if (modified != UCS_OK) ucp_config_release(config);
+    QMESH_CHECK_UCX(modified);
+  }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
   params.features = UCP_FEATURE_TAG | UCP_FEATURE_RMA | UCP_FEATURE_AMO64 | UCP_FEATURE_WAKEUP;

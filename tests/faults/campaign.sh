@@ -13,9 +13,7 @@
 # The local (threads) backend's ranks share one process, so a signal cannot stop one alone:
 # its trials (local_*) run local_fault, whose victim thread freezes or dies by itself at its
 # first communicator call after the delay (KILL: dies, STOP: freezes; no launcher). UCX runs
-# over posix shared memory without cma: UCX's cma
-# transport aborts the surviving process when the peer it copies from has died
-# (docs/reliability.md).
+# over qmesh's default transports (UCX's without cma, docs/reliability.md).
 set -u
 build=$1 trials=${2:-20} seed=${3:-$RANDOM} timeout_s=${4:-5}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -44,7 +42,7 @@ for ((t = 1; t <= trials; t++)); do
     train_ckpt) cmd=($train --steps 1000000 --checkpoint-dir "$art/ckpt" --checkpoint-every 1) ;;
     mpi_*) cmd=("$kill_rank" "$art" -1 "${program#mpi_}" 1000000) env=(QMESH_TEST_WORLD=mpi) ;;
     ucx_*) cmd=("$kill_rank" "$art" -1 "${program#ucx_}" 1000000)
-           env=(QMESH_TEST_WORLD=ucx UCX_TLS=posix,self) ;;
+           env=(QMESH_TEST_WORLD=ucx) ;;
   esac
   what="trial $t: $program, $launcher, SIG$sig rank $victim at ${delay} ms"
   failure=""  # empty: the trial passed
