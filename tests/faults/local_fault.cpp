@@ -8,11 +8,14 @@
 //
 // Passes (exit 0) when every survivor fails with a qmesh::Error within 2 x the timeout of the
 // fault, whose message says what timed out and names a peer rank, and (checkpoint) the newest
-// complete checkpoint loads into a fresh model. Otherwise prints what went wrong and exits 1.
-// Never waits longer than 4 x the timeout for the survivors.
+// complete checkpoint loads into a fresh model. Otherwise prints what went wrong and exits 1;
+// on a hang (a survivor still running at 4 x the timeout) it first saves every thread's stack
+// (gdb) to <work dir>.stacks.txt.
 //
 // usage: local_fault <train|checkpoint> <victim rank 0-3> <delay ms> <freeze|die>
 //                    <timeout s> <work dir>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -182,6 +185,13 @@ int main(int argc, char** argv) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   std::lock_guard lock(mu);
+  if (left > 0) {  // a hang: keep every thread's stack (the ranks are threads of this process)
+    const std::string stacks = trial.dir + ".stacks.txt";
+    const std::string gdb = "gdb -p " + std::to_string(getpid()) +
+                            " -batch -ex 'thread apply all bt' >'" + stacks + "' 2>&1";
+    std::printf("hang: the stacks of every thread are in %s (exit status of gdb: %d)\n",
+                stacks.c_str(), std::system(gdb.c_str()));
+  }
   int bad = 0;
   for (int r = 0; r < kRanks; ++r) {
     if (r == trial.victim) continue;
