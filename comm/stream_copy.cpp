@@ -2,13 +2,9 @@
 
 #include <cstring>
 
-#include "qmesh/config.h"
+#include "qmesh/detail/cuda_dispatch.h"
 #include "qmesh/error.h"
-#if QMESH_WITH_CUDA
-#include <cuda_runtime_api.h>
-
-#include "qmesh/cuda_check.h"
-#endif
+#include "stream_copy_cuda.h"
 
 namespace qmesh::comm_detail {
 
@@ -20,15 +16,8 @@ void copy_between(const Endpoint& dst, const Endpoint& src, size_t bytes) {
   }
   require_device(dst.device);
   require_device(src.device);
-#if QMESH_WITH_CUDA
-  if (src.device.is_cuda()) {
-    QMESH_CHECK_CUDA(cudaStreamSynchronize(static_cast<cudaStream_t>(src.stream.handle)));
-  }
-  auto* stream =
-      static_cast<cudaStream_t>(dst.device.is_cuda() ? dst.stream.handle : src.stream.handle);
-  QMESH_CHECK_CUDA(cudaMemcpyAsync(dst.data, src.data, bytes, cudaMemcpyDefault, stream));
-  QMESH_CHECK_CUDA(cudaStreamSynchronize(stream));
-#endif
+  const int device = dst.device.is_cuda() ? dst.device.index : src.device.index;
+  detail::on_cuda(device, [&](auto) { cuda::copy_between(dst, src, bytes); });
 }
 
 HostStage::HostStage(const TensorView& t, Stream stream, bool copy_in)

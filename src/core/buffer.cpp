@@ -4,12 +4,9 @@
 #include <new>
 #include <utility>
 
-#include "qmesh/config.h"
+#include "core/cuda_runtime.h"
+#include "qmesh/detail/cuda_dispatch.h"
 #include "qmesh/error.h"
-#if QMESH_WITH_CUDA
-#include "qmesh/cuda_check.h"
-#include "qmesh/device.h"
-#endif
 
 namespace qmesh {
 
@@ -19,17 +16,14 @@ constexpr size_t kHostAlignment = 64;  // a cache line; enough for any SIMD load
 
 Buffer::Buffer(size_t bytes, Device device) : size_(bytes), device_(device) {
   QMESH_CHECK(bytes > 0, "buffer size must be > 0 bytes");
-  if (device.is_host()) {
-    const size_t rounded = (bytes + kHostAlignment - 1) / kHostAlignment * kHostAlignment;
-    data_ = std::aligned_alloc(kHostAlignment, rounded);
-    QMESH_CHECK(data_ != nullptr, "out of host memory allocating ", bytes, " bytes");
-    return;
-  }
-  require_device(device);
-#if QMESH_WITH_CUDA
-  const DeviceGuard guard(device.index);
-  QMESH_CHECK_CUDA(cudaMalloc(&data_, bytes));
-#endif
+  detail::dispatch(
+      device,
+      [&] {
+        const size_t rounded = (bytes + kHostAlignment - 1) / kHostAlignment * kHostAlignment;
+        data_ = std::aligned_alloc(kHostAlignment, rounded);
+        QMESH_CHECK(data_ != nullptr, "out of host memory allocating ", bytes, " bytes");
+      },
+      [&](auto index) { data_ = detail::cuda::allocate(index, bytes); });
 }
 
 Buffer::~Buffer() { release(); }
@@ -54,12 +48,7 @@ void Buffer::release() noexcept {
   if (device_.is_host()) {
     std::free(data_);
   } else {
-#if QMESH_WITH_CUDA
-    // A destructor must not throw: errors are ignored. The owning device is made current,
-    // as for the allocation (cudaFree synchronizes the current device).
-    const DeviceGuard guard(device_.index, std::nothrow);
-    (void)cudaFree(data_);
-#endif
+    detail::on_cuda(device_.index, [&](auto index) { detail::cuda::deallocate(index, data_); });
   }
   data_ = nullptr;
 }

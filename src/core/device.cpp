@@ -1,10 +1,8 @@
 #include "qmesh/device.h"
 
-#include "qmesh/config.h"
+#include "core/cuda_runtime.h"
+#include "qmesh/detail/cuda_dispatch.h"
 #include "qmesh/error.h"
-#if QMESH_WITH_CUDA
-#include "qmesh/cuda_check.h"
-#endif
 
 namespace qmesh {
 
@@ -13,18 +11,13 @@ std::string Device::str() const {
 }
 
 int cuda_device_count() {
-#if QMESH_WITH_CUDA
-  // Without a driver this returns cudaErrorInsufficientDriver (35) and leaves `count`
-  // untouched, hence the initialisation. The sticky error is cleared for later calls.
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    (void)cudaGetLastError();
+  // A branch on the build alone (no device to dispatch on): the discarded statement of a
+  // build without CUDA references no CUDA entry point either.
+  if constexpr (detail::kWithCuda) {
+    return detail::cuda::device_count();
+  } else {
     return 0;
   }
-  return count;
-#else
-  return 0;
-#endif
 }
 
 void require_device(const Device& device) {
@@ -32,64 +25,36 @@ void require_device(const Device& device) {
   const int count = cuda_device_count();
   QMESH_CHECK(device.index >= 0 && device.index < count, "device ", device.str(),
               " is not available: this process sees ", count, " CUDA device(s)",
-              QMESH_WITH_CUDA ? "" : " (qmesh was built with QMESH_WITH_CUDA=OFF)");
+              detail::kWithCuda ? "" : " (qmesh was built with QMESH_WITH_CUDA=OFF)");
 }
 
 DeviceGuard::DeviceGuard(int index) {
-#if QMESH_WITH_CUDA
-  int current = 0;
-  QMESH_CHECK_CUDA(cudaGetDevice(&current));
-  if (current != index) {
-    QMESH_CHECK_CUDA(cudaSetDevice(index));
-    previous_ = current;
-  }
-#else
-  QMESH_THROW("cannot make CUDA device ", index,
-              " current: qmesh was built with QMESH_WITH_CUDA=OFF");
-#endif
+  if (!detail::kWithCuda)
+    QMESH_THROW("cannot make CUDA device ", index,
+                " current: qmesh was built with QMESH_WITH_CUDA=OFF");
+  detail::on_cuda(index, [&](auto device) { previous_ = detail::cuda::make_current(device); });
 }
 
 DeviceGuard::DeviceGuard(int index, std::nothrow_t) noexcept {
-#if QMESH_WITH_CUDA
-  int current = 0;
-  if (cudaGetDevice(&current) == cudaSuccess && current != index &&
-      cudaSetDevice(index) == cudaSuccess)
-    previous_ = current;
-#else
-  (void)index;
-#endif
+  detail::on_cuda(
+      index, [&](auto device) { previous_ = detail::cuda::make_current(device, std::nothrow); });
 }
 
 DeviceGuard::~DeviceGuard() {
-#if QMESH_WITH_CUDA
-  if (previous_ >= 0) (void)cudaSetDevice(previous_);  // a destructor must not throw
-#endif
+  // A destructor must not throw; without CUDA there is never a device to restore.
+  if (previous_ >= 0)
+    detail::on_cuda(previous_, [](auto device) { detail::cuda::restore_current(device); });
 }
 
 void synchronize(const Device& device, Stream stream) {
-  if (device.is_host()) return;
-  require_device(device);
-#if QMESH_WITH_CUDA
-  const DeviceGuard guard(device.index);
-  QMESH_CHECK_CUDA(cudaStreamSynchronize(static_cast<cudaStream_t>(stream.handle)));
-#else
-  (void)stream;
-#endif
+  detail::dispatch(
+      device, [] {}, [&](auto index) { detail::cuda::synchronize(index, stream); });
 }
 
 void order_after(const Device& device, Stream waiter, Stream producer) {
   if (device.is_host() || waiter.handle == producer.handle) return;
-  require_device(device);
-#if QMESH_WITH_CUDA
-  const DeviceGuard guard(device.index);
-  cudaEvent_t event = nullptr;
-  QMESH_CHECK_CUDA(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
-  cudaError_t status = cudaEventRecord(event, static_cast<cudaStream_t>(producer.handle));
-  if (status == cudaSuccess)
-    status = cudaStreamWaitEvent(static_cast<cudaStream_t>(waiter.handle), event, 0);
-  (void)cudaEventDestroy(event);  // released by CUDA once recorded work completes
-  QMESH_CHECK_CUDA(status);
-#endif
+  detail::dispatch(
+      device, [] {}, [&](auto index) { detail::cuda::order_after(index, waiter, producer); });
 }
 
 }  // namespace qmesh

@@ -2,33 +2,24 @@
 
 #include <utility>
 
+#include "core/cuda_runtime.h"
 #include "core/stream_cleanup.h"
-#include "qmesh/config.h"
+#include "qmesh/detail/cuda_dispatch.h"
 #include "qmesh/error.h"
-#if QMESH_WITH_CUDA
-#include "qmesh/cuda_check.h"
-#include "qmesh/device.h"
-#endif
 
 namespace qmesh {
 
 OwnedStream::OwnedStream(Device device) : device_(device) {
   QMESH_CHECK(device.is_cuda(), "OwnedStream needs a CUDA device, got ", device.str());
   require_device(device);
-#if QMESH_WITH_CUDA
-  const DeviceGuard guard(device.index);
-  cudaStream_t stream = nullptr;
-  QMESH_CHECK_CUDA(cudaStreamCreate(&stream));
-  stream_.handle = stream;
-#endif
+  detail::on_cuda(device.index,
+                  [&](auto index) { stream_.handle = detail::cuda::create_stream(index); });
 }
 
 OwnedStream::~OwnedStream() {
-#if QMESH_WITH_CUDA
-  if (stream_.handle == nullptr) return;
+  if (stream_.handle == nullptr) return;  // moved from; always so in a build without CUDA
   detail::run_stream_cleanups(stream_.handle);
-  cudaStreamDestroy(static_cast<cudaStream_t>(stream_.handle));
-#endif
+  detail::on_cuda(device_.index, [&](auto) { detail::cuda::destroy_stream(stream_.handle); });
 }
 
 OwnedStream::OwnedStream(OwnedStream&& other) noexcept

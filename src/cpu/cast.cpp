@@ -1,6 +1,8 @@
 // CPU backend of the cast ops. Every loop body is the branch-free scalar conversion of
 // qmesh/fp8.h (bit-identical to CUDA's __nv_cvt_float_to_fp8 with __NV_SATFINITE), compiled
 // for AVX-512 / AVX2 / baseline and picked at load time; large tensors are split over threads.
+#include "cpu/cast.h"
+
 #include <algorithm>
 #include <bit>
 #include <cstring>
@@ -9,7 +11,6 @@
 #include "core/element_traits.h"
 #include "core/simd.h"
 #include "cpu/parallel.h"
-#include "ops/cast_job.h"
 #include "qmesh/error.h"
 #include "qmesh/float16.h"
 #include "qmesh/fp8.h"

@@ -17,9 +17,9 @@
 #include <span>
 #include <vector>
 
+#include "cuda/cast.h"
 #include "cuda/device_scalar.h"
 #include "cuda/stream_scratch.h"
-#include "ops/cast_job.h"
 #include "qmesh/cuda_check.h"
 #include "qmesh/device.h"
 #include "qmesh/error.h"

@@ -1,4 +1,5 @@
-// The CUDA GEMM backend on cuBLASLt. Only compiled with QMESH_WITH_CUDA.
+// The CUDA GEMM backend on cuBLASLt (cuda/gemm_cublaslt.cpp, compiled only with
+// QMESH_WITH_CUDA; ops/gemm.cpp calls it through qmesh/detail/cuda_dispatch.h).
 #pragma once
 
 #include <cstddef>

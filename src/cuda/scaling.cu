@@ -1,5 +1,6 @@
 // CUDA kernels of the scaling recipes: the fused multi-tensor delayed-scaling update and the
 // on-device current-scaling scale.
+#include "cuda/scaling.h"
 #include "qmesh/cuda_check.h"
 #include "qmesh/device.h"
 #include "scaling/scale_rules.h"

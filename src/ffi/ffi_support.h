@@ -143,6 +143,10 @@ auto on_cuda(const char* name, Impl impl) {
                                 ::xla::ffi::Ffi::Bind() __VA_ARGS__);          \
   QMESH_FFI_CUDA_HANDLER(name, impl, __VA_ARGS__)
 
+// The one preprocessor branch on QMESH_WITH_CUDA left in src/: it decides which exported
+// symbols exist, which neither a template nor if constexpr can do at namespace scope. A build
+// without CUDA exports no NameCuda symbol (python/qmesh registers them only when
+// qmesh_jax_has_cuda() says so) rather than handlers that could only fail.
 #if QMESH_WITH_CUDA
 #define QMESH_FFI_CUDA_HANDLER(name, impl, ...)                                 \
   extern "C" QMESH_API XLA_FFI_Error* name##Cuda(XLA_FFI_CallFrame*);           \

@@ -3,10 +3,8 @@
 #pragma once
 
 #include <cstdint>
-#include <span>
 
 #include "qmesh/dtype.h"
-#include "qmesh/stream.h"
 
 namespace qmesh::detail {
 
@@ -35,18 +33,5 @@ struct CastSpec {
   DType in_dtype = DType::kFloat32;
   DType fp8 = DType::kFloat8E4M3;
 };
-
-namespace cpu {
-void cast(const CastSpec& spec, std::span<const CastJob> jobs);
-void dequantize(const uint8_t* in, DType fp8, const float* scale_inv, void* out, DType out_dtype,
-                int64_t n);
-}  // namespace cpu
-
-namespace cuda {
-// Run on CUDA device `device` (made current for the call), ordered on `stream`.
-void cast(int device, const CastSpec& spec, std::span<const CastJob> jobs, Stream stream);
-void dequantize(int device, const uint8_t* in, DType fp8, const float* scale_inv, void* out,
-                DType out_dtype, int64_t n, Stream stream);
-}  // namespace cuda
 
 }  // namespace qmesh::detail

@@ -3,8 +3,10 @@
 #include <string>
 #include <vector>
 
+#include "cpu/cast.h"
+#include "cuda/cast.h"
 #include "ops/cast_job.h"
-#include "qmesh/config.h"
+#include "qmesh/detail/cuda_dispatch.h"
 #include "qmesh/ops/amax.h"
 #include "qmesh/ops/cast_transpose.h"
 #include "qmesh/ops/dbias_quantize.h"
@@ -54,16 +56,9 @@ CastJob make_job(const TensorView& x, const QuantizedTensorView& out) {
 }
 
 void run(const Device& device, const CastSpec& spec, std::span<const CastJob> jobs, Stream stream) {
-  if (device.is_host()) {
-    detail::cpu::cast(spec, jobs);
-    return;
-  }
-  require_device(device);
-#if QMESH_WITH_CUDA
-  detail::cuda::cast(device.index, spec, jobs, stream);
-#else
-  (void)stream;
-#endif
+  detail::dispatch(
+      device, [&] { detail::cpu::cast(spec, jobs); },
+      [&](auto index) { detail::cuda::cast(index, spec, jobs, stream); });
 }
 
 }  // namespace
@@ -157,17 +152,15 @@ void dequantize(const QuantizedTensorView& q, const TensorView& out, Stream stre
   QMESH_CHECK(out.numel() == q.data.numel(), "dequantize output must have ", q.data.numel(),
               " elements like the FP8 input ", q.data.shape.str(), ", got ", out.shape.str());
   const auto* in = static_cast<const uint8_t*>(q.data.data);
-  if (q.device().is_host()) {
-    detail::cpu::dequantize(in, q.dtype(), q.scale_inv, out.data, out.dtype, out.numel());
-    return;
-  }
-  require_device(q.device());
-#if QMESH_WITH_CUDA
-  detail::cuda::dequantize(q.device().index, in, q.dtype(), q.scale_inv, out.data, out.dtype,
-                           out.numel(), stream);
-#else
-  (void)stream;
-#endif
+  detail::dispatch(
+      q.device(),
+      [&] {
+        detail::cpu::dequantize(in, q.dtype(), q.scale_inv, out.data, out.dtype, out.numel());
+      },
+      [&](auto index) {
+        detail::cuda::dequantize(index, in, q.dtype(), q.scale_inv, out.data, out.dtype,
+                                 out.numel(), stream);
+      });
 }
 
 }  // namespace qmesh

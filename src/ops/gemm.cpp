@@ -3,12 +3,10 @@
 #include <cstdint>
 
 #include "cpu/gemm_cpu.h"
-#include "ops/gemm_canonical.h"
-#include "qmesh/config.h"
-#include "qmesh/error.h"
-#if QMESH_WITH_CUDA
 #include "cuda/gemm_cublaslt.h"
-#endif
+#include "ops/gemm_canonical.h"
+#include "qmesh/detail/cuda_dispatch.h"
+#include "qmesh/error.h"
 
 namespace qmesh {
 
@@ -46,9 +44,9 @@ struct Gemm::Impl {
   detail::CanonicalGemm c;
   void* workspace = nullptr;
   size_t workspace_bytes = 0;  // what workspace_size() said at initialize()
-#if QMESH_WITH_CUDA
-  std::unique_ptr<detail::CublasLtGemm> cublaslt;
-#endif
+  // The cuBLASLt plan of a CUDA GEMM. A shared_ptr binds its deleter where the CUDA branch
+  // creates it, so that a build without CUDA never names CublasLtGemm's destructor.
+  std::shared_ptr<detail::CublasLtGemm> cublaslt;
 };
 
 Gemm::Gemm() = default;
@@ -58,10 +56,9 @@ Gemm& Gemm::operator=(Gemm&&) noexcept = default;
 
 Status Gemm::can_implement(const GemmArgs& args) {
   try {
-    [[maybe_unused]] const detail::CanonicalGemm c = detail::canonicalize(args);
-#if QMESH_WITH_CUDA
-    if (c.backend == detail::GemmBackend::kCublasLt) detail::CublasLtGemm::check_supported(c);
-#endif
+    const detail::CanonicalGemm c = detail::canonicalize(args);
+    if (c.backend == detail::GemmBackend::kCublasLt)
+      detail::on_cuda(c.device.index, [&](auto) { detail::CublasLtGemm::check_supported(c); });
     return {};
   } catch (const Error& e) {
     return Status::failure(e.message());
@@ -70,9 +67,7 @@ Status Gemm::can_implement(const GemmArgs& args) {
 
 size_t Gemm::workspace_size(const GemmArgs& args) {
   const detail::CanonicalGemm c = detail::canonicalize(args);
-#if QMESH_WITH_CUDA
   if (c.backend == detail::GemmBackend::kCublasLt) return detail::kCublasLtWorkspaceBytes;
-#endif
   return detail::host_gemm_workspace_size(c);
 }
 
@@ -82,31 +77,26 @@ void Gemm::initialize(const GemmArgs& args, void* workspace, Stream stream) {
   impl->workspace = workspace;
   if (impl->c.backend == detail::GemmBackend::kHost)
     impl->workspace_bytes = detail::host_gemm_workspace_size(impl->c);
-#if QMESH_WITH_CUDA
   if (impl->c.backend == detail::GemmBackend::kCublasLt) {
     QMESH_CHECK(reinterpret_cast<uintptr_t>(workspace) % detail::kCublasLtWorkspaceAlignment == 0,
                 "Gemm::initialize: the workspace of a CUDA GEMM must be ",
                 detail::kCublasLtWorkspaceAlignment,
                 "-byte aligned (cuBLASLt's rule), got address ", workspace,
                 ": pass a cudaMalloc'd buffer, or nullptr for the cached workspace");
-    impl->cublaslt = std::make_unique<detail::CublasLtGemm>(impl->c, stream.handle);
+    detail::on_cuda(impl->c.device.index, [&](auto) {
+      impl->cublaslt = std::make_shared<detail::CublasLtGemm>(impl->c, stream.handle);
+    });
   }
-#else
-  (void)stream;
-#endif
   impl_ = std::move(impl);
 }
 
 void Gemm::run(Stream stream) {
   QMESH_CHECK(impl_ != nullptr, "Gemm::run called before a successful Gemm::initialize");
-#if QMESH_WITH_CUDA
   if (impl_->cublaslt) {
-    impl_->cublaslt->run(stream.handle, impl_->workspace);
+    detail::on_cuda(impl_->c.device.index,
+                    [&](auto) { impl_->cublaslt->run(stream.handle, impl_->workspace); });
     return;
   }
-#else
-  (void)stream;
-#endif
   detail::host_gemm(impl_->c, impl_->workspace, impl_->workspace_bytes);
 }
 

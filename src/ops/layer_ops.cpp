@@ -9,7 +9,8 @@
 #include <utility>
 
 #include "cpu/gelu.h"
-#include "ops/device_dispatch.h"
+#include "cuda/layer_kernels.h"
+#include "qmesh/detail/cuda_dispatch.h"
 #include "qmesh/float16.h"
 #include "qmesh/ops/add.h"
 #include "qmesh/ops/bias.h"
@@ -17,9 +18,6 @@
 #include "qmesh/ops/gelu.h"
 #include "qmesh/ops/layer_norm.h"
 #include "qmesh/ops/transpose.h"
-// Declarations only: without CUDA the launchers are named by dispatch()'s CUDA branches but
-// never called, so the build needs no definitions.
-#include "cuda/layer_kernels.h"
 
 namespace qmesh {
 
@@ -78,7 +76,7 @@ void layer_norm_forward(const TensorView& x, const TensorView& gamma, const Tens
           rs[r] = s;
         }
       },
-      [&](int device) {
+      [&](auto device) {
         detail::cuda::layer_norm_forward(device, in, g, b, eps, out, mu, rs, rows, cols, stream);
       });
 }
@@ -128,7 +126,7 @@ void layer_norm_backward(const TensorView& dy, const TensorView& x, const Tensor
           }
         }
       },
-      [&](int device) {
+      [&](auto device) {
         detail::cuda::layer_norm_backward(device, pdy, px, g, mu, rs, pdx, dg, db, rows, cols,
                                           stream);
       });
@@ -147,7 +145,7 @@ void bias_grad(const TensorView& g, const TensorView& dbias, Stream stream) {
         for (int64_t r = 0; r < rows; ++r)
           for (int64_t c = 0; c < cols; ++c) out[c] += p[r * cols + c];
       },
-      [&](int device) { detail::cuda::column_sums(device, p, out, rows, cols, stream); });
+      [&](auto device) { detail::cuda::column_sums(device, p, out, rows, cols, stream); });
 }
 
 void add_bias(const TensorView& y, const TensorView& bias, Stream stream) {
@@ -162,7 +160,7 @@ void add_bias(const TensorView& y, const TensorView& bias, Stream stream) {
         for (int64_t r = 0; r < rows; ++r)
           for (int64_t c = 0; c < cols; ++c) o[r * cols + c] += b[c];
       },
-      [&](int device) { detail::cuda::add_bias(device, o, b, rows, cols, stream); });
+      [&](auto device) { detail::cuda::add_bias(device, o, b, rows, cols, stream); });
 }
 
 void gelu(const TensorView& x, const TensorView& y, Stream stream) {
@@ -177,7 +175,7 @@ void gelu(const TensorView& x, const TensorView& y, Stream stream) {
         if (out != in) std::copy_n(in, n, out);
         gelu_inplace(out, n);
       },
-      [&](int device) { detail::cuda::gelu(device, in, out, n, stream); });
+      [&](auto device) { detail::cuda::gelu(device, in, out, n, stream); });
 }
 
 void dgelu(const TensorView& dy, const TensorView& pre, const TensorView& dx, Stream stream) {
@@ -193,7 +191,7 @@ void dgelu(const TensorView& dy, const TensorView& pre, const TensorView& dx, St
         if (out != d) std::copy_n(d, n, out);
         dgelu_mul_inplace(out, p, n);
       },
-      [&](int device) { detail::cuda::dgelu(device, d, p, out, n, stream); });
+      [&](auto device) { detail::cuda::dgelu(device, d, p, out, n, stream); });
 }
 
 void add(const TensorView& a, const TensorView& b, const TensorView& out, Stream stream) {
@@ -208,7 +206,7 @@ void add(const TensorView& a, const TensorView& b, const TensorView& out, Stream
       [&] {
         for (int64_t i = 0; i < n; ++i) po[i] = pa[i] + pb[i];
       },
-      [&](int device) { detail::cuda::add(device, pa, pb, po, n, stream); });
+      [&](auto device) { detail::cuda::add(device, pa, pb, po, n, stream); });
 }
 
 void convert_to_bf16(const TensorView& in, const TensorView& out, Stream stream) {
@@ -223,7 +221,7 @@ void convert_to_bf16(const TensorView& in, const TensorView& out, Stream stream)
   const int64_t n = in.numel();
   dispatch(
       in.device, [&] { fp32_to_bf16(src, dst, static_cast<size_t>(n)); },
-      [&](int device) { detail::cuda::convert_to_bf16(device, src, dst, n, stream); });
+      [&](auto device) { detail::cuda::convert_to_bf16(device, src, dst, n, stream); });
 }
 
 void transpose(const TensorView& in, const TensorView& out, Stream stream) {
@@ -245,7 +243,7 @@ void transpose(const TensorView& in, const TensorView& out, Stream stream) {
           for (int64_t c = 0; c < cols; ++c)
             std::memcpy(dst + (c * rows + r) * bytes, src + (r * cols + c) * bytes, bytes);
       },
-      [&](int device) {
+      [&](auto device) {
         detail::cuda::transpose(device, src, dst, rows, cols, static_cast<int>(bytes), stream);
       });
 }

@@ -1,6 +1,7 @@
 #include "qmesh/scaling/current_scaling.h"
 
-#include "qmesh/config.h"
+#include "cuda/scaling.h"
+#include "qmesh/detail/cuda_dispatch.h"
 #include "qmesh/fp8.h"
 #include "qmesh/ops/amax.h"
 #include "qmesh/ops/cast_transpose.h"
@@ -19,17 +20,12 @@ void set_current_scale(const QuantizedTensorView& out, const Float8CurrentScalin
                        Stream stream) {
   validate(recipe);
   out.validate("set_current_scale output");
-  if (out.device().is_host()) {
-    *out.scale = current_scale(*out.amax, out.dtype(), recipe);
-    return;
-  }
-  require_device(out.device());
-#if QMESH_WITH_CUDA
-  detail::cuda::set_current_scale(out.device().index, out.amax, out.scale, fp8_max(out.dtype()),
-                                  recipe.power_of_two_scales, recipe.amax_epsilon, stream);
-#else
-  (void)stream;
-#endif
+  detail::dispatch(
+      out.device(), [&] { *out.scale = current_scale(*out.amax, out.dtype(), recipe); },
+      [&](auto index) {
+        detail::cuda::set_current_scale(index, out.amax, out.scale, fp8_max(out.dtype()),
+                                        recipe.power_of_two_scales, recipe.amax_epsilon, stream);
+      });
 }
 
 void quantize_current_scaling(const TensorView& x, const QuantizedTensorView& out,

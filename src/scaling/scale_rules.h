@@ -6,8 +6,6 @@
 #include <cfloat>
 #include <cstdint>
 
-#include "qmesh/stream.h"
-
 #if defined(__CUDACC__)
 #define QMESH_HOST_DEVICE __host__ __device__
 #else
@@ -53,15 +51,5 @@ QMESH_HOST_DEVICE inline float current_scale_rule(float amax, float fp8_max, boo
   }
   return s;
 }
-
-namespace cuda {
-// The fused delayed-scaling update of all n operands (one kernel on CUDA device `device`,
-// ordered on `stream`). history: fp32 [len, n]; scale, fp8_max: fp32 [n].
-void update_scales(int device, float* history, float* scale, const float* fp8_max, int n, int len,
-                   bool most_recent, float margin_scale, Stream stream);
-// *scale = current_scale_rule(*amax, ...) on CUDA device `device`, ordered on `stream`.
-void set_current_scale(int device, const float* amax, float* scale, float fp8_max,
-                       bool power_of_two, float epsilon, Stream stream);
-}  // namespace cuda
 
 }  // namespace qmesh::detail

@@ -3,9 +3,9 @@
 #include <cmath>
 #include <string>
 
-#include "ops/device_dispatch.h"
-#include "qmesh/config.h"
+#include "cuda/scaling.h"
 #include "qmesh/copy.h"
+#include "qmesh/detail/cuda_dispatch.h"
 #include "qmesh/fp8.h"
 #include "scaling/scale_rules.h"
 
@@ -114,13 +114,10 @@ void update_delayed_scaling(const TensorView& amax_history, const TensorView& sc
   const float* maxima = fp8_max.data_as<float>();
   detail::dispatch(
       device, [&] { update_host(history, scales, maxima, n, len, most_recent, margin_scale); },
-      [&]([[maybe_unused]] int index) {
-#if QMESH_WITH_CUDA
+      [&](auto index) {
         detail::cuda::update_scales(index, history, scales, maxima, n, len, most_recent,
                                     margin_scale, stream);
-#endif
       });
-  (void)stream;
 }
 
 }  // namespace qmesh

@@ -1,7 +1,7 @@
 #include "qmesh/train/loss.h"
 
 #include "cuda/loss_kernel.h"
-#include "ops/device_dispatch.h"
+#include "qmesh/detail/cuda_dispatch.h"
 #include "qmesh/error.h"
 
 namespace qmesh {
@@ -38,7 +38,7 @@ void mse_loss(const TensorView& y, const TensorView& target, double global_count
         }
         *out = sum;
       },
-      [&](int device) {
+      [&](auto device) {
         detail::cuda::mse_loss(device, py, pt, global_count, pd, out, n, stream);
       });
 }

@@ -4,12 +4,10 @@
 #include <cmath>
 
 #include "core/simd.h"
-#include "qmesh/config.h"
-#include "qmesh/copy.h"
-#include "qmesh/error.h"
-#if QMESH_WITH_CUDA
 #include "cuda/layer_kernels.h"
-#endif
+#include "qmesh/copy.h"
+#include "qmesh/detail/cuda_dispatch.h"
+#include "qmesh/error.h"
 
 namespace qmesh {
 
@@ -32,9 +30,9 @@ Tensor zeros_like(const Tensor& t) {
   return t.device().is_host() ? std::move(z) : clone(z, t.device());
 }
 
-// The CUDA device index of p (a CUDA parameter; builds without CUDA never get here, since
-// check_param's require_device rejects CUDA parameters there).
-[[maybe_unused]] int cuda_index(const Parameter& p) { return p.value.device().index; }
+// The CUDA device index of p (a CUDA parameter, which check_param's require_device accepted;
+// a build without CUDA has none).
+int cuda_index(const Parameter& p) { return p.value.device().index; }
 
 // The step counter is kept as a tensor so that it is saved with the rest of the state.
 class CountedOptimizer : public Optimizer {
@@ -78,11 +76,11 @@ class Sgd final : public CountedOptimizer {
         sgd_update(p.value.data_as<float>(), p.grad.data_as<float>(), m, p.value.numel(), options_);
         continue;
       }
-#if QMESH_WITH_CUDA
-      detail::cuda::sgd_update(cuda_index(p), p.value.data_as<float>(), p.grad.data_as<float>(), m,
-                               p.value.numel(), options_.lr, options_.momentum,
-                               options_.weight_decay, stream_);
-#endif
+      detail::on_cuda(cuda_index(p), [&](auto device) {
+        detail::cuda::sgd_update(device, p.value.data_as<float>(), p.grad.data_as<float>(), m,
+                                 p.value.numel(), options_.lr, options_.momentum,
+                                 options_.weight_decay, stream_);
+      });
     }
     ++*count_.data_as<int32_t>();
   }
@@ -128,12 +126,12 @@ class AdamW final : public CountedOptimizer {
                      v_[i].data_as<float>(), p.value.numel(), options_, bias1, bias2);
         continue;
       }
-#if QMESH_WITH_CUDA
-      detail::cuda::adamw_update(cuda_index(p), p.value.data_as<float>(), p.grad.data_as<float>(),
-                                 m_[i].data_as<float>(), v_[i].data_as<float>(), p.value.numel(),
-                                 options_.lr, options_.beta1, options_.beta2, options_.eps,
-                                 options_.weight_decay, bias1, bias2, stream_);
-#endif
+      detail::on_cuda(cuda_index(p), [&](auto device) {
+        detail::cuda::adamw_update(device, p.value.data_as<float>(), p.grad.data_as<float>(),
+                                   m_[i].data_as<float>(), v_[i].data_as<float>(), p.value.numel(),
+                                   options_.lr, options_.beta1, options_.beta2, options_.eps,
+                                   options_.weight_decay, bias1, bias2, stream_);
+      });
     }
   }
   std::vector<std::pair<std::string, Tensor*>> state() override {
