@@ -422,7 +422,8 @@ typedef struct qmesh_named_tensor {
 } qmesh_named_tensor;
 
 /* Collective over the world: every rank writes its tensors (and, under FP8 delayed scaling,
- * the context's scaling states; context may be NULL) to <directory>/step-<step>/, then
+ * the context's scaling states, as tensors named "scaling.*", a prefix the given names must
+ * not use; context may be NULL) to its file in <directory>/step-<step>/, then
  * <directory>/latest names that step. Files are written atomically: a crash never leaves
  * `latest` naming a partial checkpoint. The same format as train_mlp --checkpoint-dir. */
 QMESH_C_EXPORT qmesh_status qmesh_checkpoint_save(qmesh_world* world, const char* directory,

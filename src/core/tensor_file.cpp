@@ -1,5 +1,6 @@
 #include "qmesh/tensor_file.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 #include <map>
@@ -94,6 +95,25 @@ std::vector<Entry> parse(const std::vector<uint8_t>& bytes, const std::string& p
   return entries;
 }
 
+// Copies each of `tensors` from the entry of its name, after checking that every one of them
+// has an entry of its dtype and shape (so on an Error nothing is written).
+void assign(const std::vector<Entry>& entries, const std::vector<NamedTensor>& tensors,
+            const std::string& path) {
+  std::vector<const uint8_t*> data;
+  for (const NamedTensor& t : tensors) {
+    const auto e = std::find_if(entries.begin(), entries.end(),
+                                [&](const Entry& x) { return x.name == t.name; });
+    QMESH_CHECK(e != entries.end(), "tensor file ", path, " lacks '", t.name, "'");
+    QMESH_CHECK(t.tensor.dtype == e->dtype && t.tensor.shape == e->shape, "tensor '", t.name,
+                "' in ", path, " does not match the model's ", dtype_name(t.tensor.dtype), " ",
+                t.tensor.shape.str(), " (a checkpoint of a different configuration?)");
+    data.push_back(e->data);
+  }
+  for (size_t i = 0; i < tensors.size(); ++i)
+    copy_bytes(tensors[i].tensor.data, tensors[i].tensor.device, data[i], Device::host(),
+               tensors[i].tensor.nbytes());
+}
+
 }  // namespace
 
 void save_tensors(const std::string& path, const std::vector<NamedTensor>& tensors) {
@@ -134,24 +154,19 @@ void load_tensors(const std::string& path, const std::vector<NamedTensor>& tenso
   const std::vector<Entry> entries = parse(bytes, path);
   QMESH_CHECK(entries.size() == tensors.size(), "tensor file ", path, " holds ", entries.size(),
               " tensors, expected ", tensors.size(), " (a checkpoint of a different model?)");
-  // Validate everything first, remembering where each tensor's data is.
-  std::map<std::string, const uint8_t*> data_of;
-  for (const Entry& e : entries) {
-    const NamedTensor* dst = nullptr;
-    for (const NamedTensor& t : tensors)
-      if (t.name == e.name) dst = &t;
-    QMESH_CHECK(dst != nullptr, "tensor file ", path, " holds '", e.name,
-                "', which this model does not have");
-    QMESH_CHECK(dst->tensor.dtype == e.dtype && dst->tensor.shape == e.shape, "tensor '", e.name,
-                "' in ", path, " does not match the model's ", dtype_name(dst->tensor.dtype), " ",
-                dst->tensor.shape.str(), " (a checkpoint of a different configuration?)");
-    data_of[e.name] = e.data;
-  }
-  for (const NamedTensor& t : tensors) {
-    QMESH_CHECK(data_of.count(t.name), "tensor file ", path, " lacks '", t.name, "'");
-  }
-  for (const NamedTensor& t : tensors)
-    copy_bytes(t.tensor.data, t.tensor.device, data_of[t.name], Device::host(), t.tensor.nbytes());
+  for (const Entry& e : entries)
+    QMESH_CHECK(std::any_of(tensors.begin(), tensors.end(),
+                            [&](const NamedTensor& t) { return t.name == e.name; }),
+                "tensor file ", path, " holds '", e.name, "', which this model does not have");
+  assign(entries, tensors, path);
+}
+
+void copy_tensors(const std::map<std::string, Tensor>& file,
+                  const std::vector<NamedTensor>& tensors, const std::string& path) {
+  std::vector<Entry> entries;
+  for (const auto& [name, t] : file)
+    entries.push_back({name, t.dtype(), t.shape(), static_cast<const uint8_t*>(t.data())});
+  assign(entries, tensors, path);
 }
 
 }  // namespace qmesh

@@ -16,8 +16,8 @@ constexpr int kCols = 8;
 constexpr int kRows = 128;
 
 __global__ void __launch_bounds__(kCols* kRows)
-    update_kernel(float* history, float* scale, const float* fp8_max, int n, int len,
-                  bool most_recent, float margin_scale) {
+    update_kernel(float* history, float* scale, int64_t scale_stride, const float* fp8_max, int n,
+                  int len, bool most_recent, float margin_scale) {
   __shared__ float partial[kRows][kCols];
   const int tx = threadIdx.x % kCols, ty = threadIdx.x / kCols;
   const int i = blockIdx.x * kCols + tx;
@@ -49,7 +49,8 @@ __global__ void __launch_bounds__(kCols* kRows)
   }
   if (ty == 0 && active) {
     const float amax = most_recent ? current : partial[0][tx];
-    scale[i] = delayed_scale(amax, scale[i], delayed_scaled_max(fp8_max[i], margin_scale));
+    float& s = scale[i * scale_stride];
+    s = delayed_scale(amax, s, delayed_scaled_max(fp8_max[i], margin_scale));
   }
 }
 
@@ -60,13 +61,14 @@ __global__ void current_scale_kernel(const float* amax, float* scale, float fp8_
 
 }  // namespace
 
-void update_scales(int device, float* history, float* scale, const float* fp8_max, int n, int len,
-                   bool most_recent, float margin_scale, Stream stream) {
+void update_scales(int device, float* history, float* scale, int64_t scale_stride,
+                   const float* fp8_max, int n, int len, bool most_recent, float margin_scale,
+                   Stream stream) {
   if (n == 0) return;  // a grid of size 0 is an error
   const DeviceGuard guard(device);
   const unsigned blocks = static_cast<unsigned>((n + kCols - 1) / kCols);
   update_kernel<<<blocks, kCols * kRows, 0, static_cast<cudaStream_t>(stream.handle)>>>(
-      history, scale, fp8_max, n, len, most_recent, margin_scale);
+      history, scale, scale_stride, fp8_max, n, len, most_recent, margin_scale);
   QMESH_CHECK_CUDA(cudaGetLastError());
 }
 

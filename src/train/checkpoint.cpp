@@ -16,8 +16,37 @@ namespace qmesh {
 namespace fs = std::filesystem;
 
 namespace {
-std::string rank_file(const fs::path& step_dir, int rank, const char* kind) {
-  return (step_dir / ("rank-" + std::to_string(rank) + kind)).string();
+// A rank's one file of a checkpoint: its tensors and, under delayed scaling, its scaling state.
+std::string rank_file(const fs::path& step_dir, int rank) {
+  return (step_dir / ("rank-" + std::to_string(rank) + ".tensors")).string();
+}
+
+bool has_scaling_state(const CheckpointContent& content) {
+  return content.fp8 && content.fp8->recipe() == Recipe::kFp8Delayed;
+}
+
+void check_names_free_of_prefix(const CheckpointContent& content) {
+  for (const NamedTensor& t : content.tensors)
+    QMESH_CHECK(!t.name.starts_with(kScalingTensorPrefix), "checkpoint tensor name '", t.name,
+                "' starts with '", kScalingTensorPrefix,
+                "', which checkpoints keep for the FP8 scaling state; rename it");
+}
+
+// Checks a rank file read whole: every tensor is one of the content's (whose dtypes and
+// shapes copy_tensors or the resharding code check) or of a scaling state, and the scaling
+// state fits this run's when it has one. A scaling state this run does not need is ignored
+// (the run's own configuration check reports a change of recipe).
+void check_file(const std::map<std::string, Tensor>& file, const CheckpointContent& content,
+                const std::string& path) {
+  for (const auto& entry : file) {
+    const std::string& name = entry.first;
+    QMESH_CHECK(name.starts_with(kScalingTensorPrefix) ||
+                    std::any_of(content.tensors.begin(), content.tensors.end(),
+                                [&](const NamedTensor& t) { return t.name == name; }),
+                "tensor file ", path, " holds '", name,
+                "', which this model does not have (a checkpoint of a different model?)");
+  }
+  if (has_scaling_state(content)) check_scaling_tensors(content.fp8->scaling(), file, path);
 }
 
 // <step dir>/layout: "dp fsdp tp" of the run that wrote it.
@@ -49,7 +78,8 @@ MeshLayout load_layout(const fs::path& step_dir, const MeshLayout& current) {
 // coordinate and dp coordinate 0. A tensor is read whole from the first of them, or, when
 // that one holds it as a flat fsdp shard, assembled from all of them without the padding;
 // then cut into this rank's shard when it is in `content.sharded`, else kept whole. The
-// scaling states come from the first of those ranks. `now`: this run's layout.
+// scaling states (one per tp coordinate) come from the first of those files. `now`: this
+// run's layout.
 void load_resharded(const fs::path& step_dir, const MeshLayout& old, const MeshLayout& now,
                     const CheckpointContent& content, int rank) {
   QMESH_CHECK(old.tp == now.tp, "the checkpoint in ", step_dir.string(), " was written with dp ",
@@ -59,11 +89,9 @@ void load_resharded(const fs::path& step_dir, const MeshLayout& old, const MeshL
   const int tp_rank = rank % now.tp, fsdp_rank = (rank / now.tp) % now.fsdp;
   std::vector<std::map<std::string, Tensor>> files;  // old fsdp coordinate -> its tensors
   for (int f = 0; f < old.fsdp; ++f)
-    files.push_back(read_tensors(rank_file(step_dir, f * old.tp + tp_rank, ".tensors")));
-  const std::string first = rank_file(step_dir, tp_rank, ".tensors");
-  QMESH_CHECK(files[0].size() == content.tensors.size(), "tensor file ", first, " holds ",
-              files[0].size(), " tensors, expected ", content.tensors.size(),
-              " (a checkpoint of a different model?)");
+    files.push_back(read_tensors(rank_file(step_dir, f * old.tp + tp_rank)));
+  const std::string first = rank_file(step_dir, tp_rank);
+  check_file(files[0], content, first);
   std::vector<std::vector<char>> values;  // this rank's part of each tensor, checked first
   for (const NamedTensor& dst : content.tensors) {
     const auto src = files[0].find(dst.name);
@@ -89,7 +117,7 @@ void load_resharded(const fs::path& step_dir, const MeshLayout& old, const MeshL
       QMESH_CHECK(other != files[size_t(f)].end() && other->second.shape() == t.shape() &&
                       other->second.dtype() == t.dtype(),
                   "tensor '", dst.name, "' is missing or differs in shape in ",
-                  rank_file(step_dir, f * old.tp + tp_rank, ".tensors"), " (compared with ", first,
+                  rank_file(step_dir, f * old.tp + tp_rank), " (compared with ", first,
                   "): a corrupted checkpoint?");
       const Tensor& part = other->second;
       const int64_t begin = f * part.numel();
@@ -109,21 +137,23 @@ void load_resharded(const fs::path& step_dir, const MeshLayout& old, const MeshL
   for (size_t i = 0; i < values.size(); ++i)
     copy_bytes(content.tensors[i].tensor.data, content.tensors[i].tensor.device, values[i].data(),
                Device::host(), values[i].size());
-  if (content.fp8 && content.fp8->recipe() == Recipe::kFp8Delayed)
-    load_scaling_states(content.fp8->scaling(), rank_file(step_dir, tp_rank, ".scaling"));
+  if (has_scaling_state(content)) load_scaling_tensors(content.fp8->scaling(), files[0], first);
 }
 }  // namespace
 
 void save_checkpoint(const std::string& dir, int step, const CheckpointContent& content,
                      Communicator& world) {
+  check_names_free_of_prefix(content);
   const fs::path step_dir = fs::path(dir) / ("step-" + std::to_string(step));
   std::error_code ec;
   fs::create_directories(step_dir, ec);
   QMESH_CHECK(!ec, "cannot create checkpoint directory ", step_dir.string(), ": ", ec.message());
   const int rank = world.rank();
-  save_tensors(rank_file(step_dir, rank, ".tensors"), content.tensors);
-  if (content.fp8 && content.fp8->recipe() == Recipe::kFp8Delayed)
-    save_scaling_states(content.fp8->scaling(), rank_file(step_dir, rank, ".scaling"));
+  std::vector<NamedTensor> tensors = content.tensors;
+  std::map<std::string, Tensor> scaling;
+  if (has_scaling_state(content)) scaling = scaling_tensors(content.fp8->scaling());
+  for (const auto& [name, t] : scaling) tensors.push_back({name, t});
+  save_tensors(rank_file(step_dir, rank), tensors);
   if (rank == 0 && content.layout) save_layout(step_dir, *content.layout);
   world.barrier();  // every rank's files are complete before `latest` names them
   if (rank == 0) {
@@ -141,6 +171,7 @@ void save_checkpoint(const std::string& dir, int step, const CheckpointContent& 
 }
 
 int load_latest_checkpoint(const std::string& dir, const CheckpointContent& content, int rank) {
+  check_names_free_of_prefix(content);
   const fs::path latest = fs::path(dir) / "latest";
   std::ifstream in(latest);
   QMESH_CHECK(in.good(), "no checkpoint to resume from: ", latest.string(),
@@ -161,9 +192,12 @@ int load_latest_checkpoint(const std::string& dir, const CheckpointContent& cont
       return step;
     }
   }
-  load_tensors(rank_file(step_dir, rank, ".tensors"), content.tensors);
-  if (content.fp8 && content.fp8->recipe() == Recipe::kFp8Delayed)
-    load_scaling_states(content.fp8->scaling(), rank_file(step_dir, rank, ".scaling"));
+  // Everything is checked before anything is written.
+  const std::string path = rank_file(step_dir, rank);
+  const std::map<std::string, Tensor> file = read_tensors(path);
+  check_file(file, content, path);
+  copy_tensors(file, content.tensors, path);
+  if (has_scaling_state(content)) load_scaling_tensors(content.fp8->scaling(), file, path);
   return step;
 }
 

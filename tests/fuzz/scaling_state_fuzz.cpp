@@ -1,5 +1,8 @@
-// libFuzzer target: load_scaling_states on arbitrary files (a valid CRC appended). Any input
-// must load or throw qmesh::Error; a crash, hang or sanitizer report is a bug.
+// libFuzzer target: load_scaling_states (a tensor file's "scaling.*" tensors, checked against
+// the state) on arbitrary files (a valid CRC appended). Any input must load or throw
+// qmesh::Error; a crash, hang or sanitizer report is a bug. Seeds: a state of this target's
+// shape, one of another, one next to a parameter (a train checkpoint's rank file) and one of
+// the separate format of earlier versions.
 #include "fuzz_file.h"
 #include "qmesh/error.h"
 #include "qmesh/scaling/checkpoint.h"

@@ -53,7 +53,8 @@ TEST(AmaxReducerMpi, DpTimesTpRanksAgreeWithTheGlobalMaxReference) {
       ASSERT_EQ(counting->all_reduces(), step + 1) << n << " tensors";
     }
     // Every rank's scales, gathered (outside the counted communicator).
-    Tensor all(DType::kFloat32, Shape{4 * n});
+    constexpr int64_t kSlot = QuantizedTensor::kScalarSlot;  // operand i's scale: row i
+    Tensor all(DType::kFloat32, Shape{4 * n * kSlot});
     world()->all_gather(states.scale(), all);
     const float* s = all.data_as<float>();
     for (int i = 0; i < n; ++i) {
@@ -64,7 +65,8 @@ TEST(AmaxReducerMpi, DpTimesTpRanksAgreeWithTheGlobalMaxReference) {
       const double fp8 = i % 3 == 2 ? 57344.0 : 448.0;
       const auto expected = static_cast<float>(window > 0 ? fp8 / window / 2.0 : 1.0);
       for (int r = 0; r < 4; ++r)
-        ASSERT_EQ(s[r * n + i], expected) << "rank " << r << " operand " << i << " of " << n;
+        ASSERT_EQ(s[(r * n + i) * kSlot], expected)
+            << "rank " << r << " operand " << i << " of " << n;
     }
   }
 }

@@ -433,6 +433,10 @@ TEST_F(CApi, CheckpointErrors) {
   tensors[0].name = "v";
   EXPECT_STATUS(qmesh_checkpoint_save(world_, dir.c_str(), -1, tensors, 1, nullptr),
                 QMESH_ERROR_INVALID_ARGUMENT, "step is negative");
+  tensors[0].name = "scaling.v";  // the prefix of the scaling state's tensors
+  EXPECT_STATUS(qmesh_checkpoint_save(world_, dir.c_str(), 1, tensors, 1, nullptr),
+                QMESH_ERROR_FAILED, "which checkpoints keep for the FP8 scaling state");
+  tensors[0].name = "v";
   EXPECT_STATUS(qmesh_checkpoint_save(world_, dir.c_str(), 1, tensors, 1, ctx_), QMESH_ERROR_FAILED,
                 "no FP8 operands were registered");  // no layers yet
   // A round trip (collective), then a load into a tensor of another shape.

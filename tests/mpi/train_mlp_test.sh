@@ -45,6 +45,9 @@ resume)
   train4 "${small[@]}" --steps 20 --checkpoint-dir "$work/ckpt" --resume \
     --csv "$work/split.csv" >"$work/second.log" 2>&1 || { cat "$work/second.log"; fail "resume"; }
   grep -q "resumed from" "$work/second.log" || fail "the second run did not resume"
+  # One file per rank: the FP8 scaling state is in it, next to the parameters.
+  [ "$(ls "$work/ckpt/step-10")" = "$(printf '%s\n' layout rank-{0,1,2,3}.tensors)" ] ||
+    fail "unexpected files in a checkpoint: $(ls "$work/ckpt/step-10")"
   diff "$work/full.csv" "$work/split.csv" || fail "loss curves differ after resuming"
   a=$(field "parameter checksums" "$work/full.log")
   b=$(field "parameter checksums" "$work/second.log")
@@ -159,6 +162,10 @@ bad-input)
   train4 "${small[@]}" --steps 2 --checkpoint-dir "$work/c" >/dev/null 2>&1 || fail "save"
   expect "another tp/layers" --dp 2 --tp 2 --layers 1 --hidden 64 --ffn 256 --seq 32 \
     --batch 4 --steps 4 --recipe bf16 --resume --checkpoint-dir "$work/c"
+  train4 "${small[@]}" --steps 2 --recipe bf16 --checkpoint-dir "$work/b" >/dev/null 2>&1 ||
+    fail "save bf16"
+  expect "holds no FP8 delayed-scaling state" "${small[@]}" --steps 4 --resume \
+    --checkpoint-dir "$work/b"
   printf 'garbage' | dd of="$work/c/step-2/rank-1.tensors" bs=1 seek=100 conv=notrunc 2>/dev/null
   expect "corrupted (checksum mismatch)" "${small[@]}" --steps 4 --resume --checkpoint-dir "$work/c"
   ;;

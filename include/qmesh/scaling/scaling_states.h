@@ -15,12 +15,16 @@ namespace qmesh {
 // Storage (all fp32, on one device, each a single contiguous allocation):
 //   amax_history  [history_len, n]: row 0 holds the current step's amax of every operand,
 //                  so row 0 is the packed buffer that ONE all-reduce(MAX) reduces;
-//   scale         [n];  scale_inv [n].
-// Operand i is column i. Initial state: history all zero, scale = scale_inv = 1.
+//   scale, scale_inv [n, QuantizedTensor::kScalarSlot]: operand i's value is element 0 of
+//                  row i, the rest zero padding, so that every operand's scale and
+//                  scale_inv start 16 bytes apart: cuBLASLt takes FP8 scale pointers only
+//                  16-byte aligned (docs/design/gemm.md), which bind() hands out as they are.
+// Operand i is column i of the history. Initial state: history all zero, scale = scale_inv = 1.
 // Not thread-safe; CUDA states are only touched on the streams passed in.
 // The fused delayed-scaling update (docs/design/scaling.md) on state the caller owns, in
 // place: amax_history fp32 [L, n] with row 0 the current (already reduced) amaxes, scale
-// fp32 [n], fp8_max fp32 [n] (the largest finite value of each operand's FP8 dtype); L must
+// fp32 [n] or [n, k] (operand i's scale in element 0 of row i, as ScalingStates keeps it),
+// fp8_max fp32 [n] (the largest finite value of each operand's FP8 dtype); L must
 // be recipe.amax_history_len. For each operand whose current amax is not 0: roll its history,
 // zero row 0 and compute a new scale with recipe's margin and algorithm; operands whose amax
 // is 0 are left as they are. All on one device. Host: blocking. CUDA: one kernel on `stream`.
@@ -53,7 +57,7 @@ class QMESH_API ScalingStates {
   TensorView amax_history() const { return history_.view(); }
   // Row 0 of amax_history: fp32 [n], the current amaxes of all operands, contiguous.
   TensorView current_amax() const;
-  // fp32 [n] each.
+  // fp32 [n, QuantizedTensor::kScalarSlot] each: operand i's value in element 0 of row i.
   TensorView scale() const { return scale_.view(); }
   TensorView scale_inv() const { return scale_inv_.view(); }
 

@@ -1,8 +1,10 @@
-// Checkpoints of a training run (train_mlp, c_trainer, the C API): per rank, the model's
-// parameters, the optimizer state, the FP8 scaling state and the run's configuration, in
-// <dir>/step-<N>/; <dir>/latest names the newest complete one. Every file is written atomically and
-// written only after all ranks finished the previous checkpoint, so a crash never leaves `latest`
-// pointing at a partial checkpoint.
+// Checkpoints of a training run (train_mlp, c_trainer, the C API): per rank, one tensor file
+// <dir>/step-<N>/rank-<r>.tensors (qmesh/tensor_file.h) with the model's parameters, the
+// optimizer state, the run's configuration and, under FP8 delayed scaling, the scaling state
+// (the "scaling.*" tensors of qmesh/scaling/checkpoint.h); <dir>/latest names the newest
+// complete one. Every load reads a file whole and checks it (checksum included) before
+// anything is written. Every file is written atomically and only after all ranks finished
+// the previous checkpoint, so a crash never leaves `latest` pointing at a partial checkpoint.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +29,7 @@ struct MeshLayout {
 
 struct CheckpointContent {
   std::vector<NamedTensor> tensors;  // parameters, optimizer state, configuration
-  LayerContext* fp8 = nullptr;       // its scaling states are saved when delayed
+  LayerContext* fp8 = nullptr;       // its scaling states are saved and loaded when delayed
   // The run's layout, recorded in <dir>/step-<N>/layout. Without one (the C API) nothing is
   // recorded and every rank loads its own files as they are.
   std::optional<MeshLayout> layout;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -121,6 +122,24 @@ TEST_F(TensorFile, ReadTensorsGivesEveryTensorWithItsDtypeAndShape) {
   flipped[flipped.size() / 2] ^= 0x10;
   write(flipped);
   EXPECT_QMESH_ERROR(read_tensors(path_), "checksum mismatch");
+}
+
+// copy_tensors takes the tensors it is given out of a file read whole, which may hold more;
+// a missing or mismatched one is an Error before anything is written.
+TEST_F(TensorFile, CopyTensorsTakesWhatItIsGivenFromAFileReadWhole) {
+  save_tensors(path_, {{"layer.weight", a_}, {"optimizer.step", b_}, {"extra", b_}});
+  const std::map<std::string, Tensor> file = read_tensors(path_);
+  Tensor a(DType::kFloat32, Shape{2, 3}), b(DType::kInt32, Shape{3});
+  copy_tensors(file, model(a, b), path_);
+  EXPECT_EQ(std::memcmp(a.data(), a_.data(), a.nbytes()), 0);
+  EXPECT_EQ(std::memcmp(b.data(), b_.data(), b.nbytes()), 0);
+  std::fill_n(a.data_as<float>(), 6, 7.0f);
+  Tensor other(DType::kInt32, Shape{4});
+  EXPECT_QMESH_ERROR(copy_tensors(file, {{"layer.weight", a}, {"optimizer.step", other}}, path_),
+                     "'optimizer.step' in " + path_ + " does not match the model's int32 [4]");
+  EXPECT_QMESH_ERROR(copy_tensors(file, {{"layer.weight", a}, {"missing", b}}, path_),
+                     "lacks 'missing'");
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(a.data_as<float>()[i], 7.0f) << "written before the Error";
 }
 
 // A header whose sizes run past the end of the file (with a valid checksum) is an error for

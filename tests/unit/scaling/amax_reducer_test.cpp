@@ -53,7 +53,8 @@ TEST(AmaxReducer, DpTimesTpRanksAgreeOnScalesFromTheGlobalMax) {
     }
     const float* s = states.scale().data_as<float>();
     std::lock_guard<std::mutex> lock(mu);
-    scales[world.rank()].assign(s, s + states.size());
+    for (int i = 0; i < states.size(); ++i)
+      scales[world.rank()].push_back(s[i * QuantizedTensor::kScalarSlot]);
   });
   // Reference: the max algorithm over the global max of each of the last 4 steps.
   for (int i = 0; i < int(kRoles.size()); ++i) {
@@ -103,7 +104,8 @@ TEST(AmaxReducer, OneCollectivePerReductionWhateverTheNumberOfTensors) {
         ASSERT_EQ(counting->all_reduces(), step);
         const float* s = states.scale().data_as<float>();
         for (int i = 0; i < tensors; ++i)
-          ASSERT_EQ(s[i], static_cast<float>(448.0 / double(3 + i + 1)));
+          ASSERT_EQ(s[i * QuantizedTensor::kScalarSlot],
+                    static_cast<float>(448.0 / double(3 + i + 1)));
       }
     });
   }

@@ -1,17 +1,21 @@
-// Scaling-state checkpoints: bit-identical resume, and every kind of bad file rejected with a
-// clear Error while the in-memory state stays as it was.
+// Scaling-state checkpoints (named tensors of a tensor file): bit-identical resume, and every
+// kind of bad file rejected with a clear Error while the in-memory state stays as it was.
 #include "qmesh/scaling/checkpoint.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <vector>
 
 #include "expect_error.h"
 #include "qmesh/scaling/scaling_states.h"
+#include "qmesh/tensor_file.h"
 
 namespace qmesh {
 namespace {
@@ -55,6 +59,32 @@ std::vector<char> read_file(const fs::path& p) {
 void write_file(const fs::path& p, const std::vector<char>& bytes) {
   std::ofstream f(p, std::ios::binary | std::ios::trunc);
   f.write(bytes.data(), std::streamsize(bytes.size()));
+}
+
+// CRC-32 (IEEE 802.3, bitwise), the tensor file's checksum: to forge files whose checksum is
+// right, so that the checks behind it are reached.
+uint32_t crc32(const char* p, size_t n) {
+  uint32_t c = 0xFFFFFFFFu;
+  for (size_t i = 0; i < n; ++i) {
+    c ^= uint8_t(p[i]);
+    for (int k = 0; k < 8; ++k) c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1u)));
+  }
+  return ~c;
+}
+
+// `body` (a file without its checksum) with its checksum appended.
+std::vector<char> with_crc(std::vector<char> body) {
+  const uint32_t crc = crc32(body.data(), body.size());
+  const auto* p = reinterpret_cast<const char*>(&crc);
+  body.insert(body.end(), p, p + 4);
+  return body;
+}
+
+// Saves named tensors (views of `tensors`) as a tensor file.
+void save_map(const std::string& path, const std::map<std::string, Tensor>& tensors) {
+  std::vector<NamedTensor> named;
+  for (const auto& [name, t] : tensors) named.push_back({name, t});
+  save_tensors(path, named);
 }
 
 class CheckpointTest : public ::testing::Test {
@@ -126,17 +156,24 @@ TEST_F(CheckpointTest, SaveReplacesAtomicallyAndLeavesNoTemporaryFile) {
 
 TEST_F(CheckpointTest, TruncatedFilesAreRejected) {
   const auto bytes = saved();
-  for (size_t keep : {size_t{0}, size_t{7}, size_t{27}, size_t{40}, bytes.size() - 1}) {
+  // The magic, version and count take 16 bytes, the checksum 4.
+  for (size_t keep : {size_t{0}, size_t{7}, size_t{19}, size_t{40}, bytes.size() - 1}) {
     write_file(path_, std::vector<char>(bytes.begin(), bytes.begin() + keep));
-    expect_rejected(keep < 28 ? "not a qmesh scaling checkpoint" : "is truncated");
+    expect_rejected(keep < 20 ? "not a qmesh tensor file" : "checksum mismatch");
+    // The same cut with a checksum that matches it: the parser finds the truncation.
+    if (keep >= 20) {
+      write_file(path_, with_crc(std::vector<char>(bytes.begin(), bytes.begin() + keep - 4)));
+      expect_rejected("truncated or corrupted");
+    }
   }
 }
 
 TEST_F(CheckpointTest, TrailingBytesAreRejected) {
   auto bytes = saved();
+  bytes.resize(bytes.size() - 4);
   bytes.push_back(0);
-  write_file(path_, bytes);
-  expect_rejected("1 trailing bytes");
+  write_file(path_, with_crc(bytes));
+  expect_rejected("1 unexpected trailing bytes");
 }
 
 TEST_F(CheckpointTest, CorruptedFilesAreRejected) {
@@ -154,10 +191,15 @@ TEST_F(CheckpointTest, WrongMagicAndVersionAreRejected) {
   auto bad_magic = bytes;
   bad_magic[0] = 'X';
   write_file(path_, bad_magic);
-  expect_rejected("not a qmesh scaling checkpoint");
+  expect_rejected("not a qmesh tensor file");
   bytes[8] = 2;
   write_file(path_, bytes);
-  expect_rejected("format version 2 but this build reads version 1");
+  expect_rejected("has format version 2; this build reads version 1");
+  // The separate scaling-checkpoint format of earlier versions: magic, version 1, n, L, ...
+  std::vector<char> old = {'Q', 'M', 'S', 'C', 'A', 'L', 'E', '\0', 1, 0, 0, 0};
+  old.resize(103, 0);
+  write_file(path_, with_crc(old));
+  expect_rejected("separate format version 1 (\"QMSCALE\")");
 }
 
 TEST_F(CheckpointTest, WrongShapesAndRolesAreRejected) {
@@ -175,10 +217,54 @@ TEST_F(CheckpointTest, WrongShapesAndRolesAreRejected) {
 }
 
 TEST_F(CheckpointTest, MissingFileAndUnwritableDirectoryAreErrors) {
-  expect_rejected("cannot open scaling checkpoint");
+  expect_rejected("cannot open tensor file");
   ScalingStates s(recipe(4), kRoles);
   EXPECT_QMESH_ERROR(save_scaling_states(s, (dir_ / "no_such_dir" / "x.bin").string()),
-                     "cannot create scaling checkpoint");
+                     "cannot create tensor file");
+}
+
+// A train checkpoint's rank file: the scaling state next to other tensors, which
+// load_scaling_states leaves alone; read_tensors verifies the file without knowing shapes.
+TEST_F(CheckpointTest, StateNextToOtherTensorsLoads) {
+  ScalingStates original(recipe(16), kRoles);
+  std::mt19937 rng(5);
+  run_steps(original, rng, 20);
+  std::map<std::string, Tensor> tensors = scaling_tensors(original);
+  Tensor weight(DType::kFloat32, Shape{2, 3});
+  std::fill_n(weight.data_as<float>(), 6, 0.5f);
+  tensors.emplace("layer.weight", std::move(weight));
+  save_map(path_, tensors);
+  EXPECT_EQ(read_tensors(path_).size(), 6u);
+  ScalingStates resumed(recipe(16), kRoles);
+  load_scaling_states(resumed, path_);
+  EXPECT_EQ(snapshot(resumed), snapshot(original));
+  // The saved scales are the logical values, one per operand.
+  const Tensor& scale = tensors.at("scaling.scale");
+  ASSERT_EQ(scale.shape(), Shape{3});
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(scale.data_as<float>()[i],
+              original.scale().data_as<float>()[i * QuantizedTensor::kScalarSlot]);
+}
+
+// Files whose checksum is right but whose scaling tensors are missing or malformed.
+TEST_F(CheckpointTest, MissingOrMalformedTensorsAreRejected) {
+  ScalingStates s(recipe(16), kRoles);
+  auto with = [&](const std::string& name, Tensor t) {
+    std::map<std::string, Tensor> tensors = scaling_tensors(s);
+    tensors.erase(name);
+    if (t.data() != nullptr) tensors.emplace(name, std::move(t));
+    save_map(path_, tensors);
+  };
+  with("scaling.roles", Tensor());
+  expect_rejected("holds no FP8 delayed-scaling state ('scaling.roles' missing)");
+  with("scaling.scale", Tensor(DType::kFloat32, Shape{4}));
+  expect_rejected("'scaling.scale' in " + path_ + " does not hold one value per operand");
+  with("scaling.amax_history", Tensor(DType::kFloat32, Shape{16, 2}));
+  expect_rejected("does not hold one column per operand");
+  with("scaling.scale_inv", Tensor(DType::kInt32, Shape{3}));
+  expect_rejected("is int32 [3], expected fp32 of rank 1");
+  with("scaling.recipe", Tensor(DType::kFloat32, Shape{2}));
+  expect_rejected("does not hold 3 values");
 }
 
 TEST_F(CheckpointTest, OtherRecipeParametersLoadWithAWarning) {

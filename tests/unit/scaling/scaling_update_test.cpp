@@ -2,8 +2,10 @@
 // ("Delayed scaling"), written out step by step here, over random and adversarial amax sequences.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <random>
 #include <tuple>
@@ -104,8 +106,9 @@ TEST_P(DelayedUpdateTest, MatchesFloat64Reference) {
     states.update();
     for (int i = 0; i < n; ++i) {
       ref[i].step(recipe, fp8_max(states.dtype(i)));
-      ASSERT_TRUE(test::same_bits(scale[i], static_cast<float>(ref[i].scale)))
-          << "step " << step << " operand " << i << ": got " << scale[i] << ", expected "
+      const float got_scale = scale[i * QuantizedTensor::kScalarSlot];
+      ASSERT_TRUE(test::same_bits(got_scale, static_cast<float>(ref[i].scale)))
+          << "step " << step << " operand " << i << ": got " << got_scale << ", expected "
           << ref[i].scale;
       for (int j = 0; j < len; ++j) {
         const float got = history[int64_t(j) * n + i];
@@ -134,13 +137,13 @@ TEST(DelayedUpdate, FirstStepUsesScaleOneAndHybridFormats) {
   EXPECT_EQ(states.dtype(0), DType::kFloat8E4M3);
   EXPECT_EQ(states.dtype(1), DType::kFloat8E5M2);
   EXPECT_EQ(states.scale().data_as<float>()[0], 1.0f);
-  EXPECT_EQ(states.scale_inv().data_as<float>()[1], 1.0f);
+  EXPECT_EQ(states.scale_inv().data_as<float>()[QuantizedTensor::kScalarSlot], 1.0f);
   float* amax = states.current_amax().data_as<float>();
   amax[0] = 2.0f;
   amax[1] = 4.0f;
   states.update();
   EXPECT_EQ(states.scale().data_as<float>()[0], 224.0f);
-  EXPECT_EQ(states.scale().data_as<float>()[1], 14336.0f);
+  EXPECT_EQ(states.scale().data_as<float>()[QuantizedTensor::kScalarSlot], 14336.0f);
   EXPECT_EQ(amax[0], 0.0f);  // row 0 is cleared for the next step
   ScalingStates e4m3(DelayedScaling{0.0f, 4, AmaxComputeAlgo::kMax, Fp8Format::kE4M3},
                      {OperandRole::kGradOutput});
@@ -149,15 +152,62 @@ TEST(DelayedUpdate, FirstStepUsesScaleOneAndHybridFormats) {
 
 TEST(DelayedUpdate, BindPointsQuantizeAtTheState) {
   ScalingStates states(DelayedScaling{}, {OperandRole::kWeight, OperandRole::kInput});
-  states.scale().data_as<float>()[1] = 8.0f;
+  states.scale().data_as<float>()[QuantizedTensor::kScalarSlot] = 8.0f;
   QuantizedTensor q(DType::kFloat8E4M3, Shape{2, 2}, Device::host(), false);
   QuantizedTensorView v = q.view();
   states.bind(1, v);
   std::vector<float> x = {1.0f, -3.0f, 0.5f, 2.0f};
   quantize(TensorView(x.data(), DType::kFloat32, Shape{2, 2}), v);
   EXPECT_EQ(states.current_amax().data_as<float>()[1], 3.0f);
-  EXPECT_EQ(states.scale_inv().data_as<float>()[1], 0.125f);
+  EXPECT_EQ(states.scale_inv().data_as<float>()[QuantizedTensor::kScalarSlot], 0.125f);
   EXPECT_EQ(states.current_amax().data_as<float>()[0], 0.0f);
+}
+
+// cuBLASLt takes FP8 scale pointers only 16-byte aligned (docs/design/gemm.md): every
+// operand's scale and scale_inv must be, so that the GEMM launches without staging them.
+TEST(DelayedUpdate, BindHandsOutSixteenByteAlignedScales) {
+  ScalingStates states(DelayedScaling{}, std::vector<OperandRole>(7, OperandRole::kWeight));
+  QuantizedTensor q(DType::kFloat8E4M3, Shape{2}, Device::host(), false);
+  for (int i = 0; i < states.size(); ++i) {
+    QuantizedTensorView v = q.view();
+    states.bind(i, v);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(v.scale) % 16, 0u) << "operand " << i;
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(v.scale_inv) % 16, 0u) << "operand " << i;
+    EXPECT_EQ(v.amax, states.current_amax().data_as<float>() + i) << "row 0 stays packed";
+    EXPECT_EQ(*v.scale, 1.0f);
+    EXPECT_EQ(*v.scale_inv, 1.0f);
+  }
+}
+
+// The free update takes packed scales [n] (the JAX primitive's) as well as ScalingStates'
+// padded [n, k]: both give the same bits.
+TEST(DelayedUpdate, PackedAndPaddedScalesUpdateAlike) {
+  const std::vector<OperandRole> roles = {OperandRole::kInput, OperandRole::kGradOutput,
+                                          OperandRole::kWeight};
+  DelayedScaling recipe;
+  recipe.amax_history_len = 3;
+  ScalingStates states(recipe, roles);
+  Tensor history(DType::kFloat32, Shape{3, 3}), scale(DType::kFloat32, Shape{3}),
+      maxima(DType::kFloat32, Shape{3});
+  std::fill_n(history.data_as<float>(), 9, 0.0f);
+  for (int i = 0; i < 3; ++i) {
+    scale.data_as<float>()[i] = 1.0f;
+    maxima.data_as<float>()[i] = fp8_max(states.dtype(i));
+  }
+  for (int step = 0; step < 5; ++step) {
+    for (int i = 0; i < 3; ++i)
+      history.data_as<float>()[i] = states.current_amax().data_as<float>()[i] =
+          float(1 + step * 3 + i) * (i == 1 && step == 2 ? 0.0f : 0.5f);
+    states.update();
+    update_delayed_scaling(history, scale, maxima, recipe);
+    for (int i = 0; i < 3; ++i)
+      ASSERT_TRUE(test::same_bits(states.scale().data_as<float>()[i * QuantizedTensor::kScalarSlot],
+                                  scale.data_as<float>()[i]))
+          << "step " << step << " operand " << i;
+  }
+  EXPECT_QMESH_ERROR(
+      update_delayed_scaling(history, Tensor(DType::kFloat32, Shape{2}), maxima, recipe),
+      "scale must be fp32 [3] or [3, k]");
 }
 
 // Several micro-batches before one update: the history records the max over all of them,
