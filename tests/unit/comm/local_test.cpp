@@ -243,36 +243,35 @@ TEST(Local, TimeoutVariableIsValidated) {
   EXPECT_EQ(comm_timeout(), std::chrono::seconds(300));
 }
 
+// Expects `comm`'s timeout to be `limit`, set in code (not QMESH_COMM_TIMEOUT_S).
+void expect_timeout_set(const Communicator& comm, std::chrono::milliseconds limit) {
+  EXPECT_EQ(comm.timeout(), limit);
+  EXPECT_EQ(comm.timeout_source(), TimeoutSource::kCommunicator);
+}
+
 // A communicator's timeout replaces QMESH_COMM_TIMEOUT_S (300 s here: were the setting
 // ignored, these tests would wait five minutes, and the errors would name the variable).
-TEST(Local, CommunicatorTimeoutBoundsItsCollectives) {
+TEST(Local, CommunicatorTimeoutBoundsItsOperations) {
   ScopedTimeout timeout("300");
   run_local_ranks(3, [](Communicator& comm) {
     EXPECT_EQ(comm.timeout(), std::chrono::seconds(300));
     EXPECT_EQ(comm.timeout_source(), TimeoutSource::kEnvironment);
     comm.set_timeout(std::chrono::milliseconds(200));
-    EXPECT_EQ(comm.timeout(), std::chrono::milliseconds(200));
-    EXPECT_EQ(comm.timeout_source(), TimeoutSource::kCommunicator);
+    expect_timeout_set(comm, std::chrono::milliseconds(200));
     if (comm.rank() == 2) return;  // never joins
     float x = 1;
-    EXPECT_QMESH_ERROR(comm.all_reduce(TensorView(&x, DType::kFloat32, Shape{1}), ReduceOp::kSum),
+    TensorView v(&x, DType::kFloat32, Shape{1});
+    EXPECT_QMESH_ERROR(comm.all_reduce(v, ReduceOp::kSum),
                        "timed out after 0.2 s (the communicator's timeout): peer rank 2 never "
                        "joined this all_reduce");
-  });
-}
-
-TEST(Local, CommunicatorTimeoutBoundsPointToPointAndRendezvous) {
-  ScopedTimeout timeout("300");
-  run_local_ranks(2, [](Communicator& comm) {
-    comm.set_timeout(std::chrono::milliseconds(150));
-    if (comm.rank() == 1) return;
-    float x = 0;
-    EXPECT_QMESH_ERROR(comm.recv(TensorView(&x, DType::kFloat32, Shape{1}), 1, 4),
-                       "timed out after 0.15 s (the communicator's timeout): peer rank 1 sent "
-                       "nothing with tag 4");
     EXPECT_QMESH_ERROR(comm.split(0, 0),
-                       "local split (rank 0 of 2) timed out after 0.15 s (the communicator's "
-                       "timeout): peer rank 1 never joined this split");
+                       "split (rank " + std::to_string(comm.rank()) +
+                           " of 3) timed out after 0.2 s (the communicator's timeout): peer rank "
+                           "2 never joined this split");
+    if (comm.rank() == 0)
+      EXPECT_QMESH_ERROR(comm.recv(v, 2, 4),
+                         "timed out after 0.2 s (the communicator's timeout): peer rank 2 sent "
+                         "nothing with tag 4");
   });
 }
 
@@ -281,8 +280,7 @@ TEST(Local, SplitInheritsTheTimeout) {
   run_local_ranks(4, [](Communicator& comm) {
     comm.set_timeout(std::chrono::milliseconds(250));
     auto half = comm.split(comm.rank() % 2, comm.rank());
-    EXPECT_EQ(half->timeout(), std::chrono::milliseconds(250));
-    EXPECT_EQ(half->timeout_source(), TimeoutSource::kCommunicator);
+    expect_timeout_set(*half, std::chrono::milliseconds(250));
     // Without a setting the child follows the variable, as its parent does.
     comm.set_timeout(std::nullopt);
     EXPECT_EQ(comm.timeout(), std::chrono::seconds(300));
