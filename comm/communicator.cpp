@@ -13,6 +13,29 @@ Window::~Window() = default;
 
 void Window::wait_puts(uint64_t count) { wait_puts(count, comm_timeout()); }
 
+std::chrono::milliseconds Communicator::timeout() const {
+  const int64_t ms = timeout_ms_.load(std::memory_order_relaxed);
+  return ms > 0 ? std::chrono::milliseconds(ms) : comm_timeout();
+}
+
+TimeoutSource Communicator::timeout_source() const {
+  return timeout_ms_.load(std::memory_order_relaxed) > 0 ? TimeoutSource::kCommunicator
+                                                         : TimeoutSource::kEnvironment;
+}
+
+void Communicator::set_timeout(std::optional<std::chrono::milliseconds> timeout) {
+  QMESH_CHECK(!timeout || timeout->count() > 0, "communicator timeout of ",
+              timeout ? timeout->count() : 0,
+              " ms: it must be positive (std::nullopt goes back to QMESH_COMM_TIMEOUT_S)");
+  timeout_ms_.store(timeout ? timeout->count() : 0, std::memory_order_relaxed);
+}
+
+std::shared_ptr<Communicator> Communicator::with_my_timeout(
+    std::shared_ptr<Communicator> child) const {
+  if (child) child->timeout_ms_.store(timeout_ms_.load(std::memory_order_relaxed));
+  return child;
+}
+
 void Collectives::all_reduce(TensorView buf, ReduceOp op, Stream stream) {
   all_reduce_async(buf, op, stream)->wait();
 }

@@ -1,6 +1,7 @@
 // The wording of every communication timeout error, alike on every backend so that users
 // (and scripts) recognise it. The opening: "<what> timed out after <seconds> s
-// (QMESH_COMM_TIMEOUT_S)". Then, where the backend knows it, the peer the operation waited
+// (QMESH_COMM_TIMEOUT_S)", or "(the communicator's timeout)" when it was set in code
+// (Communicator::set_timeout). Then, where the backend knows it, the peer the operation waited
 // for: every such sentence contains "peer rank <r>" or "peer ranks <r> and <s>" (what
 // tests/faults looks for). NCCL cannot tell which peer is missing and names none.
 #pragma once
@@ -10,11 +11,21 @@
 #include <string_view>
 #include <vector>
 
+#include "qmesh/comm/work.h"
 #include "qmesh/export.h"
 
 namespace qmesh::comm_detail {
 
-QMESH_API std::string timeout_text(std::string_view what, std::chrono::milliseconds limit);
+QMESH_API std::string timeout_text(std::string_view what, std::chrono::milliseconds limit,
+                                   TimeoutSource source);
+
+// How to change a timeout from `source`: "QMESH_COMM_TIMEOUT_S" or "the communicator's
+// timeout".
+QMESH_API std::string_view timeout_name(TimeoutSource source);
+
+// " (raise <timeout_name> if the job is only slow)": the end of a timeout error that names
+// no more precise cause.
+QMESH_API std::string slow_job_hint(TimeoutSource source);
 
 // "peer rank 2", "peer ranks 2 and 3", "peer ranks 1, 2 and 3" (ranks in the given order).
 QMESH_API std::string peer_ranks(const std::vector<int>& ranks);

@@ -1,9 +1,13 @@
 #include "qmesh/comm/work.h"
 
+#include <algorithm>
 #include <cmath>
+#include <thread>
 
+#include "qmesh/comm/communicator.h"
 #include "qmesh/comm/reduce_op.h"
 #include "qmesh/error.h"
+#include "qmesh/logging.h"
 #include "qmesh/param.h"
 #include "timeout_text.h"
 
@@ -18,9 +22,19 @@ std::chrono::milliseconds comm_timeout() {
 }
 
 namespace comm_detail {
-std::string timeout_text(std::string_view what, std::chrono::milliseconds limit) {
+std::string_view timeout_name(TimeoutSource source) {
+  return source == TimeoutSource::kCommunicator ? "the communicator's timeout"
+                                                : "QMESH_COMM_TIMEOUT_S";
+}
+
+std::string slow_job_hint(TimeoutSource source) {
+  return detail::concat(" (raise ", timeout_name(source), " if the job is only slow)");
+}
+
+std::string timeout_text(std::string_view what, std::chrono::milliseconds limit,
+                         TimeoutSource source) {
   return detail::concat(what, " timed out after ", std::chrono::duration<double>(limit).count(),
-                        " s (QMESH_COMM_TIMEOUT_S)");
+                        " s (", timeout_name(source), ")");
 }
 
 std::string peer_ranks(const std::vector<int>& ranks) {
@@ -65,9 +79,94 @@ std::string roll_call_text(const std::vector<int>& ranks, std::string_view op) {
 }
 }  // namespace comm_detail
 
+Work::Work(std::string what, std::chrono::milliseconds timeout, TimeoutSource source)
+    : what_(std::move(what)), timeout_(timeout), source_(source) {}
+
+Work::Work(std::string what, const Communicator& issuer)
+    : Work(std::move(what), issuer.timeout(), issuer.timeout_source()) {}
+
 Work::~Work() = default;
 
-void Work::wait() { wait(comm_timeout()); }
+void Work::fail(std::exception_ptr error) {
+  error_ = error;
+  done_ = true;
+  std::rethrow_exception(error);
+}
+
+bool Work::test() {
+  if (error_) std::rethrow_exception(error_);
+  if (done_) return true;
+  try {
+    done_ = poll();
+  } catch (...) {
+    fail(std::current_exception());
+  }
+  return done_;
+}
+
+void Work::wait(std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  if (test()) return;
+  std::optional<std::string> blame;
+  try {
+    if (block_until(deadline)) {
+      done_ = true;
+      return;
+    }
+    blame = on_timeout(timeout);
+    if (!blame) {
+      done_ = true;  // it completed after all
+      return;
+    }
+    QMESH_THROW(timeout_text(timeout), ": ", *blame);
+  } catch (...) {
+    fail(std::current_exception());
+  }
+}
+
+void Work::wait() { wait(timeout_); }
+
+bool Work::block_until(Clock::time_point deadline) {
+  // Yield while the wait is young (latency); sleep once it is long (oversubscribed nodes).
+  const auto patient = Clock::now() + std::chrono::milliseconds(20);
+  while (!poll()) {
+    const auto now = Clock::now();
+    if (now >= deadline) return false;
+    if (now < patient) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  }
+  return true;
+}
+
+std::optional<std::string> Work::on_timeout(std::chrono::milliseconds) {
+  return "a peer rank may have failed or not issued the matching call" +
+         comm_detail::slow_job_hint(source_);
+}
+
+void Work::drop_unfinished() noexcept {
+  if (done_) return;
+  try {
+    if (withdraw()) {
+      done_ = true;
+      return;
+    }
+    wait();
+  } catch (const std::exception& e) {
+    QMESH_LOG_ERROR("unfinished ", what_, " dropped: ", e.what());
+  }
+}
+
+std::string Work::timeout_text(std::chrono::milliseconds timeout) const {
+  return comm_detail::timeout_text(what_, timeout, source_);
+}
+
+std::chrono::milliseconds Work::time_left(Clock::time_point deadline) {
+  return std::max(std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()),
+                  std::chrono::milliseconds(0));
+}
 
 std::string_view reduce_op_name(ReduceOp op) {
   switch (op) {

@@ -42,7 +42,8 @@ void wait_for(const RingContext& ctx, Work& work, bool receiving, int peer,
         receiving, peer, where, std::chrono::ceil<std::chrono::milliseconds>(Clock::now() - start));
     const std::vector<int> absent = ctx.absent ? ctx.absent() : std::vector<int>{};
     if (!absent.empty()) blame = comm_detail::never_joined_text(absent, ctx.op) + "; " + blame;
-    const std::string message = comm_detail::timeout_text(ctx.what, ctx.timeout) + ": " + blame;
+    const std::string message =
+        comm_detail::timeout_text(ctx.what, ctx.timeout, ctx.timeout_source) + ": " + blame;
     if (ctx.on_timeout) ctx.on_timeout(message);
     QMESH_THROW(message);
   }

@@ -26,6 +26,7 @@ struct RingContext {
   int tag = 0;
   std::chrono::steady_clock::time_point deadline;
   std::chrono::milliseconds timeout{};  // the limit `deadline` came from (for messages)
+  TimeoutSource timeout_source = TimeoutSource::kEnvironment;  // where it was set
   std::string_view
       what;             // names the operation and rank in errors: "local all_reduce (rank 0 of 4)"
   std::string_view op;  // the collective alone: "all_reduce"

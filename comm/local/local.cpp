@@ -84,7 +84,7 @@ class LocalWindow : public Window {
     std::unique_lock lock(world_->mu);
     uint64_t& arrived = shared_->arrived[rank_];
     world_->wait(
-        lock, Clock::now() + timeout, [&] { return arrived >= count; },
+        lock, timeout, TimeoutSource::kEnvironment, [&] { return arrived >= count; },
         detail::concat("local wait for ", count, " puts on rank ", rank_));
     arrived -= count;
   }
@@ -145,7 +145,6 @@ class LocalComm : public Communicator, public OneSided {
   int size() const override { return size_; }
   std::string_view backend_name() const override { return "local"; }
   World& world() { return *world_; }
-  const std::shared_ptr<World>& world_ptr() const { return world_; }
 
   WorkHandle send_async(TensorView in, int peer, int tag, Stream stream = {}) override {
     return user_.send_async(in, peer, tag, stream);
@@ -221,8 +220,8 @@ class LocalComm : public Communicator, public OneSided {
     const int new_rank = static_cast<int>(
         std::find(members.begin(), members.end(), std::pair{key, rank_}) - members.begin());
     const auto& contexts = *static_cast<const std::map<int, int>*>(result.shared.get());
-    return std::make_shared<LocalComm>(world_, contexts.at(color), new_rank,
-                                       static_cast<int>(members.size()));
+    return with_my_timeout(std::make_shared<LocalComm>(world_, contexts.at(color), new_rank,
+                                                       static_cast<int>(members.size())));
   }
 
   std::vector<int> host_ids() override { return std::vector<int>(size_, 0); }
@@ -252,11 +251,17 @@ class LocalComm : public Communicator, public OneSided {
     auto state = std::make_shared<OpState>();
     local_window->put(peer, offset, src, stream);
     state->done = true;
-    return std::make_unique<LocalWork>(world_, state, describe("put"));
+    return work(state, describe("put"));
   }
 
   std::string describe(std::string_view op) const {
     return detail::concat("local ", op, " (rank ", rank_, " of ", size_, ")");
+  }
+
+  // A Work over `state` that keeps this communicator's timeout.
+  WorkHandle work(std::shared_ptr<OpState> state, std::string what, World::Blame blame = {}) {
+    return std::make_unique<LocalWork>(*this, world_, std::move(state), std::move(what),
+                                       std::move(blame));
   }
 
  private:
@@ -266,8 +271,9 @@ class LocalComm : public Communicator, public OneSided {
     auto state = std::make_shared<OpState>();
     const std::string what = describe(op);
     const std::string name(op);
-    const auto timeout = comm_timeout();
-    const auto deadline = Clock::now() + timeout;
+    const auto limit = timeout();
+    const auto source = timeout_source();
+    const auto deadline = Clock::now() + limit;
     World* world = world_.get();
     const int ctx = ctx_ + 1;
     const uint64_t seq = world->join(ctx, rank_, size_);
@@ -275,11 +281,11 @@ class LocalComm : public Communicator, public OneSided {
       std::lock_guard lock(world->mu);
       return world->absent_locked(ctx, seq);
     };
-    worker_.submit([this, state, what, name, timeout, deadline, absent, fn] {
+    worker_.submit([this, state, what, name, limit, source, deadline, absent, fn] {
       std::exception_ptr error;
       try {
         fn(algorithms::RingContext{
-            coll_, rank_, size_, 0, deadline, timeout, what, name, absent, {}});
+            coll_, rank_, size_, 0, deadline, limit, source, what, name, absent, {}});
       } catch (...) {
         error = std::current_exception();
       }
@@ -288,7 +294,7 @@ class LocalComm : public Communicator, public OneSided {
       state->done = true;
       world_->cv.notify_all();
     });
-    return std::make_unique<LocalWork>(world_, state, what, [world, ctx, seq, name] {
+    return work(state, what, [world, ctx, seq, name] {
       const std::vector<int> missing = world->absent_locked(ctx, seq);
       return missing.empty() ? std::string() : comm_detail::never_joined_text(missing, name);
     });
@@ -307,7 +313,7 @@ class LocalComm : public Communicator, public OneSided {
           return std::shared_ptr<const void>(
               std::make_shared<Exchanged>(Exchanged{values, finalize(values)}));
         },
-        Clock::now() + comm_timeout(), describe(op), op);
+        timeout(), timeout_source(), describe(op), op);
     return *static_cast<const Exchanged*>(combined.get());
   }
 
@@ -328,9 +334,8 @@ WorkHandle Channel::send_async(TensorView in, int peer, int tag, Stream stream) 
   auto state = std::make_shared<OpState>();
   comm_.world().post_send(ctx_, comm_.rank(), peer, tag,
                           Posted{{in.data, in.device, stream}, in.nbytes(), state});
-  return std::make_unique<LocalWork>(
-      comm_.world_ptr(), state, comm_.describe(detail::concat("send to rank ", peer)),
-      [peer, tag] { return comm_detail::p2p_wait_text(false, peer, tag); });
+  return comm_.work(state, comm_.describe(detail::concat("send to rank ", peer)),
+                    [peer, tag] { return comm_detail::p2p_wait_text(false, peer, tag); });
 }
 
 WorkHandle Channel::recv_async(TensorView out, int peer, int tag, Stream stream) {
@@ -340,9 +345,8 @@ WorkHandle Channel::recv_async(TensorView out, int peer, int tag, Stream stream)
   auto state = std::make_shared<OpState>();
   comm_.world().post_recv(ctx_, peer, comm_.rank(), tag,
                           Posted{{out.data, out.device, stream}, out.nbytes(), state});
-  return std::make_unique<LocalWork>(
-      comm_.world_ptr(), state, comm_.describe(detail::concat("receive from rank ", peer)),
-      [peer, tag] { return comm_detail::p2p_wait_text(true, peer, tag); });
+  return comm_.work(state, comm_.describe(detail::concat("receive from rank ", peer)),
+                    [peer, tag] { return comm_detail::p2p_wait_text(true, peer, tag); });
 }
 
 }  // namespace

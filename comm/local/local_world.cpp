@@ -65,26 +65,37 @@ void World::post_recv(int ctx, int src, int dst, int tag, Posted recv) {
   match(send, recv);
 }
 
-void World::wait(std::unique_lock<std::mutex>& lock, Clock::time_point deadline,
-                 const std::function<bool()>& done, const std::string& what, const Blame& blame) {
-  const auto start = Clock::now();
+bool World::wait_until(std::unique_lock<std::mutex>& lock, Clock::time_point deadline,
+                       const std::function<bool()>& done, const std::string& what) {
   while (!done()) {
     if (aborted_) QMESH_THROW(what, " failed: the local world was aborted: ", abort_reason_);
-    if (cv.wait_until(lock, deadline) == std::cv_status::timeout && !done()) {
-      if (aborted_) continue;
-      std::string who = blame ? blame() : std::string();
-      if (who.empty()) who = "a peer rank did not take part";
-      QMESH_THROW(comm_detail::timeout_text(
-                      what, std::chrono::ceil<std::chrono::milliseconds>(Clock::now() - start)),
-                  ": ", who, " (raise QMESH_COMM_TIMEOUT_S if it is just slow)");
-    }
+    if (cv.wait_until(lock, deadline) == std::cv_status::timeout && !done() && !aborted_)
+      return false;
   }
+  return true;
+}
+
+namespace {
+// What follows "timed out after ...: " in a local timeout error.
+std::string timeout_blame(const World::Blame& blame, TimeoutSource source) {
+  std::string who = blame ? blame() : std::string();
+  if (who.empty()) who = "a peer rank did not take part";
+  return who + comm_detail::slow_job_hint(source);
+}
+}  // namespace
+
+void World::wait(std::unique_lock<std::mutex>& lock, std::chrono::milliseconds timeout,
+                 TimeoutSource source, const std::function<bool()>& done, const std::string& what,
+                 const Blame& blame) {
+  if (wait_until(lock, Clock::now() + timeout, done, what)) return;
+  QMESH_THROW(comm_detail::timeout_text(what, timeout, source), ": ", timeout_blame(blame, source));
 }
 
 std::shared_ptr<const void> World::exchange(
     int ctx, uint64_t seq, int rank, int size, std::shared_ptr<const void> value,
     const std::function<std::shared_ptr<const void>(const Values&)>& finalize,
-    Clock::time_point deadline, const std::string& what, std::string_view op) {
+    std::chrono::milliseconds timeout, TimeoutSource source, const std::string& what,
+    std::string_view op) {
   std::unique_lock lock(mu);
   Slot& slot = slots_[{ctx, seq}];
   if (slot.values.empty()) slot.values.resize(size);
@@ -94,7 +105,7 @@ std::shared_ptr<const void> World::exchange(
     cv.notify_all();
   }
   wait(
-      lock, deadline, [&] { return slot.arrived == size; }, what,
+      lock, timeout, source, [&] { return slot.arrived == size; }, what,
       [&] {
         std::vector<int> missing;
         for (int r = 0; r < size; ++r)
@@ -147,45 +158,50 @@ bool World::cancel_locked(const std::shared_ptr<OpState>& state, std::exception_
 }
 
 // An unfinished send or receive is withdrawn, so that no later match writes into or reads
-// from a buffer that may be gone; other work (a collective on the worker) is waited for.
+// from a buffer that may be gone; other work (a collective on the worker) is waited for. A
+// collective whose wait timed out still runs on the worker with the caller's buffers until
+// its own deadline (or the world's abort): it is waited for too, bounded by the timeout.
 LocalWork::~LocalWork() {
-  {
-    std::lock_guard lock(world_->mu);
-    if (state_->done) return;
-    if (world_->cancel_locked(
-            state_, std::make_exception_ptr(Error(what_ + " was dropped", __FILE__, __LINE__))))
-      return;
-  }
-  const bool reported = failure_reported_;
-  try {
-    wait();
-  } catch (const std::exception& e) {
-    if (!reported) QMESH_LOG_ERROR("unfinished ", what_, " dropped: ", e.what());
-  }
+  drop_unfinished();
+  std::unique_lock lock(world_->mu);
+  world_->cv.wait_until(lock, Clock::now() + timeout(), [this] { return state_->done; });
 }
 
-bool LocalWork::test() {
-  std::lock_guard lock(world_->mu);
-  if (state_->error) {
-    failure_reported_ = true;
-    std::rethrow_exception(state_->error);
-  }
+bool LocalWork::finished_locked() const {
+  if (state_->error) std::rethrow_exception(state_->error);
   return state_->done;
 }
 
-void LocalWork::wait(std::chrono::milliseconds timeout) {
-  {
-    std::unique_lock lock(world_->mu);
-    try {
-      world_->wait(
-          lock, Clock::now() + timeout, [this] { return state_->done; }, what_, blame_);
-    } catch (const Error&) {
-      failure_reported_ = true;
-      world_->cancel_locked(state_, std::current_exception());
-      throw;
-    }
+bool LocalWork::poll() {
+  std::lock_guard lock(world_->mu);
+  return finished_locked();
+}
+
+bool LocalWork::block_until(Clock::time_point deadline) {
+  std::unique_lock lock(world_->mu);
+  try {
+    world_->wait_until(
+        lock, deadline, [this] { return state_->done; }, what());
+  } catch (const Error&) {  // the world was aborted: a posted transfer is withdrawn
+    world_->cancel_locked(state_, std::current_exception());
+    throw;
   }
-  test();
+  return finished_locked();
+}
+
+std::optional<std::string> LocalWork::on_timeout(std::chrono::milliseconds) {
+  std::lock_guard lock(world_->mu);
+  if (finished_locked()) return std::nullopt;
+  world_->cancel_locked(state_,
+                        std::make_exception_ptr(Error(what() + " timed out", __FILE__, __LINE__)));
+  return timeout_blame(blame_, timeout_source());
+}
+
+bool LocalWork::withdraw() {
+  std::lock_guard lock(world_->mu);
+  return state_->done ||
+         world_->cancel_locked(
+             state_, std::make_exception_ptr(Error(what() + " was dropped", __FILE__, __LINE__)));
 }
 
 }  // namespace qmesh::local

@@ -49,12 +49,18 @@ class World : public std::enable_shared_from_this<World> {
   void post_send(int ctx, int src, int dst, int tag, Posted send);
   void post_recv(int ctx, int src, int dst, int tag, Posted recv);
 
-  // Blocks (lock held) until done() or the deadline; throws naming `what` on timeout and
-  // the abort reason when the world is aborted. `blame` (called with the lock held) names
-  // the peer(s) waited for in the timeout error; empty or "" if it cannot tell.
+  // Blocks (lock held) until done() or the deadline; returns done(). Throws, naming `what`,
+  // the abort reason when the world is aborted.
+  bool wait_until(std::unique_lock<std::mutex>& lock, Clock::time_point deadline,
+                  const std::function<bool()>& done, const std::string& what);
+
+  // wait_until() for `timeout`, which throws on timeout: "<what> timed out after ...: " and
+  // what `blame` (called with the lock held) says about the peer(s) waited for (empty or ""
+  // if it cannot tell). `source`: where the timeout was set.
   using Blame = std::function<std::string()>;
-  void wait(std::unique_lock<std::mutex>& lock, Clock::time_point deadline,
-            const std::function<bool()>& done, const std::string& what, const Blame& blame = {});
+  void wait(std::unique_lock<std::mutex>& lock, std::chrono::milliseconds timeout,
+            TimeoutSource source, const std::function<bool()>& done, const std::string& what,
+            const Blame& blame = {});
 
   // Records that `rank` (of `size`) of context ctx has called its next collective there;
   // returns that call's number (1, 2, ...).
@@ -64,13 +70,14 @@ class World : public std::enable_shared_from_this<World> {
 
   // Rendezvous of the `size` ranks of context ctx for their call number `seq`: each passes
   // a value; the last to arrive runs `finalize` over all values (in rank order), and every
-  // rank returns what it produced. Bounded by `deadline`; a timeout names the ranks that
-  // never arrived at `op`.
+  // rank returns what it produced. Bounded by `timeout` (from `source`); a timeout names the
+  // ranks that never arrived at `op`.
   using Values = std::vector<std::shared_ptr<const void>>;
   std::shared_ptr<const void> exchange(
       int ctx, uint64_t seq, int rank, int size, std::shared_ptr<const void> value,
       const std::function<std::shared_ptr<const void>(const Values&)>& finalize,
-      Clock::time_point deadline, const std::string& what, std::string_view op);
+      std::chrono::milliseconds timeout, TimeoutSource source, const std::string& what,
+      std::string_view op);
 
   void abort(const std::string& reason);
 
@@ -107,23 +114,26 @@ class World : public std::enable_shared_from_this<World> {
 // (see World::wait).
 class LocalWork : public Work {
  public:
-  LocalWork(std::shared_ptr<World> world, std::shared_ptr<OpState> state, std::string what,
-            World::Blame blame = {})
-      : world_(std::move(world)),
+  LocalWork(const Communicator& issuer, std::shared_ptr<World> world,
+            std::shared_ptr<OpState> state, std::string what, World::Blame blame = {})
+      : Work(std::move(what), issuer),
+        world_(std::move(world)),
         state_(std::move(state)),
-        what_(std::move(what)),
         blame_(std::move(blame)) {}
   ~LocalWork() override;
-  bool test() override;
-  void wait(std::chrono::milliseconds timeout) override;
-  using Work::wait;
+
+ protected:
+  bool poll() override;
+  bool block_until(Clock::time_point deadline) override;
+  std::optional<std::string> on_timeout(std::chrono::milliseconds timeout) override;
+  bool withdraw() override;
 
  private:
+  bool finished_locked() const;  // with the world's mutex held; throws the op's error
+
   std::shared_ptr<World> world_;
   std::shared_ptr<OpState> state_;
-  std::string what_;
   World::Blame blame_;
-  bool failure_reported_ = false;  // wait() or test() has thrown the failure to the caller
 };
 
 }  // namespace qmesh::local

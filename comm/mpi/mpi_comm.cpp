@@ -136,81 +136,51 @@ class MpiWork : public Work {
   // communicator unusable. A timeout names the peer waited for: `blame` (point-to-point:
   // the peer and tag), or, when it is empty (a collective), the ranks that did not answer
   // the roll call after collective `op`.
-  MpiWork(std::shared_ptr<CommState> comm, MPI_Request request, std::string what, std::string op,
-          std::string blame, OnDone on_done = {}, bool cancellable = false)
-      : comm_(std::move(comm)),
+  MpiWork(const Communicator& issuer, std::shared_ptr<CommState> comm, MPI_Request request,
+          std::string what, std::string op, std::string blame, OnDone on_done = {},
+          bool cancellable = false)
+      : Work(std::move(what), issuer),
+        comm_(std::move(comm)),
         request_(request),
-        what_(std::move(what)),
         op_(std::move(op)),
         blame_(std::move(blame)),
         on_done_(std::move(on_done)),
         cancellable_(cancellable),
         progress_(ProgressThread::track()) {}
 
-  ~MpiWork() override {
-    if (done_ || timed_out_) return;
-    try {
-      if (try_cancel() == Cancel::kNotCancellable) wait();
-    } catch (const std::exception& e) {
-      QMESH_LOG_ERROR("unfinished ", what_, " dropped: ", e.what());
-    }
-  }
+  ~MpiWork() override { drop_unfinished(); }
 
-  bool test() override {
-    if (error_) std::rethrow_exception(error_);
-    if (done_) return true;
+ protected:
+  bool poll() override {
     int flag = 0;
     MPI_Status status;
-    try {
-      QMESH_CHECK_MPI(MPI_Test(&request_, &flag, &status));
-      if (flag && on_done_) on_done_(status);
-    } catch (...) {
-      error_ = std::current_exception();
-      done_ = true;
-      throw;
-    }
-    done_ = flag != 0;
-    if (done_) progress_.release();
-    return done_;
+    QMESH_CHECK_MPI(MPI_Test(&request_, &flag, &status));
+    if (!flag) return false;
+    progress_.release();
+    if (on_done_) on_done_(status);
+    return true;
   }
 
-  void wait(std::chrono::milliseconds timeout) override {
-    const auto start = Clock::now();
-    const auto deadline = start + timeout;
-    // Yield while the wait is young (latency); sleep once it is long (oversubscribed nodes).
-    const auto patient = start + std::chrono::milliseconds(20);
-    while (!test()) {
-      const auto now = Clock::now();
-      if (now >= deadline) {
-        timed_out_ = true;
-        const std::string reason = comm_detail::timeout_text(what_, timeout);
-        switch (try_cancel()) {
-          case Cancel::kCancelled:
-            QMESH_THROW(reason, ": ", blame_, "; the receive was withdrawn");
-          case Cancel::kCompleted:
-            timed_out_ = false;
-            return;  // the message arrived after all
-          case Cancel::kNotCancellable:
-            break;
-        }
-        const std::string blame =
-            blame_.empty() ? roll_call(*comm_, op_, roll_call_grace(timeout)) : blame_;
-        {
-          std::lock_guard lock(comm_->mu);
-          if (comm_->broken.empty()) comm_->broken = reason + ": " + blame;
-        }
-        comm_detail::record_failure();
-        QMESH_THROW(reason, ": ", blame,
-                    "; the communicator is now unusable and the process should exit");
-      }
-      if (now < patient) {
-        std::this_thread::yield();
-      } else {
-        std::this_thread::sleep_for(std::chrono::microseconds(100));
-      }
+  bool withdraw() override { return try_cancel() != Cancel::kNotCancellable; }
+
+  std::optional<std::string> on_timeout(std::chrono::milliseconds timeout) override {
+    switch (try_cancel()) {
+      case Cancel::kCancelled:
+        return blame_ + "; the receive was withdrawn";
+      case Cancel::kCompleted:
+        return std::nullopt;  // the message arrived after all
+      case Cancel::kNotCancellable:
+        break;
     }
+    const std::string blame =
+        blame_.empty() ? roll_call(*comm_, op_, roll_call_grace(timeout)) : blame_;
+    {
+      std::lock_guard lock(comm_->mu);
+      if (comm_->broken.empty()) comm_->broken = timeout_text(timeout) + ": " + blame;
+    }
+    comm_detail::record_failure();
+    return blame + "; the communicator is now unusable and the process should exit";
   }
-  using Work::wait;
 
  private:
   enum class Cancel { kNotCancellable, kCancelled, kCompleted };
@@ -227,7 +197,7 @@ class MpiWork : public Work {
       if (!finished && Clock::now() >= deadline) return Cancel::kNotCancellable;
       if (!finished) std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
-    done_ = true;
+    progress_.release();
     int cancelled = 0;
     QMESH_CHECK_MPI(MPI_Test_cancelled(&status, &cancelled));
     if (cancelled) return Cancel::kCancelled;
@@ -237,15 +207,11 @@ class MpiWork : public Work {
 
   std::shared_ptr<CommState> comm_;
   MPI_Request request_;
-  std::string what_;
   std::string op_;
   std::string blame_;
   OnDone on_done_;
   bool cancellable_;
   ProgressThread::Active progress_;  // background progress while in flight
-  bool done_ = false;
-  bool timed_out_ = false;
-  std::exception_ptr error_;
 };
 
 void require_host(const TensorView& t, std::string_view what) {
@@ -435,25 +401,25 @@ class MpiComm : public Communicator {
     // MPI_Comm_split has no nonblocking form: first make sure, with a bounded wait, that
     // every rank has arrived, so that the blocking call can hardly wait for a dead one; a
     // rank that dies or freezes just after the guard ends the process (bounded_call).
-    const auto deadline = Clock::now() + comm_timeout();
+    const auto deadline = Clock::now() + timeout();
     guard_all_arrived(deadline);
     MPI_Comm out = MPI_COMM_NULL;
     bounded_call("MPI_Comm_split", bounded_call_limit(), [&] {
       QMESH_CHECK_MPI(MPI_Comm_split(comm(), color < 0 ? MPI_UNDEFINED : color, key, &out));
     });
     if (out == MPI_COMM_NULL) return nullptr;
-    return std::make_shared<MpiComm>(out);
+    return with_my_timeout(std::make_shared<MpiComm>(out));
   }
 
   std::vector<int> host_ids() override {
-    const auto deadline = Clock::now() + comm_timeout();
+    const auto deadline = Clock::now() + timeout();
     guard_all_arrived(deadline);
     MPI_Comm node = MPI_COMM_NULL;
     bounded_call("MPI_Comm_split_type", bounded_call_limit(), [&] {
       QMESH_CHECK_MPI(
           MPI_Comm_split_type(comm(), MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
     });
-    auto node_comm = std::make_shared<MpiComm>(node);
+    auto node_comm = with_my_timeout(std::make_shared<MpiComm>(node));
     // A host is named by its lowest rank in this communicator.
     int32_t leader = rank_;
     TensorView leader_view(&leader, DType::kInt32, Shape{1});
@@ -484,7 +450,7 @@ class MpiComm : public Communicator {
       throw Error(describe(op) + " could not be started", __FILE__, __LINE__, "",
                   error_string(code));
     }
-    return std::make_unique<MpiWork>(state_, request, describe(op), std::string(op),
+    return std::make_unique<MpiWork>(*this, state_, request, describe(op), std::string(op),
                                      std::move(blame), std::move(on_done), cancellable);
   }
 
@@ -516,7 +482,8 @@ std::shared_ptr<Communicator> make_mpi_world() {
     if (done) break;
     if (mpi::Clock::now() >= deadline) {
       comm_detail::record_failure();
-      QMESH_THROW(comm_detail::timeout_text("MPI duplicate of MPI_COMM_WORLD", timeout),
+      QMESH_THROW(comm_detail::timeout_text("MPI duplicate of MPI_COMM_WORLD", timeout,
+                                            TimeoutSource::kEnvironment),
                   ": a rank is dead, stuck or has not called make_mpi_world; MPI is now "
                   "unusable and the process should exit");
     }

@@ -128,13 +128,15 @@ class Handle {
     QMESH_THROW(reason);
   }
 
-  // Waits (bounded) until non-blocking setup of the last call has finished.
-  void settle(const std::string& what, Clock::time_point deadline) {
+  // Waits (bounded) until non-blocking setup of the last call has finished; `source` says
+  // where the deadline's timeout was set.
+  void settle(const std::string& what, Clock::time_point deadline,
+              TimeoutSource source = TimeoutSource::kEnvironment) {
     while (poll_async(what)) {
       if (Clock::now() > deadline) {
-        const std::string reason = detail::concat(what,
-                                                  " did not finish its setup in time; a "
-                                                  "peer may be missing (QMESH_COMM_TIMEOUT_S)");
+        const std::string reason =
+            detail::concat(what, " did not finish its setup in time; a peer may be missing (",
+                           comm_detail::timeout_name(source), ")");
         abort(reason);
         QMESH_THROW(reason);
       }
@@ -153,52 +155,40 @@ class Handle {
 // Completion of one enqueued operation: a CUDA event recorded on its stream.
 class NcclWork : public Work {
  public:
-  NcclWork(std::shared_ptr<Handle> handle, cudaStream_t stream, std::string what)
-      : handle_(std::move(handle)), what_(std::move(what)) {
+  NcclWork(const Communicator& issuer, std::shared_ptr<Handle> handle, cudaStream_t stream,
+           std::string what)
+      : Work(std::move(what), issuer), handle_(std::move(handle)) {
     QMESH_CHECK_CUDA(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
     const cudaError_t status = cudaEventRecord(event_, stream);
     if (status != cudaSuccess) cudaEventDestroy(event_);
     QMESH_CHECK_CUDA(status);
   }
 
-  // Does not block (work.h): the operation stays ordered on its stream, and a pending event
-  // is released by CUDA once it completes.
+  // Does not block (work.h), so no drop_unfinished(): the operation stays ordered on its
+  // stream, and a pending event is released by CUDA once it completes.
   ~NcclWork() override { cudaEventDestroy(event_); }
 
-  bool test() override {
-    if (done_) return true;
+ protected:
+  bool poll() override {
     const cudaError_t status = cudaEventQuery(event_);
-    if (status == cudaSuccess) {
-      done_ = true;
-      return true;
-    }
+    if (status == cudaSuccess) return true;
     if (status != cudaErrorNotReady) QMESH_CHECK_CUDA(status);
-    handle_->poll_async(what_);
+    handle_->poll_async(what());
     return false;
   }
 
-  void wait(std::chrono::milliseconds timeout) override {
-    const Clock::time_point deadline = Clock::now() + timeout;
-    while (!test()) {
-      if (Clock::now() > deadline) {
-        const std::string reason =
-            detail::concat(comm_detail::timeout_text(what_, timeout),
-                           ": the NCCL communicator is aborted (a peer may have failed "
-                           "or not issued the matching call; raise QMESH_COMM_TIMEOUT_S if "
-                           "the job is only slow)");
-        handle_->abort(reason);
-        QMESH_THROW(reason);
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
-    }
+  std::optional<std::string> on_timeout(std::chrono::milliseconds timeout) override {
+    const std::string blame =
+        "the NCCL communicator is aborted: a peer may have failed or not issued the matching "
+        "call" +
+        comm_detail::slow_job_hint(timeout_source());
+    handle_->abort(timeout_text(timeout) + ": " + blame);
+    return blame;
   }
-  using Work::wait;
 
  private:
   std::shared_ptr<Handle> handle_;
-  std::string what_;
   cudaEvent_t event_ = nullptr;
-  bool done_ = false;
 };
 
 constexpr int kMaxTag = 32767;
@@ -215,9 +205,10 @@ class NcclComm final : public Communicator {
 
   // A communicator over a new ncclComm_t once its setup has finished (bounded).
   static std::shared_ptr<NcclComm> settled(ncclComm_t comm, int device, const std::string& what,
-                                           Clock::time_point deadline) {
+                                           Clock::time_point deadline,
+                                           TimeoutSource source = TimeoutSource::kEnvironment) {
     auto handle = std::make_shared<Handle>(comm, device);
-    handle->settle(what, deadline);
+    handle->settle(what, deadline, source);
     return std::make_shared<NcclComm>(std::move(handle));
   }
   ~NcclComm() override { cudaStreamDestroy(internal_); }
@@ -295,20 +286,23 @@ class NcclComm final : public Communicator {
 
   std::shared_ptr<Communicator> split(int color, int key) override {
     DeviceGuard scope(handle_->usable_device());
-    const Clock::time_point deadline = Clock::now() + comm_timeout();
+    const Clock::time_point deadline = Clock::now() + timeout();
     // On the heap: NCCL's background job writes the new communicator after ncclCommSplit
     // returns; if settling times out, that write may still come, so the slot is leaked.
     auto child = std::make_unique<ncclComm_t>(nullptr);
     QMESH_CHECK_NCCL(
         ncclCommSplit(comm(), color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, child.get(), nullptr));
     try {
-      handle_->settle("nccl split", deadline);
+      handle_->settle("nccl split", deadline, timeout_source());
     } catch (...) {
       (void)child.release();
       throw;
     }
     if (*child == nullptr) return nullptr;
-    return settled(*child, handle_->device(), "nccl split (new communicator)", deadline);
+    auto part = settled(*child, handle_->device(), "nccl split (new communicator)", deadline,
+                        timeout_source());
+    with_my_timeout(part);
+    return part;
   }
 
   // Host names travel as fixed-size records through an all-gather on the device.
@@ -342,8 +336,8 @@ class NcclComm final : public Communicator {
           what(std::move(what_)),
           scope(comm_.handle_->usable_device()) {}
     WorkHandle work() {
-      comm.handle_->settle(what, Clock::now() + comm_timeout());
-      return std::make_unique<NcclWork>(comm.handle_, stream, what);
+      comm.handle_->settle(what, Clock::now() + comm.timeout(), comm.timeout_source());
+      return std::make_unique<NcclWork>(comm, comm.handle_, stream, what);
     }
     NcclComm& comm;
     cudaStream_t stream;

@@ -33,6 +33,14 @@ void require_host(const TensorView& t, std::string_view what) {
               "; UCX communicators carry host buffers (use the NCCL backend for CUDA buffers)");
 }
 
+// The timeout a Work keeps, and where it was set.
+struct Limit {
+  std::chrono::milliseconds timeout;
+  TimeoutSource source;
+};
+
+Limit limit_of(const Communicator& comm) { return {comm.timeout(), comm.timeout_source()}; }
+
 // A Work over an Op of an engine. `owner` keeps the engine alive for works handed to the
 // caller; works created by jobs of the engine's own thread leave it null. `blame` names the
 // peer a timed-out wait waited for (empty: unknown). A ring collective (`ring`) notes, at its
@@ -41,82 +49,77 @@ void require_host(const TensorView& t, std::string_view what) {
 // timeout: a zero-timeout poll stays one) and reports it, rather than a vaguer error.
 class UcxWork : public Work {
  public:
-  UcxWork(std::shared_ptr<Engine> owner, Engine& engine, std::shared_ptr<Op> op,
+  UcxWork(std::shared_ptr<Engine> owner, Engine& engine, std::shared_ptr<Op> op, Limit limit,
           std::string blame = {}, bool ring = false)
-      : owner_(std::move(owner)),
+      : Work(op->what, limit.timeout, limit.source),
+        owner_(std::move(owner)),
         engine_(engine),
         op_(std::move(op)),
         blame_(std::move(blame)),
         ring_(ring) {}
 
-  ~UcxWork() override {
-    // A work that already timed out is not waited for again: the caller is handling that
-    // error (usually by exiting), and a second full timeout would only delay it.
-    if (op_->is_done() || timed_out_) return;
-    try {
-      wait(comm_timeout());
-    } catch (const std::exception& e) {
-      QMESH_LOG_ERROR("unfinished work destroyed: ", e.what());
-    }
-  }
+  ~UcxWork() override { drop_unfinished(); }
 
-  bool test() override {
+ protected:
+  bool poll() override {
     if (!op_->is_done()) engine_.progress();
-    if (!op_->is_done()) return false;
-    rethrow();
-    return true;
+    return finished();
   }
 
-  void wait(std::chrono::milliseconds timeout) override {
-    bool done = engine_.wait_until([this] { return op_->is_done(); }, Clock::now() + timeout);
-    if (!done && ring_) {
+  bool block_until(Clock::time_point deadline) override {
+    engine_.wait_until([this] { return op_->is_done(); }, deadline);
+    return finished();
+  }
+
+  std::optional<std::string> on_timeout(std::chrono::milliseconds timeout) override {
+    if (ring_) {
       engine_.wait_until([this] { return op_->is_done() || op_->noted.load(); },
                          Clock::now() + std::min(timeout, kRingReportGrace));
-      done = op_->is_done();
-      if (!done && op_->noted.load(std::memory_order_acquire)) {
-        timed_out_ = true;
+      if (!op_->is_done() && op_->noted.load(std::memory_order_acquire))
         QMESH_THROW(op_->timeout_note);
-      }
     }
-    if (!done) {
-      timed_out_ = true;
-      QMESH_THROW(
-          comm_detail::timeout_text(op_->what, timeout), ": ",
-          blame_.empty() ? "a peer may have failed or not issued the matching call" : blame_,
-          " (raise QMESH_COMM_TIMEOUT_S if the job is only slow)");
-    }
-    rethrow();
+    if (finished()) return std::nullopt;
+    if (blame_.empty()) return Work::on_timeout(timeout);
+    return blame_ + comm_detail::slow_job_hint(timeout_source());
   }
-  using Work::wait;
 
  private:
-  void rethrow() {
+  // Whether the op has completed; throws its error if it failed.
+  bool finished() {
+    if (!op_->is_done()) return false;
     if (op_->error) std::rethrow_exception(op_->error);
+    return true;
   }
 
   static constexpr std::chrono::milliseconds kRingReportGrace{1000};
 
   std::shared_ptr<Engine> owner_;
   Engine& engine_;
-  bool timed_out_ = false;
   std::shared_ptr<Op> op_;
   std::string blame_;
   bool ring_;
 };
 
 // Point-to-point on a channel of an engine. The collective channel is what the ring
-// algorithms run over, on the engine's thread, so its works do not own the engine.
+// algorithms run over, on the engine's thread, so its works do not own the engine. `limit`
+// gives the timeout its works keep.
 class TagChannel : public PointToPoint {
  public:
-  TagChannel(Engine& engine, std::shared_ptr<Engine> owner, Channel channel, int rank, int size)
-      : engine_(engine), owner_(std::move(owner)), channel_(channel), rank_(rank), size_(size) {}
+  TagChannel(Engine& engine, std::shared_ptr<Engine> owner, Channel channel, int rank, int size,
+             std::function<Limit()> limit)
+      : engine_(engine),
+        owner_(std::move(owner)),
+        channel_(channel),
+        rank_(rank),
+        size_(size),
+        limit_(std::move(limit)) {}
 
   WorkHandle send_async(TensorView in, int peer, int tag, Stream = {}) override {
     check(in, peer, tag, "send");
     auto op = engine_.tag_send(peer, in.data, in.nbytes(), make_tag(channel_, rank_, tag),
                                detail::concat("ucx send of ", in.nbytes(), " bytes from rank ",
                                               rank_, " to rank ", peer, " (tag ", tag, ")"));
-    return std::make_unique<UcxWork>(owner_, engine_, std::move(op),
+    return std::make_unique<UcxWork>(owner_, engine_, std::move(op), limit_(),
                                      comm_detail::p2p_wait_text(false, peer, tag));
   }
 
@@ -125,7 +128,7 @@ class TagChannel : public PointToPoint {
     auto op = engine_.tag_recv(out.data, out.nbytes(), make_tag(channel_, peer, tag),
                                detail::concat("ucx receive of ", out.nbytes(), " bytes on rank ",
                                               rank_, " from rank ", peer, " (tag ", tag, ")"));
-    return std::make_unique<UcxWork>(owner_, engine_, std::move(op),
+    return std::make_unique<UcxWork>(owner_, engine_, std::move(op), limit_(),
                                      comm_detail::p2p_wait_text(true, peer, tag));
   }
 
@@ -142,6 +145,7 @@ class TagChannel : public PointToPoint {
   Channel channel_;
   int rank_;
   int size_;
+  std::function<Limit()> limit_;
 };
 
 // Memory registered with the context; unmapped on destruction.
@@ -260,8 +264,8 @@ class UcxWindow : public Window {
         [&] { return arrived.load(std::memory_order_acquire) - consumed_ >= count; },
         Clock::now() + timeout);
     if (!done) {
-      QMESH_THROW(comm_detail::timeout_text("ucx wait_puts", timeout), ": ",
-                  arrived.load() - consumed_, " of ", count,
+      QMESH_THROW(comm_detail::timeout_text("ucx wait_puts", timeout, TimeoutSource::kEnvironment),
+                  ": ", arrived.load() - consumed_, " of ", count,
                   " expected puts arrived; a peer may have failed or issued fewer puts (raise "
                   "QMESH_COMM_TIMEOUT_S if the job is only slow)");
     }
@@ -287,7 +291,7 @@ class UcxComm final : public Communicator,
       : engine_(std::move(engine)),
         rank_(rank),
         size_(size),
-        user_(*engine_, engine_, Channel::kUser, rank, size) {}
+        user_(*engine_, engine_, Channel::kUser, rank, size, [this] { return limit_of(*this); }) {}
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -347,7 +351,7 @@ class UcxComm final : public Communicator,
     const int32_t header[2] = {color, key};
     std::string mine(reinterpret_cast<const char*>(header), sizeof(header));
     const std::vector<std::string> all =
-        make_comm_bootstrap(shared_from_this())->all_gather(mine + child->address());
+        make_comm_bootstrap(shared_from_this())->all_gather(mine + child->address(), timeout());
     if (color < 0) return nullptr;
     std::vector<std::tuple<int, int, std::string>> members;  // key, old rank, address
     for (int r = 0; r < size_; ++r) {
@@ -363,8 +367,10 @@ class UcxComm final : public Communicator,
       addresses.push_back(address);
     }
     child->connect(addresses);
-    return connected(
-        std::make_shared<UcxComm>(std::move(child), new_rank, static_cast<int>(addresses.size())));
+    auto comm =
+        std::make_shared<UcxComm>(std::move(child), new_rank, static_cast<int>(addresses.size()));
+    with_my_timeout(comm);
+    return connected(std::move(comm));
   }
 
   // Returns `comm` once every member has connected its endpoints: until then no member may
@@ -376,14 +382,16 @@ class UcxComm final : public Communicator,
   }
 
   std::vector<int> host_ids() override {
-    return number_hosts(make_comm_bootstrap(shared_from_this())->all_gather(host_name()));
+    return number_hosts(
+        make_comm_bootstrap(shared_from_this())->all_gather(host_name(), timeout()));
   }
 
   std::shared_ptr<Window> register_window(TensorView local) override {
     check_not_empty(local, "window buffer");
     require_host(local, "window buffer");
     auto window = std::make_shared<UcxWindow>(engine_, local);
-    window->connect(make_comm_bootstrap(shared_from_this())->all_gather(window->record()));
+    window->connect(
+        make_comm_bootstrap(shared_from_this())->all_gather(window->record(), timeout()));
     return window;
   }
 
@@ -403,12 +411,12 @@ class UcxComm final : public Communicator,
       ucx_window->put_local(offset, src);
       auto op = std::make_shared<Op>("ucx put to self");
       op->complete();
-      return std::make_unique<UcxWork>(engine_, *engine_, std::move(op));
+      return std::make_unique<UcxWork>(engine_, *engine_, std::move(op), limit_of(*this));
     }
     auto op = engine_->put_signal(peer, remote, offset, src.data, src.nbytes(),
                                   detail::concat("ucx put of ", src.nbytes(), " bytes from rank ",
                                                  rank_, " to rank ", peer, " at offset ", offset));
-    return std::make_unique<UcxWork>(engine_, *engine_, std::move(op));
+    return std::make_unique<UcxWork>(engine_, *engine_, std::move(op), limit_of(*this));
   }
 
  private:
@@ -419,19 +427,21 @@ class UcxComm final : public Communicator,
     const std::string what = detail::concat("ucx ", name, " (rank ", rank_, " of ", size_, ")");
     auto op = std::make_shared<Op>(what);
     const int tag = static_cast<int>(next_tag_++ & static_cast<uint32_t>(kMaxTag));
-    const auto timeout = comm_timeout();
-    const Clock::time_point deadline = Clock::now() + timeout;
+    const Limit limit = limit_of(*this);
+    const Clock::time_point deadline = Clock::now() + limit.timeout;
     Engine* engine = engine_.get();
-    engine_->submit([engine, op, fn, tag, timeout, deadline, name = std::string(name), rank = rank_,
+    engine_->submit([engine, op, fn, tag, limit, deadline, name = std::string(name), rank = rank_,
                      size = size_]() {
       try {
-        TagChannel channel(*engine, nullptr, Channel::kCollective, rank, size);
+        TagChannel channel(*engine, nullptr, Channel::kCollective, rank, size,
+                           [limit] { return limit; });
         fn(algorithms::RingContext{channel,
                                    rank,
                                    size,
                                    tag,
                                    deadline,
-                                   timeout,
+                                   limit.timeout,
+                                   limit.source,
                                    op->what,
                                    name,
                                    {},
@@ -444,7 +454,7 @@ class UcxComm final : public Communicator,
         op->complete(std::current_exception());
       }
     });
-    return std::make_unique<UcxWork>(engine_, *engine_, std::move(op), std::string(), true);
+    return std::make_unique<UcxWork>(engine_, *engine_, std::move(op), limit, std::string(), true);
   }
 
   std::shared_ptr<Engine> engine_;

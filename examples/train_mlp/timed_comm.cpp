@@ -8,22 +8,24 @@ namespace {
 class TimedWork : public qmesh::Work {
  public:
   TimedWork(qmesh::WorkHandle inner, std::shared_ptr<std::atomic<int64_t>> waited_ns)
-      : inner_(std::move(inner)), waited_ns_(std::move(waited_ns)) {}
-  bool test() override { return inner_->test(); }
-  void wait(std::chrono::milliseconds timeout) override {
-    const auto start = std::chrono::steady_clock::now();
+      : Work(inner->what(), inner->timeout(), inner->timeout_source()),
+        inner_(std::move(inner)),
+        waited_ns_(std::move(waited_ns)) {}
+
+ protected:
+  bool poll() override { return inner_->test(); }
+  bool block_until(Clock::time_point deadline) override {
+    const auto start = Clock::now();
     struct Add {  // also when wait throws
-      std::chrono::steady_clock::time_point start;
+      Clock::time_point start;
       std::atomic<int64_t>& total;
       ~Add() {
-        total += std::chrono::duration_cast<std::chrono::nanoseconds>(
-                     std::chrono::steady_clock::now() - start)
-                     .count();
+        total += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
       }
     } add{start, *waited_ns_};
-    inner_->wait(timeout);
+    inner_->wait(time_left(deadline));
+    return true;
   }
-  using Work::wait;
 
  private:
   qmesh::WorkHandle inner_;

@@ -94,25 +94,29 @@ namespace {
 
 // The data-group reduce-scatter in flight, then (dp > 1) the all-gather of the pieces over
 // dp into the shard, issued when the reduce-scatter completes. Owns its scratch buffers.
+// Keeps the data group's timeout.
 class FsdpReduceWork : public Work {
  public:
-  FsdpReduceWork(WorkHandle reduce, Tensor arranged, Tensor piece, std::shared_ptr<Communicator> dp,
-                 TensorView shard, Stream stream)
-      : reduce_(std::move(reduce)),
+  FsdpReduceWork(const Communicator& data, WorkHandle reduce, Tensor arranged, Tensor piece,
+                 std::shared_ptr<Communicator> dp, TensorView shard, Stream stream)
+      : Work("FSDP gradient reduce_scatter", data),
+        reduce_(std::move(reduce)),
         arranged_(std::move(arranged)),
         piece_(std::move(piece)),
         dp_(std::move(dp)),
         shard_(shard),
         stream_(stream) {}
 
-  bool test() override {
+ protected:
+  bool poll() override {
     if (reduce_ && !reduce_->test()) return false;
-    finish(comm_timeout());
+    finish(dp_->timeout());
     return true;
   }
-  void wait(std::chrono::milliseconds timeout) override {
-    if (reduce_) reduce_->wait(timeout);
-    finish(timeout);
+  bool block_until(Clock::time_point deadline) override {
+    if (reduce_) reduce_->wait(time_left(deadline));
+    finish(time_left(deadline));
+    return true;
   }
 
  private:
@@ -168,8 +172,8 @@ WorkHandle FsdpGroup::reduce_scatter_async(const TensorView& full, const TensorV
   WorkHandle reduce = full.device.is_host()
                           ? ordered_reduce_scatter_async(*data_, in, target)
                           : data_->reduce_scatter_async(in, target, ReduceOp::kSum, stream);
-  return std::make_unique<FsdpReduceWork>(std::move(reduce), std::move(arranged), std::move(mine),
-                                          dp_, flat(shard, 0, s), stream);
+  return std::make_unique<FsdpReduceWork>(*data_, std::move(reduce), std::move(arranged),
+                                          std::move(mine), dp_, flat(shard, 0, s), stream);
 }
 
 }  // namespace qmesh

@@ -14,8 +14,10 @@ namespace {
 // A reduction that finished when it was launched (GradSyncOrder::kRankOrder).
 class DoneWork : public Work {
  public:
-  bool test() override { return true; }
-  void wait(std::chrono::milliseconds) override {}
+  explicit DoneWork(const Communicator& dp) : Work("rank-ordered gradient all_reduce", dp) {}
+
+ protected:
+  bool poll() override { return true; }
 };
 
 struct Bucket {
@@ -36,7 +38,7 @@ struct GradSync::Impl {
   std::map<const Parameter*, bool> marked;
 
   // After a failed wait: the other buckets' reductions get no more time (so that dropping
-  // them does not wait a further comm_timeout() each) and are dropped.
+  // them does not wait a further timeout each) and are dropped.
   void abandon() {
     for (Bucket& b : buckets) {
       if (!b.work) continue;
@@ -58,7 +60,7 @@ struct GradSync::Impl {
     }
     if (order == GradSyncOrder::kRankOrder) {
       ordered_all_reduce(*dp, b.flat);
-      b.work = std::make_unique<DoneWork>();
+      b.work = std::make_unique<DoneWork>(*dp);
       return;
     }
     b.work = dp->all_reduce_async(b.flat, ReduceOp::kSum, stream);
@@ -118,7 +120,7 @@ void GradSync::ready(const std::vector<Parameter*>& params) {
 
 void GradSync::finish() {
   // One deadline for the step's reduction, whatever the number of buckets.
-  const auto deadline = std::chrono::steady_clock::now() + comm_timeout();
+  const auto deadline = std::chrono::steady_clock::now() + impl_->dp->timeout();
   for (Bucket& b : impl_->buckets) {
     QMESH_CHECK(b.work != nullptr, "GradSync::finish: parameter ", b.params.front()->name,
                 " (or another in its bucket) was never marked ready this step");

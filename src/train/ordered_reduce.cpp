@@ -17,6 +17,7 @@ void check_args(const TensorView& t, const char* what) {
               t.device.str());
 }
 
+// Each with its communicator's timeout.
 void wait_all(std::vector<WorkHandle>& works) {
   for (WorkHandle& w : works) w->wait();
   works.clear();
@@ -29,7 +30,9 @@ class ChunkReduction : public Work {
  public:
   ChunkReduction(Communicator& comm, const float* data, const std::vector<int64_t>& begin,
                  float* out)
-      : n_(comm.size()),
+      : Work(detail::concat("rank-ordered reduction (rank ", comm.rank(), " of ", comm.size(), ")"),
+             comm),
+        n_(comm.size()),
         mine_(begin[size_t(comm.rank()) + 1] - begin[size_t(comm.rank())]),
         out_(out),
         received_(size_t(mine_) * size_t(n_)) {
@@ -51,32 +54,28 @@ class ChunkReduction : public Work {
       std::memcpy(received_.data() + me * mine_, data + begin[size_t(me)], size_t(mine_) * 4);
   }
 
-  bool test() override {
+ protected:
+  bool poll() override {
     for (WorkHandle& w : works_)
       if (!w->test()) return false;
     finish();
     return true;
   }
 
-  void wait(std::chrono::milliseconds timeout) override {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    for (WorkHandle& w : works_)
-      w->wait(std::max(
-          std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()),
-          std::chrono::milliseconds(0)));
+  bool block_until(Clock::time_point deadline) override {
+    for (WorkHandle& w : works_) w->wait(time_left(deadline));
     finish();
+    return true;
   }
 
  private:
   void finish() {
-    if (done_) return;
     works_.clear();
     for (int64_t i = 0; i < mine_; ++i) {
       float sum = received_[size_t(i)];
       for (int r = 1; r < n_; ++r) sum += received_[size_t(r * mine_ + i)];
       out_[i] = sum;
     }
-    done_ = true;
   }
 
   int n_;
@@ -84,7 +83,6 @@ class ChunkReduction : public Work {
   float* out_;
   std::vector<float> received_;
   std::vector<WorkHandle> works_;
-  bool done_ = false;
 };
 
 }  // namespace
@@ -112,7 +110,7 @@ void ordered_all_reduce(Communicator& comm, const TensorView& buf) {
   for (int r = 0; r <= n; ++r) begin[size_t(r)] = total * r / n;
   float* data = static_cast<float*>(buf.data);
   std::vector<float> mine(size_t(begin[me + 1] - begin[me]));
-  ChunkReduction(comm, data, begin, mine.data()).wait(comm_timeout());
+  ChunkReduction(comm, data, begin, mine.data()).wait();
   if (!mine.empty()) std::memcpy(data + begin[me], mine.data(), mine.size() * sizeof(float));
   // Every rank sends its summed chunk to every other (all-gather).
   std::vector<WorkHandle> works;

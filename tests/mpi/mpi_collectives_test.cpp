@@ -41,6 +41,25 @@ TEST(Mpi, ReceiveWithoutSenderTimesOutAndTheCommunicatorStaysUsable) {
   testing::check_all_reduce(comm, DType::kFloat32, 10, ReduceOp::kSum);
 }
 
+// A communicator's timeout (200 ms, set in code; QMESH_COMM_TIMEOUT_S is 5 s in these tests)
+// bounds the blocking forms, is named in the error and is inherited by split.
+TEST(Mpi, CommunicatorTimeoutIsInheritedBySplitAndBoundsWaits) {
+  auto& comm = *world();
+  comm.set_timeout(std::chrono::milliseconds(200));
+  auto part = comm.split(0, comm.rank());
+  comm.set_timeout(std::nullopt);
+  EXPECT_EQ(comm.timeout_source(), TimeoutSource::kEnvironment);
+  EXPECT_EQ(part->timeout(), std::chrono::milliseconds(200));
+  float x = 0;
+  const int next = (part->rank() + 1) % part->size();
+  EXPECT_QMESH_ERROR(
+      part->recv(TensorView(&x, DType::kFloat32, Shape{1}), next, 997),
+      detail::concat("timed out after 0.2 s (the communicator's timeout): peer rank ", next,
+                     " sent nothing with tag 997"));
+  part->set_timeout(std::nullopt);  // the barrier waits as long as the variable says
+  part->barrier();
+}
+
 TEST(Mpi, DeviceBuffersAreRejected) {
   float x = 0;
   EXPECT_QMESH_ERROR(

@@ -182,5 +182,29 @@ TEST(UcxMpi, WaitsTimeOut) {
   w.barrier();
 }
 
+// A communicator's timeout (200 ms, set in code; QMESH_COMM_TIMEOUT_S is 5 s in these tests)
+// is inherited by split and bounds its waits; the error names it.
+TEST(UcxMpi, CommunicatorTimeoutIsInheritedBySplitAndBoundsWaits) {
+  Communicator& w = *world();
+  w.set_timeout(milliseconds(200));
+  auto part = w.split(0, w.rank());
+  w.set_timeout(std::nullopt);
+  EXPECT_EQ(part->timeout(), milliseconds(200));
+  float x[4] = {};
+  TensorView four(x, DType::kFloat32, Shape{4});
+  if (part->rank() == 1) {
+    // Rank 0 sends only after this wait has given up (the receive stays posted and takes it).
+    EXPECT_QMESH_ERROR(part->recv(four, 0, 78),
+                       "timed out after 0.2 s (the communicator's timeout): peer rank 0 sent "
+                       "nothing with tag 78");
+  } else if (part->rank() == 0) {
+    std::this_thread::sleep_for(milliseconds(600));
+    part->set_timeout(std::nullopt);
+    part->send(four, 1, 78);
+  }
+  part->set_timeout(std::nullopt);  // the barrier waits as long as the variable says
+  part->barrier();
+}
+
 }  // namespace
 }  // namespace qmesh

@@ -5,7 +5,8 @@
 //
 // Common contract of every operation below:
 // - Asynchronous: it returns a WorkHandle at once (after argument checks, which throw
-//   qmesh::Error); the blocking wrappers wait with comm_timeout().
+//   qmesh::Error). The Work keeps the communicator's timeout() of that moment: its wait()
+//   and the blocking wrappers wait that long, and so do the backend's internal deadlines.
 // - Collective operations must be issued by every rank of the communicator in the same
 //   order, with matching dtypes and sizes.
 // - Buffers are dense TensorViews; their device must be one the backend carries (host for
@@ -19,7 +20,10 @@
 //   rounding). Data movement (gather, broadcast, send/recv) supports every dtype.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <memory>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -51,7 +55,7 @@ class QMESH_API Collectives {
   // Completes when every rank has issued the barrier.
   virtual WorkHandle barrier_async() = 0;
 
-  // Blocking forms: issue, then wait(comm_timeout()).
+  // Blocking forms: issue, then Work::wait() (the communicator's timeout).
   void all_reduce(TensorView buf, ReduceOp op, Stream stream = {});
   void all_gather(TensorView in, TensorView out, Stream stream = {});
   void reduce_scatter(TensorView in, TensorView out, ReduceOp op, Stream stream = {});
@@ -71,7 +75,7 @@ class QMESH_API PointToPoint {
   // The largest tag this backend accepts (at least 32767).
   virtual int max_tag() const = 0;
 
-  // Blocking forms: issue, then wait(comm_timeout()).
+  // Blocking forms: issue, then Work::wait() (the communicator's timeout).
   void send(TensorView in, int peer, int tag, Stream stream = {});
   void recv(TensorView out, int peer, int tag, Stream stream = {});
 };
@@ -92,12 +96,25 @@ class QMESH_API Communicator : public Collectives, public PointToPoint {
   // which stages or copies them when both sides have posted): wait on the Work first.
   virtual bool stream_ordered() const { return false; }
 
-  // Collective over this communicator (blocking, bounded by comm_timeout()): ranks with the
+  // The timeout of this communicator's operations (see the contract above; split and
+  // host_ids are bounded by it too): the one given to set_timeout, else comm_timeout()
+  // (QMESH_COMM_TIMEOUT_S, read on each call).
+  std::chrono::milliseconds timeout() const;
+  // kCommunicator once set_timeout has set one (timeout errors then name it instead of the
+  // environment variable).
+  TimeoutSource timeout_source() const;
+  // Sets this communicator's timeout (> 0; Error otherwise) for the operations issued from
+  // now on; std::nullopt goes back to comm_timeout(). Communicators made by split() later
+  // inherit the setting. Ranks may differ (each bounds its own waits), but usually agree.
+  void set_timeout(std::optional<std::chrono::milliseconds> timeout);
+
+  // Collective over this communicator (blocking, bounded by timeout()): ranks with the
   // same color >= 0 form a new communicator, ordered by (key, old rank). A negative color
-  // returns nullptr for that rank (as MPI_UNDEFINED does).
+  // returns nullptr for that rank (as MPI_UNDEFINED does). The new communicator has this
+  // one's timeout setting.
   virtual std::shared_ptr<Communicator> split(int color, int key) = 0;
 
-  // Collective (blocking, bounded by comm_timeout()): host_ids()[r] identifies the host of
+  // Collective (blocking, bounded by timeout()): host_ids()[r] identifies the host of
   // rank r. Hosts are numbered 0, 1, ... in order of their lowest rank. Used by the mesh to
   // warn when a fast axis spans hosts.
   virtual std::vector<int> host_ids() = 0;
@@ -105,6 +122,14 @@ class QMESH_API Communicator : public Collectives, public PointToPoint {
   // The one-sided capability, or nullptr when the backend has none. Owned by this
   // communicator.
   virtual OneSided* one_sided() { return nullptr; }
+
+ protected:
+  // For split(): gives `child` (null for a negative color) this communicator's timeout
+  // setting, and returns it.
+  std::shared_ptr<Communicator> with_my_timeout(std::shared_ptr<Communicator> child) const;
+
+ private:
+  std::atomic<int64_t> timeout_ms_{0};  // set_timeout's value; 0: unset (comm_timeout())
 };
 
 // Checks shared by backends (throw qmesh::Error naming the argument): sizes and dtypes of

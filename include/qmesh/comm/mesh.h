@@ -35,7 +35,8 @@ struct MeshResource {
 // r has coordinates dp = r / 4, tp = r % 4 (tp groups are runs of consecutive ranks, which
 // is what keeps a tp group on one host when ranks are packed per host).
 //
-// Construction is collective over `world` and blocking (bounded by comm_timeout()): it
+// Construction is collective over `world` and blocking (bounded by world->timeout(); the axes'
+// communicators inherit world's timeout setting, so one set on `world` before holds for all): it
 // builds, eagerly, one communicator for every non-empty subset of the axes (2^n - 1 splits
 // of the world, with n <= kMaxAxes), so that every accessor below is local, cheap and
 // cannot deadlock whatever order ranks call it in. It also gathers host ids and logs a

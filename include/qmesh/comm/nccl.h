@@ -4,8 +4,8 @@
 // the operation; wait() polls the event and ncclCommGetAsyncError against the deadline and,
 // on timeout or an asynchronous NCCL error, aborts the communicator (ncclCommAbort) and
 // throws; dropping a Work does not wait (work.h). Communicators are created non-blocking, so
-// initialization and split are bounded by comm_timeout() too. No one-sided capability (one_sided()
-// is nullptr).
+// initialization (comm_timeout()) and split (the communicator's timeout()) are bounded too. No
+// one-sided capability (one_sided() is nullptr).
 //
 // Differences from the PointToPoint contract, inherent to NCCL:
 // - NCCL matches the messages between two ranks in issue order; tags are range-checked

@@ -38,7 +38,7 @@ class QMESH_API OneSided {
  public:
   virtual ~OneSided();
 
-  // Collective over the communicator (blocking, bounded by comm_timeout()): every rank
+  // Collective over the communicator (blocking, bounded by its timeout()): every rank
   // registers `local` (sizes may differ between ranks).
   virtual std::shared_ptr<Window> register_window(TensorView local) = 0;
 

@@ -4,7 +4,7 @@
 // device; the result is ready in the stream's order, and a failure surfaces at the
 // communicator's next wait (as for every stream-ordered NCCL operation). Otherwise (host
 // buffers, or a backend that moves device buffers on the host's behalf) these are the
-// blocking forms, bounded by comm_timeout().
+// blocking forms, bounded by the communicator's timeout().
 #pragma once
 
 #include "qmesh/comm/communicator.h"

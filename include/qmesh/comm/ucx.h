@@ -6,7 +6,7 @@
 // Progress: each communicator owns one UCP worker and a progress thread that sleeps on the
 // worker's wakeup event, so transfers (puts into this rank's windows included) complete
 // while the application computes; every wait also progresses the worker itself for
-// latency. Every wait is bounded (comm_timeout()).
+// latency. Every wait is bounded (the communicator's timeout()).
 #pragma once
 
 #include <memory>

@@ -7,7 +7,7 @@
 // Point-to-point exchanges (each rank sends every other rank the chunk it owns, (n-1)/n of
 // the data, like a ring reduce-scatter) on tag kOrderedReduceTag of `comm`. Collective over
 // `comm`: every rank calls in the same order. Blocking (except the _async form), bounded by
-// comm_timeout(). fp32 host buffers (Error otherwise).
+// comm.timeout(). fp32 host buffers (Error otherwise).
 #pragma once
 
 #include "qmesh/comm/communicator.h"

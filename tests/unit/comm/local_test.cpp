@@ -243,6 +243,77 @@ TEST(Local, TimeoutVariableIsValidated) {
   EXPECT_EQ(comm_timeout(), std::chrono::seconds(300));
 }
 
+// Expects `comm`'s timeout to be `limit`, set in code (not QMESH_COMM_TIMEOUT_S).
+void expect_timeout_set(const Communicator& comm, std::chrono::milliseconds limit) {
+  EXPECT_EQ(comm.timeout(), limit);
+  EXPECT_EQ(comm.timeout_source(), TimeoutSource::kCommunicator);
+}
+
+// A communicator's timeout replaces QMESH_COMM_TIMEOUT_S (300 s here: were the setting
+// ignored, these tests would wait five minutes, and the errors would name the variable).
+TEST(Local, CommunicatorTimeoutBoundsItsOperations) {
+  ScopedTimeout timeout("300");
+  run_local_ranks(3, [](Communicator& comm) {
+    EXPECT_EQ(comm.timeout(), std::chrono::seconds(300));
+    EXPECT_EQ(comm.timeout_source(), TimeoutSource::kEnvironment);
+    comm.set_timeout(std::chrono::milliseconds(200));
+    expect_timeout_set(comm, std::chrono::milliseconds(200));
+    if (comm.rank() == 2) return;  // never joins
+    float x = 1;
+    TensorView v(&x, DType::kFloat32, Shape{1});
+    EXPECT_QMESH_ERROR(comm.all_reduce(v, ReduceOp::kSum),
+                       "timed out after 0.2 s (the communicator's timeout): peer rank 2 never "
+                       "joined this all_reduce");
+    EXPECT_QMESH_ERROR(comm.split(0, 0),
+                       "split (rank " + std::to_string(comm.rank()) +
+                           " of 3) timed out after 0.2 s (the communicator's timeout): peer rank "
+                           "2 never joined this split");
+    if (comm.rank() == 0)
+      EXPECT_QMESH_ERROR(comm.recv(v, 2, 4),
+                         "timed out after 0.2 s (the communicator's timeout): peer rank 2 sent "
+                         "nothing with tag 4");
+  });
+}
+
+TEST(Local, SplitInheritsTheTimeout) {
+  ScopedTimeout timeout("300");
+  run_local_ranks(4, [](Communicator& comm) {
+    comm.set_timeout(std::chrono::milliseconds(250));
+    auto half = comm.split(comm.rank() % 2, comm.rank());
+    expect_timeout_set(*half, std::chrono::milliseconds(250));
+    // Without a setting the child follows the variable, as its parent does.
+    comm.set_timeout(std::nullopt);
+    EXPECT_EQ(comm.timeout(), std::chrono::seconds(300));
+    auto unset = comm.split(0, comm.rank());
+    EXPECT_EQ(unset->timeout_source(), TimeoutSource::kEnvironment);
+    if (half->rank() == 1) return;  // never joins the half's barrier
+    EXPECT_QMESH_ERROR(half->barrier(),
+                       "barrier (rank 0 of 2) timed out after 0.25 s (the communicator's "
+                       "timeout): peer rank 1 never joined this barrier");
+  });
+}
+
+// An explicit wait(timeout) overrides the communicator's; the error still says where the
+// communicator's own timeout is set. The Work keeps the timeout of the moment it was issued.
+TEST(Local, WaitWithATimeoutOverridesTheCommunicators) {
+  ScopedTimeout timeout("300");
+  auto comms = make_local_world(2);
+  comms[0]->set_timeout(std::chrono::seconds(200));
+  float x = 0;
+  WorkHandle w = comms[0]->recv_async(TensorView(&x, DType::kFloat32, Shape{1}), 1, 0);
+  comms[0]->set_timeout(std::chrono::milliseconds(10));
+  EXPECT_EQ(w->timeout(), std::chrono::seconds(200));
+  EXPECT_QMESH_ERROR(w->wait(std::chrono::milliseconds(50)),
+                     "timed out after 0.05 s (the communicator's timeout)");
+}
+
+TEST(Local, CommunicatorTimeoutMustBePositive) {
+  auto comms = make_local_world(1);
+  EXPECT_QMESH_ERROR(comms[0]->set_timeout(std::chrono::milliseconds(0)),
+                     "communicator timeout of 0 ms: it must be positive");
+  EXPECT_EQ(comms[0]->timeout_source(), TimeoutSource::kEnvironment);
+}
+
 TEST(Local, DeviceBuffersNeedCuda) {
   if (cuda_device_count() > 0) GTEST_SKIP() << "a GPU is present: covered by tests/gpu";
   auto comms = make_local_world(1);

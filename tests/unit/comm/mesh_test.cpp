@@ -32,6 +32,20 @@ TEST(Mesh, CoordinatesLastAxisFastest) {
   });
 }
 
+// A timeout set on the world before the mesh is built holds for every axis, group and role.
+TEST(Mesh, CommunicatorsInheritTheWorldsTimeout) {
+  run_local_ranks(4, [](Communicator& comm) {
+    auto world = comm.split(0, comm.rank());
+    world->set_timeout(std::chrono::milliseconds(1234));
+    Mesh mesh(world, {{"dp", 2}, {"tp", 2}});
+    for (const auto& c : {mesh.axis("dp"), mesh.axis("tp"), mesh.group({"dp", "tp"}),
+                          mesh.amax_group(), mesh.role("")}) {
+      EXPECT_EQ(c->timeout(), std::chrono::milliseconds(1234));
+      EXPECT_EQ(c->timeout_source(), TimeoutSource::kCommunicator);
+    }
+  });
+}
+
 TEST(Mesh, AxisAndGroupCommunicators) {
   run_local_ranks(12, [](Communicator& comm) {
     auto world = comm.split(0, comm.rank());

@@ -16,11 +16,17 @@ struct Log {
   int issued = 0, waited = 0;
 };
 
+// Complete at once; its first poll is the blocking wrapper's wait.
 class RecordedWork : public Work {
  public:
-  explicit RecordedWork(Log& log) : log_(log) {}
-  bool test() override { return true; }
-  void wait(std::chrono::milliseconds) override { ++log_.waited; }
+  explicit RecordedWork(Log& log)
+      : Work("recorded", std::chrono::seconds(1), TimeoutSource::kEnvironment), log_(log) {}
+
+ protected:
+  bool poll() override {
+    ++log_.waited;
+    return true;
+  }
 
  private:
   Log& log_;
