@@ -38,7 +38,10 @@ TimedCommunicator::TimedCommunicator(std::shared_ptr<qmesh::Communicator> inner)
     : TimedCommunicator(std::move(inner), std::make_shared<std::atomic<int64_t>>(0)) {}
 
 TimedCommunicator::TimedCommunicator(std::shared_ptr<qmesh::Communicator> inner, Clock clock)
-    : inner_(std::move(inner)), waited_ns_(std::move(clock)) {}
+    : inner_(std::move(inner)), waited_ns_(std::move(clock)) {
+  if (inner_->timeout_source() == qmesh::TimeoutSource::kCommunicator)
+    set_timeout(inner_->timeout());
+}
 
 double TimedCommunicator::waited_s() const { return double(waited_ns_->load()) * 1e-9; }
 

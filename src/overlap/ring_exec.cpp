@@ -80,7 +80,7 @@ RingExec::RingExec(Communicator& comm, Device device, const CollectiveGemmStream
       device_(device),
       streams_(streams),
       what_(detail::concat(op, " (rank ", comm.rank(), " of ", comm.size(), ")")),
-      deadline_(Clock::now() + comm_timeout()) {}
+      deadline_(Clock::now() + comm.timeout()) {}
 
 RingExec::~RingExec() {
   if (!cuda_) return;

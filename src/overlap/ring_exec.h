@@ -11,8 +11,9 @@
 // compute stream is made to wait for the comm stream (so that later work on it sees every
 // transfer finished) and the scratch memory is released in its order.
 //
-// Every host wait of one RingExec is bounded by one deadline, comm_timeout() after it was
-// made, so that a dead peer ends a schedule after that long whatever its number of steps.
+// Every host wait of one RingExec is bounded by one deadline, the communicator's timeout()
+// after it was made, so that a dead peer ends a schedule after that long whatever its number
+// of steps.
 #pragma once
 
 #include <chrono>

@@ -31,9 +31,12 @@ class InterceptingCommunicator : public Communicator {
   using Hook = std::function<void(Call call, int64_t bytes)>;
 
   // With `wrap_splits`, the communicators split from this one are intercepted by the same
-  // hook (a mesh built over it then shows its axes' calls too).
+  // hook (a mesh built over it then shows its axes' calls too). Takes the timeout that was
+  // set on `inner`, if any.
   InterceptingCommunicator(std::shared_ptr<Communicator> inner, Hook hook, bool wrap_splits)
-      : inner_(std::move(inner)), hook_(std::move(hook)), wrap_splits_(wrap_splits) {}
+      : inner_(std::move(inner)), hook_(std::move(hook)), wrap_splits_(wrap_splits) {
+    if (inner_->timeout_source() == TimeoutSource::kCommunicator) set_timeout(inner_->timeout());
+  }
 
   WorkHandle all_reduce_async(TensorView buf, ReduceOp op, Stream stream) override {
     hook_(Call::kAllReduce, int64_t(buf.nbytes()));

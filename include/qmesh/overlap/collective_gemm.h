@@ -87,7 +87,7 @@ QMESH_API Overlap parse_overlap(std::string_view name);
 //              own columnwise copy (cast_transpose), which this call does not make.
 // Collective over `comm` (every rank calls it with the same shapes, overlap and tensor
 // device). Host tensors: blocking; CUDA tensors: stream-ordered, as described above. Every host
-// wait is bounded by comm_timeout() from the start (a peer that stops answering gives qmesh::Error,
+// wait is bounded by comm.timeout() from the start (a peer that stops answering gives qmesh::Error,
 // not a hang). Error for shapes that do not match, with a message naming them, before any transfer.
 QMESH_API void all_gather_gemm(Communicator& comm, const GemmArgs& args,
                                const GemmOperand& gathered, Overlap overlap,

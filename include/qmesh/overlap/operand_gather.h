@@ -36,7 +36,7 @@ class QMESH_API OperandGather {
   OperandGather(const OperandGather&) = delete;
   OperandGather& operator=(const OperandGather&) = delete;
 
-  // Waits as described above, bounded by comm_timeout() from construction (Error naming this rank
+  // Waits as described above, bounded by comm.timeout() from construction (Error naming this rank
   // and the cause on a timeout or a failed transfer). Later calls return at once.
   void finish();
 
