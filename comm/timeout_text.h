@@ -27,23 +27,32 @@ QMESH_API std::string_view timeout_name(TimeoutSource source);
 // no more precise cause.
 QMESH_API std::string slow_job_hint(TimeoutSource source);
 
-// "peer rank 2", "peer ranks 2 and 3", "peer ranks 1, 2 and 3" (ranks in the given order).
-QMESH_API std::string peer_ranks(const std::vector<int>& ranks);
+// The world rank of each rank of a communicator (element r: rank r's), so that errors name
+// both numberings; empty for a communicator numbered as the world is (nothing added).
+using WorldRanks = std::vector<int>;
+
+// "peer rank 2", "peer ranks 2 and 3", "peer ranks 1, 2 and 3" (ranks in the given order),
+// followed by " (world rank 5)" / " (world ranks 5 and 7)" when `world` maps them.
+QMESH_API std::string peer_ranks(const std::vector<int>& ranks, const WorldRanks& world = {});
 
 // "peer ranks 2 and 3 never joined this <op>": ranks that have not called the collective.
-QMESH_API std::string never_joined_text(const std::vector<int>& ranks, std::string_view op);
+QMESH_API std::string never_joined_text(const std::vector<int>& ranks, std::string_view op,
+                                        const WorldRanks& world = {});
 
 // A ring step that waited `waited` for `peer` (receiving from it, or for it to take what this
 // rank sends), at `where` ("step 1 of 3 of the ring"): "waited 5 s for data from peer rank 2
 // in step 1 of 3 of the ring; that rank died, froze, or is itself waiting for another".
 QMESH_API std::string ring_wait_text(bool receiving, int peer, std::string_view where,
-                                     std::chrono::milliseconds waited);
+                                     std::chrono::milliseconds waited,
+                                     const WorldRanks& world = {});
 
 // A point-to-point receive from (or send to) `peer` with `tag` that never matched.
-QMESH_API std::string p2p_wait_text(bool receiving, int peer, int tag);
+QMESH_API std::string p2p_wait_text(bool receiving, int peer, int tag,
+                                    const WorldRanks& world = {});
 
 // The ranks that did not answer the roll call that follows a timed-out collective `op`.
 // Empty `ranks`: every peer answered (so each is alive, waiting in some operation).
-QMESH_API std::string roll_call_text(const std::vector<int>& ranks, std::string_view op);
+QMESH_API std::string roll_call_text(const std::vector<int>& ranks, std::string_view op,
+                                     const WorldRanks& world = {});
 
 }  // namespace qmesh::comm_detail

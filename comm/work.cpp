@@ -37,43 +37,55 @@ std::string timeout_text(std::string_view what, std::chrono::milliseconds limit,
                         " s (", timeout_name(source), ")");
 }
 
-std::string peer_ranks(const std::vector<int>& ranks) {
-  std::string out = ranks.size() == 1 ? "peer rank " : "peer ranks ";
+namespace {
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string out;
   for (size_t i = 0; i < ranks.size(); ++i) {
     if (i > 0) out += i + 1 == ranks.size() ? " and " : ", ";
     out += std::to_string(ranks[i]);
   }
   return out;
 }
+}  // namespace
 
-std::string never_joined_text(const std::vector<int>& ranks, std::string_view op) {
-  return detail::concat(peer_ranks(ranks), " never joined this ", op);
+std::string peer_ranks(const std::vector<int>& ranks, const WorldRanks& world) {
+  std::string out = (ranks.size() == 1 ? "peer rank " : "peer ranks ") + rank_list(ranks);
+  if (world.empty() || ranks.empty()) return out;
+  std::vector<int> in_world;
+  for (int r : ranks) in_world.push_back(world.at(static_cast<size_t>(r)));
+  return out + (ranks.size() == 1 ? " (world rank " : " (world ranks ") + rank_list(in_world) + ")";
+}
+
+std::string never_joined_text(const std::vector<int>& ranks, std::string_view op,
+                              const WorldRanks& world) {
+  return detail::concat(peer_ranks(ranks, world), " never joined this ", op);
 }
 
 std::string ring_wait_text(bool receiving, int peer, std::string_view where,
-                           std::chrono::milliseconds waited) {
+                           std::chrono::milliseconds waited, const WorldRanks& world) {
   const double seconds = std::chrono::duration<double>(waited).count();
-  const std::string who = peer_ranks({peer});
+  const std::string who = peer_ranks({peer}, world);
   return receiving ? detail::concat("waited ", seconds, " s for data from ", who, " in ", where,
                                     "; that rank died, froze, or is itself waiting for another")
                    : detail::concat("waited ", seconds, " s for ", who, " to take data in ", where,
                                     "; that rank died, froze, or is itself waiting for another");
 }
 
-std::string p2p_wait_text(bool receiving, int peer, int tag) {
-  const std::string who = peer_ranks({peer});
+std::string p2p_wait_text(bool receiving, int peer, int tag, const WorldRanks& world) {
+  const std::string who = peer_ranks({peer}, world);
   return receiving ? detail::concat(who, " sent nothing with tag ", tag,
                                     " (it died, froze, or has not reached the matching send)")
                    : detail::concat(who, " did not take the message with tag ", tag,
                                     " (it died, froze, or has not reached the matching receive)");
 }
 
-std::string roll_call_text(const std::vector<int>& ranks, std::string_view op) {
+std::string roll_call_text(const std::vector<int>& ranks, std::string_view op,
+                           const WorldRanks& world) {
   if (ranks.empty()) {
     return detail::concat("every peer rank answered the roll call that follows a timeout, so all ",
                           "are alive: one is waiting in another operation than this ", op);
   }
-  return detail::concat(peer_ranks(ranks),
+  return detail::concat(peer_ranks(ranks, world),
                         " did not answer the roll call that follows a timeout: dead, frozen, ",
                         "or never joined this ", op);
 }

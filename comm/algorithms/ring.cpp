@@ -35,13 +35,15 @@ void wait_for(const RingContext& ctx, Work& work, bool receiving, int peer,
   } catch (const Error& e) {
     if (Clock::now() < ctx.deadline) {
       QMESH_THROW(ctx.what, " failed in ", where, " (",
-                  receiving ? "receiving from " : "sending to ", comm_detail::peer_ranks({peer}),
-                  "): ", e.what());
+                  receiving ? "receiving from " : "sending to ",
+                  comm_detail::peer_ranks({peer}, ctx.world_ranks), "): ", e.what());
     }
     std::string blame = comm_detail::ring_wait_text(
-        receiving, peer, where, std::chrono::ceil<std::chrono::milliseconds>(Clock::now() - start));
+        receiving, peer, where, std::chrono::ceil<std::chrono::milliseconds>(Clock::now() - start),
+        ctx.world_ranks);
     const std::vector<int> absent = ctx.absent ? ctx.absent() : std::vector<int>{};
-    if (!absent.empty()) blame = comm_detail::never_joined_text(absent, ctx.op) + "; " + blame;
+    if (!absent.empty())
+      blame = comm_detail::never_joined_text(absent, ctx.op, ctx.world_ranks) + "; " + blame;
     const std::string message =
         comm_detail::timeout_text(ctx.what, ctx.timeout, ctx.timeout_source) + ": " + blame;
     if (ctx.on_timeout) ctx.on_timeout(message);

@@ -35,6 +35,9 @@ struct RingContext {
   // Optional: told a step's timeout error before the ring unwinds (dropping the step's
   // other transfer may wait for it), so that a waiter can report it at once.
   std::function<void(const std::string&)> on_timeout;
+  // Where the backend knows it (local): the world rank of each rank, so that errors name both
+  // numberings; empty: the ranks are named as they are.
+  std::vector<int> world_ranks;
 };
 
 // Shapes as in Collectives (arguments are checked by the caller). Host buffers only.

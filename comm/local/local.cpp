@@ -133,11 +133,14 @@ struct SplitArgs {
 
 class LocalComm : public Communicator, public OneSided {
  public:
-  LocalComm(std::shared_ptr<World> world, int ctx, int rank, int size)
+  // `world_ranks`: the world rank of each rank (empty when numbered as the world is).
+  LocalComm(std::shared_ptr<World> world, int ctx, int rank, int size,
+            comm_detail::WorldRanks world_ranks = {})
       : world_(std::move(world)),
         ctx_(ctx),
         rank_(rank),
         size_(size),
+        world_ranks_(std::move(world_ranks)),
         user_(*this, ctx),
         coll_(*this, ctx + 1) {}
 
@@ -145,6 +148,7 @@ class LocalComm : public Communicator, public OneSided {
   int size() const override { return size_; }
   std::string_view backend_name() const override { return "local"; }
   World& world() { return *world_; }
+  const comm_detail::WorldRanks& world_ranks() const { return world_ranks_; }
 
   WorkHandle send_async(TensorView in, int peer, int tag, Stream stream = {}) override {
     return user_.send_async(in, peer, tag, stream);
@@ -220,8 +224,17 @@ class LocalComm : public Communicator, public OneSided {
     const int new_rank = static_cast<int>(
         std::find(members.begin(), members.end(), std::pair{key, rank_}) - members.begin());
     const auto& contexts = *static_cast<const std::map<int, int>*>(result.shared.get());
+    comm_detail::WorldRanks world_ranks;
+    bool as_world = static_cast<int>(members.size()) == world_->size();
+    for (const auto& [member_key, old_rank] : members) {
+      world_ranks.push_back(world_ranks_.empty() ? old_rank
+                                                 : world_ranks_[static_cast<size_t>(old_rank)]);
+      as_world = as_world && world_ranks.back() == static_cast<int>(world_ranks.size()) - 1;
+    }
+    if (as_world) world_ranks.clear();
     return with_my_timeout(std::make_shared<LocalComm>(world_, contexts.at(color), new_rank,
-                                                       static_cast<int>(members.size())));
+                                                       static_cast<int>(members.size()),
+                                                       std::move(world_ranks)));
   }
 
   std::vector<int> host_ids() override { return std::vector<int>(size_, 0); }
@@ -285,7 +298,7 @@ class LocalComm : public Communicator, public OneSided {
       std::exception_ptr error;
       try {
         fn(algorithms::RingContext{
-            coll_, rank_, size_, 0, deadline, limit, source, what, name, absent, {}});
+            coll_, rank_, size_, 0, deadline, limit, source, what, name, absent, {}, world_ranks_});
       } catch (...) {
         error = std::current_exception();
       }
@@ -294,9 +307,10 @@ class LocalComm : public Communicator, public OneSided {
       state->done = true;
       world_->cv.notify_all();
     });
-    return work(state, what, [world, ctx, seq, name] {
+    return work(state, what, [world, ctx, seq, name, naming = world_ranks_] {
       const std::vector<int> missing = world->absent_locked(ctx, seq);
-      return missing.empty() ? std::string() : comm_detail::never_joined_text(missing, name);
+      return missing.empty() ? std::string()
+                             : comm_detail::never_joined_text(missing, name, naming);
     });
   }
 
@@ -313,7 +327,7 @@ class LocalComm : public Communicator, public OneSided {
           return std::shared_ptr<const void>(
               std::make_shared<Exchanged>(Exchanged{values, finalize(values)}));
         },
-        timeout(), timeout_source(), describe(op), op);
+        timeout(), timeout_source(), describe(op), op, world_ranks_);
     return *static_cast<const Exchanged*>(combined.get());
   }
 
@@ -321,6 +335,7 @@ class LocalComm : public Communicator, public OneSided {
   int ctx_;
   int rank_;
   int size_;
+  comm_detail::WorldRanks world_ranks_;
   uint64_t exchange_seq_ = 0;
   Channel user_;
   Channel coll_;
@@ -335,7 +350,9 @@ WorkHandle Channel::send_async(TensorView in, int peer, int tag, Stream stream) 
   comm_.world().post_send(ctx_, comm_.rank(), peer, tag,
                           Posted{{in.data, in.device, stream}, in.nbytes(), state});
   return comm_.work(state, comm_.describe(detail::concat("send to rank ", peer)),
-                    [peer, tag] { return comm_detail::p2p_wait_text(false, peer, tag); });
+                    [peer, tag, naming = comm_.world_ranks()] {
+                      return comm_detail::p2p_wait_text(false, peer, tag, naming);
+                    });
 }
 
 WorkHandle Channel::recv_async(TensorView out, int peer, int tag, Stream stream) {
@@ -346,7 +363,9 @@ WorkHandle Channel::recv_async(TensorView out, int peer, int tag, Stream stream)
   comm_.world().post_recv(ctx_, peer, comm_.rank(), tag,
                           Posted{{out.data, out.device, stream}, out.nbytes(), state});
   return comm_.work(state, comm_.describe(detail::concat("receive from rank ", peer)),
-                    [peer, tag] { return comm_detail::p2p_wait_text(true, peer, tag); });
+                    [peer, tag, naming = comm_.world_ranks()] {
+                      return comm_detail::p2p_wait_text(true, peer, tag, naming);
+                    });
 }
 
 }  // namespace

@@ -95,7 +95,7 @@ std::shared_ptr<const void> World::exchange(
     int ctx, uint64_t seq, int rank, int size, std::shared_ptr<const void> value,
     const std::function<std::shared_ptr<const void>(const Values&)>& finalize,
     std::chrono::milliseconds timeout, TimeoutSource source, const std::string& what,
-    std::string_view op) {
+    std::string_view op, const comm_detail::WorldRanks& world) {
   std::unique_lock lock(mu);
   Slot& slot = slots_[{ctx, seq}];
   if (slot.values.empty()) slot.values.resize(size);
@@ -110,7 +110,7 @@ std::shared_ptr<const void> World::exchange(
         std::vector<int> missing;
         for (int r = 0; r < size; ++r)
           if (!slot.values[r]) missing.push_back(r);
-        return comm_detail::never_joined_text(missing, op);
+        return comm_detail::never_joined_text(missing, op, world);
       });
   std::shared_ptr<const void> result = slot.result;
   if (++slot.left == size) slots_.erase({ctx, seq});

@@ -17,6 +17,7 @@
 
 #include "qmesh/comm/work.h"
 #include "stream_copy.h"
+#include "timeout_text.h"
 
 namespace qmesh::local {
 
@@ -71,13 +72,13 @@ class World : public std::enable_shared_from_this<World> {
   // Rendezvous of the `size` ranks of context ctx for their call number `seq`: each passes
   // a value; the last to arrive runs `finalize` over all values (in rank order), and every
   // rank returns what it produced. Bounded by `timeout` (from `source`); a timeout names the
-  // ranks that never arrived at `op`.
+  // ranks that never arrived at `op` (and their world ranks, by `world`).
   using Values = std::vector<std::shared_ptr<const void>>;
   std::shared_ptr<const void> exchange(
       int ctx, uint64_t seq, int rank, int size, std::shared_ptr<const void> value,
       const std::function<std::shared_ptr<const void>(const Values&)>& finalize,
       std::chrono::milliseconds timeout, TimeoutSource source, const std::string& what,
-      std::string_view op);
+      std::string_view op, const comm_detail::WorldRanks& world);
 
   void abort(const std::string& reason);
 

@@ -46,14 +46,10 @@ struct CommState {
     MPI_Finalized(&finalized);
     if (!finalized && comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
   }
-  // " (world ranks 1 and 3)": where `ranks` of this communicator are in MPI_COMM_WORLD;
-  // empty for the world itself (or none).
-  std::string in_world(const std::vector<int>& ranks) const {
-    if (ranks.empty() || is_world) return {};
-    std::vector<int> world;
-    for (int r : ranks) world.push_back(world_ranks[static_cast<size_t>(r)]);
-    std::string text = comm_detail::peer_ranks(world);  // "peer rank(s) ..."
-    return " (world " + text.substr(text.find("rank")) + ")";
+  // How errors name this communicator's ranks in MPI_COMM_WORLD: nothing for the world itself.
+  const comm_detail::WorldRanks& naming() const {
+    static const comm_detail::WorldRanks none;
+    return is_world ? none : world_ranks;
   }
 
   void check_usable() {
@@ -117,7 +113,7 @@ std::string roll_call(CommState& state, std::string_view op, std::chrono::millis
   std::vector<int> silent;
   for (int r = 0; r < state.size; ++r)
     if (!answered[static_cast<size_t>(r)]) silent.push_back(r);
-  state.roll_call = comm_detail::roll_call_text(silent, op) + state.in_world(silent);
+  state.roll_call = comm_detail::roll_call_text(silent, op, state.naming());
   return *state.roll_call;
 }
 
@@ -375,7 +371,7 @@ class MpiComm : public Communicator {
           return MPI_Isend(in.data, count_of(static_cast<int64_t>(in.nbytes()), "send (bytes)"),
                            MPI_BYTE, peer, tag, comm(), r);
         },
-        comm_detail::p2p_wait_text(false, peer, tag) + state_->in_world({peer}));
+        comm_detail::p2p_wait_text(false, peer, tag, state_->naming()));
   }
 
   WorkHandle recv_async(TensorView out, int peer, int tag, Stream) override {
@@ -394,7 +390,7 @@ class MpiComm : public Communicator {
     return start(
         detail::concat("receive from rank ", peer, " tag ", tag),
         [&](MPI_Request* r) { return MPI_Irecv(out.data, bytes, MPI_BYTE, peer, tag, comm(), r); },
-        comm_detail::p2p_wait_text(true, peer, tag) + state_->in_world({peer}), check_count, true);
+        comm_detail::p2p_wait_text(true, peer, tag, state_->naming()), check_count, true);
   }
 
   std::shared_ptr<Communicator> split(int color, int key) override {

@@ -448,7 +448,8 @@ class UcxComm final : public Communicator,
                                    [&op](const std::string& message) {
                                      op->timeout_note = message;
                                      op->noted.store(true, std::memory_order_release);
-                                   }});
+                                   },
+                                   {}});
         op->complete();
       } catch (...) {
         op->complete(std::current_exception());

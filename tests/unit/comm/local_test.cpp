@@ -193,6 +193,27 @@ TEST(Local, TimeoutNamesTheRanksThatNeverJoined) {
   }
 }
 
+// On a communicator split from the world, errors name the peer by its rank there and in the
+// world: of the odd world ranks {1, 3, 5}, world rank 5 (rank 2 there) never joins.
+TEST(Local, SubCommunicatorTimeoutsNameWorldRanks) {
+  ScopedTimeout timeout("0.2");
+  for (const std::string op : {"all_reduce", "split", "send"}) {
+    SCOPED_TRACE(op);
+    run_local_ranks(6, [&](Communicator& world) {
+      auto group = world.split(world.rank() % 2, world.rank());
+      if (world.rank() % 2 == 0 || world.rank() == 5) return;
+      if (op == "send") {
+        float x = 0;
+        EXPECT_QMESH_ERROR(group->send(TensorView(&x, DType::kFloat32, Shape{1}), 2, 7),
+                           "peer rank 2 (world rank 5) did not take the message with tag 7");
+      } else {
+        EXPECT_QMESH_ERROR(call_collective(*group, op, 0),
+                           "peer rank 2 (world rank 5) never joined this " + op);
+      }
+    });
+  }
+}
+
 // Point-to-point timeouts name the peer and the tag.
 TEST(Local, PointToPointTimeoutNamesThePeerAndTag) {
   ScopedTimeout timeout("0.2");
@@ -287,9 +308,11 @@ TEST(Local, SplitInheritsTheTimeout) {
     auto unset = comm.split(0, comm.rank());
     EXPECT_EQ(unset->timeout_source(), TimeoutSource::kEnvironment);
     if (half->rank() == 1) return;  // never joins the half's barrier
+    // Half (world ranks r, r + 2): its rank 1 is world rank r + 2.
     EXPECT_QMESH_ERROR(half->barrier(),
-                       "barrier (rank 0 of 2) timed out after 0.25 s (the communicator's "
-                       "timeout): peer rank 1 never joined this barrier");
+                       "barrier (rank 0 of 2) timed out after 0.25 s (the "
+                       "communicator's timeout): peer rank 1 (world rank " +
+                           std::to_string(comm.rank() + 2) + ") never joined this barrier");
   });
 }
 
