@@ -25,8 +25,11 @@ QMESH_PARAM(idle_poll_ms, "UCX_IDLE_POLL_MS", 1)
 constexpr std::chrono::milliseconds kSpinTime{20};
 constexpr std::chrono::microseconds kWaitSleep{50};
 
+// "<what> failed in UCX [<status>]", e.g. a transfer to a peer that died: "ucx send of 4
+// bytes from rank 3 to rank 0 (tag 7) failed in UCX [Connection reset by remote peer]".
 Error ucx_error(const std::string& what, ucs_status_t status) {
-  return Error(detail::concat(what, " failed"), __FILE__, __LINE__, {}, ucs_status_string(status));
+  return Error(detail::concat(what, " failed in UCX"), __FILE__, __LINE__, {},
+               ucs_status_string(status));
 }
 
 // The user_data of a request: keeps its Op alive until the callback has run.

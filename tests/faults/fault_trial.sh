@@ -4,9 +4,10 @@
 # 2 x QMESH_COMM_TIMEOUT_S of the signal. Under `mpirun --enable-recovery` (launcher
 # mpirun) the runtime leaves the survivors alone, so each must also leave by itself with a
 # message saying what timed out or failed ("timed out after", "did not return within",
-# "MPI call failed", or Open MPI's own "MPI_INIT has failed"); each timeout message must
-# also name the peer rank(s) waited for ("peer rank 2 ...", comm/timeout_text.h), not only the
-# operation. Under qmeshrun the runtime
+# "MPI call failed", "UCX call failed", a transfer that "failed in UCX" (a TCP connection
+# that the dead peer's end reset), or Open MPI's own "MPI_INIT has failed"); each timeout
+# message must also name the peer rank(s) waited for ("peer rank 2 ...",
+# comm/timeout_text.h), not only the operation. Under qmeshrun the runtime
 # may end the job itself when a rank dies (it kills the survivors), so ending within the
 # limit is what is checked. On a hang the
 # survivors' stacks (gdb) are saved to <artifacts>/stacks.rank<r>.txt and the trial fails.
@@ -99,7 +100,8 @@ for r in $(seq 0 $((np - 1))); do
   [ $elapsed -le $limit_ms ] || fail "rank $r exited ${elapsed} ms after the fault (limit ${limit_ms} ms)"
   if [ "$code" -le 128 ] || [ "$launcher" = mpirun ]; then
     # Open MPI reports a failed MPI_Init itself, through mpirun.
-    grep -q "timed out after\|did not return within\|MPI call failed\|UCX call failed" "$art/err.$r" ||
+    grep -q "timed out after\|did not return within\|MPI call failed\|UCX call failed\|failed in UCX" \
+      "$art/err.$r" ||
       grep -q "MPI_INIT has failed" "$art/launcher.log" ||
       fail "rank $r (status $code): no message saying what timed out or failed"
     if grep "timed out after" "$art/err.$r" | grep -Evq "peer ranks? [0-9]"; then
