@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "expect_error.h"
+#include "layer_norm_run.h"
 #include "mlp_harness.h"
 #include "qmesh/comm/local.h"
 #include "qmesh/copy.h"
@@ -52,6 +53,7 @@ class OwnStream {
   OwnedStream owned_{kGpu};
 };
 
+using test::LayerNormRun;
 using test::random_tensor;
 
 Tensor to_gpu(const TensorView& host) { return clone(host, kGpu); }
@@ -74,30 +76,14 @@ void expect_close(const TensorView& gpu, const TensorView& host, double tol, con
 TEST_F(LayersGpu, LayerNormMatchesTheHost) {
   OwnStream s;
   // 300 rows: more than one row block of the column sums; 1000 columns: several per thread.
-  const int64_t rows = 300, cols = 1000;
-  const float eps = 1e-5f;
-  const Tensor x = random_tensor(Shape{rows, cols}, 1, -3.0f, 5.0f);
-  const Tensor gamma = random_tensor(Shape{cols}, 2), beta = random_tensor(Shape{cols}, 3);
-  const Tensor dy = random_tensor(Shape{rows, cols}, 4);
-  Tensor y(DType::kFloat32, x.shape()), mean(DType::kFloat32, Shape{rows}),
-      rstd(DType::kFloat32, Shape{rows}), dx(DType::kFloat32, x.shape()),
-      dgamma(DType::kFloat32, Shape{cols}), dbeta(DType::kFloat32, Shape{cols});
-  layer_norm_forward(x, gamma, beta, eps, y, mean, rstd);
-  layer_norm_backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta);
-
-  const Tensor gx = to_gpu(x), ggamma = to_gpu(gamma), gbeta = to_gpu(beta), gdy = to_gpu(dy);
-  Tensor gy(DType::kFloat32, x.shape(), kGpu), gmean(DType::kFloat32, Shape{rows}, kGpu),
-      grstd(DType::kFloat32, Shape{rows}, kGpu), gdx(DType::kFloat32, x.shape(), kGpu),
-      gdgamma(DType::kFloat32, Shape{cols}, kGpu), gdbeta(DType::kFloat32, Shape{cols}, kGpu);
-  layer_norm_forward(gx, ggamma, gbeta, eps, gy, gmean, grstd, s.stream());
-  layer_norm_backward(gdy, gx, ggamma, gmean, grstd, gdx, gdgamma, gdbeta, s.stream());
+  const LayerNormRun host(300, 1000), gpu(300, 1000, kGpu, s.stream());
   s.sync();
-  expect_close(gy, y, 1e-5, "y");
-  expect_close(gmean, mean, 1e-5, "mean");
-  expect_close(grstd, rstd, 1e-5, "rstd");
-  expect_close(gdx, dx, 1e-4, "dx");
-  expect_close(gdgamma, dgamma, 1e-4, "dgamma");  // sums of 300 terms in another order
-  expect_close(gdbeta, dbeta, 1e-4, "dbeta");
+  expect_close(gpu.y, host.y, 1e-5, "y");
+  expect_close(gpu.mean, host.mean, 1e-5, "mean");
+  expect_close(gpu.rstd, host.rstd, 1e-5, "rstd");
+  expect_close(gpu.dx, host.dx, 1e-4, "dx");
+  expect_close(gpu.dgamma, host.dgamma, 1e-4, "dgamma");  // sums of 300 terms in another order
+  expect_close(gpu.dbeta, host.dbeta, 1e-4, "dbeta");
 }
 
 TEST_F(LayersGpu, BiasOpsMatchTheHost) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "expect_error.h"
+#include "layer_norm_run.h"
 #include "qmesh/comm/local.h"
 #include "qmesh/comm/mesh.h"
 #include "qmesh/layers/layer_context.h"
@@ -22,6 +23,7 @@
 namespace qmesh {
 namespace {
 
+using test::LayerNormRun;
 using test::random_tensor;
 
 // |actual - expected| <= tol * max(1, |expected|), element by element.
@@ -57,23 +59,15 @@ TEST(LayerOps, TransposeMovesEveryElement) {
 
 TEST(LayerOps, LayerNormForwardAndBackwardMatchFloat64) {
   const int64_t rows = 5, cols = 37;
-  const float eps = 1e-5f;
-  const Tensor x = random_tensor(Shape{rows, cols}, 1, -3.0f, 5.0f);
-  const Tensor gamma = random_tensor(Shape{cols}, 2), beta = random_tensor(Shape{cols}, 3);
-  const Tensor dy = random_tensor(Shape{rows, cols}, 4);
-  Tensor y(DType::kFloat32, x.shape()), mean(DType::kFloat32, Shape{rows}),
-      rstd(DType::kFloat32, Shape{rows});
-  layer_norm_forward(x, gamma, beta, eps, y, mean, rstd);
-  Tensor dx(DType::kFloat32, x.shape()), dgamma(DType::kFloat32, Shape{cols}),
-      dbeta(DType::kFloat32, Shape{cols});
-  layer_norm_backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta);
+  const LayerNormRun run(rows, cols);
+  const double eps = LayerNormRun::kEps;
 
   std::vector<double> ey(rows * cols), emean(rows), erstd(rows), edx(rows * cols), edg(cols, 0.0),
       edb(cols, 0.0);
-  const float* px = x.data_as<float>();
-  const float* pg = gamma.data_as<float>();
-  const float* pb = beta.data_as<float>();
-  const float* pdy = dy.data_as<float>();
+  const float* px = run.x.data_as<float>();
+  const float* pg = run.gamma.data_as<float>();
+  const float* pb = run.beta.data_as<float>();
+  const float* pdy = run.dy.data_as<float>();
   for (int64_t r = 0; r < rows; ++r) {
     double m = 0, var = 0;
     for (int64_t c = 0; c < cols; ++c) m += px[r * cols + c];
@@ -98,12 +92,12 @@ TEST(LayerOps, LayerNormForwardAndBackwardMatchFloat64) {
       edx[r * cols + c] = s * (pg[c] * pdy[r * cols + c] - a / cols - xhat * b / cols);
     }
   }
-  expect_close(y, ey, 1e-5);
-  expect_close(mean, emean, 1e-6);
-  expect_close(rstd, erstd, 1e-5);
-  expect_close(dx, edx, 1e-4);
-  expect_close(dgamma, edg, 1e-5);
-  expect_close(dbeta, edb, 1e-5);
+  expect_close(run.y, ey, 1e-5);
+  expect_close(run.mean, emean, 1e-6);
+  expect_close(run.rstd, erstd, 1e-5);
+  expect_close(run.dx, edx, 1e-4);
+  expect_close(run.dgamma, edg, 1e-5);
+  expect_close(run.dbeta, edb, 1e-5);
 }
 
 TEST(LayerOps, BiasGradAndAddBiasMatchFloat64) {
