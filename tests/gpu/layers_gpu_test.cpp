@@ -36,12 +36,15 @@ using namespace testing_mlp;
 
 const Device kGpu = Device::cuda(0);
 
-class LayersGpu : public ::testing::Test {
+// The fixtures of this file: each test is skipped without a CUDA device.
+template <class Base>
+class OnGpu : public Base {
  protected:
   void SetUp() override {
     if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   }
 };
+using LayersGpu = OnGpu<::testing::Test>;
 
 // A stream of its own for the calling thread (one per virtual rank), destroyed with it.
 class OwnStream {
@@ -254,12 +257,7 @@ void PrintTo(const MlpGpuCase& c, std::ostream* os) {
   *os << "tp" << c.tp << "_" << recipe_name(c.recipe) << (c.sequence_parallel ? "_sp" : "");
 }
 
-class LayerNormMLPGpu : public ::testing::TestWithParam<MlpGpuCase> {
- protected:
-  void SetUp() override {
-    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
-  }
-};
+class LayerNormMLPGpu : public OnGpu<::testing::TestWithParam<MlpGpuCase>> {};
 
 // Forward + backward of one step (the float64 reference's) and of two steps (delayed scaling
 // then quantizes with the scales its first update computed on the device).
@@ -295,12 +293,7 @@ void PrintTo(const FsdpGpuCase& c, std::ostream* os) {
   *os << "dp" << c.dp << "_fsdp" << c.fsdp << "_tp" << c.tp << "_" << recipe_name(c.recipe);
 }
 
-class FsdpGpu : public ::testing::TestWithParam<FsdpGpuCase> {
- protected:
-  void SetUp() override {
-    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
-  }
-};
+class FsdpGpu : public OnGpu<::testing::TestWithParam<FsdpGpuCase>> {};
 
 TEST_P(FsdpGpu, MatchesTheHostWithAnyPrefetch) {
   const FsdpGpuCase p = GetParam();
