@@ -10,7 +10,6 @@
 namespace qmesh {
 
 struct OperandGather::Impl {
-  Device device;
   overlap_detail::RingExec exec;
   WorkHandle work;
 };
@@ -22,7 +21,7 @@ OperandGather::OperandGather(Communicator& comm, const GemmOperand& chunk,
   const TensorView& c = overlap_detail::operand_data(chunk);
   overlap_detail::check_device(c.device, streams, op);
   const auto current = overlap_detail::make_current(c.device);
-  impl_.reset(new Impl{c.device, {comm, c.device, streams, op}, nullptr});
+  impl_.reset(new Impl{{comm, c.device, streams, op}, nullptr});
   overlap_detail::RingExec& exec = impl_->exec;
   exec.start();
   // The FP8 scale factors travel with the codes: `gathered` takes the chunk's (on CUDA in
@@ -36,7 +35,7 @@ OperandGather::~OperandGather() {
   try {
     if (std::uncaught_exceptions() > 0) {
       // Unwinding from a failure (a dead peer failed the GEMM beside it): no further wait.
-      const auto current = overlap_detail::make_current(impl_->device);
+      const auto current = overlap_detail::make_current(impl_->exec.device());
       impl_->exec.abandon();
       impl_.reset();
     } else {
@@ -51,7 +50,7 @@ OperandGather::~OperandGather() {
 // orders the compute stream after it.
 void OperandGather::finish() {
   if (!impl_) return;
-  const auto current = overlap_detail::make_current(impl_->device);
+  const auto current = overlap_detail::make_current(impl_->exec.device());
   std::unique_ptr<Impl> impl = std::move(impl_);
   impl->exec.finish(impl->work, 0, "all-gather");
 }

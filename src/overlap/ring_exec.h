@@ -65,6 +65,7 @@ class RingExec {
   RingExec(const RingExec&) = delete;
   RingExec& operator=(const RingExec&) = delete;
 
+  Device device() const { return device_; }
   bool on_cuda() const { return cuda_; }
   // "<op> (rank r of n)", the opening of its errors.
   const std::string& what() const { return what_; }
