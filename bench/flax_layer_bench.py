@@ -32,7 +32,6 @@ import functools
 import json
 import os
 import platform
-import re
 import time
 from typing import Any
 
@@ -42,6 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax.linen import fp8_ops
 
+from hlo_gemms import fp8_gemm_counts
 from qmesh.jax.flax import DenseGeneral, LayerNormDenseGeneral, LayerNormMLP, make_dot_general_cls
 from qmesh.jax.recipe import DelayedScaling, Float8CurrentScaling
 
@@ -126,32 +126,6 @@ def make_step(model: nn.Module):
         return loss, grads["params"], nxt
 
     return step
-
-
-_DEFINITION = re.compile(r"^\s*(?:ROOT\s+)?%?(?P<name>[\w.\-]+) = (?P<type>\S+)", re.M)
-_CUSTOM_CALL = re.compile(r"custom-call\((?P<operands>[^)]*)\)(?P<rest>.*?)"
-                          r"custom_call_target=\"(?P<target>[^\"]+)\"(?P<tail>.*)")
-
-
-def fp8_gemm_counts(hlo: str) -> dict:
-    """FP8 GEMMs in an optimized HLO text: XLA's FP8 cuBLASLt custom calls, qmesh GEMM calls
-    with FP8 operands, and all GEMM custom calls (any dtype). An operand's type is read from
-    the call itself (operand shapes, operand_layout_constraints) or from its definition."""
-    types = {m.group("name"): m.group("type") for m in _DEFINITION.finditer(hlo)}
-    xla_fp8 = qmesh_fp8 = gemms = 0
-    for m in _CUSTOM_CALL.finditer(hlo):
-        target = m.group("target")
-        if not (target.startswith("__cublas") or target == "qmesh_gemm"):
-            continue
-        gemms += 1
-        if target == "__cublas$lt$matmul$f8":
-            xla_fp8 += 1
-        elif target == "qmesh_gemm":
-            names = re.findall(r"%([\w.\-]+)", m.group("operands"))
-            seen = " ".join([m.group("operands"), m.group("tail")] +
-                            [types.get(n, "") for n in names])
-            qmesh_fp8 += "f8e" in seen
-    return dict(xla_fp8_gemms=xla_fp8, qmesh_fp8_gemms=qmesh_fp8, gemm_custom_calls=gemms)
 
 
 def state_advanced(before, after) -> bool | None:
