@@ -154,8 +154,8 @@ def cases(rows, cols, n, history_len, groups):
     ]
 
 
-def timed(fn, args, warmup, iters, reps):
-    """(median seconds per call of jitted fn, optimized HLO): each of `iters` samples
+def timed(fn, args, warmup, iters, reps, hlo=False):
+    """(median seconds per call of jitted fn, its optimized HLO if asked): each of `iters` samples
     dispatches `reps` calls back to back without waiting (JAX dispatches asynchronously and
     the device runs them in order), waits once, and divides the elapsed time by `reps`."""
     f = jax.jit(fn)
@@ -168,7 +168,7 @@ def timed(fn, args, warmup, iters, reps):
             out = f(*args)
         jax.block_until_ready(out)
         times.append((time.perf_counter() - t) / reps)
-    return float(np.median(times)), f.lower(*args).compile().as_text()
+    return float(np.median(times)), f.lower(*args).compile().as_text() if hlo else None
 
 
 def parse_gemm(text: str) -> tuple[int, int, int]:
@@ -214,11 +214,12 @@ def main():
     for name, ours, theirs, inputs, nbytes, flops in all_cases:
         if args.only and args.only not in name:
             continue
+        fp8_gemm = bool(flops) and "e4m3" in name
         t_q, _ = timed(ours, inputs, args.warmup, args.iters, args.reps)
-        t_j, hlo_j = timed(theirs, inputs, args.warmup, args.iters, args.reps)
+        t_j, hlo_j = timed(theirs, inputs, args.warmup, args.iters, args.reps, hlo=fp8_gemm)
         rate = nbytes / t_q / 1e9 if nbytes else flops / t_q / 1e12
         unit = "GB/s" if nbytes else "TFLOP/s"
-        xla_fp8 = fp8_gemm_counts(hlo_j)["xla_fp8_gemms"] if "e4m3" in name and flops else None
+        xla_fp8 = fp8_gemm_counts(hlo_j)["xla_fp8_gemms"] if fp8_gemm else None
         print(f"{name:40} {t_q * 1e3:10.3f} {t_j * 1e3:10.3f} {t_j / t_q:8.2f}x {rate:12.2f} {unit:7} "
               f"{'' if xla_fp8 is None else xla_fp8:>5}", flush=True)
         results.append(dict(op=name, qmesh_s=t_q, jax_s=t_j, speedup=t_j / t_q, rate=rate, unit=unit,
