@@ -126,9 +126,8 @@ void gemm_impl(const Where& w, AnyBuffer a, AnyBuffer b, AnyBuffer a_scale_inv,
   const size_t workspace_results = w.device.is_host() ? 0 : 1;
   QMESH_CHECK(outputs.size() == size_t(want.outputs) + workspace_results, "epilogue ", ename,
               " gives ", want.outputs, " result(s) after d (", want.output_names, ")",
-              workspace_results ? " and then cuBLASLt's workspace (uint8, at least " : "",
-              workspace_results ? std::to_string(detail::kCublasLtWorkspaceBytes) + " bytes)" : "",
-              ", but the call has ", outputs.size(), " (qmesh.jax.gemm lowers it so)");
+              workspace_results ? ", and on CUDA then cuBLASLt's workspace (uint8)" : "",
+              "; the call has ", outputs.size(), " (qmesh.jax.gemm lowers it so)");
   void* workspace = nullptr;
   if (workspace_results) {
     Result<AnyBuffer> ws = extra_output(outputs, want.outputs, "the workspace");
