@@ -169,7 +169,7 @@ def main(argv=None):
                         "on the CPU")
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--warmup", type=int, default=3, help="untimed steps after compiling")
-    p.add_argument("--steps", type=int, default=20, help="timed steps (the issue asks for >= 20)")
+    p.add_argument("--steps", type=int, default=20, help="timed steps (>= 20 for a number to report)")
     p.add_argument("--variants", default=",".join(VARIANTS),
                    help=f"comma-separated subset of {','.join(VARIANTS)}")
     p.add_argument("--json", help="write the results to this file")
