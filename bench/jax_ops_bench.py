@@ -7,11 +7,12 @@ Device time, not one dispatch per sample: a sample dispatches --reps calls of th
 back to back without waiting (JAX dispatches asynchronously, the device runs the calls in
 order), waits for the last, and divides the elapsed time by --reps; the table shows the
 median of --iters samples. An op shorter than one dispatch (tens of microseconds) is then
-timed by its dispatch. The GEMMs write a bf16 D,
-as gemm_gpu_bench does (and an fp32 D for the FP8 GEMM too); --gemm MxNxK adds GEMM shapes
-(gemm_gpu_bench's are 8192x8192x8192, 8192x12288x4096, 8192x4096x4096, 8192x16384x4096,
-8192x4096x16384). For the plain-JAX FP8 GEMM the table says whether XLA made an FP8 cuBLASLt
-GEMM of it (column xla-fp8).
+timed by its dispatch.
+
+The GEMMs write a bf16 D, as gemm_gpu_bench does (the FP8 GEMM an fp32 D too); --gemm MxNxK
+adds GEMM shapes (gemm_gpu_bench's are 8192x8192x8192, 8192x12288x4096, 8192x4096x4096,
+8192x16384x4096, 8192x4096x16384). For the plain-JAX FP8 GEMM the table says whether XLA made
+an FP8 cuBLASLt GEMM of it (column xla-fp8).
 
     QMESH_JAX_LIBRARY_DIR=build/src PYTHONPATH=python build/venv/bin/python \\
         bench/jax_ops_bench.py --rows 4096 --cols 4096 --json out.json
