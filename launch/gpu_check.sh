@@ -11,7 +11,7 @@
 #   tests   runs the GPU test programs (those matching TEST_REGEX if given), 180 s each at most
 #   bench   runs the GPU benchmarks, 240 s each at most
 #   jax     builds the XLA FFI handlers against the machine's jax (needs build's configure),
-#           runs tests/jax/test_cuda.py (CUDA handlers vs CPU handlers) and jax_ops_bench.py
+#           runs tests/jax/test_{cuda,command_buffers}.py, jax_ops_bench, flax_layer_bench
 #   all     (default) driver, build, tests, bench, jax, in that order
 # Each step is one call, so that a machine lent for 10 minutes a call can run them one by
 # one; tests and bench need build's output. --tests-only and --bench-only are the old names
@@ -123,21 +123,43 @@ if has_step bench; then
   fi
 fi
 if has_step jax; then
-  # The configure above found the jax of the python3 on PATH (cmake/QmeshJax.cmake); the
-  # handler library is built against its FFI headers and loaded from the build tree.
+  # The configure of `build` found the jax of the python3 on PATH (cmake/QmeshJax.cmake); the
+  # handler library is built against its FFI headers and loaded from the build tree. Writes
+  # jax-versions.txt, jax-tests.log (CUDA vs CPU handlers, command buffers), pip-check.log,
+  # jax_ops_bench.{txt,json}, flax_layer_bench.{txt,json} and flax_layer_hlo/*.hlo.txt.gz
+  # (the optimized HLO of each layer variant). About 3 minutes on an H100 when `build` ran.
   if ! grep -q '^QMESH_WITH_JAX:BOOL=ON' build-gpu/CMakeCache.txt 2>/dev/null; then
     echo "gpu_check: no JAX build (run the build step first, with a python3 that has jax)"
     status=1
   else
-    cmake --build build-gpu --target qmesh_jax_ffi -j "$(nproc)" 2>&1 | tail -n 5
+    python3 -c 'import sys, jax, jaxlib, flax
+print("python", sys.version.split()[0], "jax", jax.__version__, "jaxlib", jaxlib.__version__,
+      "flax", flax.__version__); print(jax.devices())' 2>&1 | tee "$out/jax-versions.txt"
+    cmake --build build-gpu --target qmesh_jax_ffi -j "$(nproc)" 2>&1 | tail -n 5 |
+      tee "$out/jax-build.log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "gpu_check: the JAX handler library did not build"; status=1; }
     export QMESH_JAX_LIBRARY_DIR=$PWD/build-gpu/src PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
-    timeout 300 python3 -m pytest -q -p no:cacheprovider tests/jax/test_cuda.py 2>&1 |
-      tee "$out/jax-tests.log"
+    timeout 150 python3 -m pytest -q -p no:cacheprovider tests/jax/test_cuda.py \
+      tests/jax/test_command_buffers.py 2>&1 | tee "$out/jax-tests.log"
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
-    # A size that fills the GPU: at the default 2048 x 2048 the dispatch overhead dominates.
-    timeout 240 python3 bench/jax_ops_bench.py --rows 16384 --cols 8192 --n 8192 --iters 20 \
-      --json "$out/jax_ops_bench.json" 2>&1 |
-      tee "$out/jax_ops_bench.txt"
+    # The package accepts this jax: pip resolves python/pyproject.toml against the installed
+    # jax without a registry and without building (the full install is
+    # `pip install --no-build-isolation ./python`, minutes: it builds qmesh for this GPU).
+    timeout 60 python3 -m pip install --dry-run --no-index --no-build-isolation ./python 2>&1 |
+      tail -n 5 | tee "$out/pip-check.log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    # Handlers vs plain JAX at a size that fills the GPU; the GEMMs also at two of
+    # gemm_gpu_bench's shapes, with its bf16 D (FFI vs C++ at the same shape and output).
+    timeout 120 python3 bench/jax_ops_bench.py --rows 16384 --cols 8192 --n 8192 --iters 3 \
+      --reps 10 --gemm 8192x8192x8192 --gemm 8192x16384x4096 \
+      --json "$out/jax_ops_bench.json" 2>&1 | tee "$out/jax_ops_bench.txt"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    # The seed transformer layer: BF16, Flax FP8, qmesh drop-in (delayed, current), qmesh modules.
+    timeout 200 python3 bench/flax_layer_bench.py --warmup 2 --steps 20 \
+      --json "$out/flax_layer_bench.json" --hlo-dir "$out/flax_layer_hlo" 2>&1 |
+      tee "$out/flax_layer_bench.txt"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    gzip -f "$out"/flax_layer_hlo/*.hlo.txt 2>/dev/null
   fi
 fi
 exit $status

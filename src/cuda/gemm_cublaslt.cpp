@@ -43,12 +43,11 @@ constexpr float kTuneMargin = 0.03f;
 // (CUBLAS_STATUS_NOT_SUPPORTED from cublasLtMatmul, although its heuristic offered
 // algorithms; seen on an H100, docs/design/gemm.md). Such a scalar is staged: copied into
 // 16-byte-aligned stream-ordered scratch before each launch, and an amax copied back after.
-constexpr uintptr_t kScalarAlignment = 16;
 // Floats between two staged scalars, so that each starts 16 bytes after the previous one.
-constexpr size_t kStagedStride = kScalarAlignment / sizeof(float);
+constexpr size_t kStagedStride = kCublasLtScalarAlignment / sizeof(float);
 
 bool misaligned_scalar(const float* p) {
-  return p != nullptr && reinterpret_cast<uintptr_t>(p) % kScalarAlignment != 0;
+  return p != nullptr && reinterpret_cast<uintptr_t>(p) % kCublasLtScalarAlignment != 0;
 }
 
 cudaDataType_t cuda_type(DType t) {
@@ -214,7 +213,7 @@ struct CublasLtGemm::Impl {
   float alpha = 1.0f;  // read by cuBLASLt from host memory at each launch
   float beta = 0.0f;
 
-  // A scalar pointer attribute that is staged at each launch (see kScalarAlignment).
+  // A scalar pointer attribute that is staged at each launch (see kStagedStride).
   struct StagedScalar {
     cublasLtMatmulDescAttributes_t attr;
     float* source;
@@ -235,9 +234,35 @@ struct CublasLtGemm::Impl {
     QMESH_CHECK_CUBLAS(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     set_attr(desc, CUBLASLT_MATMUL_DESC_TRANSA, int32_t(cm.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N));
     set_attr(desc, CUBLASLT_MATMUL_DESC_TRANSB, int32_t(cm.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N));
-    if (c.fp8_inputs()) {
+    if (c.fp8_inputs())
       set_attr(desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM,
                int8_t(c.accumulation == GemmAccumulation::kFast ? 1 : 0));
+    set_attr(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, uint32_t(cublaslt_epilogue(c.epilogue)));
+    // Bias and aux types default to D's; FP8 GEMMs name theirs (canonicalize checked that
+    // plain GEMMs use D's).
+    if (c.bias && c.fp8_inputs())
+      set_attr(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, int32_t(cuda_type(c.bias_dtype)));
+    if (c.aux) {
+      set_attr(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, int64_t(cm.ldd));
+      if (c.fp8_inputs())
+        set_attr(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE,
+                 int32_t(cuda_type(c.aux_dtype)));
+    }
+    set_pointers();
+    // Column-major layouts of the stored matrices (see ColumnMajorGemm).
+    a_layout = cm.trans_a ? make_layout(c.b.dtype, cm.k, cm.m, cm.lda)
+                          : make_layout(c.b.dtype, cm.m, cm.k, cm.lda);
+    b_layout = cm.trans_b ? make_layout(c.a.dtype, cm.n, cm.k, cm.ldb)
+                          : make_layout(c.a.dtype, cm.k, cm.n, cm.ldb);
+    c_layout = make_layout(c_dtype(c), cm.m, cm.n, cm.ldd);
+    d_layout = make_layout(c.d_dtype, cm.m, cm.n, cm.ldd);
+  }
+
+  // The descriptor's pointer attributes (scalars, bias, aux) from `c`. A, B, C and D are
+  // arguments of each launch.
+  void set_pointers() {
+    staged.clear();
+    if (c.fp8_inputs()) {
       // A' is our B and B' our A.
       set_scalar(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, const_cast<float*>(c.b.scale_inv));
       set_scalar(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, const_cast<float*>(c.a.scale_inv));
@@ -246,28 +271,16 @@ struct CublasLtGemm::Impl {
       set_scalar(CUBLASLT_MATMUL_DESC_D_SCALE_POINTER, c.d_scale);
       if (c.d_amax) set_scalar(CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, c.d_amax, true);
     }
-    set_attr(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, uint32_t(cublaslt_epilogue(c.epilogue)));
-    // Bias and aux types default to D's; FP8 GEMMs name theirs (canonicalize checked that
-    // plain GEMMs use D's).
-    if (c.bias) {
-      set_attr(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, c.bias);
-      if (c.fp8_inputs())
-        set_attr(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, int32_t(cuda_type(c.bias_dtype)));
-    }
-    if (c.aux) {
-      set_attr(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, c.aux);
-      set_attr(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, int64_t(cm.ldd));
-      if (c.fp8_inputs())
-        set_attr(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE,
-                 int32_t(cuda_type(c.aux_dtype)));
-    }
-    // Column-major layouts of the stored matrices (see ColumnMajorGemm).
-    a_layout = cm.trans_a ? make_layout(c.b.dtype, cm.k, cm.m, cm.lda)
-                          : make_layout(c.b.dtype, cm.m, cm.k, cm.lda);
-    b_layout = cm.trans_b ? make_layout(c.a.dtype, cm.n, cm.k, cm.ldb)
-                          : make_layout(c.a.dtype, cm.k, cm.n, cm.ldb);
-    c_layout = make_layout(c_dtype(c), cm.m, cm.n, cm.ldd);
-    d_layout = make_layout(c.d_dtype, cm.m, cm.n, cm.ldd);
+    if (c.bias) set_attr(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, c.bias);
+    if (c.aux) set_attr(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, c.aux);
+  }
+
+  // The plan re-pointed at the tensors of `next`, a GEMM of the same problem (gemm_problem):
+  // a few host-side descriptor writes, no cuBLASLt query.
+  void point_at(const CanonicalGemm& next) {
+    c = next;
+    alpha = next.alpha;
+    set_pointers();
   }
 
   // Points `attr` at the scalar `p`, noting it for staging when it is not aligned.
@@ -450,7 +463,43 @@ std::unique_ptr<CublasLtGemm::Impl> described(const CanonicalGemm& c) {
   return impl;
 }
 
+// The plans of run_planned, one per problem and kept for the life of the process (like the
+// handles). A plan is built and re-pointed under its own mutex, so that one problem's first
+// call (which may autotune) holds up no other problem.
+struct Plan {
+  std::mutex mutex;
+  std::unique_ptr<CublasLtGemm::Impl> impl;
+};
+
+struct Plans {
+  std::mutex mutex;
+  std::map<GemmProblem, std::unique_ptr<Plan>> by_problem;
+};
+
+Plan& plan_for(const GemmProblem& problem) {
+  static Plans* plans = new Plans;
+  std::lock_guard lock(plans->mutex);
+  std::unique_ptr<Plan>& plan = plans->by_problem[problem];
+  if (!plan) plan = std::make_unique<Plan>();
+  return *plan;
+}
+
 }  // namespace
+
+void CublasLtGemm::run_planned(const CanonicalGemm& c, void* stream, void* workspace) {
+  DeviceGuard guard(c.device.index);
+  auto s = static_cast<cudaStream_t>(stream);
+  Plan& plan = plan_for(gemm_problem(c));
+  std::lock_guard lock(plan.mutex);
+  if (plan.impl) {
+    plan.impl->point_at(c);
+  } else {
+    auto impl = described(c);
+    impl->choose_algo(s);
+    plan.impl = std::move(impl);
+  }
+  plan.impl->launch(plan.impl->algo, s, workspace ? workspace : workspace_for(c.device.index, s));
+}
 
 CublasLtGemm::CublasLtGemm(const CanonicalGemm& c, void* stream) {
   DeviceGuard guard(c.device.index);

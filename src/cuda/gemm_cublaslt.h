@@ -35,6 +35,12 @@ class CublasLtGemm {
   // nullptr for the cached workspace of (device, stream).
   void run(void* stream, void* workspace);
 
+  // Enqueues `c` on `stream` with the process-wide plan of its problem (gemm_problem): built
+  // (descriptors, algorithm) on the problem's first call, re-pointed at c's tensors on every
+  // later one. The scalar pointers are not checked (they must be in the memory of c's
+  // device). `workspace` as for run(). Thread-safe.
+  static void run_planned(const CanonicalGemm& c, void* stream, void* workspace);
+
   struct Impl;
 
  private:

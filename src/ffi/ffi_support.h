@@ -6,6 +6,7 @@
 // build, its CUDA symbol, which also decodes XLA's stream and device ordinal).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <string>
@@ -54,6 +55,10 @@ void require_dtype(const AnyBuffer& buffer, std::initializer_list<DType> allowed
                    const std::string& what);
 // Error naming `what` unless the buffer holds exactly `count` elements.
 void require_count(const AnyBuffer& buffer, int64_t count, const std::string& what);
+
+// Bytes of the workspace result that the CUDA GEMM handler takes (cuBLASLt's workspace and
+// room to align it to 256 bytes; gemm_handlers.cpp).
+size_t gemm_workspace_result_bytes();
 
 // Writes one fp32 value into a device or host scalar, ordered on where.stream.
 void store_scalar(float* dst, float value, const Where& where);
@@ -137,23 +142,32 @@ auto on_cuda(const char* name, Impl impl) {
 // QMESH_FFI_HANDLER(Name, impl, .Arg<...>()...): the exported symbols NameCpu (and NameCuda in a
 // CUDA build) that XLA calls; Python registers them as targets for platforms "cpu" / "CUDA".
 // The binding lists the operands, results and attributes in the order impl takes them.
-#define QMESH_FFI_HANDLER(name, impl, ...)                                     \
+#define QMESH_FFI_HANDLER(name, impl, ...) \
+  QMESH_FFI_HANDLER_WITH_TRAITS(name, impl, {}, __VA_ARGS__)
+
+// QMESH_FFI_HANDLER with `traits`, a braced list of xla::ffi::Traits for the CUDA handler:
+// {::xla::ffi::Traits::kCmdBufferCompatible} lets XLA capture the call in a command buffer
+// (a CUDA graph). Declare it only for a handler whose every CUDA call launches work on the
+// stream XLA gives and nothing else: no allocation (buffers come from XLA), no
+// synchronization, no autotuning.
+#define QMESH_FFI_HANDLER_WITH_TRAITS(name, impl, traits, ...)                 \
   extern "C" QMESH_API XLA_FFI_Error* name##Cpu(XLA_FFI_CallFrame*);           \
   XLA_FFI_DEFINE_HANDLER_SYMBOL(name##Cpu, ::qmesh::ffi::on_host(#name, impl), \
                                 ::xla::ffi::Ffi::Bind() __VA_ARGS__);          \
-  QMESH_FFI_CUDA_HANDLER(name, impl, __VA_ARGS__)
+  QMESH_FFI_CUDA_HANDLER(name, impl, traits, __VA_ARGS__)
 
 // The one preprocessor branch on QMESH_WITH_CUDA left in src/: it decides which exported
 // symbols exist, which neither a template nor if constexpr can do at namespace scope. A build
 // without CUDA exports no NameCuda symbol (python/qmesh registers them only when
 // qmesh_jax_has_cuda() says so) rather than handlers that could only fail.
 #if QMESH_WITH_CUDA
-#define QMESH_FFI_CUDA_HANDLER(name, impl, ...)                                 \
-  extern "C" QMESH_API XLA_FFI_Error* name##Cuda(XLA_FFI_CallFrame*);           \
-  XLA_FFI_DEFINE_HANDLER_SYMBOL(name##Cuda, ::qmesh::ffi::on_cuda(#name, impl), \
-                                ::xla::ffi::Ffi::Bind()                         \
-                                    .Ctx<::xla::ffi::PlatformStream<void*>>()   \
-                                    .Ctx<::qmesh::ffi::DeviceOrdinal>() __VA_ARGS__);
+#define QMESH_FFI_CUDA_HANDLER(name, impl, traits, ...)                              \
+  extern "C" QMESH_API XLA_FFI_Error* name##Cuda(XLA_FFI_CallFrame*);                \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(name##Cuda, ::qmesh::ffi::on_cuda(#name, impl),      \
+                                ::xla::ffi::Ffi::Bind()                              \
+                                    .Ctx<::xla::ffi::PlatformStream<void*>>()        \
+                                    .Ctx<::qmesh::ffi::DeviceOrdinal>() __VA_ARGS__, \
+                                traits);
 #else
-#define QMESH_FFI_CUDA_HANDLER(name, impl, ...)
+#define QMESH_FFI_CUDA_HANDLER(name, impl, traits, ...)
 #endif

@@ -14,9 +14,17 @@
 //   5 kBiasGrad     inputs: -              outputs: dbias [M] (row sums of op(A))
 // The host backend reads any layout; the FP8 GEMM on CUDA takes the TN form only (trans_a
 // false, trans_b true), which the Python primitive always passes there.
+//
+// On CUDA the call has one more result after the epilogue's: cuBLASLt's workspace, a uint8
+// buffer of at least gemm_workspace_result_bytes() that XLA allocates (and the primitive
+// drops); the GEMM uses its first 256-byte-aligned kCublasLtWorkspaceBytes.
+// The GEMM runs through gemm_planned: its plan is built at the first call of each problem and
+// only re-pointed afterwards, so a call allocates, queries and synchronizes nothing and the
+// CUDA handler is declared command-buffer compatible.
 #include <cstdint>
 #include <string>
 
+#include "cuda/gemm_cublaslt.h"
 #include "ffi/ffi_support.h"
 #include "qmesh/ops/gemm.h"
 
@@ -83,6 +91,14 @@ GemmOperand operand(const Where& w, const AnyBuffer& x, const AnyBuffer& scale_i
   return GemmOperand::fp8(q);
 }
 
+}  // namespace
+
+size_t gemm_workspace_result_bytes() {
+  return detail::kCublasLtWorkspaceBytes + detail::kCublasLtWorkspaceAlignment;
+}
+
+namespace {
+
 AnyBuffer extra_input(const xffi::RemainingArgs& args, size_t i, const char* what) {
   auto b = args.get<AnyBuffer>(i);
   QMESH_CHECK(b.has_value(), "cannot decode ", what, ": ", b.error().message());
@@ -106,8 +122,23 @@ void gemm_impl(const Where& w, AnyBuffer a, AnyBuffer b, AnyBuffer a_scale_inv,
   QMESH_CHECK(inputs.size() == size_t(want.inputs), "epilogue ", ename, " takes ", want.inputs,
               " operand(s) after a, b, a_scale_inv, b_scale_inv (", want.input_names, "), got ",
               inputs.size());
-  QMESH_CHECK(outputs.size() == size_t(want.outputs), "epilogue ", ename, " gives ", want.outputs,
-              " result(s) after d (", want.output_names, "), but the call has ", outputs.size());
+  // On CUDA, cuBLASLt's workspace follows the epilogue's results.
+  const size_t workspace_results = w.device.is_host() ? 0 : 1;
+  QMESH_CHECK(outputs.size() == size_t(want.outputs) + workspace_results, "epilogue ", ename,
+              " gives ", want.outputs, " result(s) after d (", want.output_names, ")",
+              workspace_results ? ", and on CUDA then cuBLASLt's workspace (uint8)" : "",
+              "; the call has ", outputs.size(), " (qmesh.jax.gemm lowers it so)");
+  void* workspace = nullptr;
+  if (workspace_results) {
+    Result<AnyBuffer> ws = extra_output(outputs, want.outputs, "the workspace");
+    QMESH_CHECK(ws->element_type() == xffi::DataType::U8 &&
+                    ws->size_bytes() >= gemm_workspace_result_bytes(),
+                "the workspace result must be uint8 with at least ", gemm_workspace_result_bytes(),
+                " bytes, got ", ws->size_bytes(), " bytes");
+    const uintptr_t start = reinterpret_cast<uintptr_t>(ws->untyped_data());
+    const uintptr_t align = detail::kCublasLtWorkspaceAlignment;
+    workspace = reinterpret_cast<void*>((start + align - 1) / align * align);
+  }
 
   args.a = operand(w, a, a_scale_inv, "a", "a_scale_inv (the FP8 operand a's scale_inv)");
   args.b = operand(w, b, b_scale_inv, "b", "b_scale_inv (the FP8 operand b's scale_inv)");
@@ -157,7 +188,7 @@ void gemm_impl(const Where& w, AnyBuffer a, AnyBuffer b, AnyBuffer a_scale_inv,
     default:
       break;
   }
-  gemm(args, w.stream);
+  gemm_planned(args, workspace, w.stream);
 }
 
 }  // namespace
@@ -165,16 +196,17 @@ void gemm_impl(const Where& w, AnyBuffer a, AnyBuffer b, AnyBuffer a_scale_inv,
 
 using xla::ffi::AnyBuffer;
 
-QMESH_FFI_HANDLER(QmeshGemm, qmesh::ffi::gemm_impl,
-                  .Arg<AnyBuffer>()      // a
-                      .Arg<AnyBuffer>()  // b
-                      .Arg<AnyBuffer>()  // a_scale_inv
-                      .Arg<AnyBuffer>()  // b_scale_inv
-                      .RemainingArgs()   // the epilogue's inputs
-                      .Ret<AnyBuffer>()  // d
-                      .RemainingRets()   // the epilogue's outputs
-                      .Attr<bool>("trans_a")
-                      .Attr<bool>("trans_b")
-                      .Attr<int32_t>("epilogue")
-                      .Attr<bool>("split_accumulator")
-                      .Attr<float>("alpha"));
+QMESH_FFI_HANDLER_WITH_TRAITS(QmeshGemm, qmesh::ffi::gemm_impl,
+                              {::xla::ffi::Traits::kCmdBufferCompatible},
+                              .Arg<AnyBuffer>()      // a
+                                  .Arg<AnyBuffer>()  // b
+                                  .Arg<AnyBuffer>()  // a_scale_inv
+                                  .Arg<AnyBuffer>()  // b_scale_inv
+                                  .RemainingArgs()   // the epilogue's inputs
+                                  .Ret<AnyBuffer>()  // d
+                                  .RemainingRets()   // the epilogue's outputs
+                                  .Attr<bool>("trans_a")
+                                  .Attr<bool>("trans_b")
+                                  .Attr<int32_t>("epilogue")
+                                  .Attr<bool>("split_accumulator")
+                                  .Attr<float>("alpha"));

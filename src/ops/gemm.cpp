@@ -106,4 +106,18 @@ void gemm(const GemmArgs& args, Stream stream) {
   op.run(stream);
 }
 
+void gemm_planned(const GemmArgs& args, void* workspace, Stream stream) {
+  const detail::CanonicalGemm c = detail::canonicalize(args);
+  if (c.backend == detail::GemmBackend::kHost) {
+    detail::host_gemm(c, nullptr, 0);
+    return;
+  }
+  QMESH_CHECK(reinterpret_cast<uintptr_t>(workspace) % detail::kCublasLtWorkspaceAlignment == 0,
+              "gemm_planned: the workspace of a CUDA GEMM must be ",
+              detail::kCublasLtWorkspaceAlignment, "-byte aligned (cuBLASLt's rule), got address ",
+              workspace);
+  detail::on_cuda(c.device.index,
+                  [&](auto) { detail::CublasLtGemm::run_planned(c, stream.handle, workspace); });
+}
+
 }  // namespace qmesh

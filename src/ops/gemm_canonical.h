@@ -2,6 +2,7 @@
 // the copy of each operand chosen, and the column-major view that cuBLASLt takes.
 #pragma once
 
+#include <compare>
 #include <cstdint>
 
 #include "qmesh/ops/gemm.h"
@@ -31,6 +32,8 @@ struct ColumnMajorGemm {
   bool trans_b = false;  // op on B' (our A): false for the TN form
   int64_t m = 0, n = 0, k = 0;
   int64_t lda = 0, ldb = 0, ldd = 0;
+
+  auto operator<=>(const ColumnMajorGemm&) const = default;
 };
 
 struct CanonicalGemm {
@@ -64,5 +67,9 @@ CanonicalGemm canonicalize(const GemmArgs& args);
 
 // The FP8 GEMM on CUDA needs every leading dimension to be a multiple of this (elements).
 inline constexpr int64_t kCublasLtFp8Alignment = 16;
+
+// cuBLASLt 13.1 refuses to launch an FP8 GEMM whose scale pointers are not aligned to this
+// (bytes; docs/design/gemm.md): the CUDA backend stages such scalars.
+inline constexpr uint32_t kCublasLtScalarAlignment = 16;
 
 }  // namespace qmesh::detail

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -296,6 +297,46 @@ TEST(GemmGpuWorkspace, FreedWithItsOwnedStream) {
   // Four leaked workspaces would be 128 MiB; allow the driver's own bookkeeping a little.
   EXPECT_GE(free_after + (size_t(8) << 20), free_before)
       << "free memory fell by " << (free_before - free_after) / (1 << 20) << " MiB";
+}
+
+// gemm_planned keeps one plan per problem and re-points it: on three sets of tensors of one
+// problem (other values, scales and bias; the scale_inv pointers not 16-byte aligned, so they
+// are staged), with the cached workspace and with a caller's, every result equals a fresh
+// gemm()'s bit for bit, and each differs from the previous round's.
+TEST(GemmGpuPlanned, RepointedPlanEqualsAFreshGemm) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const Device dev = Device::cuda(0);
+  const OwnedStream stream(dev);
+  struct Round {
+    DeviceMatrix a, b, bias;
+    Tensor planned, fresh;
+  };
+  std::vector<std::unique_ptr<Round>> rounds;  // all alive: every round has its own addresses
+  for (uint32_t r = 0; r < 3; ++r)
+    rounds.emplace_back(new Round{DeviceMatrix(random_matrix(kE4, 64, 128, 10 + r, 1.0 + r), dev),
+                                  DeviceMatrix(random_matrix(kE4, 96, 128, 20 + r), dev),
+                                  DeviceMatrix(random_matrix(kBf16, 1, 96, 30 + r), dev),
+                                  Tensor(kBf16, Shape{64, 96}, dev),
+                                  Tensor(kBf16, Shape{64, 96}, dev)});
+  Tensor workspace(DType::kFloat32, Shape{int64_t(size_t(32) << 18)}, dev);  // 32 MiB
+  std::vector<uint8_t> previous;
+  for (size_t r = 0; r < rounds.size(); ++r) {
+    Round& round = *rounds[r];
+    GemmArgs args = tn_args(round.a, round.b, round.planned);
+    args.epilogue = GemmEpilogue::kBias;
+    args.bias = TensorView(round.bias.data.data, kBf16, Shape{96}, dev);
+    ASSERT_EQ(Gemm::workspace_size(args), workspace.nbytes());
+    gemm_planned(args, r == 1 ? workspace.data() : nullptr, stream.get());
+    args.d = round.fresh.view();
+    gemm(args, stream.get());
+    ASSERT_EQ(cudaStreamSynchronize(static_cast<cudaStream_t>(stream.get().handle)), cudaSuccess);
+    std::vector<uint8_t> planned(round.planned.nbytes()), fresh(round.fresh.nbytes());
+    copy_bytes(planned.data(), Device::host(), round.planned.data(), dev, planned.size());
+    copy_bytes(fresh.data(), Device::host(), round.fresh.data(), dev, fresh.size());
+    EXPECT_EQ(planned, fresh) << "round " << r;
+    EXPECT_NE(planned, previous) << "round " << r << " repeated the previous result";
+    previous = planned;
+  }
 }
 
 // Bad inputs that only the CUDA path can see (where pointers live, workspace alignment) or

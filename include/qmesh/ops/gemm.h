@@ -140,4 +140,18 @@ class QMESH_API Gemm {
 // One-shot convenience: can_implement + initialize (cached workspace) + run.
 QMESH_API void gemm(const GemmArgs& args, Stream stream = {});
 
+// gemm() for a caller that runs the same few problems again and again on new buffers (qmesh's
+// XLA FFI handler). Checks `args` as gemm() does. On CUDA, the plan of each problem (the
+// cuBLASLt descriptors and algorithm for its shapes, layouts, dtypes, epilogue, pointer
+// alignments and device) is built at the problem's first call and kept for the life of the
+// process; every later call only re-points it at args' tensors and enqueues on `stream`: no
+// cuBLASLt query, no synchronization, and no allocation when `workspace` is given (but the
+// staging of FP8 scalars that are not 16-byte aligned), so it may be captured in a CUDA graph.
+// `workspace`: workspace_size(args) bytes on D's device, 256-byte aligned, unused by others
+// until the GEMM completes; or nullptr for the cached workspace of the device and stream
+// (allocated at the stream's first GEMM). Unlike gemm(), the FP8 scalar pointers (scale_inv,
+// d_scale, d_amax) are not checked: they must be in the memory of D's device. Thread-safe.
+// The host backend computes as gemm() (workspace unused).
+QMESH_API void gemm_planned(const GemmArgs& args, void* workspace, Stream stream);
+
 }  // namespace qmesh

@@ -36,16 +36,19 @@ there (on the host the GEMM reads any layout).
 
 from __future__ import annotations
 
+import ctypes
 import enum
+import functools
 import math
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.interpreters import mlir
 from jax.sharding import NamedSharding, PartitionSpec
 
-from qmesh.jax import sharding
+from qmesh.jax import _ffi, primitive, sharding
 from qmesh.jax.primitive import Op, axes_of, register, spec_of
 
 FP8_DTYPES = (jnp.dtype(jnp.float8_e4m3fn), jnp.dtype(jnp.float8_e5m2))
@@ -354,6 +357,26 @@ class GemmWithOperand(_GemmBase):
 
 
 _INNER = {4: Gemm.inner, 5: GemmWithOperand.inner}
+
+# On CUDA the handler takes cuBLASLt's workspace as one more result, which XLA allocates and
+# this lowering drops: the handler then allocates nothing, and XLA may capture it in a command
+# buffer (src/ffi/gemm_handlers.cpp).
+_ffi.library.qmesh_jax_gemm_workspace_bytes.restype = ctypes.c_size_t
+_WORKSPACE = jax.core.ShapedArray((_ffi.library.qmesh_jax_gemm_workspace_bytes(),), jnp.uint8)
+
+
+def _lower_with_workspace(op, ctx, *args, **params):
+    if op.is_empty(*ctx.avals_in, **params):
+        return primitive._lower_inner(op, ctx, *args, **params)
+    lowering = jax.ffi.ffi_lowering(op.target)
+    outs = lowering(ctx.replace(avals_out=[*ctx.avals_out, _WORKSPACE]), *args,
+                    **op.attributes(**params))
+    return outs[:-1]
+
+
+for _op in (Gemm, GemmWithOperand):
+    mlir.register_lowering(_op.inner, functools.partial(_lower_with_workspace, _op),
+                           platform="cuda")
 
 
 def gemm(a, b, a_scale_inv=None, b_scale_inv=None, *, trans_a: bool = False,

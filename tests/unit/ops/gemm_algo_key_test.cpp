@@ -1,6 +1,7 @@
 // The cuBLASLt algorithm cache key: every input on which the heuristic's choice depends
 // changes the key (amax of D requested, the bias and aux alignment among them), and equal
-// problems give equal keys.
+// problems give equal keys. The plan key (GemmProblem) changes with the same inputs and with
+// the device and the staged scalars, but not with where equally aligned tensors live.
 #include "ops/gemm_algo_key.h"
 
 #include <gtest/gtest.h>
@@ -43,8 +44,11 @@ TEST(GemmAlgoKey, EqualProblemsHaveEqualKeys) {
       << "the file format needs no tabs";
 }
 
-TEST(GemmAlgoKey, EveryInputOfTheChoiceChangesTheKey) {
-  const std::vector<std::pair<const char*, std::function<void(CanonicalGemm&)>>> changes = {
+using Change = std::pair<const char*, std::function<void(CanonicalGemm&)>>;
+
+// Changes of base_problem() that may change the algorithm.
+std::vector<Change> choice_changes() {
+  return {
       {"amax of D requested",
        [](CanonicalGemm& c) { c.d_amax = reinterpret_cast<float*>(g_memory + 3072); }},
       {"bias alignment", [](CanonicalGemm& c) { c.bias = g_memory + 1024 + 16; }},
@@ -59,14 +63,50 @@ TEST(GemmAlgoKey, EveryInputOfTheChoiceChangesTheKey) {
       {"accumulation", [](CanonicalGemm& c) { c.accumulation = GemmAccumulation::kSplit; }},
       {"beta", [](CanonicalGemm& c) { c.beta = 1.0f; }},
   };
+}
+
+TEST(GemmAlgoKey, EveryInputOfTheChoiceChangesTheKey) {
   const std::string base = key_of(base_problem());
-  for (const auto& [what, change] : changes) {
+  for (const auto& [what, change] : choice_changes()) {
     CanonicalGemm c = base_problem();
     change(c);
     EXPECT_NE(key_of(c), base) << what << " must be part of the key";
   }
   EXPECT_NE(gemm_algo_key(base_problem(), "GPU", 2), base) << "library version";
   EXPECT_NE(gemm_algo_key(base_problem(), "Other GPU", 1), base) << "device";
+}
+
+TEST(GemmProblem, EveryInputOfThePlanChangesTheProblem) {
+  std::vector<Change> changes = choice_changes();
+  changes.push_back({"device", [](CanonicalGemm& c) { c.device = Device::cuda(1); }});
+  changes.push_back({"a staged scale_inv", [](CanonicalGemm& c) {
+                       c.a.scale_inv = reinterpret_cast<const float*>(g_memory + 3076);
+                     }});
+  changes.push_back({"a staged D scale", [](CanonicalGemm& c) {
+                       c.d_scale = reinterpret_cast<float*>(g_memory + 3080);
+                     }});
+  const GemmProblem base = gemm_problem(base_problem());
+  for (const auto& [what, change] : changes) {
+    CanonicalGemm c = base_problem();
+    change(c);
+    EXPECT_NE(gemm_problem(c), base) << what << " must be part of the problem";
+  }
+}
+
+TEST(GemmProblem, EquallyAlignedTensorsElsewhereShareTheProblem) {
+  CanonicalGemm base = base_problem();
+  base.a.scale_inv = reinterpret_cast<const float*>(g_memory + 3072);
+  CanonicalGemm moved = base;
+  moved.a.data = g_memory + 256 * 12;
+  moved.b.data = g_memory + 256 * 13;
+  moved.d = g_memory + 256 * 14;
+  moved.bias = g_memory + 256 * 15;
+  moved.aux = g_memory + 256 * 11;
+  moved.a.scale_inv = reinterpret_cast<const float*>(g_memory + 3088);
+  moved.alpha = 0.5f;  // read from the host at each launch, not part of the plan
+  EXPECT_EQ(gemm_problem(moved), gemm_problem(base));
+  EXPECT_EQ(gemm_problem(moved).staged_scalars, 0u);
+  EXPECT_EQ(gemm_algo_key(moved, "GPU", 1), key_of(base));
 }
 
 TEST(GemmAlgoKey, AlignmentIsTheLargestPowerOfTwoUpTo256) {

@@ -266,6 +266,20 @@ TEST(GemmLifecycle, InitializeThenRunWithOwnWorkspace) {
   EXPECT_EQ(d.bytes, d_ref.bytes);
 }
 
+// gemm_planned on the host computes what gemm() does, bit for bit, call after call.
+TEST(GemmLifecycle, PlannedEqualsOneShotOnTheHost) {
+  for (uint32_t seed = 0; seed < 2; ++seed) {
+    Matrix a = random_matrix(kE4, 20, 40, 41 + seed);
+    Matrix b = random_matrix(kE4, 30, 40, 51 + seed);
+    Matrix d(kBf16, 20, 30), d_ref(kBf16, 20, 30);
+    GemmArgs args = tn_args(a, b, d_ref);
+    gemm(args);
+    args.d = d.view();
+    gemm_planned(args, nullptr, Stream{});
+    EXPECT_EQ(d.bytes, d_ref.bytes) << "seed " << seed;
+  }
+}
+
 // A caller's workspace that became too small (the panel budget grew after initialize) is an
 // error, not an overflow.
 TEST(GemmLifecycle, WorkspaceThatBecameTooSmall) {
