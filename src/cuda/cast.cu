@@ -5,8 +5,11 @@
 // amax is fused: each thread keeps max(|x| bits), a warp reduces with __reduce_max_sync, the
 // block combines its warps in shared memory and issues one atomicMax on the float's bits
 // (non-negative floats order like their bit patterns and NaN sorts above +inf, which gives the
-// NaN-propagating policy of ops/amax.h). Loads and stores move 16 bytes per instruction when
-// the pointers and extents allow it, else the same kernel falls back to element accesses.
+// NaN-propagating policy of ops/amax.h). A cast with an activation (ops/cast_activation.h:
+// GELU, or GELU's backward with the pre-activation loaded beside the gradient) applies it to
+// each loaded value first, with the host twin's operations. Loads and stores move 16 bytes per
+// instruction when the pointers and extents allow it, else the same kernel falls back to element
+// accesses.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -20,6 +23,7 @@
 #include "cuda/cast.h"
 #include "cuda/device_scalar.h"
 #include "cuda/stream_scratch.h"
+#include "ops/cast_activation.h"
 #include "qmesh/cuda_check.h"
 #include "qmesh/device.h"
 #include "qmesh/error.h"
@@ -91,6 +95,19 @@ __device__ __forceinline__ void load_vec(const T* in, int64_t i, int64_t n, bool
   }
 }
 
+// v[k] = activate<kAct>(v[k], pre[row + i + k]): the values a fused cast quantizes (pre:
+// kDgelu only; i and n as for load_vec, within the row that starts at element `row`).
+template <CastActivation kAct, class T>
+__device__ __forceinline__ void activate_vec(const T* pre, int64_t row, int64_t i, int64_t n,
+                                             bool vec, float (&v)[kVec]) {
+  if constexpr (kAct != CastActivation::kNone) {
+    float p[kVec] = {};
+    if constexpr (kAct == CastActivation::kDgelu) load_vec(pre + row, i, n, vec, p);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) v[k] = activate<kAct>(v[k], p[k]);
+  }
+}
+
 // Stores the first min(kVec, n - i) codes at out[i].
 __device__ __forceinline__ void store_vec(uint8_t* out, int64_t i, int64_t n, bool vec,
                                           const uint8_t (&codes)[kVec]) {
@@ -120,7 +137,8 @@ __device__ void block_amax(uint32_t m, float* amax) {
 
 struct FlatGroup {
   const void* in;
-  uint8_t* out;  // null: amax only
+  const void* pre;  // CastActivation::kDgelu
+  uint8_t* out;     // null: amax only
   const float* scale;
   float* scale_inv;
   float* amax;
@@ -139,14 +157,16 @@ __global__ void zero_amax_kernel(FlatParams p) {
     *p.groups[threadIdx.x].amax = 0.0f;
 }
 
-template <class T, __nv_fp8_interpretation_t kFmt>
+template <class T, __nv_fp8_interpretation_t kFmt, CastActivation kAct>
 __global__ void __launch_bounds__(kThreads) cast_flat_kernel(FlatParams p) {
   int g = 0;
   while (g + 1 < p.count && p.groups[g + 1].first_block <= int64_t(blockIdx.x)) ++g;
   const FlatGroup& grp = p.groups[g];
   const T* in = static_cast<const T*>(grp.in);
-  const bool vec =
-      reinterpret_cast<uintptr_t>(in) % 16 == 0 && reinterpret_cast<uintptr_t>(grp.out) % 16 == 0;
+  const T* pre = static_cast<const T*>(grp.pre);
+  const bool vec = reinterpret_cast<uintptr_t>(in) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(grp.out) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(pre) % 16 == 0;
   const float scale = grp.out ? *grp.scale : 0.0f;
   const int64_t base = (int64_t(blockIdx.x) - grp.first_block) * kFlatChunk;
   uint32_t m = 0;
@@ -156,6 +176,7 @@ __global__ void __launch_bounds__(kThreads) cast_flat_kernel(FlatParams p) {
     if (i >= grp.n) break;
     float v[kVec];
     load_vec(in, i, grp.n, vec, v);
+    activate_vec<kAct>(pre, 0, i, grp.n, vec, v);
     alignas(16) uint8_t codes[kVec];
 #pragma unroll
     for (int k = 0; k < kVec; ++k) {
@@ -173,6 +194,7 @@ __global__ void __launch_bounds__(kThreads) cast_flat_kernel(FlatParams p) {
 
 struct TileParams {
   const void* in;
+  const void* pre;  // CastActivation::kDgelu
   uint8_t* out;
   uint8_t* out_t;   // null: no columnwise copy
   float* partials;  // null: no dbias; else fp32 [row_tiles, cols] column sums per row tile
@@ -189,11 +211,12 @@ struct TileParams {
 // and the transposed phase has the 32 lanes of a warp read 32 consecutive bytes of one row
 // (8 words, each broadcast to 4 lanes). Both patterns are free of bank conflicts as they are;
 // padding the rows would break the first one.
-template <class T, __nv_fp8_interpretation_t kFmt>
+template <class T, __nv_fp8_interpretation_t kFmt, CastActivation kAct>
 __global__ void __launch_bounds__(kThreads) cast_tiled_kernel(TileParams p) {
   __shared__ alignas(16) uint8_t tile[kTile][kTile];
   __shared__ float warp_sums[kWarps][kTile];
   const T* in = static_cast<const T*>(p.in);
+  const T* pre = static_cast<const T*>(p.pre);
   const float scale = *p.scale;
   const int64_t tiles_c = (p.cols + kTile - 1) / kTile;
   const int64_t tiles = (p.rows + kTile - 1) / kTile * tiles_c;
@@ -207,6 +230,7 @@ __global__ void __launch_bounds__(kThreads) cast_tiled_kernel(TileParams p) {
     alignas(16) uint8_t codes[kVec];
     if (r < p.rows) {
       load_vec(in + r * p.cols, c, p.cols, p.vec, v);
+      activate_vec<kAct>(pre, r * p.cols, c, p.cols, p.vec, v);
     } else {
 #pragma unroll
       for (int k = 0; k < kVec; ++k) v[k] = 0.0f;
@@ -301,6 +325,11 @@ struct FmtTag {
   static constexpr __nv_fp8_interpretation_t value = kFmt;
 };
 
+template <CastActivation kAct>
+struct ActTag {
+  static constexpr CastActivation value = kAct;
+};
+
 // Calls f(TypeTag<T>, FmtTag<fmt>) for the dtype pair.
 template <class F>
 void dispatch(DType wide, DType fp8, F&& f) {
@@ -322,6 +351,21 @@ void dispatch(DType wide, DType fp8, F&& f) {
   }
 }
 
+// Calls f(TypeTag<T>, FmtTag<fmt>, ActTag<act>) for the cast's spec.
+template <class F>
+void dispatch(const CastSpec& spec, F&& f) {
+  dispatch(spec.in_dtype, spec.fp8, [&](auto type, auto fmt) {
+    switch (spec.activation) {
+      case CastActivation::kNone:
+        return f(type, fmt, ActTag<CastActivation::kNone>{});
+      case CastActivation::kGelu:
+        return f(type, fmt, ActTag<CastActivation::kGelu>{});
+      case CastActivation::kDgelu:
+        return f(type, fmt, ActTag<CastActivation::kDgelu>{});
+    }
+  });
+}
+
 int resident_blocks() {
   int device = 0, sms = 0;
   QMESH_CHECK_CUDA(cudaGetDevice(&device));
@@ -337,7 +381,8 @@ void cast_flat(const CastSpec& spec, std::span<const CastJob> jobs, cudaStream_t
     const int64_t n = job.rows * job.cols;
     const bool replace = job.amax_update == AmaxUpdate::kReplace;
     any_replace = any_replace || replace;
-    p.groups[p.count++] = {job.in, job.out, job.scale, job.scale_inv, job.amax, replace, n, blocks};
+    p.groups[p.count++] = {job.in,   job.pre, job.out, job.scale, job.scale_inv,
+                           job.amax, replace, n,       blocks};
     blocks += std::max<int64_t>(1, (n + kFlatChunk - 1) / kFlatChunk);
   }
   QMESH_CHECK(blocks < (int64_t{1} << 31), "CUDA cast of ", blocks, " blocks is too large");
@@ -345,8 +390,8 @@ void cast_flat(const CastSpec& spec, std::span<const CastJob> jobs, cudaStream_t
     zero_amax_kernel<<<1, kMaxGroups, 0, stream>>>(p);
     QMESH_CHECK_CUDA(cudaGetLastError());
   }
-  dispatch(spec.in_dtype, spec.fp8, [&](auto type, auto fmt) {
-    cast_flat_kernel<typename decltype(type)::type, decltype(fmt)::value>
+  dispatch(spec, [&](auto type, auto fmt, auto act) {
+    cast_flat_kernel<typename decltype(type)::type, decltype(fmt)::value, decltype(act)::value>
         <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p);
   });
   QMESH_CHECK_CUDA(cudaGetLastError());
@@ -355,10 +400,10 @@ void cast_flat(const CastSpec& spec, std::span<const CastJob> jobs, cudaStream_t
 void cast_tiled(const CastSpec& spec, const CastJob& job, cudaStream_t stream) {
   const int64_t row_tiles = (job.rows + kTile - 1) / kTile;
   const int64_t tiles = row_tiles * ((job.cols + kTile - 1) / kTile);
-  TileParams p{job.in,        job.out,  job.out_t, nullptr,  job.scale,
-               job.scale_inv, job.amax, job.rows,  job.cols, false};
-  p.vec = aligned16(job.in) && aligned16(job.out) && (!job.out_t || aligned16(job.out_t)) &&
-          job.rows % kVec == 0 && job.cols % kVec == 0;
+  TileParams p{job.in,        job.pre,  job.out,  job.out_t, nullptr, job.scale,
+               job.scale_inv, job.amax, job.rows, job.cols,  false};
+  p.vec = aligned16(job.in) && aligned16(job.pre) && aligned16(job.out) &&
+          (!job.out_t || aligned16(job.out_t)) && job.rows % kVec == 0 && job.cols % kVec == 0;
   if (job.amax_update == AmaxUpdate::kReplace) {
     zero_scalar_kernel<<<1, 1, 0, stream>>>(job.amax);
     QMESH_CHECK_CUDA(cudaGetLastError());
@@ -373,8 +418,8 @@ void cast_tiled(const CastSpec& spec, const CastJob& job, cudaStream_t stream) {
   std::optional<StreamScratch<float>> scratch;
   if (job.dbias) p.partials = scratch.emplace(size_t(row_tiles * job.cols), stream).get();
   const auto grid = static_cast<unsigned>(std::min<int64_t>(tiles, resident_blocks()));
-  dispatch(spec.in_dtype, spec.fp8, [&](auto type, auto fmt) {
-    cast_tiled_kernel<typename decltype(type)::type, decltype(fmt)::value>
+  dispatch(spec, [&](auto type, auto fmt, auto act) {
+    cast_tiled_kernel<typename decltype(type)::type, decltype(fmt)::value, decltype(act)::value>
         <<<grid, kThreads, 0, stream>>>(p);
   });
   QMESH_CHECK_CUDA(cudaGetLastError());
