@@ -129,7 +129,7 @@ struct Dense::Impl {
     q.data = w;
     q.data_t = TensorView();
     if (columnwise()) {
-      q.data_t = ensure_tensor(w_full_t, w.dtype, Shape{in_local, out_local}, ctx.device());
+      q.data_t = w_full_t.ensure(w.dtype, Shape{in_local, out_local}, ctx.device(), ctx.stream());
       transpose(q.data, q.data_t, ctx.stream());
     }
     return GemmOperand::fp8(q);
@@ -222,7 +222,7 @@ struct Dense::Impl {
     }
     if (fsdp() && !ctx.fsdp_options().keep_gathered) {
       sharding.release();
-      w_full_t = Tensor();
+      w_full_t.reset();
     }
     return out;
   }
@@ -235,7 +235,7 @@ struct Dense::Impl {
     if (fsdp()) last_w = gathered_weight(false);
     const TensorView dx_out = backward_unsharded(dy_in, x_shape);
     if (fsdp()) {  // the reduce-scatter stays in flight while the earlier layers run backward
-      w_full_t = Tensor();
+      w_full_t.reset();
       sharding.reduce_grads();
     }
     return dx_out;
@@ -416,7 +416,7 @@ struct Dense::Impl {
   // gradient reduce-scatters. Declared last: destroyed first (it completes a reduction into
   // weight.grad and bias.grad still in flight).
   GemmOperand w_shard;
-  Tensor w_full_t;
+  StreamOrderedTensor w_full_t;
   FsdpLayer sharding;
 };
 
