@@ -7,7 +7,8 @@
 // maximum are reported. The mesh is the local backend's one rank: no collective runs (a
 // one-rank amax reduction issues none). Prints a table, then one JSON object. Exits 0 with
 // "no GPU" on a machine without one.
-//   usage: dense_gpu_bench [--iters N] [--tokens T] [--hidden H] [--ffn F] [--json FILE]
+//   usage: dense_gpu_bench [--iters N] [--tokens T] [--hidden H] [--ffn F] [--recipes LIST]
+//                          [--json FILE]
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -58,20 +59,37 @@ std::vector<float> step_ms(qmesh::Recipe recipe, int64_t tokens, int64_t hidden,
   return ms;
 }
 
+// "bf16,delayed" -> the recipes, in that order.
+std::vector<qmesh::Recipe> parse_recipes(const std::string& list) {
+  std::vector<qmesh::Recipe> out;
+  size_t begin = 0;
+  while (begin <= list.size()) {
+    const size_t end = std::min(list.find(',', begin), list.size());
+    out.push_back(qmesh::parse_recipe(list.substr(begin, end - begin)));
+    begin = end + 1;
+  }
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
   int iters = 20;
+  std::vector<qmesh::Recipe> recipes = {qmesh::Recipe::kBf16, qmesh::Recipe::kFp8Delayed,
+                                        qmesh::Recipe::kFp8Current};
   int64_t tokens = 4 * 2048, hidden = 4096, ffn = 16384;
   std::string json_path;
   const auto usage = [](const char*) {
     std::printf(
-        "usage: dense_gpu_bench [--iters N] [--tokens T] [--hidden H] [--ffn F] [--json FILE]\n"
+        "usage: dense_gpu_bench [--iters N] [--tokens T] [--hidden H] [--ffn F] [--recipes LIST]\n"
+        "                       [--json FILE]\n"
         "  one LayerNormMLP forward+backward on GPU 0: BF16, FP8 delayed, FP8 current scaling\n"
         "  --iters:  timed steps per recipe (default 20, at least 10 for the targets; after 2\n"
         "            warm-up steps; median, min and max reported)\n"
         "  --tokens: batch x seq (default 8192), --hidden (4096), --ffn (16384); FP8 needs\n"
         "            multiples of 16\n"
+        "  --recipes: comma-separated subset of bf16,delayed,current (default all three; the\n"
+        "            speed-ups need bf16 first)\n"
         "  --json:   also write the JSON object to FILE\n");
   };
   qmesh::bench::for_each_option(argc, argv, usage,
@@ -84,6 +102,8 @@ int main(int argc, char** argv) try {
                                     hidden = qmesh::bench::int_option(arg, value, 1);
                                   else if (arg == "--ffn")
                                     ffn = qmesh::bench::int_option(arg, value, 1);
+                                  else if (arg == "--recipes")
+                                    recipes = parse_recipes(value);
                                   else if (arg == "--json")
                                     json_path = value;
                                   else
@@ -104,14 +124,13 @@ int main(int argc, char** argv) try {
       std::string("{\"device\": \"") + prop.name + "\", \"tokens\": " + std::to_string(tokens) +
       ", \"hidden\": " + std::to_string(hidden) + ", \"ffn\": " + std::to_string(ffn) +
       ", \"steps\": " + std::to_string(iters) + ", \"results\": [";
-  const qmesh::Recipe recipes[] = {qmesh::Recipe::kBf16, qmesh::Recipe::kFp8Delayed,
-                                   qmesh::Recipe::kFp8Current};
   double bf16_ms = 0;
   for (qmesh::Recipe recipe : recipes) {
     const std::vector<float> ms = step_ms(recipe, tokens, hidden, ffn, iters);
     const double median = ms[ms.size() / 2];
     if (recipe == qmesh::Recipe::kBf16) bf16_ms = median;
-    const double tflops = flops / (median * 1e-3) / 1e12, speedup = bf16_ms / median;
+    const double tflops = flops / (median * 1e-3) / 1e12;
+    const double speedup = bf16_ms > 0 ? bf16_ms / median : 0.0;
     const std::string name(qmesh::recipe_name(recipe));
     std::printf("%-12s %10.3f %10.3f %10.3f %10.1f %8.2fx\n", name.c_str(), median, ms.front(),
                 ms.back(), tflops, speedup);
