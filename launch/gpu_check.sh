@@ -15,6 +15,8 @@
 #   profile Nsight Compute (ncu): LaunchStats, Occupancy and MemoryWorkloadAnalysis of the
 #           cast_transpose kernel at 8192 x 8192 (bf16 and fp32 -> e4m3), and the GEMM vs
 #           non-GEMM time of one LayerNormMLP step per recipe (skipped without ncu)
+#   sanitize compute-sanitizer (memcheck, racecheck, synccheck) over the GPU test programs
+#           matching TEST_REGEX (all if none), 240 s each at most; not part of check or all
 #   jax     builds the XLA FFI handlers against the machine's jax (needs build's configure),
 #           runs tests/jax/test_cuda.py (CUDA handlers vs CPU handlers) and jax_ops_bench.py
 #   all     (default) driver, build, tests, bench, profile, jax, in that order
@@ -38,12 +40,12 @@ case $step in
     ;;
   --tests-only) steps="driver build tests" ;;
   --bench-only) steps="driver build bench" ;;
-  driver | build | tests | bench | profile | jax) steps=$step ;;
+  driver | build | tests | bench | profile | sanitize | jax) steps=$step ;;
   all) steps="driver build tests bench profile jax" ;;
   check) steps="driver build tests bench profile" ;;
   *)
-    echo "gpu_check: unknown step '$step'; expected driver, build, tests, bench, profile, jax," \
-      "all or check (--help)" >&2
+    echo "gpu_check: unknown step '$step'; expected driver, build, tests, bench, profile," \
+      "sanitize, jax, all or check (--help)" >&2
     exit 2
     ;;
 esac
@@ -194,6 +196,30 @@ if has_step bench; then
     timeout "$(bounded 240 60)" python3 bench/gemm_torch.py --json "$out/gemm_torch.json" 2>&1 |
       tee "$out/gemm_torch.txt"
   fi
+fi
+if has_step sanitize; then
+  # Each tool over each GPU test program (built by the build step): memory errors, shared
+  # memory races, invalid synchronization. Verdicts in sanitize.tsv (summary.json's steps).
+  tests=$(ctest --test-dir build-gpu -L gpu -N ${test_regex:+-R "$test_regex"} |
+    sed -n 's/^ *Test *#[0-9]*: *//p')
+  for tool in memcheck racecheck synccheck; do
+    for t in $tests; do
+      limit=$(bounded 240 10)
+      [ "$limit" -ge 20 ] || { record "sanitize $tool $t" "skipped (budget)"; continue; }
+      (cd build-gpu/tests/gpu && timeout -k 10 "$limit" compute-sanitizer --tool "$tool" \
+        --error-exitcode 99 "./$t" --gtest_brief=1) >"$out/sanitize-$tool-$t.log" 2>&1
+      rc=$?
+      case $rc in
+        0) verdict=clean ;;
+        99) verdict="ERRORS (see sanitize-$tool-$t.log)" ;;
+        124 | 137) verdict="TIMED OUT ($limit s)" ;;
+        *) verdict="FAILED (exit status $rc)" ;;
+      esac
+      echo "=== compute-sanitizer $tool $t: $verdict"
+      record "sanitize $tool $t" "$verdict"
+      [ "$rc" -eq 0 ] || status=1
+    done
+  done
 fi
 if has_step profile; then
   if ! command -v ncu >/dev/null; then
