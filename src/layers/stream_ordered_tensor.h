@@ -6,12 +6,13 @@
 // order_after). On the host it is an ordinary Tensor.
 #pragma once
 
+#include "qmesh/export.h"
 #include "qmesh/stream.h"
 #include "qmesh/tensor.h"
 
 namespace qmesh {
 
-class StreamOrderedTensor {
+class QMESH_API StreamOrderedTensor {  // exported for its unit test
  public:
   StreamOrderedTensor() = default;
   ~StreamOrderedTensor() { reset(); }
