@@ -1,7 +1,10 @@
-// GPU throughput of the fused cast_transpose + amax (bf16 -> e4m3) against the measured
-// device-to-device copy bandwidth (bytes read + written in both cases), and the latency of
-// the fused delayed-scaling update of 1000 tensors x history 1024. Prints a table, then one
-// JSON object (also to --json FILE). Without a GPU it says "no GPU" and exits 0.
+// GPU throughput of the fused casts against the measured device-to-device copy bandwidth
+// (bytes read + written in both cases; target >= 90 % of the copy): cast_transpose + amax from
+// bf16 and fp32 to e4m3 and e5m2, and the GELU-fused casts of the LayerNormMLP step
+// (gelu_cast_transpose, dgelu_dbias_cast_transpose); and the latency of the fused
+// delayed-scaling update of 1000 tensors x history 1024. Prints a table, then one JSON object
+// (also to --json FILE). --case NAME runs only the casts whose name contains NAME, once each
+// after one warm-up (for a profiler: ncu). Without a GPU it says "no GPU" and exits 0.
 #include <cuda_runtime_api.h>
 
 #include <cstdio>
@@ -13,6 +16,7 @@
 #include "qmesh/copy.h"
 #include "qmesh/cuda_check.h"
 #include "qmesh/device.h"
+#include "qmesh/ops/activation_cast.h"
 #include "qmesh/ops/cast_transpose.h"
 #include "qmesh/scaling/scaling_states.h"
 
@@ -25,45 +29,81 @@ using qmesh::Shape;
 constexpr int kWarmup = 5;
 constexpr int kIters = 50;
 
-// Mean milliseconds of fn() over kIters launches on the default stream (after kWarmup).
+// Mean milliseconds of fn() over `iters` launches on the default stream (after kWarmup, or
+// one warm-up launch for a single timed one).
 template <class Fn>
-double time_ms(Fn&& fn) {
-  for (int i = 0; i < kWarmup; ++i) fn();
+double time_ms(Fn&& fn, int iters) {
+  for (int i = 0; i < (iters == 1 ? 1 : kWarmup); ++i) fn();
   cudaEvent_t start, stop;
   QMESH_CHECK_CUDA(cudaEventCreate(&start));
   QMESH_CHECK_CUDA(cudaEventCreate(&stop));
   QMESH_CHECK_CUDA(cudaEventRecord(start));
-  for (int i = 0; i < kIters; ++i) fn();
+  for (int i = 0; i < iters; ++i) fn();
   QMESH_CHECK_CUDA(cudaEventRecord(stop));
   QMESH_CHECK_CUDA(cudaEventSynchronize(stop));
   float ms = 0;
   QMESH_CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
   QMESH_CHECK_CUDA(cudaEventDestroy(start));
   QMESH_CHECK_CUDA(cudaEventDestroy(stop));
-  return ms / kIters;
+  return ms / iters;
 }
 
-struct Row {
+enum class Kind { kCastTranspose, kGelu, kDgelu };
+
+struct Case {
+  const char* name;
+  Kind kind;
+  DType in, fp8;
   int64_t rows, cols;
+};
+
+const Case kCases[] = {
+    {"cast_transpose bf16->e4m3 8192x8192", Kind::kCastTranspose, DType::kBFloat16,
+     DType::kFloat8E4M3, 8192, 8192},
+    {"cast_transpose bf16->e4m3 8192x4096", Kind::kCastTranspose, DType::kBFloat16,
+     DType::kFloat8E4M3, 8192, 4096},
+    {"cast_transpose bf16->e4m3 8192x16384", Kind::kCastTranspose, DType::kBFloat16,
+     DType::kFloat8E4M3, 8192, 16384},
+    {"cast_transpose fp32->e4m3 8192x8192", Kind::kCastTranspose, DType::kFloat32,
+     DType::kFloat8E4M3, 8192, 8192},
+    {"cast_transpose bf16->e5m2 8192x8192", Kind::kCastTranspose, DType::kBFloat16,
+     DType::kFloat8E5M2, 8192, 8192},
+    {"cast_transpose fp32->e5m2 8192x8192", Kind::kCastTranspose, DType::kFloat32,
+     DType::kFloat8E5M2, 8192, 8192},
+    {"gelu_cast_transpose fp32->e4m3 8192x16384", Kind::kGelu, DType::kFloat32, DType::kFloat8E4M3,
+     8192, 16384},
+    {"dgelu_dbias_cast_transpose fp32->e5m2 8192x16384", Kind::kDgelu, DType::kFloat32,
+     DType::kFloat8E5M2, 8192, 16384},
+};
+
+struct Row {
+  const Case* c;
   double us, gbps, fraction;
 };
 
 }  // namespace
 
 int main(int argc, char** argv) try {
-  std::string json_path;
+  std::string json_path, only;
   const auto usage = [](const char*) {
     std::printf(
-        "usage: quant_gpu_bench [--json FILE]\n"
-        "  cast_transpose bf16->e4m3 throughput against the D2D copy bandwidth, and the fused\n"
-        "  delayed-scaling update of 1000 tensors x history 1024, on GPU 0\n"
-        "  --json: also write the JSON object to FILE\n");
+        "usage: quant_gpu_bench [--json FILE] [--case NAME]\n"
+        "  the fused casts' throughput (cast_transpose bf16/fp32 -> e4m3/e5m2, the GELU-fused\n"
+        "  casts) against the D2D copy bandwidth, and the fused delayed-scaling update of 1000\n"
+        "  tensors x history 1024, on GPU 0\n"
+        "  --json: also write the JSON object to FILE\n"
+        "  --case: only the casts whose name contains NAME (e.g. 'bf16->e4m3 8192x8192'), one\n"
+        "          warm-up and one timed launch each: for profiling with ncu\n");
   };
-  qmesh::bench::for_each_option(
-      argc, argv, usage, [&](const std::string& arg, const std::string& value) {
-        QMESH_CHECK(arg == "--json", "unknown option ", arg, " (see --help)");
-        json_path = value;
-      });
+  qmesh::bench::for_each_option(argc, argv, usage,
+                                [&](const std::string& arg, const std::string& value) {
+                                  if (arg == "--json")
+                                    json_path = value;
+                                  else if (arg == "--case")
+                                    only = value;
+                                  else
+                                    QMESH_THROW("unknown option ", arg, " (see --help)");
+                                });
   if (qmesh::cuda_device_count() == 0) {
     std::printf("no GPU: quant_gpu_bench needs a CUDA device\n");
     return 0;
@@ -72,25 +112,52 @@ int main(int argc, char** argv) try {
   cudaDeviceProp prop{};
   QMESH_CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
 
+  std::vector<Row> rows;
+  const auto run_cases = [&](double copy_gbps, int iters) {
+    for (const Case& c : kCases) {
+      if (!only.empty() && std::string(c.name).find(only) == std::string::npos) continue;
+      const Shape shape{c.rows, c.cols};
+      qmesh::Tensor x(c.in, shape, gpu), pre(c.in, shape, gpu);
+      qmesh::Tensor dbias(DType::kFloat32, Shape{c.cols}, gpu);
+      QMESH_CHECK_CUDA(cudaMemset(x.data(), 0x3F, x.nbytes()));  // bf16 0x3F3F ~ 0.75
+      QMESH_CHECK_CUDA(cudaMemset(pre.data(), 0x3E, pre.nbytes()));
+      qmesh::QuantizedTensor q(c.fp8, shape, gpu, true);
+      const auto cast = [&] {
+        switch (c.kind) {
+          case Kind::kCastTranspose:
+            return qmesh::cast_transpose(x, q.view());
+          case Kind::kGelu:
+            return qmesh::gelu_cast_transpose(x, q.view());
+          case Kind::kDgelu:
+            return qmesh::dgelu_dbias_cast_transpose(x, pre, q.view(), dbias);
+        }
+      };
+      const double ms = time_ms(cast, iters);
+      const double reads = c.kind == Kind::kDgelu ? 2.0 : 1.0;
+      const double bytes =
+          double(c.rows) * double(c.cols) * (reads * double(qmesh::dtype_size(c.in)) + 2.0);
+      const double gbps = bytes / (ms * 1e6);
+      rows.push_back({&c, ms * 1e3, gbps, copy_gbps > 0 ? gbps / copy_gbps : 0.0});
+    }
+  };
+  if (!only.empty()) {  // one launch per case for a profiler, nothing else
+    run_cases(0.0, 1);
+    for (const Row& row : rows) std::printf("%-50s %10.1f us\n", row.c->name, row.us);
+    return 0;
+  }
+
   // Device-to-device copy of 1 GiB: the bandwidth reference (read + write).
   const size_t copy_bytes = size_t{1} << 30;
   qmesh::Buffer src(copy_bytes, gpu), dst(copy_bytes, gpu);
   QMESH_CHECK_CUDA(cudaMemset(src.data(), 1, copy_bytes));
-  const double copy_ms = time_ms([&] {
-    QMESH_CHECK_CUDA(cudaMemcpyAsync(dst.data(), src.data(), copy_bytes, cudaMemcpyDeviceToDevice));
-  });
+  const double copy_ms = time_ms(
+      [&] {
+        QMESH_CHECK_CUDA(
+            cudaMemcpyAsync(dst.data(), src.data(), copy_bytes, cudaMemcpyDeviceToDevice));
+      },
+      kIters);
   const double copy_gbps = 2.0 * double(copy_bytes) / (copy_ms * 1e6);
-
-  std::vector<Row> rows;
-  for (auto [r, c] : {std::pair<int64_t, int64_t>{8192, 8192}, {8192, 4096}, {8192, 16384}}) {
-    qmesh::Tensor x(DType::kBFloat16, Shape{r, c}, gpu);
-    QMESH_CHECK_CUDA(cudaMemset(x.data(), 0x3F, x.nbytes()));  // bf16 0x3F3F ~ 0.75
-    qmesh::QuantizedTensor q(DType::kFloat8E4M3, Shape{r, c}, gpu, true);
-    const double ms = time_ms([&] { qmesh::cast_transpose(x, q.view()); });
-    const double bytes = double(r) * double(c) * (2 + 1 + 1);
-    const double gbps = bytes / (ms * 1e6);
-    rows.push_back({r, c, ms * 1e3, gbps, gbps / copy_gbps});
-  }
+  run_cases(copy_gbps, kIters);
 
   qmesh::DelayedScaling recipe;  // history 1024
   qmesh::ScalingStates states(
@@ -103,30 +170,33 @@ int main(int argc, char** argv) try {
     QMESH_CHECK_CUDA(cudaMemcpyAsync(states.current_amax().data, amax_src.data(), amax_src.size(),
                                      cudaMemcpyDeviceToDevice));
   };
-  const double refill_us = time_ms(refill) * 1e3;
-  const double update_us = time_ms([&] {
-                             refill();
-                             states.update();
-                           }) * 1e3 -
+  const double refill_us = time_ms(refill, kIters) * 1e3;
+  const double update_us = time_ms(
+                               [&] {
+                                 refill();
+                                 states.update();
+                               },
+                               kIters) *
+                               1e3 -
                            refill_us;
 
   std::printf("device: %s\n", prop.name);
   std::printf("cudaMemcpy D2D (read+write): %.0f GB/s\n\n", copy_gbps);
-  std::printf("%-22s %10s %10s %10s\n", "cast_transpose bf16->e4m3", "time us", "GB/s", "of copy");
+  std::printf("%-50s %10s %10s %10s\n", "cast", "time us", "GB/s", "of copy");
   for (const Row& row : rows)
-    std::printf("%6lld x %-14lld %10.1f %10.0f %9.1f%%\n", (long long)row.rows, (long long)row.cols,
-                row.us, row.gbps, 100.0 * row.fraction);
+    std::printf("%-50s %10.1f %10.0f %9.1f%%\n", row.c->name, row.us, row.gbps,
+                100.0 * row.fraction);
   std::printf("\nfused update, 1000 tensors x history 1024: %.1f us\n\n", update_us);
 
   char buf[256];
-  std::snprintf(buf, sizeof(buf), "\", \"copy_gbps\": %.1f, \"cast_transpose\": [", copy_gbps);
+  std::snprintf(buf, sizeof(buf), "\", \"copy_gbps\": %.1f, \"casts\": [", copy_gbps);
   std::string json = std::string("{\"device\": \"") + prop.name + buf;
   for (size_t i = 0; i < rows.size(); ++i) {
-    std::snprintf(
-        buf, sizeof(buf),
-        "%s{\"rows\": %lld, \"cols\": %lld, \"us\": %.2f, \"gbps\": %.1f, \"fraction\": %.4f}",
-        i ? ", " : "", (long long)rows[i].rows, (long long)rows[i].cols, rows[i].us, rows[i].gbps,
-        rows[i].fraction);
+    std::snprintf(buf, sizeof(buf),
+                  "%s{\"case\": \"%s\", \"rows\": %lld, \"cols\": %lld, \"us\": %.2f, "
+                  "\"gbps\": %.1f, \"fraction\": %.4f}",
+                  i ? ", " : "", rows[i].c->name, (long long)rows[i].c->rows,
+                  (long long)rows[i].c->cols, rows[i].us, rows[i].gbps, rows[i].fraction);
     json += buf;
   }
   std::snprintf(buf, sizeof(buf), "], \"update_1000x1024_us\": %.2f}", update_us);

@@ -3,16 +3,26 @@
 # and the CUDA toolkit but maybe no MPI, UCX, OpenBLAS, Boost or GoogleTest.
 # GoogleTest comes from a source copy in third_party/googletest (git-ignored):
 #   cp -r /usr/src/googletest third_party/googletest     # on a machine that has it
-# Results (logs, JSON) go to $OUT if set, else build-gpu/results.
+# Results (logs, JSON) go to $OUT if set, else build-gpu/results; summary.json lists every
+# step's outcome, each test program's verdict and the JSON files written.
 #
 # Usage: launch/gpu_check.sh [STEP] [TEST_REGEX]
 #   driver  checks that the driver supports the toolkit's CUDA version (a few seconds)
-#   build   configures and builds the GPU tests and benchmarks in build-gpu (minutes)
+#   build   configures and builds the GPU tests and benchmarks in build-gpu (minutes; a
+#           build-gpu already built, e.g. carried to the machine, is only brought up to date)
 #   tests   runs the GPU test programs (those matching TEST_REGEX if given), 180 s each at most
 #   bench   runs the GPU benchmarks, 240 s each at most
+#   profile Nsight Compute (ncu): LaunchStats, Occupancy and MemoryWorkloadAnalysis of the
+#           cast_transpose kernel at 8192 x 8192 (bf16 and fp32 -> e4m3), and the GEMM vs
+#           non-GEMM time of one LayerNormMLP step per recipe (skipped without ncu)
+#   sanitize compute-sanitizer (memcheck, racecheck, synccheck) over the GPU test programs
+#           matching TEST_REGEX (all if none), 240 s each at most; not part of check or all
 #   jax     builds the XLA FFI handlers against the machine's jax (needs build's configure),
 #           runs tests/jax/test_{cuda,command_buffers}.py, jax_ops_bench, flax_layer_bench
-#   all     (default) driver, build, tests, bench, jax, in that order
+#   all     (default) driver, build, tests, bench, profile, jax, in that order
+#   check   the same as all: the whole check (CUDA and JAX) in one call
+# QMESH_GPU_CHECK_BUDGET_S (default 540) bounds the whole call: a step that would not fit in
+# what is left is skipped and says so, and the per-program timeouts shrink to fit.
 # Each step is one call, so that a machine lent for 10 minutes a call can run them one by
 # one; tests and bench need build's output. --tests-only and --bench-only are the old names
 # of build+tests and build+bench.
@@ -25,19 +35,57 @@ test_regex=${2:-}
 export PYTHONUNBUFFERED=1
 case $step in
   -h | --help)
-    sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,/^set -uo pipefail/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
     exit 0
     ;;
   --tests-only) steps="driver build tests" ;;
   --bench-only) steps="driver build bench" ;;
-  driver | build | tests | bench | jax) steps=$step ;;
-  all) steps="driver build tests bench jax" ;;
+  driver | build | tests | bench | profile | sanitize | jax) steps=$step ;;
+  all) steps="driver build tests bench profile jax" ;;
+  check) steps="driver build tests bench profile jax" ;;
   *)
-    echo "gpu_check: unknown step '$step'; expected driver, build, tests, bench or all (--help)" >&2
+    echo "gpu_check: unknown step '$step'; expected driver, build, tests, bench, profile," \
+      "sanitize, jax, all or check (--help)" >&2
     exit 2
     ;;
 esac
 has_step() { [[ " $steps " == *" $1 "* ]]; }
+
+# The time budget of this call, and what each step did (for summary.json).
+budget=${QMESH_GPU_CHECK_BUDGET_S:-540}
+left() { echo $((budget - SECONDS)); }
+# A timeout of at most $1 seconds that leaves $2 seconds of the budget for what follows.
+bounded() {
+  local t=$(($(left) - $2))
+  [ "$t" -gt "$1" ] && t=$1
+  echo $t
+}
+: >"$out/steps.tsv"
+record() { printf '%s\t%s\t%s\n' "$1" "$2" "$SECONDS" >>"$out/steps.tsv"; }
+: >"$out/gpu-tests.tsv"
+# Writes summary.json (the steps' outcomes, each test program's verdict, the JSON files
+# written) and exits with status $1.
+finish() {
+  python3 - "$out" "$1" <<'PY'
+import json, os, sys
+out, status = sys.argv[1], int(sys.argv[2])
+def rows(name):
+    path = os.path.join(out, name)
+    return [l.rstrip("\n").split("\t") for l in open(path)] if os.path.exists(path) else []
+device = open(os.path.join(out, "device.txt")).read() if os.path.exists(
+    os.path.join(out, "device.txt")) else ""
+summary = {
+    "device": device.strip(),
+    "passed": status == 0,
+    "steps": [{"step": s, "outcome": o, "at_s": int(t)} for s, o, t in rows("steps.tsv")],
+    "tests": [{"program": p, "verdict": v, "seconds": int(t)} for p, v, t in rows("gpu-tests.tsv")],
+    "json": sorted(f for f in os.listdir(out) if f.endswith(".json") and f != "summary.json"),
+}
+json.dump(summary, open(os.path.join(out, "summary.json"), "w"), indent=1)
+print(json.dumps(summary, indent=1))
+PY
+  exit "$1"
+}
 
 # The driver must support the CUDA version of the toolkit the tests are built with; otherwise
 # every CUDA call fails and the tests would only report that no GPU was seen.
@@ -46,7 +94,12 @@ if has_step driver; then
   nvcc -o build-gpu/cuda_driver_check launch/cuda_driver_check.cpp 2>&1 | tee "$out/driver.log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "gpu_check: could not build the driver check"; exit 1; }
   build-gpu/cuda_driver_check 2>&1 | tee -a "$out/driver.log"
-  [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "gpu_check: the CUDA driver check failed (above)"; exit 1; }
+  [ "${PIPESTATUS[0]}" -eq 0 ] || {
+    echo "gpu_check: the CUDA driver check failed (above)"
+    record driver FAILED
+    finish 1
+  }
+  record driver passed
 fi
 
 if has_step build; then
@@ -73,11 +126,12 @@ if has_step build; then
   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_CUDA_ARCHITECTURES=90a -DQMESH_WITH_CUDA=ON "${nccl_args[@]}" 2>&1 |
     tail -n 30 | tee "$out/configure.log"
-  [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "gpu_check: configure failed"; exit 1; }
+  [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "gpu_check: configure failed"; record build FAILED; finish 1; }
   # Only the GPU tests and benchmarks (and what they link): the CPU-only programs would spend
   # device time for nothing.
   cmake --build build-gpu --target gpu_checks -j "$(nproc)" 2>&1 | tail -n 40 | tee "$out/build.log"
-  [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "gpu_check: build failed"; exit 1; }
+  [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "gpu_check: build failed"; record build FAILED; finish 1; }
+  record build passed
 fi
 
 status=0
@@ -91,35 +145,109 @@ if has_step tests; then
     sed -n 's/^ *Test *#[0-9]*: *//p')
   [ -n "$tests" ] || { echo "gpu_check: no GPU tests were configured" | tee -a "$out/gpu-tests.log"; status=1; }
   for t in $tests; do
+    # Leave 150 s of the budget for the benchmarks and the profile after the tests.
+    limit=$(bounded 180 150)
+    if [ "$limit" -lt 20 ]; then
+      echo "=== $t: SKIPPED (time budget spent)" | tee -a "$out/gpu-tests.log"
+      printf '%s\t%s\t%s\n' "$t" "skipped (budget)" 0 >>"$out/gpu-tests.tsv"
+      status=1
+      continue
+    fi
     echo "=== $t" | tee -a "$out/gpu-tests.log"
-    (cd build-gpu/tests/gpu && timeout -k 10 180 "./$t" --gtest_brief=1) 2>&1 |
+    t0=$SECONDS
+    (cd build-gpu/tests/gpu && timeout -k 10 "$limit" "./$t" --gtest_brief=1) 2>&1 |
       tee "$out/$t.log"
     rc=${PIPESTATUS[0]}
     cat "$out/$t.log" >>"$out/gpu-tests.log"
     case $rc in
       0) verdict=passed ;;
       77) verdict="NOTHING RAN (every test skipped: no GPU seen, which is a failure here)" ;;
-      124 | 137) verdict="TIMED OUT (180 s)" ;;
+      124 | 137) verdict="TIMED OUT ($limit s)" ;;
       *) verdict="FAILED (exit status $rc)" ;;
     esac
     echo "=== $t: $verdict" | tee -a "$out/gpu-tests.log"
+    printf '%s\t%s\t%s\n' "$t" "$verdict" $((SECONDS - t0)) >>"$out/gpu-tests.tsv"
     [ "$rc" -eq 0 ] || status=1
   done
+  record tests "$([ $status -eq 0 ] && echo passed || echo FAILED)"
 fi
 if has_step bench; then
-  # Every GPU benchmark program writes a table to stdout and JSON next to it: gemm_gpu_bench,
-  # quant_gpu_bench, cgemm_gpu_bench (collective GEMMs), dense_gpu_bench (LayerNormMLP BF16
-  # vs FP8 delayed).
-  for b in build-gpu/bench/*_gpu_bench; do
+  # Every GPU benchmark program writes a table to stdout and JSON next to it: dense_gpu_bench
+  # (LayerNormMLP: BF16, FP8 delayed, FP8 current), quant_gpu_bench (the casts against the copy
+  # bandwidth), gemm_epilogue_gpu_bench (what cuBLASLt offers for the FP8 first GEMM),
+  # gemm_gpu_bench, cgemm_gpu_bench (collective GEMMs); the first ones matter most.
+  for name in dense_gpu_bench quant_gpu_bench gemm_epilogue_gpu_bench gemm_gpu_bench \
+    cgemm_gpu_bench; do
+    b=build-gpu/bench/$name
     [ -x "$b" ] || continue
-    name=$(basename "$b")
+    limit=$(bounded 240 60)  # 60 s for the profile
+    if [ "$limit" -lt 20 ]; then
+      echo "=== $name: SKIPPED (time budget spent)"
+      record "bench $name" "skipped (budget)"
+      continue
+    fi
     echo "=== $name"
-    timeout 240 "$b" --json "$out/$name.json" 2>&1 | tee "$out/$name.txt"
+    timeout "$limit" "$b" --json "$out/$name.json" 2>&1 | tee "$out/$name.txt"
+    rc=${PIPESTATUS[0]}
+    record "bench $name" "$([ "$rc" -eq 0 ] && echo passed || echo "FAILED (exit status $rc)")"
   done
-  if python3 -c "import torch" 2>/dev/null && [ -f bench/gemm_torch.py ]; then
+  if python3 -c "import torch" 2>/dev/null && [ -f bench/gemm_torch.py ] && [ "$(left)" -gt 120 ]; then
     echo "=== gemm_torch.py"
-    timeout 240 python3 bench/gemm_torch.py --json "$out/gemm_torch.json" 2>&1 |
+    timeout "$(bounded 240 60)" python3 bench/gemm_torch.py --json "$out/gemm_torch.json" 2>&1 |
       tee "$out/gemm_torch.txt"
+  fi
+fi
+if has_step sanitize; then
+  # Each tool over each GPU test program (built by the build step): memory errors, shared
+  # memory races, invalid synchronization. Verdicts in sanitize.tsv (summary.json's steps).
+  tests=$(ctest --test-dir build-gpu -L gpu -N ${test_regex:+-R "$test_regex"} |
+    sed -n 's/^ *Test *#[0-9]*: *//p')
+  for tool in memcheck racecheck synccheck; do
+    for t in $tests; do
+      limit=$(bounded 240 10)
+      [ "$limit" -ge 20 ] || { record "sanitize $tool $t" "skipped (budget)"; continue; }
+      (cd build-gpu/tests/gpu && timeout -k 10 "$limit" compute-sanitizer --tool "$tool" \
+        --error-exitcode 99 "./$t" --gtest_brief=1) >"$out/sanitize-$tool-$t.log" 2>&1
+      rc=$?
+      case $rc in
+        0) verdict=clean ;;
+        99) verdict="ERRORS (see sanitize-$tool-$t.log)" ;;
+        124 | 137) verdict="TIMED OUT ($limit s)" ;;
+        *) verdict="FAILED (exit status $rc)" ;;
+      esac
+      echo "=== compute-sanitizer $tool $t: $verdict"
+      record "sanitize $tool $t" "$verdict"
+      [ "$rc" -eq 0 ] || status=1
+    done
+  done
+fi
+if has_step profile; then
+  if ! command -v ncu >/dev/null; then
+    echo "gpu_check: no ncu (Nsight Compute) on PATH; profile skipped"
+    record profile "skipped (no ncu)"
+  elif [ "$(left)" -lt 60 ]; then
+    echo "gpu_check: profile skipped (time budget spent)"
+    record profile "skipped (budget)"
+  elif [ ! -x build-gpu/bench/quant_gpu_bench ]; then
+    echo "gpu_check: profile needs the build step's benchmarks"
+    record profile FAILED
+    status=1
+  else
+    # The cast kernel: launch configuration, occupancy (registers, blocks per SM) and memory
+    # throughput, for the two launches (warm-up, timed) of each 8192 x 8192 e4m3 case.
+    timeout "$(bounded 120 30)" ncu --section LaunchStats --section Occupancy \
+      --section MemoryWorkloadAnalysis --kernel-name regex:cast_tiled_kernel --csv \
+      build-gpu/bench/quant_gpu_bench --case "e4m3 8192x8192" >"$out/ncu-cast.csv" 2>"$out/ncu-cast.log"
+    record "profile cast" "$([ $? -eq 0 ] && echo passed || echo FAILED)"
+    # Per recipe, every kernel of 3 steps (2 warm-up, 1 timed), serialized: the GEMM share.
+    for recipe in bf16 delayed current; do
+      [ "$(left)" -gt 40 ] || { record "profile $recipe" "skipped (budget)"; continue; }
+      timeout "$(bounded 90 10)" ncu --metrics gpu__time_duration.sum --csv \
+        build-gpu/bench/dense_gpu_bench --iters 1 --recipes "$recipe" \
+        >"$out/ncu-step-$recipe.csv" 2>"$out/ncu-step-$recipe.log"
+      record "profile $recipe" "$([ $? -eq 0 ] && echo passed || echo FAILED)"
+    done
+    python3 launch/ncu_summary.py "$out" >"$out/ncu.json" || status=1
   fi
 fi
 if has_step jax; then
@@ -128,8 +256,15 @@ if has_step jax; then
   # jax-versions.txt, jax-tests.log (CUDA vs CPU handlers, command buffers), pip-check.log,
   # jax_ops_bench.{txt,json}, flax_layer_bench.{txt,json} and flax_layer_hlo/*.hlo.txt.gz
   # (the optimized HLO of each layer variant). About 3 minutes on an H100 when `build` ran.
-  if ! grep -q '^QMESH_WITH_JAX:BOOL=ON' build-gpu/CMakeCache.txt 2>/dev/null; then
+  # Each program's timeout is bounded by what is left of the budget (a timeout of 0 would
+  # mean none), so the step needs a few minutes; as its own call it has the whole budget.
+  jax_status=0
+  if [ "$(left)" -lt 120 ]; then
+    echo "gpu_check: jax skipped (time budget spent; run 'launch/gpu_check.sh jax' as a call of its own)"
+    record jax "skipped (budget)"
+  elif ! grep -q '^QMESH_WITH_JAX:BOOL=ON' build-gpu/CMakeCache.txt 2>/dev/null; then
     echo "gpu_check: no JAX build (run the build step first, with a python3 that has jax)"
+    record jax FAILED
     status=1
   else
     python3 -c 'import sys, jax, jaxlib, flax
@@ -137,29 +272,31 @@ print("python", sys.version.split()[0], "jax", jax.__version__, "jaxlib", jaxlib
       "flax", flax.__version__); print(jax.devices())' 2>&1 | tee "$out/jax-versions.txt"
     cmake --build build-gpu --target qmesh_jax_ffi -j "$(nproc)" 2>&1 | tail -n 5 |
       tee "$out/jax-build.log"
-    [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "gpu_check: the JAX handler library did not build"; status=1; }
+    [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "gpu_check: the JAX handler library did not build"; jax_status=1; }
     export QMESH_JAX_LIBRARY_DIR=$PWD/build-gpu/src PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
-    timeout 150 python3 -m pytest -q -p no:cacheprovider tests/jax/test_cuda.py \
+    timeout "$(bounded 150 20)" python3 -m pytest -q -p no:cacheprovider tests/jax/test_cuda.py \
       tests/jax/test_command_buffers.py 2>&1 | tee "$out/jax-tests.log"
-    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    [ "${PIPESTATUS[0]}" -eq 0 ] || jax_status=1
     # The package accepts this jax: pip resolves python/pyproject.toml against the installed
     # jax without a registry and without building (the full install is
     # `pip install --no-build-isolation ./python`, minutes: it builds qmesh for this GPU).
-    timeout 60 python3 -m pip install --dry-run --no-index --no-build-isolation ./python 2>&1 |
+    timeout "$(bounded 60 20)" python3 -m pip install --dry-run --no-index --no-build-isolation ./python 2>&1 |
       tail -n 5 | tee "$out/pip-check.log"
-    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    [ "${PIPESTATUS[0]}" -eq 0 ] || jax_status=1
     # Handlers vs plain JAX at a size that fills the GPU; the GEMMs also at two of
     # gemm_gpu_bench's shapes, with its bf16 D (FFI vs C++ at the same shape and output).
-    timeout 120 python3 bench/jax_ops_bench.py --rows 16384 --cols 8192 --n 8192 --iters 3 \
+    timeout "$(bounded 120 20)" python3 bench/jax_ops_bench.py --rows 16384 --cols 8192 --n 8192 --iters 3 \
       --reps 10 --gemm 8192x8192x8192 --gemm 8192x16384x4096 \
       --json "$out/jax_ops_bench.json" 2>&1 | tee "$out/jax_ops_bench.txt"
-    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    [ "${PIPESTATUS[0]}" -eq 0 ] || jax_status=1
     # The seed transformer layer: BF16, Flax FP8, qmesh drop-in (delayed, current), qmesh modules.
-    timeout 200 python3 bench/flax_layer_bench.py --warmup 2 --steps 20 \
+    timeout "$(bounded 200 5)" python3 bench/flax_layer_bench.py --warmup 2 --steps 20 \
       --json "$out/flax_layer_bench.json" --hlo-dir "$out/flax_layer_hlo" 2>&1 |
       tee "$out/flax_layer_bench.txt"
-    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    [ "${PIPESTATUS[0]}" -eq 0 ] || jax_status=1
     gzip -f "$out"/flax_layer_hlo/*.hlo.txt 2>/dev/null
+    record jax "$([ $jax_status -eq 0 ] && echo passed || echo FAILED)"
+    [ $jax_status -eq 0 ] || status=1
   fi
 fi
-exit $status
+finish "$status"

@@ -13,6 +13,7 @@ target_sources(qmesh PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/layers/layer_norm.cpp
   ${CMAKE_CURRENT_LIST_DIR}/layers/layer_norm_mlp.cpp
   ${CMAKE_CURRENT_LIST_DIR}/layers/operand_cast.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/layers/stream_ordered_tensor.cpp
   ${CMAKE_CURRENT_LIST_DIR}/ops/layer_ops.cpp
   ${CMAKE_CURRENT_LIST_DIR}/train/checkpoint.cpp
   ${CMAKE_CURRENT_LIST_DIR}/train/grad_sync.cpp

@@ -10,6 +10,12 @@ target_sources(qmesh PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/scaling/current_scaling.cpp
   ${CMAKE_CURRENT_LIST_DIR}/scaling/recipe.cpp
   ${CMAKE_CURRENT_LIST_DIR}/scaling/scaling_states.cpp)
+# GELU on the host (the GELU-fused casts, the gelu/dgelu layer ops) must give the CUDA
+# backend's bits: no contraction into fused multiply-adds in these host twins (cpu/gelu.h).
+if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
+  set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/cpu/cast.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/cpu/gelu.cpp PROPERTIES COMPILE_OPTIONS -ffp-contract=off)
+endif()
 if(QMESH_WITH_CUDA)
   # CMake 3.25 does not know nvcc's C++20 flag, yet qmesh's cxx_std_20 feature asks for a
   # CUDA20 dialect when the target has CUDA sources: name the flag for this directory.

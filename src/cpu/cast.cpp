@@ -11,6 +11,7 @@
 #include "core/element_traits.h"
 #include "core/simd.h"
 #include "cpu/parallel.h"
+#include "ops/cast_activation.h"
 #include "qmesh/error.h"
 #include "qmesh/float16.h"
 #include "qmesh/fp8.h"
@@ -53,6 +54,21 @@ QMESH_SIMD_CLONES void accumulate_span(const typename Load::type* in, float* acc
   for (int64_t i = 0; i < n; ++i) acc[i] += Load::apply(in[i]);
 }
 
+// Codes and amax, or the amax alone when out is null.
+template <class Load, class Encode>
+uint32_t encode_or_amax(const typename Load::type* in, uint8_t* out, int64_t n, float scale) {
+  return out ? encode_span<Load, Encode>(in, out, n, scale) : amax_span<Load>(in, n);
+}
+
+// out[i] = the value a cast with activation kAct quantizes (pre: kDgelu only).
+template <class Load, CastActivation kAct>
+QMESH_SIMD_CLONES void activate_span(const typename Load::type* in, const typename Load::type* pre,
+                                     float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = activate<kAct>(Load::apply(in[i]),
+                            kAct == CastActivation::kDgelu ? Load::apply(pre[i]) : 0.0f);
+}
+
 // Swaps the `bits`-wide fields of a at odd positions with those of b at even positions: one
 // stage of the 8 x 8 byte transpose below.
 inline void swap_fields(uint64_t& a, uint64_t& b, int bits, uint64_t mask) {
@@ -92,27 +108,41 @@ void write_scalars(const CastJob& job, uint32_t amax_bits) {
 }
 
 // Rowwise codes and/or amax over the flat element range; split over threads.
-template <class Load, class Encode>
+template <class Load, class Encode, CastActivation kAct>
 void cast_flat(const CastJob& job) {
   using T = typename Load::type;
   const T* in = static_cast<const T*>(job.in);
+  const T* pre = static_cast<const T*>(job.pre);
   const int64_t n = job.rows * job.cols;
   const float scale = job.out ? *job.scale : 0.0f;
   std::vector<uint32_t> partial(parallel_chunks(n, kGrainElements), 0);
   parallel_for(n, kGrainElements, [&](int64_t begin, int64_t end, int chunk) {
-    partial[chunk] =
-        job.out ? encode_span<Load, Encode>(in + begin, job.out + begin, end - begin, scale)
-                : amax_span<Load>(in + begin, end - begin);
+    uint8_t* out = job.out ? job.out + begin : nullptr;
+    if constexpr (kAct == CastActivation::kNone) {
+      partial[chunk] = encode_or_amax<Load, Encode>(in + begin, out, end - begin, scale);
+    } else {
+      constexpr int64_t kBlock = 4096;  // fp32 staging that stays in L1
+      float staged[kBlock];
+      uint32_t m = 0;
+      for (int64_t i = begin; i < end; i += kBlock) {
+        const int64_t len = std::min(kBlock, end - i);
+        activate_span<Load, kAct>(in + i, pre ? pre + i : nullptr, staged, len);
+        m = std::max(m, encode_or_amax<LoadFp32, Encode>(staged, out ? out + (i - begin) : nullptr,
+                                                         len, scale));
+      }
+      partial[chunk] = m;
+    }
   });
   write_scalars(job, *std::max_element(partial.begin(), partial.end()));
 }
 
 // Rowwise codes plus the transposed copy and/or the column sums, in strips of 64 rows; strips are
 // split over threads, each with its own column-sum accumulator (added in chunk order).
-template <class Load, class Encode>
+template <class Load, class Encode, CastActivation kAct>
 void cast_tiled(const CastJob& job) {
   using T = typename Load::type;
   const T* in = static_cast<const T*>(job.in);
+  const T* pre = static_cast<const T*>(job.pre);
   const int64_t rows = job.rows, cols = job.cols;
   const float scale = *job.scale;
   const int64_t row_blocks = (rows + kTile - 1) / kTile;
@@ -123,6 +153,7 @@ void cast_tiled(const CastJob& job) {
   parallel_for(row_blocks, grain, [&](int64_t begin, int64_t end, int chunk) {
     uint32_t m = 0;
     float* acc = nullptr;
+    std::vector<float> staged(kAct == CastActivation::kNone ? 0 : cols);
     if (job.dbias) {
       sums[chunk].assign(cols, 0.0f);
       acc = sums[chunk].data();
@@ -132,8 +163,17 @@ void cast_tiled(const CastJob& job) {
       // Whole rows first (long vectorized loops), then the strip of codes, still in cache, is
       // transposed tile by tile.
       for (int64_t r = r0; r < r0 + h; ++r) {
-        m = std::max(m, encode_span<Load, Encode>(in + r * cols, job.out + r * cols, cols, scale));
-        if (acc) accumulate_span<Load>(in + r * cols, acc, cols);
+        if constexpr (kAct == CastActivation::kNone) {
+          m = std::max(m,
+                       encode_span<Load, Encode>(in + r * cols, job.out + r * cols, cols, scale));
+          if (acc) accumulate_span<Load>(in + r * cols, acc, cols);
+        } else {
+          activate_span<Load, kAct>(in + r * cols, pre ? pre + r * cols : nullptr, staged.data(),
+                                    cols);
+          m = std::max(
+              m, encode_span<LoadFp32, Encode>(staged.data(), job.out + r * cols, cols, scale));
+          if (acc) accumulate_span<LoadFp32>(staged.data(), acc, cols);
+        }
       }
       if (!job.out_t) continue;
       for (int64_t c0 = 0; c0 < cols; c0 += kTile)
@@ -149,22 +189,34 @@ void cast_tiled(const CastJob& job) {
   write_scalars(job, *std::max_element(partial.begin(), partial.end()));
 }
 
-template <class Load, class Encode>
+template <class Load, class Encode, CastActivation kAct>
 void cast_jobs(std::span<const CastJob> jobs) {
   for (const CastJob& job : jobs) {
     if (job.out_t || job.dbias)
-      cast_tiled<Load, Encode>(job);
+      cast_tiled<Load, Encode, kAct>(job);
     else
-      cast_flat<Load, Encode>(job);
+      cast_flat<Load, Encode, kAct>(job);
+  }
+}
+
+template <class Load, class Encode>
+void cast_jobs(CastActivation activation, std::span<const CastJob> jobs) {
+  switch (activation) {
+    case CastActivation::kNone:
+      return cast_jobs<Load, Encode, CastActivation::kNone>(jobs);
+    case CastActivation::kGelu:
+      return cast_jobs<Load, Encode, CastActivation::kGelu>(jobs);
+    case CastActivation::kDgelu:
+      return cast_jobs<Load, Encode, CastActivation::kDgelu>(jobs);
   }
 }
 
 template <class Load>
-void cast_jobs(DType fp8, std::span<const CastJob> jobs) {
-  if (fp8 == DType::kFloat8E5M2)
-    cast_jobs<Load, EncodeE5M2>(jobs);
+void cast_jobs(const CastSpec& spec, std::span<const CastJob> jobs) {
+  if (spec.fp8 == DType::kFloat8E5M2)
+    cast_jobs<Load, EncodeE5M2>(spec.activation, jobs);
   else
-    cast_jobs<Load, EncodeE4M3>(jobs);
+    cast_jobs<Load, EncodeE4M3>(spec.activation, jobs);
 }
 
 }  // namespace
@@ -172,11 +224,11 @@ void cast_jobs(DType fp8, std::span<const CastJob> jobs) {
 void cast(const CastSpec& spec, std::span<const CastJob> jobs) {
   switch (spec.in_dtype) {
     case DType::kFloat32:
-      return cast_jobs<LoadFp32>(spec.fp8, jobs);
+      return cast_jobs<LoadFp32>(spec, jobs);
     case DType::kBFloat16:
-      return cast_jobs<LoadBf16>(spec.fp8, jobs);
+      return cast_jobs<LoadBf16>(spec, jobs);
     case DType::kFloat16:
-      return cast_jobs<LoadFp16>(spec.fp8, jobs);
+      return cast_jobs<LoadFp16>(spec, jobs);
     default:
       QMESH_THROW("cast input must be fp32, bf16 or fp16, got ", dtype_name(spec.in_dtype));
   }

@@ -1,45 +1,89 @@
-// GELU (tanh approximation) and its derivative on the host, shared by the GEMM epilogues
-// and the layers. Branch-free with a polynomial exp so that row loops vectorize.
+// GELU (tanh approximation) and its derivative: one definition for the host (GEMM epilogues,
+// layers, the fused casts) and the CUDA casts that fuse GELU (cuda/cast.cu). Branch-free with
+// a polynomial exp so that row loops vectorize. Every operation is rounded as written: on the
+// device through __fmul_rn / __fadd_rn / __fdiv_rn, which nvcc never contracts into a fused
+// multiply-add; on the host the translation unit that must match the device bit for bit
+// (cpu/cast.cpp) is compiled with -ffp-contract=off (src/quant.cmake).
 #pragma once
 
-#include <algorithm>
-#include <bit>
 #include <cstdint>
+#include <cstring>
+
+#if defined(__CUDACC__)
+#define QMESH_HOST_DEVICE __host__ __device__
+#else
+#define QMESH_HOST_DEVICE
+#endif
 
 namespace qmesh {
 
+namespace gelu_detail {
+
+#if defined(__CUDA_ARCH__)
+QMESH_HOST_DEVICE inline float mul(float a, float b) { return __fmul_rn(a, b); }
+QMESH_HOST_DEVICE inline float add(float a, float b) { return __fadd_rn(a, b); }
+QMESH_HOST_DEVICE inline float sub(float a, float b) { return __fsub_rn(a, b); }
+QMESH_HOST_DEVICE inline float div(float a, float b) { return __fdiv_rn(a, b); }
+QMESH_HOST_DEVICE inline float from_bits(uint32_t b) { return __uint_as_float(b); }
+#else
+inline float mul(float a, float b) { return a * b; }
+inline float add(float a, float b) { return a + b; }
+inline float sub(float a, float b) { return a - b; }
+inline float div(float a, float b) { return a / b; }
+inline float from_bits(uint32_t b) {
+  float f;
+  std::memcpy(&f, &b, sizeof f);
+  return f;
+}
+#endif
+
+}  // namespace gelu_detail
+
 // e^x for x in [-87, 88], relative error ~2e-7: x = n·ln2 + r, e^r by its Taylor polynomial.
-inline float exp_approx(float x) {
-  x = std::min(std::max(x, -87.0f), 88.0f);
+// NaN stays NaN.
+QMESH_HOST_DEVICE inline float exp_approx(float x) {
+  using namespace gelu_detail;
+  x = x < -87.0f ? -87.0f : x;
+  x = x > 88.0f ? 88.0f : x;
   const float magic = 12582912.0f;  // 1.5 · 2^23: adding it rounds to an integer
-  const float n = (x * 1.44269504f + magic) - magic;
-  const float r = x - n * 0.693145751953125f - n * 1.428606765330187e-06f;
+  float n = sub(add(mul(x, 1.44269504f), magic), magic);
+  n = n == n ? n : 0.0f;  // NaN: the polynomial below is NaN already; no NaN -> int conversion
+  const float r = sub(sub(x, mul(n, 0.693145751953125f)), mul(n, 1.428606765330187e-06f));
   float p = 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  const auto bits = static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23;
-  return p * std::bit_cast<float>(bits);
+  p = add(mul(p, r), 1.0f / 120.0f);
+  p = add(mul(p, r), 1.0f / 24.0f);
+  p = add(mul(p, r), 1.0f / 6.0f);
+  p = add(mul(p, r), 0.5f);
+  p = add(mul(p, r), 1.0f);
+  p = add(mul(p, r), 1.0f);
+  return mul(p, from_bits(static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23));
 }
 
 // tanh(y) = 1 - 2 / (e^{2y} + 1); absolute error ~1e-7 over all y.
-inline float tanh_approx(float y) { return 1.0f - 2.0f / (exp_approx(2.0f * y) + 1.0f); }
+QMESH_HOST_DEVICE inline float tanh_approx(float y) {
+  using namespace gelu_detail;
+  return sub(1.0f, div(2.0f, add(exp_approx(mul(2.0f, y)), 1.0f)));
+}
 
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kGeluCubic = 0.044715f;
 
-inline float gelu(float x) {
-  const float t = tanh_approx(kSqrt2OverPi * (x + kGeluCubic * x * x * x));
-  return 0.5f * x * (1.0f + t);
+// tanh(sqrt(2/pi) (x + 0.044715 x^3)).
+QMESH_HOST_DEVICE inline float gelu_tanh(float x) {
+  using namespace gelu_detail;
+  return tanh_approx(mul(kSqrt2OverPi, add(x, mul(mul(mul(kGeluCubic, x), x), x))));
 }
 
-inline float dgelu(float x) {
-  const float t = tanh_approx(kSqrt2OverPi * (x + kGeluCubic * x * x * x));
-  const float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * x * x);
-  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+QMESH_HOST_DEVICE inline float gelu(float x) {
+  using namespace gelu_detail;
+  return mul(mul(0.5f, x), add(1.0f, gelu_tanh(x)));
+}
+
+QMESH_HOST_DEVICE inline float dgelu(float x) {
+  using namespace gelu_detail;
+  const float t = gelu_tanh(x);
+  const float du = mul(kSqrt2OverPi, add(1.0f, mul(mul(3.0f * kGeluCubic, x), x)));
+  return add(mul(0.5f, add(1.0f, t)), mul(mul(mul(0.5f, x), sub(1.0f, mul(t, t))), du));
 }
 
 // r[j] = gelu(r[j]) for j < n.

@@ -1,18 +1,25 @@
 // CUDA backend of the cast ops.
 //
-// Every element goes through __nv_cvt_float_to_fp8(x * scale, __NV_SATFINITE, fmt): the
-// conversion qmesh/fp8.h reproduces bit for bit on the host, so codes match the CPU backend.
+// Every element goes through the saturating round-to-nearest-even conversion of x * scale
+// (__nv_cvt_float2_to_fp8x2 with __NV_SATFINITE: two elements per instruction, each converted
+// as __nv_cvt_float_to_fp8 would): the conversion qmesh/fp8.h reproduces bit for bit on the
+// host, so codes match the CPU backend.
 // amax is fused: each thread keeps max(|x| bits), a warp reduces with __reduce_max_sync, the
 // block combines its warps in shared memory and issues one atomicMax on the float's bits
 // (non-negative floats order like their bit patterns and NaN sorts above +inf, which gives the
-// NaN-propagating policy of ops/amax.h). Loads and stores move 16 bytes per instruction when
-// the pointers and extents allow it, else the same kernel falls back to element accesses.
+// NaN-propagating policy of ops/amax.h). A cast with an activation (ops/cast_activation.h:
+// GELU, or GELU's backward with the pre-activation loaded beside the gradient) applies it to
+// each loaded value first, with the host twin's operations. Loads and stores move 16 bytes per
+// instruction when the pointers and extents allow it, else the same kernel falls back to element
+// accesses.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <vector>
@@ -20,6 +27,7 @@
 #include "cuda/cast.h"
 #include "cuda/device_scalar.h"
 #include "cuda/stream_scratch.h"
+#include "ops/cast_activation.h"
 #include "qmesh/cuda_check.h"
 #include "qmesh/device.h"
 #include "qmesh/error.h"
@@ -38,8 +46,14 @@ constexpr int64_t kFlatChunk = int64_t{kThreads} * kVec * kFlatIters;
 // the classic 4 KiB limit of kernel parameters, which CUDA 12.1 raised to 32764 bytes on Volta
 // and newer.
 constexpr int kMaxGroups = 64;
-// Tiled kernel: 64 x 64 elements; thread (row = tid / 4, segment = tid % 4) owns 16 columns.
-constexpr int kTile = 64;
+// Tiled kernel: tiles of 128 x 64 elements; each thread owns 16 columns of two rows 64 apart.
+constexpr int kTileRows = 128;
+constexpr int kTileCols = 64;
+constexpr int kRowStep = kThreads / (kTileCols / kVec);  // 64
+constexpr int kRowsPerThread = kTileRows / kRowStep;     // 2
+static_assert(kRowsPerThread == 2, "the column sums add a thread's two rows");
+static_assert(kTileRows == (kThreads / kTileCols) * 2 * kVec,
+              "the transposed phase writes 2 x 16 bytes per thread");
 
 template <class T>
 __device__ __forceinline__ float load_float(T x);
@@ -63,9 +77,18 @@ __device__ __forceinline__ float load_float<Fp16>(Fp16 x) {
   return __half2float(__ushort_as_half(x.bits));
 }
 
+// codes[k] = encode(v[k] * scale), two values per conversion instruction (the same
+// round-to-nearest-even saturating conversion as the one-value form, element by element).
 template <__nv_fp8_interpretation_t kFmt>
-__device__ __forceinline__ uint8_t encode(float x) {
-  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, kFmt));
+__device__ __forceinline__ void encode_vec(const float (&v)[kVec], float scale,
+                                           uint8_t (&codes)[kVec]) {
+#pragma unroll
+  for (int k = 0; k < kVec; k += 2) {
+    const __nv_fp8x2_storage_t pair =
+        __nv_cvt_float2_to_fp8x2(make_float2(v[k] * scale, v[k + 1] * scale), __NV_SATFINITE, kFmt);
+    codes[k] = static_cast<uint8_t>(pair & 0xFF);
+    codes[k + 1] = static_cast<uint8_t>(pair >> 8);
+  }
 }
 
 __device__ __forceinline__ uint32_t abs_bits(float x) { return __float_as_uint(x) & 0x7FFFFFFFu; }
@@ -88,6 +111,19 @@ __device__ __forceinline__ void load_vec(const T* in, int64_t i, int64_t n, bool
   } else {
 #pragma unroll
     for (int k = 0; k < kVec; ++k) v[k] = i + k < n ? load_float(in[i + k]) : 0.0f;
+  }
+}
+
+// v[k] = activate<kAct>(v[k], pre[row + i + k]): the values a fused cast quantizes (pre:
+// kDgelu only; i and n as for load_vec, within the row that starts at element `row`).
+template <CastActivation kAct, class T>
+__device__ __forceinline__ void activate_vec(const T* pre, int64_t row, int64_t i, int64_t n,
+                                             bool vec, float (&v)[kVec]) {
+  if constexpr (kAct != CastActivation::kNone) {
+    float p[kVec] = {};
+    if constexpr (kAct == CastActivation::kDgelu) load_vec(pre + row, i, n, vec, p);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) v[k] = activate<kAct>(v[k], p[k]);
   }
 }
 
@@ -120,7 +156,8 @@ __device__ void block_amax(uint32_t m, float* amax) {
 
 struct FlatGroup {
   const void* in;
-  uint8_t* out;  // null: amax only
+  const void* pre;  // CastActivation::kDgelu
+  uint8_t* out;     // null: amax only
   const float* scale;
   float* scale_inv;
   float* amax;
@@ -139,14 +176,16 @@ __global__ void zero_amax_kernel(FlatParams p) {
     *p.groups[threadIdx.x].amax = 0.0f;
 }
 
-template <class T, __nv_fp8_interpretation_t kFmt>
+template <class T, __nv_fp8_interpretation_t kFmt, CastActivation kAct>
 __global__ void __launch_bounds__(kThreads) cast_flat_kernel(FlatParams p) {
   int g = 0;
   while (g + 1 < p.count && p.groups[g + 1].first_block <= int64_t(blockIdx.x)) ++g;
   const FlatGroup& grp = p.groups[g];
   const T* in = static_cast<const T*>(grp.in);
-  const bool vec =
-      reinterpret_cast<uintptr_t>(in) % 16 == 0 && reinterpret_cast<uintptr_t>(grp.out) % 16 == 0;
+  const T* pre = static_cast<const T*>(grp.pre);
+  const bool vec = reinterpret_cast<uintptr_t>(in) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(grp.out) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(pre) % 16 == 0;
   const float scale = grp.out ? *grp.scale : 0.0f;
   const int64_t base = (int64_t(blockIdx.x) - grp.first_block) * kFlatChunk;
   uint32_t m = 0;
@@ -156,12 +195,11 @@ __global__ void __launch_bounds__(kThreads) cast_flat_kernel(FlatParams p) {
     if (i >= grp.n) break;
     float v[kVec];
     load_vec(in, i, grp.n, vec, v);
+    activate_vec<kAct>(pre, 0, i, grp.n, vec, v);
     alignas(16) uint8_t codes[kVec];
+    encode_vec<kFmt>(v, scale, codes);
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) {
-      m = max(m, abs_bits(v[k]));
-      codes[k] = encode<kFmt>(v[k] * scale);
-    }
+    for (int k = 0; k < kVec; ++k) m = max(m, abs_bits(v[k]));
     if (grp.out) store_vec(grp.out, i, grp.n, vec, codes);
   }
   block_amax(m, grp.amax);
@@ -173,6 +211,7 @@ __global__ void __launch_bounds__(kThreads) cast_flat_kernel(FlatParams p) {
 
 struct TileParams {
   const void* in;
+  const void* pre;  // CastActivation::kDgelu
   uint8_t* out;
   uint8_t* out_t;   // null: no columnwise copy
   float* partials;  // null: no dbias; else fp32 [row_tiles, cols] column sums per row tile
@@ -184,46 +223,59 @@ struct TileParams {
   bool vec;  // 16-byte accesses are legal (aligned pointers, rows and cols multiples of 16)
 };
 
-// Shared memory holds the tile's codes row-major, 64 bytes per row, without padding: the
-// rowwise phase writes 16-byte vectors whose quarter-warp phases cover 128 contiguous bytes,
-// and the transposed phase has the 32 lanes of a warp read 32 consecutive bytes of one row
-// (8 words, each broadcast to 4 lanes). Both patterns are free of bank conflicts as they are;
-// padding the rows would break the first one.
-template <class T, __nv_fp8_interpretation_t kFmt>
+// A tile is kTileRows x kTileCols elements. Thread (lr = tid / 4, seg = tid % 4) loads the
+// 16 columns seg * 16.. of rows lr and lr + 64: its loads of both rows (8 x 16 bytes for fp32)
+// are issued before any is used. Shared memory holds the tile's codes row-major, 64 bytes per
+// row, without padding: the rowwise phase writes 16-byte vectors whose quarter-warp phases
+// cover 128 contiguous bytes, and the transposed phase has the 32 lanes of a warp read 32
+// consecutive bytes of one row (8 words, each broadcast to 4 lanes); both are free of bank
+// conflicts. In the transposed phase thread (oc = tid % 64, part = tid / 64) writes bytes
+// part * 32.. of columnwise row c0 + oc: two 16-byte stores into one whole 32-byte sector.
+template <class T, __nv_fp8_interpretation_t kFmt, CastActivation kAct>
 __global__ void __launch_bounds__(kThreads) cast_tiled_kernel(TileParams p) {
-  __shared__ alignas(16) uint8_t tile[kTile][kTile];
-  __shared__ float warp_sums[kWarps][kTile];
+  __shared__ alignas(16) uint8_t tile[kTileRows][kTileCols];
+  __shared__ float warp_sums[kWarps][kTileCols];
   const T* in = static_cast<const T*>(p.in);
+  const T* pre = static_cast<const T*>(p.pre);
   const float scale = *p.scale;
-  const int64_t tiles_c = (p.cols + kTile - 1) / kTile;
-  const int64_t tiles = (p.rows + kTile - 1) / kTile * tiles_c;
+  const int64_t tiles_c = (p.cols + kTileCols - 1) / kTileCols;
+  const int64_t tiles = (p.rows + kTileRows - 1) / kTileRows * tiles_c;
   const int lr = threadIdx.x / 4, seg = threadIdx.x % 4;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   uint32_t m = 0;
   for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
-    const int64_t r0 = t / tiles_c * kTile, c0 = t % tiles_c * kTile;
-    const int64_t r = r0 + lr, c = c0 + seg * kVec;
-    float v[kVec];
-    alignas(16) uint8_t codes[kVec];
-    if (r < p.rows) {
-      load_vec(in + r * p.cols, c, p.cols, p.vec, v);
-    } else {
+    const int64_t r0 = t / tiles_c * kTileRows, c0 = t % tiles_c * kTileCols;
+    const int64_t c = c0 + seg * kVec;
+    float v[kRowsPerThread][kVec];
 #pragma unroll
-      for (int k = 0; k < kVec; ++k) v[k] = 0.0f;
+    for (int h = 0; h < kRowsPerThread; ++h) {
+      const int64_t r = r0 + lr + h * kRowStep;
+      if (r < p.rows) {
+        load_vec(in + r * p.cols, c, p.cols, p.vec, v[h]);
+      } else {
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) v[h][k] = 0.0f;
+      }
     }
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) {
-      m = max(m, abs_bits(v[k]));
-      codes[k] = encode<kFmt>(v[k] * scale);
+    for (int h = 0; h < kRowsPerThread; ++h) {
+      const int64_t r = r0 + lr + h * kRowStep;
+      if (r < p.rows) activate_vec<kAct>(pre, r * p.cols, c, p.cols, p.vec, v[h]);
+      alignas(16) uint8_t codes[kVec];
+      encode_vec<kFmt>(v[h], scale, codes);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) m = max(m, abs_bits(v[h][k]));
+      if (r < p.rows) store_vec(p.out + r * p.cols, c, p.cols, p.vec, codes);
+      if (p.out_t)
+        *reinterpret_cast<uint4*>(&tile[lr + h * kRowStep][seg * kVec]) =
+            *reinterpret_cast<const uint4*>(codes);
     }
-    if (r < p.rows) store_vec(p.out + r * p.cols, c, p.cols, p.vec, codes);
-    if (p.out_t)
-      *reinterpret_cast<uint4*>(&tile[lr][seg * kVec]) = *reinterpret_cast<const uint4*>(codes);
     if (p.partials) {
-      // Lanes with the same segment differ in lane bits 2..4: three shuffles sum 8 rows.
+      // Lanes with the same segment differ in lane bits 2..4: three shuffles sum 8 threads'
+      // pairs of rows.
 #pragma unroll
       for (int k = 0; k < kVec; ++k) {
-        float s = v[k];
+        float s = v[0][k] + v[1][k];
         s += __shfl_xor_sync(0xFFFFFFFFu, s, 4);
         s += __shfl_xor_sync(0xFFFFFFFFu, s, 8);
         s += __shfl_xor_sync(0xFFFFFFFFu, s, 16);
@@ -232,18 +284,23 @@ __global__ void __launch_bounds__(kThreads) cast_tiled_kernel(TileParams p) {
     }
     __syncthreads();
     if (p.out_t) {
-      const int oc = threadIdx.x % kTile, oseg = threadIdx.x / kTile;
-      alignas(16) uint8_t col[kVec];
+      const int oc = threadIdx.x % kTileCols, part = threadIdx.x / kTileCols;
+      if (c0 + oc < p.cols) {
 #pragma unroll
-      for (int k = 0; k < kVec; ++k) col[k] = tile[oseg * kVec + k][oc];
-      if (c0 + oc < p.cols)
-        store_vec(p.out_t + (c0 + oc) * p.rows, r0 + oseg * kVec, p.rows, p.vec, col);
+        for (int half = 0; half < 2; ++half) {
+          const int row = part * 2 * kVec + half * kVec;
+          alignas(16) uint8_t col[kVec];
+#pragma unroll
+          for (int k = 0; k < kVec; ++k) col[k] = tile[row + k][oc];
+          store_vec(p.out_t + (c0 + oc) * p.rows, r0 + row, p.rows, p.vec, col);
+        }
+      }
     }
-    if (p.partials && threadIdx.x < kTile && c0 + threadIdx.x < p.cols) {
+    if (p.partials && threadIdx.x < kTileCols && c0 + threadIdx.x < p.cols) {
       float s = 0.0f;
 #pragma unroll
       for (int w = 0; w < kWarps; ++w) s += warp_sums[w][threadIdx.x];
-      p.partials[r0 / kTile * p.cols + c0 + threadIdx.x] = s;
+      p.partials[r0 / kTileRows * p.cols + c0 + threadIdx.x] = s;
     }
     __syncthreads();
   }
@@ -301,6 +358,11 @@ struct FmtTag {
   static constexpr __nv_fp8_interpretation_t value = kFmt;
 };
 
+template <CastActivation kAct>
+struct ActTag {
+  static constexpr CastActivation value = kAct;
+};
+
 // Calls f(TypeTag<T>, FmtTag<fmt>) for the dtype pair.
 template <class F>
 void dispatch(DType wide, DType fp8, F&& f) {
@@ -322,11 +384,43 @@ void dispatch(DType wide, DType fp8, F&& f) {
   }
 }
 
-int resident_blocks() {
+// Calls f(TypeTag<T>, FmtTag<fmt>, ActTag<act>) for the cast's spec.
+template <class F>
+void dispatch(const CastSpec& spec, F&& f) {
+  dispatch(spec.in_dtype, spec.fp8, [&](auto type, auto fmt) {
+    switch (spec.activation) {
+      case CastActivation::kNone:
+        return f(type, fmt, ActTag<CastActivation::kNone>{});
+      case CastActivation::kGelu:
+        return f(type, fmt, ActTag<CastActivation::kGelu>{});
+      case CastActivation::kDgelu:
+        return f(type, fmt, ActTag<CastActivation::kDgelu>{});
+    }
+  });
+}
+
+int multiprocessors() {
   int device = 0, sms = 0;
   QMESH_CHECK_CUDA(cudaGetDevice(&device));
   QMESH_CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  return sms * (2048 / kThreads);
+  return sms;
+}
+
+// The blocks of `kernel` (kThreads threads) that the current device holds at once: a grid of
+// persistent blocks sized by the kernel's real occupancy (registers and shared memory), not
+// by the thread limit alone. The per-SM count is asked once per kernel.
+template <class Kernel>
+int resident_blocks(Kernel* kernel) {
+  static std::mutex mutex;
+  static std::map<const void*, int> per_sm;
+  const std::lock_guard lock(mutex);
+  auto [it, added] = per_sm.try_emplace(reinterpret_cast<const void*>(kernel), 1);
+  if (added) {
+    int blocks = 0;
+    QMESH_CHECK_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, 0));
+    it->second = std::max(blocks, 1);
+  }
+  return multiprocessors() * it->second;
 }
 
 void cast_flat(const CastSpec& spec, std::span<const CastJob> jobs, cudaStream_t stream) {
@@ -337,7 +431,8 @@ void cast_flat(const CastSpec& spec, std::span<const CastJob> jobs, cudaStream_t
     const int64_t n = job.rows * job.cols;
     const bool replace = job.amax_update == AmaxUpdate::kReplace;
     any_replace = any_replace || replace;
-    p.groups[p.count++] = {job.in, job.out, job.scale, job.scale_inv, job.amax, replace, n, blocks};
+    p.groups[p.count++] = {job.in,   job.pre, job.out, job.scale, job.scale_inv,
+                           job.amax, replace, n,       blocks};
     blocks += std::max<int64_t>(1, (n + kFlatChunk - 1) / kFlatChunk);
   }
   QMESH_CHECK(blocks < (int64_t{1} << 31), "CUDA cast of ", blocks, " blocks is too large");
@@ -345,20 +440,20 @@ void cast_flat(const CastSpec& spec, std::span<const CastJob> jobs, cudaStream_t
     zero_amax_kernel<<<1, kMaxGroups, 0, stream>>>(p);
     QMESH_CHECK_CUDA(cudaGetLastError());
   }
-  dispatch(spec.in_dtype, spec.fp8, [&](auto type, auto fmt) {
-    cast_flat_kernel<typename decltype(type)::type, decltype(fmt)::value>
+  dispatch(spec, [&](auto type, auto fmt, auto act) {
+    cast_flat_kernel<typename decltype(type)::type, decltype(fmt)::value, decltype(act)::value>
         <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p);
   });
   QMESH_CHECK_CUDA(cudaGetLastError());
 }
 
 void cast_tiled(const CastSpec& spec, const CastJob& job, cudaStream_t stream) {
-  const int64_t row_tiles = (job.rows + kTile - 1) / kTile;
-  const int64_t tiles = row_tiles * ((job.cols + kTile - 1) / kTile);
-  TileParams p{job.in,        job.out,  job.out_t, nullptr,  job.scale,
-               job.scale_inv, job.amax, job.rows,  job.cols, false};
-  p.vec = aligned16(job.in) && aligned16(job.out) && (!job.out_t || aligned16(job.out_t)) &&
-          job.rows % kVec == 0 && job.cols % kVec == 0;
+  const int64_t row_tiles = (job.rows + kTileRows - 1) / kTileRows;
+  const int64_t tiles = row_tiles * ((job.cols + kTileCols - 1) / kTileCols);
+  TileParams p{job.in,        job.pre,  job.out,  job.out_t, nullptr, job.scale,
+               job.scale_inv, job.amax, job.rows, job.cols,  false};
+  p.vec = aligned16(job.in) && aligned16(job.pre) && aligned16(job.out) &&
+          (!job.out_t || aligned16(job.out_t)) && job.rows % kVec == 0 && job.cols % kVec == 0;
   if (job.amax_update == AmaxUpdate::kReplace) {
     zero_scalar_kernel<<<1, 1, 0, stream>>>(job.amax);
     QMESH_CHECK_CUDA(cudaGetLastError());
@@ -372,10 +467,11 @@ void cast_tiled(const CastSpec& spec, const CastJob& job, cudaStream_t stream) {
   }
   std::optional<StreamScratch<float>> scratch;
   if (job.dbias) p.partials = scratch.emplace(size_t(row_tiles * job.cols), stream).get();
-  const auto grid = static_cast<unsigned>(std::min<int64_t>(tiles, resident_blocks()));
-  dispatch(spec.in_dtype, spec.fp8, [&](auto type, auto fmt) {
-    cast_tiled_kernel<typename decltype(type)::type, decltype(fmt)::value>
-        <<<grid, kThreads, 0, stream>>>(p);
+  dispatch(spec, [&](auto type, auto fmt, auto act) {
+    const auto kernel = cast_tiled_kernel<typename decltype(type)::type, decltype(fmt)::value,
+                                          decltype(act)::value>;
+    const auto grid = static_cast<unsigned>(std::min<int64_t>(tiles, resident_blocks(kernel)));
+    kernel<<<grid, kThreads, 0, stream>>>(p);
   });
   QMESH_CHECK_CUDA(cudaGetLastError());
   if (p.partials) {
@@ -416,12 +512,12 @@ void dequantize(int device, const uint8_t* in, DType fp8, const float* scale_inv
   require_device_scalar(scale_inv, device, "the dequantize input's scale_inv");
   if (n == 0) return;  // a grid of size 0 is an error
   auto s = static_cast<cudaStream_t>(stream.handle);
-  const auto blocks =
-      static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, resident_blocks()));
   dispatch(out_dtype, fp8, [&](auto type, auto fmt) {
     using T = typename decltype(type)::type;
-    dequantize_kernel<T, decltype(fmt)::value>
-        <<<blocks, kThreads, 0, s>>>(in, scale_inv, static_cast<T*>(out), n);
+    const auto kernel = dequantize_kernel<T, decltype(fmt)::value>;
+    const auto blocks = static_cast<unsigned>(
+        std::min<int64_t>((n + kThreads - 1) / kThreads, resident_blocks(kernel)));
+    kernel<<<blocks, kThreads, 0, s>>>(in, scale_inv, static_cast<T*>(out), n);
   });
   QMESH_CHECK_CUDA(cudaGetLastError());
 }

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "cpu/gelu.h"
 #include "cuda/block_sum.h"
 #include "cuda/layer_kernels.h"
 #include "cuda/stream_scratch.h"
@@ -159,23 +160,15 @@ __global__ void add_bias_kernel(float* y, const float* bias, int64_t n, int64_t 
   if (i < n) y[i] += bias[i % cols];
 }
 
-constexpr float kSqrt2OverPi = 0.7978845608028654f;
-constexpr float kGeluCubic = 0.044715f;
-
-__device__ float gelu_tanh(float x) { return tanhf(kSqrt2OverPi * (x + kGeluCubic * x * x * x)); }
-
+// GELU and its backward as the host computes them (cpu/gelu.h): the same bits.
 __global__ void gelu_kernel(const float* x, float* y, int64_t n) {
   const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
-  if (i < n) y[i] = 0.5f * x[i] * (1.0f + gelu_tanh(x[i]));
+  if (i < n) y[i] = ::qmesh::gelu(x[i]);
 }
 
 __global__ void dgelu_kernel(const float* dy, const float* pre, float* dx, int64_t n) {
   const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
-  if (i >= n) return;
-  const float x = pre[i];
-  const float t = gelu_tanh(x);
-  const float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * x * x);
-  dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
+  if (i < n) dx[i] = __fmul_rn(dy[i], ::qmesh::dgelu(pre[i]));
 }
 
 __global__ void add_kernel(const float* a, const float* b, float* out, int64_t n) {

@@ -4,6 +4,9 @@
 #include <mutex>
 #include <set>
 
+#include "cuda/stream_memory.h"
+#include "qmesh/device.h"
+
 namespace qmesh::detail::cuda {
 
 void* stream_alloc(size_t bytes, cudaStream_t stream) {
@@ -23,6 +26,16 @@ void* stream_alloc(size_t bytes, cudaStream_t stream) {
   void* p = nullptr;
   QMESH_CHECK_CUDA(cudaMallocAsync(&p, bytes, stream));
   return p;
+}
+
+void* allocate_in_stream_order(int device, size_t bytes, Stream stream) {
+  const DeviceGuard guard(device);
+  return stream_alloc(bytes, static_cast<cudaStream_t>(stream.handle));
+}
+
+void free_in_stream_order(int device, void* p, Stream stream) noexcept {
+  const DeviceGuard guard(device, std::nothrow);
+  (void)cudaFreeAsync(p, static_cast<cudaStream_t>(stream.handle));
 }
 
 }  // namespace qmesh::detail::cuda

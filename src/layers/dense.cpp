@@ -56,6 +56,12 @@ struct Dense::Impl {
         ": a row-parallel layer cannot fuse GELU (its output is a partial sum)");
     QMESH_CHECK(opt.bias || opt.activation == DenseActivation::kNone, name,
                 ": GELU is fused with the bias; enable the bias");
+    QMESH_CHECK(
+        opt.gelu_split != DenseGeluSplit::kProducer || opt.activation == DenseActivation::kGelu,
+        name, ": DenseGeluSplit::kProducer needs activation kGelu");
+    QMESH_CHECK(
+        opt.gelu_split != DenseGeluSplit::kConsumer || opt.activation == DenseActivation::kNone,
+        name, ": DenseGeluSplit::kConsumer applies GELU to its input; set activation kNone");
     if (opt.sequence_parallel && context.device().is_cuda()) {
       const Placement& place = context.placement();
       QMESH_CHECK(place.stream.handle && place.comm_stream.handle &&
@@ -123,7 +129,7 @@ struct Dense::Impl {
     q.data = w;
     q.data_t = TensorView();
     if (columnwise()) {
-      q.data_t = ensure_tensor(w_full_t, w.dtype, Shape{in_local, out_local}, ctx.device());
+      q.data_t = w_full_t.ensure(w.dtype, Shape{in_local, out_local}, ctx.device(), ctx.stream());
       transpose(q.data, q.data_t, ctx.stream());
     }
     return GemmOperand::fp8(q);
@@ -149,6 +155,11 @@ struct Dense::Impl {
   bool column() const { return options.parallelism == DenseParallelism::kColumn; }
   bool row() const { return options.parallelism == DenseParallelism::kRow; }
   bool sp() const { return options.sequence_parallel; }
+  // GELU on the output in this layer's forward (else a kProducer leaves it to its consumer).
+  bool gelu_here() const {
+    return options.activation == DenseActivation::kGelu &&
+           options.gelu_split != DenseGeluSplit::kProducer;
+  }
   // The CUDA FP8 GEMM is TN-only: backward needs the transposed copies there.
   bool columnwise() const { return x_in.device.is_cuda(); }
 
@@ -164,7 +175,10 @@ struct Dense::Impl {
     QMESH_CHECK(!(row() && sp()) || tokens % tp->size() == 0, name, ": ", tokens,
                 " tokens cannot be reduce-scattered over tp=", tp->size());
     GemmArgs args;
-    args.a = x_cast.cast(x, columnwise());
+    CastFusion input_fusion;
+    if (options.gelu_split == DenseGeluSplit::kConsumer)
+      input_fusion.kind = CastFusion::Kind::kGelu;
+    args.a = x_cast.cast(x, columnwise(), input_fusion);
     GemmOperand x_gathered;
     if (column() && sp()) {
       x_gathered = gather_buffer().get(args.a, tokens, columnwise());
@@ -183,7 +197,7 @@ struct Dense::Impl {
       args.bias = epilogue_bias(args.a.is_quantized());
       args.epilogue = GemmEpilogue::kBias;
     }
-    if (options.activation == DenseActivation::kGelu) {  // saves the pre-activation
+    if (gelu_here()) {  // saves the pre-activation
       args.epilogue = GemmEpilogue::kBiasGeluAux;
       args.aux = ensure_tensor(pre_activation, DType::kFloat32, out.shape, x.device);
     }
@@ -208,7 +222,7 @@ struct Dense::Impl {
     }
     if (fsdp() && !ctx.fsdp_options().keep_gathered) {
       sharding.release();
-      w_full_t = Tensor();
+      w_full_t.reset();
     }
     return out;
   }
@@ -221,7 +235,7 @@ struct Dense::Impl {
     if (fsdp()) last_w = gathered_weight(false);
     const TensorView dx_out = backward_unsharded(dy_in, x_shape);
     if (fsdp()) {  // the reduce-scatter stays in flight while the earlier layers run backward
-      w_full_t = Tensor();
+      w_full_t.reset();
       sharding.reduce_grads();
     }
     return dx_out;
@@ -231,14 +245,15 @@ struct Dense::Impl {
   TensorView backward_unsharded(const TensorView& dy_in, const Shape& x_shape) {
     if (row() && sp()) return backward_row_sp(dy_in, x_shape);
     check_shape(dy_in, Shape{tokens, out_local}, name + " output gradient");
-    TensorView dy = dy_in;
-    if (options.activation == DenseActivation::kGelu) {  // through GELU: dy * gelu'(pre)
-      const TensorView d = ensure_tensor(dpre, DType::kFloat32, dy.shape, dy.device);
-      dgelu(dy, pre_activation, d, ctx.stream());
-      dy = d;
+    // Through GELU (dy · gelu'(pre), pre saved by forward: the output itself for a kProducer)
+    // and the bias gradient, in dy's cast.
+    CastFusion fusion;
+    if (options.activation == DenseActivation::kGelu) {
+      fusion.kind = CastFusion::Kind::kDgelu;
+      fusion.pre = gelu_here() ? pre_activation.view() : y.view();
     }
-    if (options.bias) bias_grad(dy, bias_grad_target(), ctx.stream());
-    const GemmOperand dy_op = dy_cast.cast(dy, columnwise());
+    if (options.bias) fusion.dbias = bias_grad_target();
+    const GemmOperand dy_op = dy_cast.cast(dy_in, columnwise(), fusion);
     // dgrad: dx [T, in] = dy · W.
     GemmArgs dgrad = dgrad_args(dy_op);
     if (column() && sp()) {  // partial dx reduce-scattered to this rank's [T/tp, in]
@@ -274,15 +289,15 @@ struct Dense::Impl {
   TensorView backward_row_sp(const TensorView& dy_in, const Shape& x_shape) {
     const int n = tp->size();
     check_shape(dy_in, Shape{tokens / n, out_local}, name + " output gradient");
+    CastFusion fusion;  // this rank's column sums, summed in dy's cast
+    if (options.bias) fusion.dbias = bias_grad_target();
+    GemmArgs dgrad = dgrad_args(dy_cast.cast(dy_in, columnwise(), fusion));
     if (options.bias) {
       const TensorView sums =
           ensure_tensor(bias_sums, DType::kFloat32, Shape{n, out_local}, dy_in.device);
-      const TensorView grad = bias_grad_target();
-      bias_grad(dy_in, grad, ctx.stream());
-      all_gather_in_stream_order(*tp, grad, sums, ctx.stream());
-      bias_grad(sums, grad, ctx.stream());  // rank 0's sums plus the others' in rank order
+      all_gather_in_stream_order(*tp, fusion.dbias, sums, ctx.stream());
+      bias_grad(sums, fusion.dbias, ctx.stream());  // rank 0's sums plus the others' in rank order
     }
-    GemmArgs dgrad = dgrad_args(dy_cast.cast(dy_in, columnwise()));
     const GemmOperand dy_gathered = dy_gather.get(dgrad.a, tokens, columnwise());
     dgrad.d = ensure_tensor(dx, DType::kFloat32, x_shape, x_in.device);
     all_gather_gemm(*tp, dgrad, rowwise(dy_gathered), overlap, streams());
@@ -395,13 +410,13 @@ struct Dense::Impl {
   int64_t epilogue_checked_for = -1;                  // the token count `epilogue` was chosen for
   DenseEpilogue epilogue = DenseEpilogue::kNone;      // what the forward GEMM runs
   DenseEpilogue ran_epilogue = DenseEpilogue::kNone;  // what the last forward ran
-  Tensor y, pre_activation, bias_sums, dpre, dx, bias_bf16;
+  Tensor y, pre_activation, bias_sums, dx, bias_bf16;
   // FSDP: forward's cast shard and the gathered weight's columnwise copy; the gathers
   // (slot 0: the weight's codes / bf16 / fp32, flat and padded; slot 1: the fp32 bias) and the
   // gradient reduce-scatters. Declared last: destroyed first (it completes a reduction into
   // weight.grad and bias.grad still in flight).
   GemmOperand w_shard;
-  Tensor w_full_t;
+  StreamOrderedTensor w_full_t;
   FsdpLayer sharding;
 };
 

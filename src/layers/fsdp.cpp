@@ -3,6 +3,7 @@
 #include <cstring>
 #include <vector>
 
+#include "qmesh/comm/stream_ordered.h"
 #include "qmesh/copy.h"
 #include "qmesh/error.h"
 #include "qmesh/train/ordered_reduce.h"
@@ -76,8 +77,12 @@ WorkHandle FsdpGroup::all_gather_async(const TensorView& shard, const TensorView
     copy_bytes_async(full.data, full.device, shard.data, shard.device, shard.nbytes(), stream);
     return nullptr;
   }
-  return fsdp_->all_gather_async(flat(shard, 0, shard.numel()), flat(full, 0, full.numel()),
-                                 stream);
+  WorkHandle work =
+      fsdp_->all_gather_async(flat(shard, 0, shard.numel()), flat(full, 0, full.numel()), stream);
+  // NCCL with CUDA buffers: ordered on `stream`, nothing for the host to wait for (dropping
+  // the handle does not block).
+  if (completes_in_stream_order(*fsdp_, full)) return nullptr;
+  return work;
 }
 
 Tensor FsdpGroup::full_value(const Parameter& p) const {

@@ -12,10 +12,10 @@
 namespace qmesh {
 
 // The reduce-scatters run on `comm`; finish() orders the compute stream's later work (the
-// optimizer) after them.
+// optimizer) after them, and releases the full gradients they read in comm's order.
 struct FsdpLayer::PendingReduction {
   std::vector<WorkHandle> works;
-  std::vector<Tensor> buffers;
+  std::vector<StreamOrderedTensor> buffers;
   Device device;
   Stream compute, comm;
   void finish() {
@@ -23,6 +23,7 @@ struct FsdpLayer::PendingReduction {
       if (work) work->wait();
     works.clear();
     order_after(device, compute, comm);
+    for (StreamOrderedTensor& buffer : buffers) buffer.reset(comm);
     buffers.clear();
   }
 };
@@ -54,7 +55,7 @@ Parameter FsdpLayer::shard_parameter(std::string name, Tensor init) const {
 }
 
 int FsdpLayer::add_gather(Source source) {
-  slots_.push_back({std::move(source), Tensor()});
+  slots_.push_back({std::move(source), StreamOrderedTensor()});
   return int(slots_.size()) - 1;
 }
 
@@ -73,8 +74,8 @@ void FsdpLayer::start(bool forward) {
     shards.push_back(slot.source(forward));
     const TensorView& shard = shards.back();
     if (!shard.empty())
-      ensure_tensor(slot.full, shard.dtype, Shape{shard.numel() * ctx_.fsdp().size()},
-                    shard.device);
+      slot.full.ensure(shard.dtype, Shape{shard.numel() * ctx_.fsdp().size()}, shard.device,
+                       ctx_.stream());
   }
   // The gathers start after the shards' casts and every earlier use of the buffers, all
   // enqueued on the compute stream so far.
@@ -95,8 +96,8 @@ void FsdpLayer::acquire(bool forward) {
 }
 
 TensorView FsdpLayer::gathered(int slot) const {
-  const Tensor& full = slots_.at(size_t(slot)).full;
-  QMESH_CHECK(gathered_ && full.data(), "FsdpLayer: slot ", slot, " was not gathered");
+  const StreamOrderedTensor& full = slots_.at(size_t(slot)).full;
+  QMESH_CHECK(gathered_ && !full.empty(), "FsdpLayer: slot ", slot, " was not gathered");
   return full.view();
 }
 
@@ -111,14 +112,14 @@ void FsdpLayer::wait_gathers() {
 void FsdpLayer::release() {
   wait_gathers();
   gathered_ = fresh_for_forward_ = false;
-  for (Slot& slot : slots_) slot.full = Tensor();
+  for (Slot& slot : slots_) slot.full.reset();
 }
 
 void FsdpLayer::add_grads(std::vector<Parameter*> params) {
   if (!enabled()) return;
   int64_t pad = 0;
   for (Parameter* p : params) {
-    grads_.push_back({p, Tensor()});
+    grads_.push_back({p, StreamOrderedTensor()});
     pad = std::max(pad, p->value.numel() * ctx_.fsdp().size() - p->fsdp_numel);
   }
   if (pad > 0) {
@@ -135,11 +136,12 @@ TensorView FsdpLayer::full_grad(const Parameter& p, const Shape& shape) {
   const int64_t n = shape.numel(), total = p.value.numel() * ctx_.fsdp().size();
   QMESH_CHECK(n == p.fsdp_numel, p.name, ": a full gradient of ", p.fsdp_numel,
               " elements cannot have shape ", shape.str());
-  ensure_tensor(it->full, DType::kFloat32, Shape{total}, ctx_.device());
+  float* full = static_cast<float*>(
+      it->full.ensure(DType::kFloat32, Shape{total}, ctx_.device(), ctx_.stream()).data);
   if (total > n)
-    copy_bytes_async(it->full.data_as<float>() + n, ctx_.device(), grad_padding_.data(),
-                     ctx_.device(), size_t(total - n) * sizeof(float), ctx_.stream());
-  return TensorView(it->full.data(), DType::kFloat32, shape, ctx_.device());
+    copy_bytes_async(full + n, ctx_.device(), grad_padding_.data(), ctx_.device(),
+                     size_t(total - n) * sizeof(float), ctx_.stream());
+  return TensorView(full, DType::kFloat32, shape, ctx_.device());
 }
 
 void FsdpLayer::reduce_grads() {
@@ -152,11 +154,10 @@ void FsdpLayer::reduce_grads() {
   pending->comm = comm_stream();
   order_after(pending->device, pending->comm, pending->compute);  // after the full gradients
   for (Grad& g : grads_) {
-    if (!g.full.data()) continue;  // not written by this backward
+    if (g.full.empty()) continue;  // not written by this backward
     pending->works.push_back(
-        ctx_.fsdp().reduce_scatter_async(g.full, g.param->grad, pending->comm));
+        ctx_.fsdp().reduce_scatter_async(g.full.view(), g.param->grad, pending->comm));
     pending->buffers.push_back(std::move(g.full));
-    g.full = Tensor();
   }
   reduction_ = pending;
   ctx_.fsdp_prefetch().defer([pending] { pending->finish(); });

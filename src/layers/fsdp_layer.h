@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "layers/stream_ordered_tensor.h"
 #include "qmesh/comm/communicator.h"
 #include "qmesh/layers/layer_context.h"
 #include "qmesh/layers/parameter.h"
@@ -46,7 +47,8 @@ class FsdpLayer {
   void acquire(bool forward);
   // The gathered, padded, flat form of a slot after acquire(): every fsdp rank's shard in order.
   TensorView gathered(int slot) const;
-  // Frees the gathered buffers (after waiting for their gathers).
+  // Frees the gathered buffers in the compute stream's order (after the work queued there that
+  // reads them; the gathers in flight are waited for first).
   void release();
 
   // The sharded parameters whose full gradients backward writes, in the order their
@@ -64,11 +66,11 @@ class FsdpLayer {
  private:
   struct Slot {
     Source source;
-    Tensor full;
+    StreamOrderedTensor full;  // allocated and released on the compute stream
   };
   struct Grad {
     Parameter* param;
-    Tensor full;
+    StreamOrderedTensor full;  // allocated on the compute stream, released on the comm stream
   };
   struct PendingReduction;  // the reduce-scatters in flight and the full gradients they read
 

@@ -8,6 +8,12 @@ namespace qmesh {
 
 namespace {
 
+// Under FP8 GELU runs inside the casts around it: fc1's output is the pre-activation, fc2's
+// input cast applies GELU, and fc1's dy cast applies GELU's backward with the bias gradient.
+DenseGeluSplit gelu_split(const LayerContext& ctx, DenseGeluSplit side) {
+  return ctx.is_fp8() ? side : DenseGeluSplit::kNone;
+}
+
 std::vector<Parameter*> concat(std::vector<Parameter*> a, const std::vector<Parameter*>& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
@@ -21,11 +27,13 @@ LayerNormMLP::LayerNormMLP(std::string name, int64_t hidden, int64_t ffn,
       norm_(name + ".ln", hidden, options.layer_norm_eps, ctx, options.sequence_parallel),
       fc1_(name + ".fc1", hidden, ffn,
            DenseOptions{DenseParallelism::kColumn, options.sequence_parallel, true,
-                        DenseActivation::kGelu, options.overlap, options.gathered_input},
+                        DenseActivation::kGelu, options.overlap, options.gathered_input,
+                        gelu_split(ctx, DenseGeluSplit::kProducer)},
            ctx, seed * 2 + 1),
       fc2_(name + ".fc2", ffn, hidden,
            DenseOptions{DenseParallelism::kRow, options.sequence_parallel, true,
-                        DenseActivation::kNone, options.overlap},
+                        DenseActivation::kNone, options.overlap, GatheredInput::kSave,
+                        gelu_split(ctx, DenseGeluSplit::kConsumer)},
            ctx, seed * 2 + 2) {}
 
 TensorView LayerNormMLP::forward(const TensorView& x) {

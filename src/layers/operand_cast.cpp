@@ -1,10 +1,16 @@
 #include "layers/operand_cast.h"
 
+#include "layers/activation_buffer.h"
 #include "qmesh/comm/stream_ordered.h"
+#include "qmesh/error.h"
 #include "qmesh/layers/fp8_stats.h"
+#include "qmesh/ops/activation_cast.h"
 #include "qmesh/ops/amax.h"
+#include "qmesh/ops/bias.h"
 #include "qmesh/ops/cast_transpose.h"
 #include "qmesh/ops/convert.h"
+#include "qmesh/ops/dbias_quantize.h"
+#include "qmesh/ops/gelu.h"
 #include "qmesh/ops/quantize.h"
 #include "qmesh/scaling/current_scaling.h"
 
@@ -15,10 +21,52 @@ OperandCast::OperandCast(LayerContext& ctx, OperandRole role) : ctx_(ctx), role_
   if (ctx.is_fp8() && ctx.fp8_stats()) stats_id_ = ctx.fp8_stats()->add(role);
 }
 
-GemmOperand OperandCast::cast(const TensorView& x, bool columnwise) {
-  check_dtype(x, DType::kFloat32, "layer operand");
-  check_device(x, ctx_.device(), "layer operand");
+TensorView OperandCast::apply_separately(const TensorView& x, const CastFusion& fusion) {
   const Stream stream = ctx_.stream();
+  TensorView v = x;
+  if (fusion.kind != CastFusion::Kind::kNone) {
+    v = ensure_tensor(activated_, DType::kFloat32, x.shape, x.device);
+    if (fusion.kind == CastFusion::Kind::kGelu)
+      gelu(x, v, stream);
+    else
+      dgelu(x, fusion.pre, v, stream);
+  }
+  if (!fusion.dbias.empty()) bias_grad(v, fusion.dbias, stream);
+  return v;
+}
+
+void OperandCast::quantize_fused(const TensorView& x, const CastFusion& fusion, bool columnwise,
+                                 const QuantizedTensorView& q) {
+  const Stream stream = ctx_.stream();
+  switch (fusion.kind) {
+    case CastFusion::Kind::kGelu:
+      return gelu_cast_transpose(x, q, stream);
+    case CastFusion::Kind::kDgelu:
+      return dgelu_dbias_cast_transpose(x, fusion.pre, q, fusion.dbias, stream);
+    case CastFusion::Kind::kNone:
+      if (!fusion.dbias.empty()) return dbias_quantize(x, q, fusion.dbias, stream);
+      if (columnwise) return cast_transpose(x, q, stream);
+      return quantize(x, q, stream);
+  }
+}
+
+GemmOperand OperandCast::cast(const TensorView& x_in, bool columnwise,
+                              const CastFusion& fusion_in) {
+  check_dtype(x_in, DType::kFloat32, "layer operand");
+  check_device(x_in, ctx_.device(), "layer operand");
+  QMESH_CHECK(fusion_in.kind != CastFusion::Kind::kGelu || fusion_in.dbias.empty(),
+              "OperandCast: a bias gradient is summed over a gradient, not over GELU's output");
+  QMESH_CHECK(fusion_in.kind != CastFusion::Kind::kDgelu || !fusion_in.dbias.empty(),
+              "OperandCast: GELU's backward is fused with the bias gradient; pass dbias");
+  const Stream stream = ctx_.stream();
+  // Without FP8, or with FP8 statistics (which compare the operand with its codes), the
+  // fusion runs as separate passes and the cast sees f(x).
+  TensorView x = x_in;
+  CastFusion fusion = fusion_in;
+  if (!ctx_.is_fp8() || stats_id_ >= 0) {
+    x = apply_separately(x_in, fusion_in);
+    fusion = CastFusion{};
+  }
   switch (ctx_.recipe()) {
     case Recipe::kFp32:
       return GemmOperand::plain(x);
@@ -42,16 +90,23 @@ GemmOperand OperandCast::cast(const TensorView& x, bool columnwise) {
     // GEMM is no longer the unsharded one): reduce the amax over the mesh's amax group.
     const TensorView amax_view(q.amax, DType::kFloat32, Shape{1}, x.device);
     // On CUDA the amax, its reduction and the scale stay on the device, ordered on the stream.
-    amax(x, amax_view, stream);
+    switch (fusion.kind) {
+      case CastFusion::Kind::kNone:
+        amax(x, amax_view, stream);
+        break;
+      case CastFusion::Kind::kGelu:
+        gelu_amax(x, amax_view, stream);
+        break;
+      case CastFusion::Kind::kDgelu:
+        dgelu_amax(x, fusion.pre, amax_view, stream);
+        break;
+    }
     all_reduce_in_stream_order(*ctx_.mesh().amax_group(), amax_view, ReduceOp::kMax, stream);
     set_current_scale(q, ctx_.current_scaling(), stream);
   } else {
     ctx_.scaling().bind(slot_, q);
   }
-  if (columnwise)
-    cast_transpose(x, q, stream);
-  else
-    quantize(x, q, stream);
+  quantize_fused(x, fusion, columnwise, q);
   if (stats_id_ >= 0) {
     const bool delayed = ctx_.recipe() == Recipe::kFp8Delayed;
     ctx_.fp8_stats()->record(stats_id_, x, q, delayed ? ctx_.delayed_scaling().margin : 0.0f);

@@ -4,7 +4,9 @@
 // per operand), so that all ranks holding pieces of one tensor quantize it with one scale. All work
 // is ordered on the context's stream (on CUDA the scale never leaves the device). Owns the
 // converted storage, which stays valid until the next cast (backward reuses forward's
-// operands).
+// operands). A cast can first apply GELU or GELU's backward and sum the bias gradient
+// (CastFusion): under FP8 in the same pass as the quantization (ops/activation_cast.h,
+// ops/dbias_quantize.h), otherwise in separate passes before it.
 #pragma once
 
 #include "qmesh/layers/layer_context.h"
@@ -15,6 +17,17 @@
 
 namespace qmesh {
 
+// What OperandCast::cast does to its input x first: the operand is f(x) with
+//   kNone: f(x) = x;   kGelu: gelu(x);   kDgelu: x · gelu'(pre) (x the gradient w.r.t. GELU's
+//   output, pre the fp32 pre-activation GELU saw, shaped like x),
+// and if dbias is set (fp32 [cols]; required with kDgelu, not allowed with kGelu) it receives
+// the column sums of f(x).
+struct CastFusion {
+  enum class Kind { kNone, kGelu, kDgelu } kind = Kind::kNone;
+  TensorView pre;
+  TensorView dbias;
+};
+
 class OperandCast {
  public:
   // Registers the operand's scaling state with ctx when the recipe is FP8.
@@ -22,14 +35,21 @@ class OperandCast {
 
   // x: fp32, any 2-D shape. `columnwise` also makes the transposed FP8 copy (what the CUDA
   // GEMM needs for non-TN layouts).
-  GemmOperand cast(const TensorView& x, bool columnwise);
+  GemmOperand cast(const TensorView& x, bool columnwise, const CastFusion& fusion = {});
 
  private:
+  // f(x) of `fusion` in fp32 (owned; x itself for kNone), and its column sums into
+  // fusion.dbias: the fusion as separate passes.
+  TensorView apply_separately(const TensorView& x, const CastFusion& fusion);
+  // The FP8 cast of f(x) into q, fused.
+  void quantize_fused(const TensorView& x, const CastFusion& fusion, bool columnwise,
+                      const QuantizedTensorView& q);
+
   LayerContext& ctx_;
   OperandRole role_;
   int slot_ = -1;
   int stats_id_ = -1;  // in ctx.fp8_stats(), when it collects
-  Tensor bf16_;
+  Tensor bf16_, activated_;
   QuantizedTensor fp8_;
 };
 

@@ -1,5 +1,6 @@
 // Argument checks and backend dispatch of the cast ops (amax, quantize, cast_transpose,
-// dbias_quantize, grouped_quantize, dequantize). The kernels themselves are in cpu/ and cuda/.
+// dbias_quantize, grouped_quantize, dequantize, and the GELU-fused casts of
+// ops/activation_cast.h). The kernels themselves are in cpu/ and cuda/.
 #include <string>
 #include <vector>
 
@@ -7,6 +8,7 @@
 #include "cuda/cast.h"
 #include "ops/cast_job.h"
 #include "qmesh/detail/cuda_dispatch.h"
+#include "qmesh/ops/activation_cast.h"
 #include "qmesh/ops/amax.h"
 #include "qmesh/ops/cast_transpose.h"
 #include "qmesh/ops/dbias_quantize.h"
@@ -18,6 +20,7 @@ namespace qmesh {
 
 namespace {
 
+using detail::CastActivation;
 using detail::CastJob;
 using detail::CastSpec;
 
@@ -61,22 +64,50 @@ void run(const Device& device, const CastSpec& spec, std::span<const CastJob> jo
       [&](auto index) { detail::cuda::cast(index, spec, jobs, stream); });
 }
 
-}  // namespace
-
-void amax(const TensorView& x, const TensorView& out, Stream stream) {
-  check_input(x, "amax input");
+void check_amax_output(const TensorView& x, const TensorView& out) {
   check_not_empty(out, "amax output");
   check_dtype(out, DType::kFloat32, "amax output");
   QMESH_CHECK(out.numel() == 1, "amax output must hold one fp32 element, got shape ",
               out.shape.str());
   check_device(out, x.device, "amax output");
+}
+
+// *out = max|activate(x, pre)| over x's elements (replaced).
+void amax_job(const TensorView& x, const TensorView* pre, const TensorView& out,
+              CastActivation activation, Stream stream) {
+  check_amax_output(x, out);
   CastJob job;
   job.in = x.data;
+  job.pre = pre ? pre->data : nullptr;
   job.rows = 1;
   job.cols = x.numel();
   job.amax = static_cast<float*>(out.data);
   job.amax_update = detail::AmaxUpdate::kReplace;
-  run(x.device, CastSpec{x.dtype, DType::kFloat8E4M3}, {&job, 1}, stream);
+  run(x.device, CastSpec{x.dtype, DType::kFloat8E4M3, activation}, {&job, 1}, stream);
+}
+
+// The pre-activation of a dgelu cast: dh's dtype, device and element count.
+void check_pre(const TensorView& dh, const TensorView& pre, const char* op) {
+  const std::string what = std::string(op) + " pre-activation";
+  check_not_empty(pre, what.c_str());
+  check_dtype(pre, dh.dtype, what);
+  check_device(pre, dh.device, what);
+  QMESH_CHECK(pre.numel() == dh.numel(), what, " must have the gradient's ", dh.numel(),
+              " elements, got shape ", pre.shape.str());
+}
+
+void check_dbias(const TensorView& g, const TensorView& dbias) {
+  check_not_empty(dbias, "dbias");
+  check_dtype(dbias, DType::kFloat32, "dbias");
+  check_device(dbias, g.device, "dbias");
+  check_shape(dbias, Shape{g.shape.cols()}, "dbias");
+}
+
+}  // namespace
+
+void amax(const TensorView& x, const TensorView& out, Stream stream) {
+  check_input(x, "amax input");
+  amax_job(x, nullptr, out, CastActivation::kNone, stream);
 }
 
 void quantize(const TensorView& x, const QuantizedTensorView& out, Stream stream) {
@@ -104,14 +135,46 @@ void dbias_quantize(const TensorView& g, const QuantizedTensorView& out, const T
   check_input(g, "dbias_quantize gradient");
   check_output(g, out, "dbias_quantize output");
   check_same_matrix(g, out, "dbias_quantize gradient");
-  check_not_empty(dbias, "dbias");
-  check_dtype(dbias, DType::kFloat32, "dbias");
-  check_device(dbias, g.device, "dbias");
-  check_shape(dbias, Shape{g.shape.cols()}, "dbias");
+  check_dbias(g, dbias);
   CastJob job = make_job(g, out);
   if (out.has_columnwise()) job.out_t = static_cast<uint8_t*>(out.data_t.data);
   job.dbias = static_cast<float*>(dbias.data);
   run(g.device, CastSpec{g.dtype, out.dtype()}, {&job, 1}, stream);
+}
+
+void gelu_cast_transpose(const TensorView& pre, const QuantizedTensorView& out, Stream stream) {
+  check_input(pre, "gelu_cast_transpose pre-activation");
+  check_output(pre, out, "gelu_cast_transpose output");
+  check_same_matrix(pre, out, "gelu_cast_transpose pre-activation");
+  CastJob job = make_job(pre, out);
+  if (out.has_columnwise()) job.out_t = static_cast<uint8_t*>(out.data_t.data);
+  run(pre.device, CastSpec{pre.dtype, out.dtype(), CastActivation::kGelu}, {&job, 1}, stream);
+}
+
+void dgelu_dbias_cast_transpose(const TensorView& dh, const TensorView& pre,
+                                const QuantizedTensorView& out, const TensorView& dbias,
+                                Stream stream) {
+  check_input(dh, "dgelu_dbias_cast_transpose gradient");
+  check_pre(dh, pre, "dgelu_dbias_cast_transpose");
+  check_output(dh, out, "dgelu_dbias_cast_transpose output");
+  check_same_matrix(dh, out, "dgelu_dbias_cast_transpose gradient");
+  check_dbias(dh, dbias);
+  CastJob job = make_job(dh, out);
+  job.pre = pre.data;
+  if (out.has_columnwise()) job.out_t = static_cast<uint8_t*>(out.data_t.data);
+  job.dbias = static_cast<float*>(dbias.data);
+  run(dh.device, CastSpec{dh.dtype, out.dtype(), CastActivation::kDgelu}, {&job, 1}, stream);
+}
+
+void gelu_amax(const TensorView& pre, const TensorView& out, Stream stream) {
+  check_input(pre, "gelu_amax pre-activation");
+  amax_job(pre, nullptr, out, CastActivation::kGelu, stream);
+}
+
+void dgelu_amax(const TensorView& dh, const TensorView& pre, const TensorView& out, Stream stream) {
+  check_input(dh, "dgelu_amax gradient");
+  check_pre(dh, pre, "dgelu_amax");
+  amax_job(dh, &pre, out, CastActivation::kDgelu, stream);
 }
 
 void grouped_quantize(const TensorView& x, std::span<const QuantizedTensorView> outs,

@@ -124,16 +124,21 @@ void all_gather_gemm(Communicator& comm, const GemmArgs& args, const GemmOperand
           : nullptr;
   if (fp8) exec.copy_scalars(args.a.quantized, gathered.quantized);
   // An FP8 D's amax is the max over the chunks' (docs/numerics.md "FP8 GEMM output amax"):
-  // each chunk's GEMM writes its own, combined after the last one.
+  // each chunk's GEMM writes its own, combined after the last one. One 16-byte slot per chunk:
+  // cuBLASLt runs an FP8 GEMM on its amax pointer only when it is 16-byte aligned (else the
+  // GEMM stages it, docs/design/gemm.md).
+  constexpr int kAmaxSlot = int(QuantizedTensor::kScalarSlot);
   float* chunk_amax =
-      args.d_amax && n > 1 ? exec.scratch(DType::kFloat32, Shape{n}).data_as<float>() : nullptr;
+      args.d_amax && n > 1
+          ? exec.scratch(DType::kFloat32, Shape{int64_t(n) * kAmaxSlot}).data_as<float>()
+          : nullptr;
   // arrived[c]: the mark after which chunk c is in `gathered`.
   std::vector<RingExec::Mark> arrived(static_cast<size_t>(n), nullptr);
   auto slot = [&](int c) { return rows_of(g, c * chunk, chunk); };
   auto chunk_gemm = [&](int c) {
     exec.compute_after(arrived[static_cast<size_t>(c)]);
     GemmArgs step = args;
-    if (chunk_amax) step.d_amax = chunk_amax + c;
+    if (chunk_amax) step.d_amax = chunk_amax + c * kAmaxSlot;
     gemm_rows(exec, step, operand_rows(gathered, c * chunk, chunk),
               rows_of(args.d, c * chunk, chunk), c * chunk, chunk);
   };
@@ -199,7 +204,7 @@ void all_gather_gemm(Communicator& comm, const GemmArgs& args, const GemmOperand
       }
     }
   }
-  if (chunk_amax) exec.max_of(args.d_amax, chunk_amax, n);
+  if (chunk_amax) exec.max_of(args.d_amax, chunk_amax, n, kAmaxSlot);
   if (device_scales) {
     exec.compute_after(scales_ready);
     exec.poison_unless_same_scales(device_scales, r, args.d, args.d_amax);

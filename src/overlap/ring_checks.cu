@@ -15,9 +15,12 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 1024;
 
-__global__ void max_fp32_kernel(float* out, const float* in, int n) {
+__global__ void max_fp32_kernel(float* out, const float* in, int n, int stride) {
   float m = in[0];
-  for (int i = 1; i < n; ++i) m = (in[i] > m || in[i] != in[i]) ? in[i] : m;
+  for (int i = 1; i < n; ++i) {
+    const float v = in[i * stride];
+    m = (v > m || v != v) ? v : m;
+  }
   *out = m;
 }
 
@@ -53,8 +56,8 @@ void launch_poison(const float* scales, int n, int rank, void* d, int64_t elems,
 
 }  // namespace
 
-void max_fp32_async(float* out, const float* in, int n, Stream s) {
-  max_fp32_kernel<<<1, 1, 0, static_cast<cudaStream_t>(s.handle)>>>(out, in, n);
+void max_fp32_async(float* out, const float* in, int n, int stride, Stream s) {
+  max_fp32_kernel<<<1, 1, 0, static_cast<cudaStream_t>(s.handle)>>>(out, in, n, stride);
   QMESH_CHECK_CUDA(cudaGetLastError());
 }
 

@@ -41,8 +41,9 @@ void copy_async(void* dst, const void* src, size_t bytes, Stream stream);
 // `a` or `b`.
 void add_fp32_async(float* out, const float* a, const float* b, int64_t n, Stream stream);
 
-// Enqueues *out = max(in[0..n)) (NaN-propagating: any NaN gives NaN; n >= 1) on `stream`.
-void max_fp32_async(float* out, const float* in, int n, Stream stream);
+// Enqueues *out = max of in[i * stride] for i < n (NaN-propagating: any NaN gives NaN; n >= 1)
+// on `stream`.
+void max_fp32_async(float* out, const float* in, int n, int stride, Stream stream);
 
 // Enqueues on `stream`: unless every scales[p] (p < n) equals scales[rank], each of the
 // `elems` elements of `d` (elem_bytes wide) becomes `nan_bits` and *amax (if not null)

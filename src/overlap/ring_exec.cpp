@@ -204,13 +204,16 @@ void RingExec::poison_unless_same_scales(const float* scales, int rank, const Te
                            streams_.compute);
 }
 
-void RingExec::max_of(float* out, const float* in, int n) {
+void RingExec::max_of(float* out, const float* in, int n, int stride) {
   if (cuda_) {
-    max_fp32_async(out, in, n, streams_.compute);
+    max_fp32_async(out, in, n, stride, streams_.compute);
     return;
   }
   float m = in[0];
-  for (int i = 1; i < n; ++i) m = (in[i] > m || in[i] != in[i]) ? in[i] : m;
+  for (int i = 1; i < n; ++i) {
+    const float v = in[i * stride];
+    m = (v > m || v != v) ? v : m;
+  }
   *out = m;
 }
 

@@ -132,8 +132,9 @@ class RingExec {
   // (contiguous) is filled with NaN in its dtype and *amax (if not null) set to NaN: the
   // device-side check that every rank quantized with the same scale, which never waits.
   void poison_unless_same_scales(const float* scales, int rank, const TensorView& d, float* amax);
-  // *out = the NaN-propagating max of in[0..n) (host: now; CUDA: on the compute stream).
-  void max_of(float* out, const float* in, int n);
+  // *out = the NaN-propagating max of in[i * stride] for i < n (host: now; CUDA: on the
+  // compute stream).
+  void max_of(float* out, const float* in, int n, int stride);
 
   void gemm(const GemmArgs& args);
   // out = a + b, element-wise in fp32 (the three are [rows, cols] fp32).

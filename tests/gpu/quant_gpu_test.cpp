@@ -4,12 +4,14 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <tuple>
 #include <vector>
 
 #include "expect_error.h"
 #include "qmesh/copy.h"
+#include "qmesh/ops/activation_cast.h"
 #include "qmesh/ops/amax.h"
 #include "qmesh/ops/cast_transpose.h"
 #include "qmesh/ops/dbias_quantize.h"
@@ -128,6 +130,74 @@ TEST_P(GpuCastTest, DbiasQuantizeMatchesHost) {
   }
 }
 
+// The GELU-fused casts: codes, columnwise codes, amax and scale_inv bit for bit (one fp32
+// GELU on both, ops/activation_cast.h); the bias gradient to fp32 summation order.
+TEST_P(GpuCastTest, GeluCastTransposeMatchesHost) {
+  SKIP_WITHOUT_GPU();
+  const Tensor pre = input(in(), shape(), 16);
+  const Tensor dpre = to_device(pre);
+  for (bool columnwise : {true, false}) {
+    QuantizedTensor h(fp8(), shape(), Device::host(), columnwise);
+    QuantizedTensor d(fp8(), shape(), kGpu, columnwise);
+    set_scale(h, 0.75f);
+    set_scale(d, 0.75f);
+    gelu_cast_transpose(pre, h.view());
+    gelu_cast_transpose(dpre, d.view());
+    EXPECT_EQ(bytes_of(d.data()), bytes_of(h.data())) << "columnwise " << columnwise;
+    if (columnwise) {
+      EXPECT_EQ(bytes_of(d.data_t()), bytes_of(h.data_t()));
+    }
+    EXPECT_EQ(bytes_of(d.scalars()), bytes_of(h.scalars())) << "columnwise " << columnwise;
+  }
+  Tensor ha(DType::kFloat32, Shape{1}), da(DType::kFloat32, Shape{1}, kGpu);
+  gelu_amax(pre, ha);
+  gelu_amax(dpre, da);
+  EXPECT_EQ(bytes_of(da), bytes_of(ha));
+}
+
+TEST_P(GpuCastTest, DgeluDbiasCastTransposeMatchesHost) {
+  SKIP_WITHOUT_GPU();
+  // No specials in dh: +-inf gradients make column sums that are not comparable.
+  const Tensor dh = test::random_wide(in(), shape(), 17);
+  const Tensor pre = input(in(), shape(), 18);
+  const Tensor ddh = to_device(dh), dpre = to_device(pre);
+  const int64_t cols = shape().cols();
+  for (bool columnwise : {true, false}) {
+    QuantizedTensor h(fp8(), shape(), Device::host(), columnwise);
+    QuantizedTensor d(fp8(), shape(), kGpu, columnwise);
+    set_scale(h, 2.0f);
+    set_scale(d, 2.0f);
+    Tensor hb(DType::kFloat32, Shape{cols}), db(DType::kFloat32, Shape{cols}, kGpu);
+    dgelu_dbias_cast_transpose(dh, pre, h.view(), hb);
+    dgelu_dbias_cast_transpose(ddh, dpre, d.view(), db);
+    EXPECT_EQ(bytes_of(d.data()), bytes_of(h.data())) << "columnwise " << columnwise;
+    if (columnwise) {
+      EXPECT_EQ(bytes_of(d.data_t()), bytes_of(h.data_t()));
+    }
+    EXPECT_EQ(bytes_of(d.scalars()), bytes_of(h.scalars())) << "columnwise " << columnwise;
+    std::vector<float> got(cols);
+    copy_bytes(got.data(), Device::host(), db.data(), kGpu, cols * sizeof(float));
+    // The fp32 summation-order bound of docs/numerics.md, over the summed values |g| <= |dh| ·
+    // max|gelu'| (< 1.2).
+    for (int64_t c = 0; c < cols; ++c) {
+      double sum_abs = 0;
+      for (int64_t r = 0; r < shape().rows(); ++r)
+        sum_abs += 1.2 * std::fabs(test::wide_at(dh, r * cols + c));
+      const float want = hb.data_as<float>()[c];
+      if (std::isnan(want)) {
+        EXPECT_TRUE(std::isnan(got[c])) << "column " << c;
+        continue;
+      }
+      EXPECT_NEAR(got[c], want, 2.0 * shape().rows() * std::ldexp(1.0, -24) * sum_abs)
+          << "column " << c;
+    }
+  }
+  Tensor ha(DType::kFloat32, Shape{1}), da(DType::kFloat32, Shape{1}, kGpu);
+  dgelu_amax(dh, pre, ha);
+  dgelu_amax(ddh, dpre, da);
+  EXPECT_EQ(bytes_of(da), bytes_of(ha));
+}
+
 TEST_P(GpuCastTest, AmaxAndDequantizeMatchHost) {
   SKIP_WITHOUT_GPU();
   const Tensor x = input(in(), shape(), 13);
@@ -193,6 +263,34 @@ TEST(GpuGroupedQuantize, MatchesHostBitwise) {
     }
     EXPECT_EQ(bytes_of(d[g].scalars()), bytes_of(h[g].scalars())) << "group " << g;
   }
+}
+
+// NaN and infinite pre-activations: NaN codes and the canonical NaN amax on both backends.
+TEST(GpuActivationCast, NanAndInfinitiesMatchHost) {
+  SKIP_WITHOUT_GPU();
+  Tensor pre = test::random_wide(DType::kFloat32, Shape{33, 40}, 19);
+  const float specials[] = {std::numeric_limits<float>::quiet_NaN(),
+                            std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(), -0.0f};
+  for (int64_t i = 0; i < pre.numel(); i += 37)
+    test::set_wide(pre, i, specials[(i / 37) % std::size(specials)]);
+  const Tensor ones = test::random_wide(DType::kFloat32, Shape{33, 40}, 20);
+  const Tensor dpre = to_device(pre), dones = to_device(ones);
+  QuantizedTensor h(DType::kFloat8E4M3, Shape{33, 40}, Device::host(), true);
+  QuantizedTensor d(DType::kFloat8E4M3, Shape{33, 40}, kGpu, true);
+  gelu_cast_transpose(pre, h.view());
+  gelu_cast_transpose(dpre, d.view());
+  EXPECT_EQ(bytes_of(d.data()), bytes_of(h.data()));
+  EXPECT_EQ(bytes_of(d.data_t()), bytes_of(h.data_t()));
+  EXPECT_EQ(bytes_of(d.scalars()), bytes_of(h.scalars()));
+  QuantizedTensor hg(DType::kFloat8E5M2, Shape{33, 40}, Device::host(), true);
+  QuantizedTensor dg(DType::kFloat8E5M2, Shape{33, 40}, kGpu, true);
+  Tensor hb(DType::kFloat32, Shape{40}), db(DType::kFloat32, Shape{40}, kGpu);
+  dgelu_dbias_cast_transpose(ones, pre, hg.view(), hb);
+  dgelu_dbias_cast_transpose(dones, dpre, dg.view(), db);
+  EXPECT_EQ(bytes_of(dg.data()), bytes_of(hg.data()));
+  EXPECT_EQ(bytes_of(dg.data_t()), bytes_of(hg.data_t()));
+  EXPECT_EQ(bytes_of(dg.scalars()), bytes_of(hg.scalars()));
 }
 
 // Tensors on different devices are refused on the host, before anything is launched.

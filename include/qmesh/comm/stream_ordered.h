@@ -4,13 +4,19 @@
 // device; the result is ready in the stream's order, and a failure surfaces at the
 // communicator's next wait (as for every stream-ordered NCCL operation). Otherwise (host
 // buffers, or a backend that moves device buffers on the host's behalf) these are the
-// blocking forms, bounded by the communicator's timeout().
+// blocking forms, bounded by the communicator's timeout(). On a one-rank communicator they
+// issue no collective: all_reduce leaves the buffer as it is, all_gather copies `in` to `out`
+// (ordered on `stream`), so that a one-GPU step never stages through the host.
 #pragma once
 
 #include "qmesh/comm/communicator.h"
 #include "qmesh/export.h"
 
 namespace qmesh {
+
+// Whether an operation of `comm` on `buf` completes in the order of the stream it was issued
+// on, so that the host need not wait for it: CUDA buffers on a stream-ordered communicator.
+QMESH_API bool completes_in_stream_order(const Communicator& comm, const TensorView& buf);
 
 QMESH_API void all_reduce_in_stream_order(Communicator& comm, const TensorView& buf, ReduceOp op,
                                           Stream stream);

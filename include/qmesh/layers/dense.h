@@ -64,6 +64,19 @@ enum class DenseEpilogue : uint8_t {
 // "none", "fused", "bias_fused", "separate".
 QMESH_API const char* dense_epilogue_name(DenseEpilogue e);
 
+// Splits a GELU between two consecutive layers so that it runs inside their FP8 casts
+// (LayerNormMLP's FP8 path: the activated [T, ffn] tensor is never written in fp32):
+enum class DenseGeluSplit {
+  kNone,
+  // With activation kGelu: forward returns the pre-activation (bias added, no GELU); backward
+  // takes the gradient w.r.t. GELU's output and applies GELU's backward in the cast of dy,
+  // together with the bias gradient.
+  kProducer,
+  // With activation kNone: the input is a pre-activation; forward applies GELU to it in the
+  // input's cast, and backward returns the gradient w.r.t. GELU's output.
+  kConsumer,
+};
+
 struct DenseOptions {
   DenseParallelism parallelism = DenseParallelism::kNone;
   bool sequence_parallel = false;  // only with kColumn / kRow
@@ -73,6 +86,7 @@ struct DenseOptions {
   // LayerContext's overlap() at construction.
   std::optional<Overlap> overlap;
   GatheredInput gathered_input = GatheredInput::kSave;
+  DenseGeluSplit gelu_split = DenseGeluSplit::kNone;
 };
 
 class QMESH_API Dense {

@@ -61,8 +61,9 @@ class QMESH_API FsdpGroup {
   // full: [size() * shard.numel()] of shard's dtype and device; every fsdp rank's shard in
   // rank order. Blocking on the host; on CUDA ordered on `stream`.
   void all_gather(const TensorView& shard, const TensorView& full, Stream stream = {}) const;
-  // The same, asynchronous: wait on the handle before using `full` (nullptr: already done,
-  // when fsdp has one rank).
+  // The same, asynchronous: wait on the handle before using `full` (nullptr: nothing for the
+  // host to wait for: fsdp has one rank, or the gather of CUDA buffers is stream-ordered on
+  // `stream`, as NCCL's).
   WorkHandle all_gather_async(const TensorView& shard, const TensorView& full,
                               Stream stream = {}) const;
   // The whole (tp-local) value of a parameter as a flat fp32 host tensor: a sharded one's

@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include "qmesh/error.h"
+
 namespace qmesh {
 namespace {
 
@@ -34,7 +36,8 @@ class RecordedWork : public Work {
 
 class ScriptedCommunicator : public Communicator {
  public:
-  ScriptedCommunicator(bool stream_ordered, Log& log) : ordered_(stream_ordered), log_(log) {}
+  ScriptedCommunicator(bool stream_ordered, Log& log, int size = 2)
+      : ordered_(stream_ordered), log_(log), size_(size) {}
   WorkHandle issue() {
     ++log_.issued;
     return std::make_unique<RecordedWork>(log_);
@@ -50,7 +53,7 @@ class ScriptedCommunicator : public Communicator {
   WorkHandle recv_async(TensorView, int, int, Stream) override { return issue(); }
   int max_tag() const override { return 1 << 20; }
   int rank() const override { return 0; }
-  int size() const override { return 2; }
+  int size() const override { return size_; }
   std::string_view backend_name() const override { return "scripted"; }
   std::shared_ptr<Communicator> split(int, int) override { return nullptr; }
   std::vector<int> host_ids() override { return {0, 0}; }
@@ -59,6 +62,7 @@ class ScriptedCommunicator : public Communicator {
  private:
   bool ordered_;
   Log& log_;
+  int size_;
 };
 
 TEST(StreamOrdered, DeviceBuffersOverAStreamOrderedBackendAreNotWaitedFor) {
@@ -84,6 +88,31 @@ TEST(StreamOrdered, DeviceBuffersOverAStreamOrderedBackendAreNotWaitedFor) {
     EXPECT_EQ(gather_log.issued, 1);
     EXPECT_EQ(gather_log.waited, c.waits);
   }
+}
+
+// One rank: no collective is issued (a one-GPU step never stages its amax through the host):
+// all_reduce leaves the buffer, all_gather copies in to out.
+TEST(StreamOrdered, OneRankIssuesNothing) {
+  float storage[4] = {1, 2, 3, 4}, gathered[4] = {};
+  const TensorView host(storage, DType::kFloat32, Shape{4});
+  const TensorView device(storage, DType::kFloat32, Shape{4}, Device::cuda(0));  // never read
+  for (bool ordered : {true, false}) {
+    Log log;
+    ScriptedCommunicator comm(ordered, log, 1);
+    all_reduce_in_stream_order(comm, host, ReduceOp::kSum, {});
+    all_reduce_in_stream_order(comm, device, ReduceOp::kMax, {});
+    all_gather_in_stream_order(comm, host, TensorView(gathered, DType::kFloat32, Shape{4}), {});
+    all_gather_in_stream_order(comm, host, host, {});  // in place
+    EXPECT_EQ(log.issued, 0) << "stream_ordered " << ordered;
+    EXPECT_EQ(log.waited, 0);
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(gathered[i], storage[i]);
+    EXPECT_EQ(storage[3], 4.0f);
+  }
+  Log log;
+  ScriptedCommunicator comm(false, log, 1);
+  EXPECT_THROW(
+      all_gather_in_stream_order(comm, host, TensorView(gathered, DType::kFloat32, Shape{3}), {}),
+      Error);
 }
 
 }  // namespace

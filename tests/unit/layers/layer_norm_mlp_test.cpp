@@ -6,6 +6,7 @@
 #include "expect_error.h"
 #include "mlp_harness.h"
 #include "qmesh/comm/local.h"
+#include "random_tensor.h"
 
 namespace qmesh {
 namespace {
@@ -216,8 +217,61 @@ TEST(Dense, OptionConflictsAreClearErrors) {
         Dense("d", 4, 4,
               {DenseParallelism::kNone, true, true, DenseActivation::kNone, std::nullopt}, ctx, 1),
         "sequence_parallel needs column or row parallelism");
+    DenseOptions producer{DenseParallelism::kNone, false, true, DenseActivation::kNone,
+                          std::nullopt};
+    producer.gelu_split = DenseGeluSplit::kProducer;
+    EXPECT_QMESH_ERROR(Dense("d", 4, 4, producer, ctx, 1), "kProducer needs activation kGelu");
+    DenseOptions consumer{DenseParallelism::kNone, false, true, DenseActivation::kGelu,
+                          std::nullopt};
+    consumer.gelu_split = DenseGeluSplit::kConsumer;
+    EXPECT_QMESH_ERROR(Dense("d", 4, 4, consumer, ctx, 1), "set activation kNone");
     EXPECT_QMESH_ERROR(parse_recipe("fp4"), "unknown recipe 'fp4'");
   });
+}
+
+// A GELU split between two layers (DenseGeluSplit: GELU and its backward inside the FP8 casts)
+// computes what GELU in the first layer's forward computes: outputs, dx and every gradient.
+TEST(Dense, GeluSplitEqualsGeluInTheFirstLayer) {
+  for (Recipe recipe : {Recipe::kFp32, Recipe::kFp8Delayed, Recipe::kFp8Current}) {
+    run_local_ranks(1, [&](Communicator& comm) {
+      Mesh mesh(borrowed(comm), {{"tp", 1}});
+      struct Pair {
+        std::vector<double> y, dx, grads;
+      };
+      auto run = [&](bool split) {
+        LayerContext ctx(mesh, recipe);
+        DenseOptions o1{DenseParallelism::kNone, false, true, DenseActivation::kGelu, std::nullopt};
+        DenseOptions o2{DenseParallelism::kNone, false, true, DenseActivation::kNone, std::nullopt};
+        if (split) {
+          o1.gelu_split = DenseGeluSplit::kProducer;
+          o2.gelu_split = DenseGeluSplit::kConsumer;
+        }
+        Dense fc1("fc1", 24, 48, o1, ctx, 3), fc2("fc2", 48, 24, o2, ctx, 4);
+        const Tensor x = test::random_tensor(Shape{40, 24}, 5);
+        const Tensor dy = test::random_tensor(Shape{40, 24}, 6);
+        auto doubles = [](const TensorView& t) {
+          const float* p = static_cast<const float*>(t.data);
+          return std::vector<double>(p, p + t.numel());
+        };
+        Pair out;
+        out.y = doubles(fc2.forward(fc1.forward(x)));
+        out.dx = doubles(fc1.backward(fc2.backward(dy)));
+        for (Parameter* p :
+             {&fc1.weight(), fc1.parameters()[1], &fc2.weight(), fc2.parameters()[1]}) {
+          const std::vector<double> g = doubles(p->grad);
+          out.grads.insert(out.grads.end(), g.begin(), g.end());
+        }
+        return out;
+      };
+      const Pair split = run(true), plain = run(false);
+      // fp32: the GELU of the GEMM epilogue against the layer op (rounding); FP8: a value that
+      // rounds differently in fp32 can land on the next code.
+      const double tol = recipe == Recipe::kFp32 ? 1e-6 : 1e-2;
+      EXPECT_LT(rel_norm(split.y, plain.y), tol) << recipe_name(recipe);
+      EXPECT_LT(rel_norm(split.dx, plain.dx), tol) << recipe_name(recipe);
+      EXPECT_LT(rel_norm(split.grads, plain.grads), tol) << recipe_name(recipe);
+    });
+  }
 }
 
 }  // namespace
