@@ -61,6 +61,24 @@ def test_uneven_shards_are_replicated_not_padded(rng):
     assert float(qj.amax(xs)) == 77.0
 
 
+def test_a_slice_of_an_even_shard_does_not_read_the_padding():
+    """The issue's reproducer: rows 6..15 of x are cut off inside jit, the 6 rows left do not
+    divide over 4 devices, and XLA pads the shards; row 7 (100.0) must not be read."""
+    from jax.sharding import AxisType
+    mesh = jax.make_mesh((4,), ("dp",), axis_types=(AxisType.Auto,), devices=jax.devices()[:4])
+    x = jax.random.normal(jax.random.key(0), (16, 32)).at[7].set(100.0)
+    xs = jax.device_put(x, NamedSharding(mesh, P("dp", None)))
+    assert float(jax.jit(lambda v: qj.amax(v[:6]))(xs)) == float(jnp.max(jnp.abs(x[:6])))
+    db = jax.jit(lambda v: qj.dbias_quantize(v[:6], jnp.float32(1))[1])(xs)
+    np.testing.assert_allclose(np.asarray(db), np.asarray(jnp.sum(x[:6], axis=0)), rtol=1e-5,
+                               atol=1e-5)
+    for fn in (lambda v: qj.quantize(v, jnp.float32(2)), qj.quantize_current):
+        got = jax.jit(lambda v, fn=fn: fn(v[:6]))(xs)
+        want = fn(x[:6])
+        assert np.asarray(got.q).tobytes() == np.asarray(want.q).tobytes()
+        assert float(got.amax) == float(want.amax) and float(got.scale) == float(want.scale)
+
+
 def test_mesh_resource_roles():
     """A role naming a missing axis is an error that names it; global_shard_guard takes only a
     MeshResource and restores the previous one (the pipeline axis: test_quantize)."""

@@ -29,7 +29,7 @@ def fp8_meta(variables) -> dict:
                         entry["scale"] = float(jnp.reshape(leaf, ()))
                     else:
                         entry["amax"] = float(jnp.max(leaf))
-                        entry["last_amax"] = float(leaf[-1])  # rolled: the newest is last
+                        entry["last_amax"] = float(leaf[0])  # row 0: the newest
     return out
 
 
