@@ -98,6 +98,31 @@ def test_mesh_resource_roles():
     assert qj.global_mesh_resource() == qj.MeshResource()
 
 
+def test_a_missing_axis_is_raised_in_python_and_a_corrected_guard_takes_effect():
+    mesh = make_mesh((2, 4), ("pp", "dp"))
+    x = np.ones((8, 8), np.float32)
+    x[6, 0] = 5.0  # in the second pipeline stage's rows
+    xs = jax.device_put(x, NamedSharding(mesh, P("pp", "dp")))
+    f = jax.jit(qj.amax)
+    with pytest.raises(ValueError, match=r"tp_resource is 'tp', but the mesh has only the axes"):
+        with qj.global_shard_guard(qj.MeshResource(tp_resource="tp")):
+            f(xs)
+    with qj.global_shard_guard(qj.MeshResource(pp_resource="pp")):
+        per_stage = f(xs)  # reduced within each pipeline stage only
+    assert sorted({float(np.asarray(s.data)) for s in per_stage.addressable_shards}) == [1.0, 5.0]
+    with qj.global_shard_guard(qj.MeshResource(dp_resource="dp")):  # corrected: over the mesh
+        assert {float(np.asarray(s.data)) for s in f(xs).addressable_shards} == {5.0}
+
+
+def test_an_input_created_before_set_mesh_is_computed_where_it_is():
+    mesh = make_mesh((2, 4))
+    x = jnp.arange(64.0).reshape(8, 8)
+    with jax.set_mesh(mesh), qj.global_shard_guard(qj.MeshResource(dp_resource="dp",
+                                                                   tp_resource="tp")):
+        assert float(jax.jit(qj.amax)(x)) == 63.0
+        assert float(jax.jit(lambda v: qj.quantize_current(v).amax)(x)) == 63.0
+
+
 def test_explicit_axes_raise_with_what_to_do():
     mesh = jax.make_mesh((2, 4), ("dp", "tp"), axis_types=(jax.sharding.AxisType.Explicit,) * 2)
     x = jax.device_put(np.ones((8, 8), np.float32), NamedSharding(mesh, P("dp", None)))

@@ -92,6 +92,7 @@ class Op:
         """Binds the outer primitive. The MeshResource in force is recorded with the call (a
         static parameter): XLA may run the partitioning callbacks on another thread."""
         sharding.check_auto_axes(*args)
+        sharding.check_resource_for(*args)
         return cls.outer.bind(*args, **params, resource=sharding.global_mesh_resource())
 
 
