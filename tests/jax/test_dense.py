@@ -258,8 +258,13 @@ def test_bad_input_raises():
         dense(x, w, state=init_state(recipe), recipe=Float8CurrentScaling())
     with pytest.raises(ValueError, match="activation"):
         dense(x, w, state=init_state(recipe), recipe=recipe, activation="swish")
-    with pytest.raises(ValueError, match="float32, bfloat16 or float16"):
-        dense(jnp.ones((4, 32), jnp.int32), w, state=init_state(recipe), recipe=recipe)
+    for fallback in (None, "bf16"):  # integers are refused even with the fallback
+        with pytest.raises(TypeError, match="x must be a floating dtype"):
+            dense(jnp.ones((4, 32), jnp.int32), w, state=init_state(recipe), recipe=recipe,
+                  fallback=fallback)
+    for out_dtype in (jnp.float8_e4m3fn, jnp.int8):  # would saturate or wrap silently
+        with pytest.raises(TypeError, match="out_dtype must be a floating dtype wider than FP8"):
+            dense(x, w, jnp.ones(16), init_state(recipe), recipe=recipe, out_dtype=out_dtype)
 
 
 @pytest.mark.parametrize("policy", ["everything_saveable", "nothing_saveable", "qmesh"])

@@ -13,6 +13,7 @@ import pytest
 from flax.training import train_state
 from jax import lax
 
+import qmesh.jax as qj
 from qmesh.jax import delayed_state
 from qmesh.jax import stats as qstats
 from qmesh.jax.dense import dense, init_state
@@ -183,6 +184,8 @@ def test_python_and_numpy_numbers_are_scales_when_exact():
         assert float(quantize(x, s).scale_inv) == 0.5
     with pytest.raises(ValueError, match="not exactly representable"):
         quantize(x, 2 ** 24 + 1)
+    q = quantize(x, 4)
+    assert float(qj.dequantize(q.q, 1)[0, 0]) == 4.0 == float(qj.dequantize(q.q, np.int32(1))[0, 0])
     with pytest.raises(TypeError, match="boolean"):
         quantize(x, True)
 

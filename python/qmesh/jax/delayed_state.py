@@ -23,7 +23,7 @@ A state whose scale is 0 and whose history is all zero is that untouched "gradie
 back: it restarts from scale 1 (`keep_unused_state` keeps the previous state instead). Inside
 a traced step a scale that is not a normal positive float32 (0, denormal, negative, NaN, inf)
 is never used: the previous valid scale (else 1) is kept and the replacement counted in
-qmesh.jax.stats() ("invalid_scales"). Outside tracing such a scale raises (`check_state`).
+qmesh.jax.stats.stats() ("invalid_scales"). Outside tracing such a scale raises (`check_state`).
 """
 
 from __future__ import annotations

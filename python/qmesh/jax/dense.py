@@ -30,7 +30,7 @@ byte per value) right before the GEMMs, as TransformerEngine does.
 
 FP8 needs K and N multiples of 16 on CUDA (cuBLASLt). When FP8 cannot be used the call raises
 with the reason, unless `fallback="bf16"`: then the layer runs in bfloat16 (float32
-accumulation), the state passes through unchanged, and qmesh.jax.stats() counts it.
+accumulation), the state passes through unchanged, and qmesh.jax.stats.stats() counts it.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from jax.sharding import PartitionSpec
 
 from qmesh.jax import delayed_state, sharding, stats
 from qmesh.jax.gemm import Epilogue, WIDE_DTYPES, dgelu, gelu, gemm
-from qmesh.jax.quantize import dbias_quantize, quantize, quantize_current
+from qmesh.jax.quantize import FP8_DTYPES, dbias_quantize, quantize, quantize_current
 from qmesh.jax.recipe import DelayedScaling, Float8CurrentScaling, check_recipe
 
 OPERANDS = delayed_state.OPERANDS
@@ -123,10 +123,6 @@ def _pin_rows(q, row_axes):
         return q
     rows = None if not row_axes else row_axes[0] if len(row_axes) == 1 else row_axes
     return q._replace(q=sharding.constrain(q.q, (rows, PartitionSpec.UNCONSTRAINED)))
-
-
-def _scalar(v):
-    return jnp.reshape(jnp.asarray(v, F32), ())
 
 
 def _quantize(x, scale, dtype, recipe):
@@ -275,7 +271,7 @@ def dense(x, kernel, bias=None, state=None, *, recipe=None, activation: str | No
     delayed-scaling state (init_state(recipe)) or None for Float8CurrentScaling; recipe:
     DelayedScaling() (default) or Float8CurrentScaling(); activation: None or "gelu" (tanh
     approximation); out_dtype: default x's dtype; fallback: None (raise when FP8 cannot be
-    used) or "bf16" (run in bfloat16 then, counted in qmesh.jax.stats()); row_axes: None, or
+    used) or "bf16" (run in bfloat16 then, counted in qmesh.jax.stats.stats()); row_axes: None, or
     the mesh axes (a tuple, () for replicated) the rows of x's and the output gradient's FP8
     codes are constrained to before their GEMMs, under the mesh of the context (no effect
     without one).
@@ -298,6 +294,10 @@ def dense(x, kernel, bias=None, state=None, *, recipe=None, activation: str | No
                              f"{list(bias.shape)}")
     _check_state(state, recipe)
     out_dtype = jnp.dtype(x.dtype if out_dtype is None else out_dtype)
+    for dtype, what in ((x.dtype, "x"), (kernel.dtype, "kernel"), (out_dtype, "out_dtype")):
+        if not jnp.issubdtype(dtype, jnp.floating) or dtype in FP8_DTYPES:
+            raise TypeError(f"dense: {what} must be a floating dtype wider than FP8 (float32, "
+                            f"bfloat16, float16; others run with fallback='bf16'), not {dtype}")
     reason = fp8_unsupported_reason(x.dtype, kernel.shape[0], kernel.shape[1])
     if reason is None and kernel.dtype not in WIDE_DTYPES:
         reason = f"dense: kernel must be float32, bfloat16 or float16 for FP8, not {kernel.dtype}"

@@ -316,6 +316,9 @@ class GroupedQuantize(Op):
             raise TypeError(f"scales must be float32 {list(group_sizes.shape)} (one per group), "
                             f"not {scales.dtype}{list(scales.shape)}")
         out_dtype = check_fp8(out_dtype)
+        if group_sizes.shape == (0,) and x.shape[0] > 0:
+            raise ValueError(f"grouped quantize: no groups for {x.shape[0]} rows; group_sizes "
+                             "must cover every row of x")
         g = group_sizes.shape
         q_t = (x.size,) if columnwise else (0,)
         return (jax.core.ShapedArray(x.shape, out_dtype), jax.core.ShapedArray(q_t, out_dtype),
@@ -352,16 +355,21 @@ def check_scale_values(scale, what: str = "scale"):
     return scale
 
 
-def _as_f32_scale(scale, what: str = "scale"):
-    """A scale argument as float32: Python and numpy numbers convert (integers only when
-    exact); arrays of other dtypes are left for the primitive's type check."""
-    if isinstance(scale, (bool, np.bool_)):
+def _f32_number(value, what: str):
+    """A scalar argument as a JAX array: Python and numpy numbers become float32 (integers only
+    when exact); arrays are left for the primitive's type check."""
+    if isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{what} must be a float32 scalar, not a boolean")
-    if isinstance(scale, (int, np.integer)) and int(np.float32(scale)) != int(scale):
-        raise ValueError(f"{what} {scale!r} is not exactly representable as float32")
-    if isinstance(scale, (int, float, np.integer, np.floating)):
-        scale = np.float32(scale)
-    return check_scale_values(jnp.asarray(scale), what)
+    if isinstance(value, (int, np.integer)) and int(np.float32(value)) != int(value):
+        raise ValueError(f"{what} {value!r} is not exactly representable as float32")
+    if isinstance(value, (int, float, np.integer, np.floating)):
+        value = np.float32(value)
+    return jnp.asarray(value)
+
+
+def _as_f32_scale(scale, what: str = "scale"):
+    """A scale argument (see _f32_number), checked by check_scale_values."""
+    return check_scale_values(_f32_number(scale, what), what)
 
 
 class Quantized(NamedTuple):
@@ -410,7 +418,7 @@ def current_scale(amax, dtype=jnp.float8_e4m3fn, *, power_of_two_scales: bool = 
 
 def dequantize(q, scale_inv, dtype=jnp.float32) -> jax.Array:
     """q * scale_inv, computed in float32 and rounded to `dtype`."""
-    return Dequantize.bind(q, jnp.asarray(scale_inv), out_dtype=jnp.dtype(dtype))[0]
+    return Dequantize.bind(q, _f32_number(scale_inv, "scale_inv"), out_dtype=jnp.dtype(dtype))[0]
 
 
 def dbias_quantize(g, scale, dtype=jnp.float8_e5m2, *, columnwise: bool = False):

@@ -78,6 +78,11 @@ def _as_matrix(lhs, rhs, dimension_numbers):
     return x, w, out_shape
 
 
+_MIXUP = ("qmesh's dot_general module: give nn.Dense the class as "
+          "dot_general_cls=make_dot_general_cls(recipe), or an instance as "
+          "dot_general=make_dot_general_cls(recipe)()")
+
+
 def make_dot_general_cls(recipe, fallback: str | None = None):
     """A Flax module class computing lax.dot_general's result with qmesh's FP8 dense op.
 
@@ -90,9 +95,16 @@ def make_dot_general_cls(recipe, fallback: str | None = None):
     class QmeshDotGeneral(nn.Module):
         """lhs . rhs (contracting dims only) as an FP8 GEMM; see make_dot_general_cls."""
 
+        def __new__(cls, *args, **kwargs):
+            if args:  # Flax called the class as the dot_general function
+                raise TypeError(_MIXUP + " (the class was passed as dot_general=)")
+            return super().__new__(cls)
+
         @nn.compact
-        def __call__(self, lhs, rhs, dimension_numbers, precision=None,
+        def __call__(self, lhs=None, rhs=None, dimension_numbers=None, precision=None,
                      preferred_element_type=None):
+            if lhs is None or rhs is None or dimension_numbers is None:
+                raise TypeError(_MIXUP + " (an instance was passed as dot_general_cls=)")
             x, w, out_shape = _as_matrix(jnp.asarray(lhs), jnp.asarray(rhs), dimension_numbers)
             out_dtype = preferred_element_type or jnp.result_type(lhs.dtype, rhs.dtype)
             y = dense(x, w.astype(x.dtype) if w.dtype != x.dtype else w, None,
