@@ -17,6 +17,7 @@ import qmesh.jax as qj
 from qmesh.jax import delayed_state
 from qmesh.jax import stats as qstats
 from qmesh.jax.dense import dense, init_state
+from qmesh.jax.flax import TrainState as QmeshTrainState
 from qmesh.jax.flax import make_dot_general_cls
 from qmesh.jax.recipe import DelayedScaling
 
@@ -44,7 +45,12 @@ def test_a_layer_whose_output_is_unused_restarts_instead_of_giving_nan():
     assert np.all(np.isfinite(np.asarray(y)))
     fresh = {**ts.params, OWG: {**ts.params[OWG], "Dense_1": {"QmeshDotGeneral_0": init_state(R)}}}
     np.testing.assert_array_equal(np.asarray(y), np.asarray(m.apply(fresh, x)[1]))
-    # keep_unused_state keeps it instead (and leaves the used layer's new state alone).
+    # qmesh's TrainState keeps it, and so does keep_unused_state (the used layer's new state
+    # is left alone).
+    qs = QmeshTrainState.create(apply_fn=m.apply, params=m.init(jax.random.key(0), x), tx=optax.adam(1e-3))
+    qs = qs.apply_gradients(grads=jax.grad(lambda v: jnp.mean(m.apply(v, x)[0] ** 2))(qs.params))
+    assert_same(qs.params[OWG]["Dense_1"], {"QmeshDotGeneral_0": init_state(R)})
+    assert_same(qs.params[OWG]["Dense_0"], ts.params[OWG]["Dense_0"])
     v0 = m.init(jax.random.key(0), x)
     grads = jax.grad(lambda v: jnp.mean(m.apply(v, x)[0] ** 2))(v0)
     kept = delayed_state.keep_unused_state(grads[OWG], v0[OWG])
