@@ -242,3 +242,20 @@ def test_a_state_that_is_not_threaded_is_reported_once():
         state = step(state, x)
     jax.effects_barrier()
     assert qstats.stats()["unthreaded_states"] == 0
+
+
+def test_reporting_is_one_condition_per_layer_and_can_be_switched_off():
+    x, k = data()
+
+    def traced():  # a new function: a traced one keeps what it was traced with
+        return str(jax.make_jaxpr(jax.grad(
+            lambda s: jnp.sum(dense(x, k, None, s, recipe=R) ** 2)))(init_state(R)))
+
+    on = traced()
+    delayed_state.set_reporting(False)
+    try:
+        off = traced()
+    finally:
+        delayed_state.set_reporting(True)
+    assert on.count("cond[") == 1 and on.count("debug_callback[") >= 1
+    assert "cond[" not in off and "debug_callback" not in off

@@ -23,7 +23,11 @@ A state whose scale is 0 and whose history is all zero is that untouched "gradie
 back: it restarts from scale 1 (`keep_unused_state` keeps the previous state instead). Inside
 a traced step a scale that is not a normal positive float32 (0, denormal, negative, NaN, inf)
 is never used: the previous valid scale (else 1) is kept and the replacement counted in
-qmesh.jax.stats.stats() ("invalid_scales"). Outside tracing such a scale raises (`check_state`).
+qmesh.jax.stats() ("invalid_scales") when the backward pass runs. Outside tracing such a scale
+raises (`check_state`). A history that stays all zero through UNTHREADED_AFTER backward passes
+of one traced layer (its new state is not passed on) is reported once ("unthreaded_states" and
+a RuntimeWarning). Both reports cost one device-side condition per layer and backward pass
+(`set_reporting`).
 """
 
 from __future__ import annotations
@@ -82,12 +86,13 @@ _lock = threading.Lock()
 _fresh_backwards: dict[int, int] = {}
 
 
-def _count_invalid(n):
-    if int(n):
-        stats.count("invalid_scales", int(n))
-
-
-def _fresh_backward(site: int):
+def _report(site: int, invalid, fresh):
+    """Host side of one backward pass: counts the replaced scales, and reports the state of
+    call site `site` once it has run UNTHREADED_AFTER backward passes on a fresh history."""
+    if int(np.sum(invalid)):
+        stats.count("invalid_scales", int(np.sum(invalid)))
+    if not np.any(fresh):
+        return
     with _lock:
         _fresh_backwards[site] = _fresh_backwards.get(site, 0) + 1
         reached = _fresh_backwards[site] == UNTHREADED_AFTER
@@ -101,15 +106,27 @@ def _fresh_backward(site: int):
             "semantics'.", RuntimeWarning, stacklevel=2)
 
 
-def _when(pred, fn, *args):
-    """Runs the host callback fn(*args) only when pred holds on the device (no host round trip
-    in the usual case)."""
-    lax.cond(pred, lambda *a: jax.debug.callback(fn, *a), lambda *a: None, *args)
+_reporting = True
+
+
+def reporting() -> bool:
+    """Whether layers called now report (set_reporting)."""
+    return _reporting
+
+
+def set_reporting(enabled: bool) -> None:
+    """Whether layers called from now on report replaced scales and unthreaded states to
+    qmesh.jax.stats() (default True; a function already traced keeps what it was traced with). Each report is a device-side condition per layer and
+    backward pass; on CUDA, XLA reads such a condition's predicate on the host, so
+    set_reporting(False) removes that synchronisation (and the counting)."""
+    global _reporting
+    _reporting = bool(enabled)
 
 
 def step_scales(state, recipe):
-    """(history [L, 3] rolled with row 0 free, scales [3]): this step's scales of input,
-    kernel and output gradient from `state` (see the module docstring)."""
+    """(history [L, 3] rolled with row 0 free, scales [3], how many scales were replaced):
+    this step's scales of input, kernel and output gradient from `state` (see the module
+    docstring)."""
     history = jnp.stack([jnp.asarray(state[f"{o}_amax_history"], F32) for o in OPERANDS], axis=1)
     previous = jnp.stack([jnp.reshape(jnp.asarray(state[f"{o}_scale"], F32), ())
                           for o in OPERANDS])
@@ -121,16 +138,20 @@ def step_scales(state, recipe):
     ok = valid_scale(scale)
     scale = jnp.where(ok, scale, base)
     invalid = jnp.sum(replaced) + jnp.sum(~ok)
-    _when(invalid > 0, _count_invalid, invalid)
-    return history, scale
+    return history, scale, invalid
 
 
-def recorded_state(history, scale, amaxes, like):
+def recorded_state(history, scale, invalid, amaxes, like, report: bool = True):
     """The state after this step: `history` (from step_scales) with row 0 = amaxes [3] (reduced
-    by maximum over a vmapped batch), `scale` the scales used; shapes as in `like`."""
+    by maximum over a vmapped batch), `scale` the scales used; shapes as in `like`. Reports
+    `invalid` (the scales step_scales replaced) and a fresh history to qmesh.jax.stats()
+    unless `report` is False."""
     amaxes = batch_max(jnp.stack(amaxes).astype(F32), history)
-    site = next(_sites)
-    _when(jnp.all(history == 0), functools.partial(_fresh_backward, site))
+    if report:
+        fresh = jnp.all(history == 0)
+        report = functools.partial(_report, next(_sites))
+        lax.cond((invalid > 0) | fresh, lambda i, f: jax.debug.callback(report, i, f),
+                 lambda i, f: None, invalid, fresh)
     history = history.at[0].set(amaxes)
     new = {}
     for i, o in enumerate(OPERANDS):

@@ -92,6 +92,8 @@ class _Config:
     has_bias: bool
     out_dtype: object
     row_axes: tuple | None = None
+    # delayed_state's reporting, read when the layer is called (a static part of the trace).
+    report: bool = dataclasses.field(default_factory=delayed_state.reporting)
 
 
 def _check_state(state, recipe):
@@ -149,12 +151,13 @@ def _saved(q):
 
 
 def step_of(state, recipe):
-    """(history, scales [3]) of this step (delayed_state.step_scales), or None without state."""
+    """(history, scales [3], replaced) of this step (delayed_state.step_scales), or None
+    without state."""
     return None if state is None else delayed_state.step_scales(state, recipe)
 
 
 def _forward(cfg, x, kernel, bias, step, xq=None):
-    """The forward pass with this step's (history, scales) `step` (None for current scaling);
+    """The forward pass with this step's step_of(...) `step` (None for current scaling);
     xq: x already quantized as [M, K] (the fused LayerNorm's codes)."""
     recipe = cfg.recipe
     lead, k = x.shape[:-1], x.shape[-1]
@@ -189,7 +192,7 @@ def _forward(cfg, x, kernel, bias, step, xq=None):
 
 
 def _dense_fwd(cfg, x, kernel, bias, state, xq=None, step=None):
-    """step: this step's (history, scales) when the caller already took them (step_of)."""
+    """step: this step's step_of(...) when the caller already took it."""
     if step is None:
         step = step_of(state, cfg.recipe)
     y, (xq, wq, aux, lead) = _forward(cfg, x, kernel, bias, step, xq)
@@ -231,7 +234,8 @@ def _dense_bwd(cfg, res, g):
     db = None if b_like is None else dbias.astype(b_like.dtype)
     new_state = None
     if isinstance(recipe, DelayedScaling):
-        new_state = delayed_state.recorded_state(*step, (x_amax, w_amax, gq.amax), state)
+        new_state = delayed_state.recorded_state(*step, (x_amax, w_amax, gq.amax), state,
+                                                 report=cfg.report)
     return dx, dw, db, new_state
 
 

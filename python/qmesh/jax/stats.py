@@ -4,7 +4,7 @@
 - fallbacks: calls that ran in bfloat16 because the user opted in (`fallback="bf16"`; without
   that opt-in such a call raises with the reason), counted at trace time;
 - invalid_scales: delayed-scaling scales that were not normal positive floats and were
-  replaced by the previous valid scale (or 1), counted when the step runs;
+  replaced by the previous valid scale (or 1), counted when the backward pass runs;
 - unthreaded_states: layers whose delayed-scaling state is not passed from step to step
   (docs/flax.md "State semantics"), counted once per layer when detected.
 """
