@@ -15,8 +15,10 @@ Every use of one state in a step therefore returns the same history and scales e
 and the exact combination of several uses is the elementwise **maximum** (row 0 becomes the
 largest amax, as one big batch would record). Under `vmap` the amaxes of the batch are reduced
 by maximum before they are recorded (`batch_max`), so a vmapped layer returns the state of one
-big batch. `combine_state_grads` is that maximum for gradients computed separately (gradient
-accumulation over microbatches); 0, what JAX gives a layer whose output did not reach the
+big batch. `split_state` (a module called twice) and `share_state` (the xs of a scan over
+microbatches) give several uses whose gradients JAX then combines by that maximum instead of
+adding them; `combine_state_grads` is the maximum for gradients computed separately
+(gradient accumulation over microbatches); 0, what JAX gives a layer whose output did not reach the
 loss, is its neutral element (valid entries are >= 0).
 
 A state whose scale is 0 and whose history is all zero is that untouched "gradient" written
