@@ -118,17 +118,20 @@ def test_delayed_state_follows_the_recipe_step_by_step(rng):
     history = np.zeros((3, 3), np.float32)
     scale = np.ones(3, np.float32)
     maxima = [448.0, 448.0, 57344.0]
+    grad_scales = []
     for i in range(4):
         xi, ri = x * (i + 1), r * (10.0 ** i)
         _, (_, _, _, new) = f(xi, w, b, state, ri)
-        # The amaxes of this step (the output gradient's is max|r|: no activation).
-        history[0] = [ref.amax(xi), ref.amax(w), ref.amax(ri)]
+        # This step's scales come from the amaxes of the earlier steps (row 0 the newest);
+        # then the step's amaxes (the output gradient's is max|r|: no activation) fill row 0.
         history, scale = ref.delayed_update(history, scale, maxima, recipe.margin, "max")
+        history[0] = [ref.amax(xi), ref.amax(w), ref.amax(ri)]
         for j, name in enumerate(("input", "kernel", "output_grad")):
             np.testing.assert_array_equal(np.asarray(new[f"{name}_amax_history"]), history[:, j])
             assert np.float32(new[f"{name}_scale"]) == scale[j], (i, name)
         state = new  # what TrainState.apply_gradients does with _overwrite_with_gradient
-    assert scale[2] < scale[0]  # the gradient's scale followed its growing amax
+        grad_scales.append(scale[2])
+    assert grad_scales[1] > grad_scales[2] > grad_scales[3]  # followed the growing amax
 
 
 def test_next_step_quantizes_with_the_updated_scale(rng):
@@ -137,12 +140,14 @@ def test_next_step_quantizes_with_the_updated_scale(rng):
     x = x * 300.0  # saturates E4M3 with scale 1
     f = step(recipe, None, True)
     y1, (_, _, _, state) = f(x, w, b, init_state(recipe), r)
-    y2, _ = f(x, w, b, state, r)
+    y2, (_, _, _, state2) = f(x, w, b, state, r)
     exact = (x.reshape(-1, K).astype(np.float64) @ w + b)
     assert ref.rel_err(y2.reshape(-1, N), exact) < 0.06 < ref.rel_err(y1.reshape(-1, N), exact)
-    sx = np.float32(state["input_scale"])
-    assert sx == np.float32(448.0) / ref.amax(x)
-    want = qdq(x.reshape(-1, K), sx, E4M3) @ qdq(w, np.float32(state["kernel_scale"]), E4M3) + b
+    # The state keeps the scales each step used: 1 in step 1, then 448 / amax of step 1.
+    assert np.float32(state["input_scale"]) == 1.0
+    sx, sw = np.float32(448.0) / ref.amax(x), np.float32(448.0) / ref.amax(w)
+    assert np.float32(state2["input_scale"]) == sx and np.float32(state2["kernel_scale"]) == sw
+    want = qdq(x.reshape(-1, K), sx, E4M3) @ qdq(w, sw, E4M3) + b
     assert ref.rel_err(y2.reshape(-1, N), want) < 1e-5
 
 
@@ -253,8 +258,13 @@ def test_bad_input_raises():
         dense(x, w, state=init_state(recipe), recipe=Float8CurrentScaling())
     with pytest.raises(ValueError, match="activation"):
         dense(x, w, state=init_state(recipe), recipe=recipe, activation="swish")
-    with pytest.raises(ValueError, match="float32, bfloat16 or float16"):
-        dense(jnp.ones((4, 32), jnp.int32), w, state=init_state(recipe), recipe=recipe)
+    for fallback in (None, "bf16"):  # integers are refused even with the fallback
+        with pytest.raises(TypeError, match="x must be a floating dtype"):
+            dense(jnp.ones((4, 32), jnp.int32), w, state=init_state(recipe), recipe=recipe,
+                  fallback=fallback)
+    for out_dtype in (jnp.float8_e4m3fn, jnp.int8):  # would saturate or wrap silently
+        with pytest.raises(TypeError, match="out_dtype must be a floating dtype wider than FP8"):
+            dense(x, w, jnp.ones(16), init_state(recipe), recipe=recipe, out_dtype=out_dtype)
 
 
 @pytest.mark.parametrize("policy", ["everything_saveable", "nothing_saveable", "qmesh"])

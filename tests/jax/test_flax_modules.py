@@ -99,7 +99,11 @@ def test_layernorm_mlp(x, recipe, acts):
         assert set(meta[""]) == {f"{p}{o}" for p in ("wi_", "wo_")
                                  for o in ("input", "kernel", "output_grad")}
         assert meta[""]["wi_input"]["last_amax"] == pytest.approx(float(np.abs(n).max()), rel=1e-5)
-        assert meta[""]["wi_input"]["scale"] == pytest.approx(448.0 / float(np.abs(n).max()), rel=1e-5)
+        assert meta[""]["wi_input"]["scale"] == 1.0  # the scale this first step used
+        owg = "_overwrite_with_gradient"
+        g2 = jax.grad(lambda v_: jnp.sum(m.apply(v_, x)[0] ** 2))({**v, owg: g[owg]})
+        assert fp8_meta(g2)[""]["wi_input"]["scale"] == pytest.approx(
+            448.0 / float(np.abs(n).max()), rel=1e-5)  # the next step's, from that amax
 
 
 @pytest.mark.parametrize("kind", ["scaled", "scaled_masked", "scaled_upper_triang_masked"])

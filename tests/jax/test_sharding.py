@@ -61,6 +61,24 @@ def test_uneven_shards_are_replicated_not_padded(rng):
     assert float(qj.amax(xs)) == 77.0
 
 
+def test_a_slice_of_an_even_shard_does_not_read_the_padding():
+    """The issue's reproducer: rows 6..15 of x are cut off inside jit, the 6 rows left do not
+    divide over 4 devices, and XLA pads the shards; row 7 (100.0) must not be read."""
+    from jax.sharding import AxisType
+    mesh = jax.make_mesh((4,), ("dp",), axis_types=(AxisType.Auto,), devices=jax.devices()[:4])
+    x = jax.random.normal(jax.random.key(0), (16, 32)).at[7].set(100.0)
+    xs = jax.device_put(x, NamedSharding(mesh, P("dp", None)))
+    assert float(jax.jit(lambda v: qj.amax(v[:6]))(xs)) == float(jnp.max(jnp.abs(x[:6])))
+    db = jax.jit(lambda v: qj.dbias_quantize(v[:6], jnp.float32(1))[1])(xs)
+    np.testing.assert_allclose(np.asarray(db), np.asarray(jnp.sum(x[:6], axis=0)), rtol=1e-5,
+                               atol=1e-5)
+    for fn in (lambda v: qj.quantize(v, jnp.float32(2)), qj.quantize_current):
+        got = jax.jit(lambda v, fn=fn: fn(v[:6]))(xs)
+        want = fn(x[:6])
+        assert np.asarray(got.q).tobytes() == np.asarray(want.q).tobytes()
+        assert float(got.amax) == float(want.amax) and float(got.scale) == float(want.scale)
+
+
 def test_mesh_resource_roles():
     """A role naming a missing axis is an error that names it; global_shard_guard takes only a
     MeshResource and restores the previous one (the pipeline axis: test_quantize)."""
@@ -78,6 +96,31 @@ def test_mesh_resource_roles():
             assert qj.global_mesh_resource().pp_resource == "pp"
         assert qj.global_mesh_resource() == outer
     assert qj.global_mesh_resource() == qj.MeshResource()
+
+
+def test_a_missing_axis_is_raised_in_python_and_a_corrected_guard_takes_effect():
+    mesh = make_mesh((2, 4), ("pp", "dp"))
+    x = np.ones((8, 8), np.float32)
+    x[6, 0] = 5.0  # in the second pipeline stage's rows
+    xs = jax.device_put(x, NamedSharding(mesh, P("pp", "dp")))
+    f = jax.jit(qj.amax)
+    with pytest.raises(ValueError, match=r"tp_resource is 'tp', but the mesh has only the axes"):
+        with qj.global_shard_guard(qj.MeshResource(tp_resource="tp")):
+            f(xs)
+    with qj.global_shard_guard(qj.MeshResource(pp_resource="pp")):
+        per_stage = f(xs)  # reduced within each pipeline stage only
+    assert sorted({float(np.asarray(s.data)) for s in per_stage.addressable_shards}) == [1.0, 5.0]
+    with qj.global_shard_guard(qj.MeshResource(dp_resource="dp")):  # corrected: over the mesh
+        assert {float(np.asarray(s.data)) for s in f(xs).addressable_shards} == {5.0}
+
+
+def test_an_input_created_before_set_mesh_is_computed_where_it_is():
+    mesh = make_mesh((2, 4))
+    x = jnp.arange(64.0).reshape(8, 8)
+    with jax.set_mesh(mesh), qj.global_shard_guard(qj.MeshResource(dp_resource="dp",
+                                                                   tp_resource="tp")):
+        assert float(jax.jit(qj.amax)(x)) == 63.0
+        assert float(jax.jit(lambda v: qj.quantize_current(v).amax)(x)) == 63.0
 
 
 def test_explicit_axes_raise_with_what_to_do():

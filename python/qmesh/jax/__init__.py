@@ -1,14 +1,40 @@
 """qmesh for JAX: FP8 primitives backed by qmesh's C++ ops through XLA FFI handlers, with
-sharding rules (Shardy) for meshes described by a MeshResource. See docs/jax.md."""
+sharding rules (Shardy) for meshes described by a MeshResource. See docs/jax.md.
 
-from qmesh.jax import recipe
+The modules dense, gemm, layer_norm and stats can be called as their main function:
+qmesh.jax.dense(...) is qmesh.jax.dense.dense(...), qmesh.jax.stats() is
+qmesh.jax.stats.stats()."""
+
+import sys
+import types
+
+from qmesh.jax import dense, gemm, layer_norm, recipe, stats
 from qmesh.jax._ffi import built_with_jaxlib
+from qmesh.jax.delayed_state import (combine_state_grads, keep_unused_state, share_state,
+                                     split_state)
+from qmesh.jax.dense import init_state
+from qmesh.jax.gemm import Epilogue
 from qmesh.jax.quantize import (Quantized, amax, current_scale, dbias_quantize, dequantize,
                                 grouped_quantize, quantize, quantize_current)
+from qmesh.jax.recipe import DelayedScaling, Float8CurrentScaling, Format
 from qmesh.jax.sharding import MeshResource, global_mesh_resource, global_shard_guard
 
+
+class _CallableModule(types.ModuleType):
+    """A module that calls its function of the same name (qmesh.jax.gemm(...) is
+    qmesh.jax.gemm.gemm(...)); its other names stay attributes."""
+
+    def __call__(self, *args, **kwargs):
+        return getattr(self, self.__name__.rsplit(".", 1)[1])(*args, **kwargs)
+
+
+for _module in (dense, gemm, layer_norm, stats):
+    sys.modules[_module.__name__].__class__ = _CallableModule
+
 __all__ = [
-    "MeshResource", "Quantized", "amax", "built_with_jaxlib", "current_scale", "dbias_quantize",
-    "dequantize", "global_mesh_resource", "global_shard_guard", "grouped_quantize", "quantize",
-    "quantize_current", "recipe",
+    "DelayedScaling", "Epilogue", "Float8CurrentScaling", "Format", "MeshResource", "Quantized",
+    "amax", "built_with_jaxlib", "combine_state_grads", "current_scale", "dbias_quantize",
+    "dense", "dequantize", "gemm", "global_mesh_resource", "global_shard_guard",
+    "grouped_quantize", "init_state", "keep_unused_state", "layer_norm", "quantize",
+    "quantize_current", "recipe", "share_state", "split_state", "stats",
 ]

@@ -12,11 +12,12 @@ the bias gradient fused with that cast; dgrad = dy @ kernel^T and wgrad = x^T @ 
 GEMMs on the FP8 codes saved by the forward (no full-precision copies are kept).
 
 Delayed scaling state (a dict, Flax's names): input_/kernel_/output_grad_ amax_history
-(float32 [amax_history_len]) and _scale (float32 scalars). The scales in the state are used as
-they are; this step's amaxes enter row 0 of the histories and the state is updated by qmesh's
-delayed-scaling rule (docs/design/scaling.md) in the backward pass, whose new value comes back
-as the *gradient* of the state: Flax's `_overwrite_with_gradient` collection (TrainState
-replaces the state by its gradient). Without a backward pass the state does not change.
+(float32 [amax_history_len]) and _scale (float32 scalars). The forward takes this step's scales
+from the state by qmesh's delayed-scaling rule (docs/design/scaling.md); the backward records
+this step's amaxes, and the new state comes back as the *gradient* of the state: Flax's
+`_overwrite_with_gradient` collection (TrainState replaces the state by its gradient). Without
+a backward pass the state does not change. How uses combine (vmap, sharing, microbatches) and
+what happens to an unused layer: delayed_state.py.
 
 Sharding: x's rows and the kernel's columns keep their shardings; the amaxes are reduced by
 the quantize primitives over every mesh axis but the pipeline axis (XLA merges the step's
@@ -29,7 +30,7 @@ byte per value) right before the GEMMs, as TransformerEngine does.
 
 FP8 needs K and N multiples of 16 on CUDA (cuBLASLt). When FP8 cannot be used the call raises
 with the reason, unless `fallback="bf16"`: then the layer runs in bfloat16 (float32
-accumulation), the state passes through unchanged, and qmesh.jax.stats() counts it.
+accumulation), the state passes through unchanged, and qmesh.jax.stats.stats() counts it.
 """
 
 from __future__ import annotations
@@ -44,13 +45,12 @@ from jax.ad_checkpoint import checkpoint_name
 
 from jax.sharding import PartitionSpec
 
-from qmesh.jax import sharding, stats
+from qmesh.jax import delayed_state, sharding, stats
 from qmesh.jax.gemm import Epilogue, WIDE_DTYPES, dgelu, gelu, gemm
-from qmesh.jax.quantize import dbias_quantize, quantize, quantize_current
+from qmesh.jax.quantize import FP8_DTYPES, dbias_quantize, quantize, quantize_current
 from qmesh.jax.recipe import DelayedScaling, Float8CurrentScaling, check_recipe
-from qmesh.jax.scaling import update_delayed_scaling
 
-OPERANDS = ("input", "kernel", "output_grad")
+OPERANDS = delayed_state.OPERANDS
 ACTIVATIONS = (None, "gelu")
 FALLBACKS = (None, "bf16")
 F32 = jnp.dtype(jnp.float32)
@@ -92,6 +92,8 @@ class _Config:
     has_bias: bool
     out_dtype: object
     row_axes: tuple | None = None
+    # delayed_state's reporting, read when the layer is called (a static part of the trace).
+    report: bool = dataclasses.field(default_factory=delayed_state.reporting)
 
 
 def _check_state(state, recipe):
@@ -99,15 +101,21 @@ def _check_state(state, recipe):
         if state is not None:
             raise ValueError(f"dense: {type(recipe).__name__} keeps no state; pass state=None")
         return
-    if not isinstance(state, dict) or set(state) != {f"{o}_{s}" for o in OPERANDS
-                                                     for s in ("amax_history", "scale")}:
+    if not isinstance(state, dict):
         raise ValueError("dense: DelayedScaling needs the state of init_state(recipe) (a dict "
-                         "of input_/kernel_/output_grad_ amax_history and scale)")
+                         f"of input_/kernel_/output_grad_ amax_history and scale), not "
+                         f"{type(state).__name__}")
+    wanted = [f"{o}_{s}" for o in OPERANDS for s in ("amax_history", "scale")]
+    missing, extra = [k for k in wanted if k not in state], sorted(set(state) - set(wanted))
+    if missing or extra:
+        raise ValueError(f"dense: the state lacks {missing} and has unknown keys {extra}; "
+                         "start from init_state(recipe)")
     for o in OPERANDS:
         h, s = jnp.shape(state[f"{o}_amax_history"]), jnp.shape(state[f"{o}_scale"])
         if h != (recipe.amax_history_len,) or s not in ((), (1,)):
             raise ValueError(f"dense: state {o}_amax_history must be [{recipe.amax_history_len}] "
                              f"and {o}_scale a scalar, not {list(h)} and {list(s)}")
+    delayed_state.check_state(state, "dense")
 
 
 def _pin_rows(q, row_axes):
@@ -119,13 +127,10 @@ def _pin_rows(q, row_axes):
     return q._replace(q=sharding.constrain(q.q, (rows, PartitionSpec.UNCONSTRAINED)))
 
 
-def _scalar(v):
-    return jnp.reshape(jnp.asarray(v, F32), ())
-
-
-def _quantize(x, state, name, dtype, recipe):
+def _quantize(x, scale, dtype, recipe):
+    """x quantized with `scale` (delayed scaling) or its own amax (current scaling)."""
     if isinstance(recipe, DelayedScaling):
-        return quantize(x, _scalar(state[f"{name}_scale"]), dtype)
+        return quantize(x, scale, dtype)
     return quantize_current(x, dtype, power_of_two_scales=recipe.power_of_two_scales,
                             amax_epsilon=recipe.amax_epsilon)
 
@@ -145,15 +150,23 @@ def _saved(q):
     return bits, amax, scale_inv, lax.bitcast_convert_type(bits, dtype)
 
 
-def _forward(cfg, x, kernel, bias, state, xq=None):
-    """The forward pass; xq: x already quantized as [M, K] (the fused LayerNorm's codes)."""
+def step_of(state, recipe):
+    """(history, scales [3], replaced) of this step (delayed_state.step_scales), or None
+    without state."""
+    return None if state is None else delayed_state.step_scales(state, recipe)
+
+
+def _forward(cfg, x, kernel, bias, step, xq=None):
+    """The forward pass with this step's step_of(...) `step` (None for current scaling);
+    xq: x already quantized as [M, K] (the fused LayerNorm's codes)."""
     recipe = cfg.recipe
     lead, k = x.shape[:-1], x.shape[-1]
     fwd = recipe.fp8_format.fwd_dtype
+    scales = (None,) * 3 if step is None else step[1]
     if xq is None:
-        xq = _quantize(x.reshape(-1, k), state, "input", fwd, recipe)
+        xq = _quantize(x.reshape(-1, k), scales[0], fwd, recipe)
     xq = _saved(_pin_rows(xq, cfg.row_axes))
-    wq = _saved(_quantize(kernel, state, "kernel", fwd, recipe))
+    wq = _saved(_quantize(kernel, scales[1], fwd, recipe))
     gelu_on = cfg.activation == "gelu"
     # cuBLASLt fuses the bias and the GELU into an FP8 GEMM only with a bf16 or fp16 D, the bias
     # (and the GELU's aux) in D's type; with a float32 D they run after the GEMM, in float32
@@ -178,16 +191,19 @@ def _forward(cfg, x, kernel, bias, state, xq=None):
     return y, (xq, wq, aux, lead)
 
 
-def _dense_fwd(cfg, x, kernel, bias, state, xq=None):
-    y, (xq, wq, aux, lead) = _forward(cfg, x, kernel, bias, state, xq)
-    res = (xq[0], xq[2], xq[1], wq[0], wq[2], wq[1], aux, state,
+def _dense_fwd(cfg, x, kernel, bias, state, xq=None, step=None):
+    """step: this step's step_of(...) when the caller already took it."""
+    if step is None:
+        step = step_of(state, cfg.recipe)
+    y, (xq, wq, aux, lead) = _forward(cfg, x, kernel, bias, step, xq)
+    res = (xq[0], xq[2], xq[1], wq[0], wq[2], wq[1], aux, (state, step),
            jnp.zeros((0,), x.dtype), jnp.zeros((0,), kernel.dtype),
            None if bias is None else jnp.zeros((0,), bias.dtype))
     return y, res
 
 
 def _dense_bwd(cfg, res, g):
-    x_bits, x_si, x_amax, w_bits, w_si, w_amax, aux, state, x_like, w_like, b_like = res
+    x_bits, x_si, x_amax, w_bits, w_si, w_amax, aux, (state, step), x_like, w_like, b_like = res
     recipe = cfg.recipe
     fwd = recipe.fp8_format.fwd_dtype
     x_q, w_q = (lax.bitcast_convert_type(b, fwd) for b in (x_bits, w_bits))
@@ -198,13 +214,13 @@ def _dense_bwd(cfg, res, g):
     bwd = recipe.fp8_format.bwd_dtype
     dbias = None
     if isinstance(recipe, DelayedScaling):
-        scale = _scalar(state["output_grad_scale"])
+        scale = step[1][2]
         if cfg.has_bias:
             gq, dbias = dbias_quantize(g2, scale, bwd)
         else:
             gq = quantize(g2, scale, bwd)
     else:
-        gq = _quantize(g2, None, "output_grad", bwd, recipe)
+        gq = _quantize(g2, None, bwd, recipe)
         if cfg.has_bias:
             dbias = jnp.sum(g2.astype(F32), axis=0)
     gq = _pin_rows(gq, cfg.row_axes)
@@ -218,29 +234,14 @@ def _dense_bwd(cfg, res, g):
     db = None if b_like is None else dbias.astype(b_like.dtype)
     new_state = None
     if isinstance(recipe, DelayedScaling):
-        new_state = _updated_state(state, (x_amax, w_amax, gq.amax), recipe)
+        new_state = delayed_state.recorded_state(*step, (x_amax, w_amax, gq.amax), state,
+                                                 report=cfg.report)
     return dx, dw, db, new_state
-
-
-def _updated_state(state, amaxes, recipe):
-    """This step's amaxes into row 0 of the histories, then qmesh's delayed-scaling update of
-    the three tensors in one call."""
-    history = jnp.stack([state[f"{o}_amax_history"].astype(F32) for o in OPERANDS], axis=1)
-    history = history.at[0].set(jnp.stack(amaxes))
-    scale = jnp.stack([_scalar(state[f"{o}_scale"]) for o in OPERANDS])
-    fmt = recipe.fp8_format
-    history, scale = update_delayed_scaling(history, scale, (fmt.fwd_dtype, fmt.fwd_dtype,
-                                                              fmt.bwd_dtype), recipe)
-    new = {}
-    for i, o in enumerate(OPERANDS):
-        new[f"{o}_amax_history"] = history[:, i]
-        new[f"{o}_scale"] = scale[i].reshape(jnp.shape(state[f"{o}_scale"]))
-    return new
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
 def _dense(cfg, x, kernel, bias, state):
-    return _forward(cfg, x, kernel, bias, state)[0]
+    return _forward(cfg, x, kernel, bias, step_of(state, cfg.recipe))[0]
 
 
 _dense.defvjp(_dense_fwd, _dense_bwd)
@@ -274,7 +275,7 @@ def dense(x, kernel, bias=None, state=None, *, recipe=None, activation: str | No
     delayed-scaling state (init_state(recipe)) or None for Float8CurrentScaling; recipe:
     DelayedScaling() (default) or Float8CurrentScaling(); activation: None or "gelu" (tanh
     approximation); out_dtype: default x's dtype; fallback: None (raise when FP8 cannot be
-    used) or "bf16" (run in bfloat16 then, counted in qmesh.jax.stats()); row_axes: None, or
+    used) or "bf16" (run in bfloat16 then, counted in qmesh.jax.stats.stats()); row_axes: None, or
     the mesh axes (a tuple, () for replicated) the rows of x's and the output gradient's FP8
     codes are constrained to before their GEMMs, under the mesh of the context (no effect
     without one).
@@ -297,6 +298,10 @@ def dense(x, kernel, bias=None, state=None, *, recipe=None, activation: str | No
                              f"{list(bias.shape)}")
     _check_state(state, recipe)
     out_dtype = jnp.dtype(x.dtype if out_dtype is None else out_dtype)
+    for dtype, what in ((x.dtype, "x"), (kernel.dtype, "kernel"), (out_dtype, "out_dtype")):
+        if not jnp.issubdtype(dtype, jnp.floating) or dtype in FP8_DTYPES:
+            raise TypeError(f"dense: {what} must be a floating dtype wider than FP8 (float32, "
+                            f"bfloat16, float16; others run with fallback='bf16'), not {dtype}")
     reason = fp8_unsupported_reason(x.dtype, kernel.shape[0], kernel.shape[1])
     if reason is None and kernel.dtype not in WIDE_DTYPES:
         reason = f"dense: kernel must be float32, bfloat16 or float16 for FP8, not {kernel.dtype}"

@@ -4,7 +4,7 @@ differentiable JAX function (delayed scaling):
     y, ln = layernorm_dense(x, gamma, beta, kernel, bias, state, recipe=DelayedScaling())
     # ln = layer_norm(x); y = act(ln @ kernel + bias)
 
-The LayerNorm handler writes the normalised rows and their FP8 codes (with the dense state's
+The LayerNorm handler writes the normalised rows and their FP8 codes (with this step's
 input scale) in one pass (layer_norm_fwd_quantize), so the norm output is not read a second
 time to be quantized; the GEMM takes those codes. Backward: the dense layer's backward
 (dense.py) gives the gradient of the norm output; the norm output's own cotangent (when `ln`
@@ -32,10 +32,10 @@ F32 = jnp.dtype(jnp.float32)
 
 def _fwd(cfg, eps, x, gamma, beta, kernel, bias, state):
     h = x.shape[-1]
+    step = _dense.step_of(state, cfg.recipe)
     ln, xq, mean, rstd = layer_norm_fwd_quantize(
-        x.reshape(-1, h), gamma, beta, _dense._scalar(state["input_scale"]),
-        cfg.recipe.fp8_format.fwd_dtype, eps=eps)
-    y, dense_res = _dense._dense_fwd(cfg, ln, kernel, bias, state, xq)
+        x.reshape(-1, h), gamma, beta, step[1][0], cfg.recipe.fp8_format.fwd_dtype, eps=eps)
+    y, dense_res = _dense._dense_fwd(cfg, ln, kernel, bias, state, xq, step)
     y = y.reshape(*x.shape[:-1], y.shape[-1])
     return (y, ln.reshape(x.shape)), (dense_res, x.reshape(-1, h), gamma, mean, rstd)
 

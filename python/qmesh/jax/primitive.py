@@ -16,6 +16,7 @@ An op is a subclass of `Op` registered with `@register`; see quantize.py for exa
 from __future__ import annotations
 
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -91,6 +92,7 @@ class Op:
         """Binds the outer primitive. The MeshResource in force is recorded with the call (a
         static parameter): XLA may run the partitioning callbacks on another thread."""
         sharding.check_auto_axes(*args)
+        sharding.check_resource_for(*args)
         return cls.outer.bind(*args, **params, resource=sharding.global_mesh_resource())
 
 
@@ -99,6 +101,15 @@ def spec_of(info, ndim: int | None = None) -> tuple:
     ndim = len(info.shape) if ndim is None else ndim
     spec = tuple(getattr(info.sharding, "spec", ()) or ())
     return spec + (None,) * (ndim - len(spec))
+
+
+def even_spec(mesh, info, ndim: int | None = None) -> tuple:
+    """spec_of(info) with every dimension whose mesh axes do not divide its size replicated:
+    XLA pads such shards, and an op must not read the padding as data."""
+    size = dict(zip(mesh.axis_names, mesh.devices.shape))
+    spec = spec_of(info, ndim)
+    return tuple(None if e is not None and info.shape[d] % math.prod(size[a] for a in axes_of(e))
+                 else e for d, e in enumerate(spec))
 
 
 def axes_of(entry) -> tuple[str, ...]:

@@ -23,7 +23,7 @@ from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec
 
 from qmesh.jax import sharding
-from qmesh.jax.primitive import Op, axes_of, register, spec_of
+from qmesh.jax.primitive import Op, axes_of, even_spec, register
 
 FP8_DTYPES = (jnp.dtype(jnp.float8_e4m3fn), jnp.dtype(jnp.float8_e5m2))
 WIDE_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
@@ -74,8 +74,9 @@ def _scalar():
 
 
 def _codes_shardings(mesh, x_info, columnwise):
-    """Shardings of (codes, columnwise copy) for x's sharding."""
-    spec = spec_of(x_info)
+    """Shardings of (x, codes, columnwise copy) for x's sharding (dimensions the mesh does not
+    divide evenly replicated)."""
+    spec = even_spec(mesh, x_info)
     q = NamedSharding(mesh, PartitionSpec(*spec))
     q_t = NamedSharding(mesh, PartitionSpec(spec[1], spec[0]) if columnwise else PartitionSpec())
     return NamedSharding(mesh, PartitionSpec(*spec)), q, q_t
@@ -142,7 +143,7 @@ class Amax(Op):
 
     @classmethod
     def shardings(cls, mesh, arg_infos):
-        x = NamedSharding(mesh, PartitionSpec(*spec_of(arg_infos[0])))
+        x = NamedSharding(mesh, PartitionSpec(*even_spec(mesh, arg_infos[0])))
         return (x,), (NamedSharding(mesh, PartitionSpec()),), sharding.amax_axes(mesh)
 
     @classmethod
@@ -240,7 +241,7 @@ class Dequantize(Op):
 
     @classmethod
     def shardings(cls, mesh, arg_infos, *, out_dtype):
-        q = NamedSharding(mesh, PartitionSpec(*spec_of(arg_infos[0])))
+        q = NamedSharding(mesh, PartitionSpec(*even_spec(mesh, arg_infos[0])))
         return (q, NamedSharding(mesh, PartitionSpec())), (q,), None
 
     @classmethod
@@ -282,7 +283,7 @@ class DbiasQuantize(Op):
     @classmethod
     def shardings(cls, mesh, arg_infos, *, out_dtype, columnwise):
         g, q, q_t = _codes_shardings(mesh, arg_infos[0], columnwise)
-        spec = spec_of(arg_infos[0])
+        spec = even_spec(mesh, arg_infos[0])
         rows = tuple(a for entry in spec[:-1] for a in axes_of(entry))
         rep = NamedSharding(mesh, PartitionSpec())
         dbias = NamedSharding(mesh, PartitionSpec(spec[-1]))
@@ -315,6 +316,9 @@ class GroupedQuantize(Op):
             raise TypeError(f"scales must be float32 {list(group_sizes.shape)} (one per group), "
                             f"not {scales.dtype}{list(scales.shape)}")
         out_dtype = check_fp8(out_dtype)
+        if group_sizes.shape == (0,) and x.shape[0] > 0:
+            raise ValueError(f"grouped quantize: no groups for {x.shape[0]} rows; group_sizes "
+                             "must cover every row of x")
         g = group_sizes.shape
         q_t = (x.size,) if columnwise else (0,)
         return (jax.core.ShapedArray(x.shape, out_dtype), jax.core.ShapedArray(q_t, out_dtype),
@@ -335,6 +339,39 @@ class GroupedQuantize(Op):
         return "i j, g, g -> i j, k, g, g"
 
 
+def check_scale_values(scale, what: str = "scale"):
+    """Raises ValueError for a concrete scale that is not a normal positive finite float32
+    (0, a denormal, negative, NaN or inf would give all-zero or NaN codes); traced scales
+    pass (the delayed-scaling state guards them inside a step, see delayed_state.py)."""
+    if isinstance(scale, jax.core.Tracer):
+        return scale
+    values = np.asarray(scale, np.float32)
+    tiny, big = np.finfo(np.float32).tiny, np.finfo(np.float32).max
+    bad = values[~((values >= tiny) & (values <= big))]
+    if bad.size:
+        raise ValueError(f"{what} must be a normal positive finite float32 (at least {tiny}), "
+                         f"got {bad.reshape(-1)[0]!r}: compute it with current_scale(amax) or "
+                         "keep the previous scale")
+    return scale
+
+
+def _f32_number(value, what: str):
+    """A scalar argument as a JAX array: Python and numpy numbers become float32 (integers only
+    when exact); arrays are left for the primitive's type check."""
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{what} must be a float32 scalar, not a boolean")
+    if isinstance(value, (int, np.integer)) and int(np.float32(value)) != int(value):
+        raise ValueError(f"{what} {value!r} is not exactly representable as float32")
+    if isinstance(value, (int, float, np.integer, np.floating)):
+        value = np.float32(value)
+    return jnp.asarray(value)
+
+
+def _as_f32_scale(scale, what: str = "scale"):
+    """A scale argument (see _f32_number), checked by check_scale_values."""
+    return check_scale_values(_f32_number(scale, what), what)
+
+
 class Quantized(NamedTuple):
     """A quantized tensor: codes, the columnwise copy (empty when not asked for), and its
     float32 scalars."""
@@ -349,8 +386,8 @@ class Quantized(NamedTuple):
 def quantize(x, scale, dtype=jnp.float8_e4m3fn, *, columnwise: bool = False) -> Quantized:
     """Delayed scaling: quantizes x with the given scale (float32 scalar). amax is max|x| over
     the whole (global) array. With columnwise=True, x must be 2-D and q_t is its transpose's
-    codes."""
-    scale = jnp.asarray(scale)
+    codes. The scale must be a normal positive finite float32 (checked when concrete)."""
+    scale = _as_f32_scale(scale)
     q, q_t, amax, scale_inv = Quantize.bind(x, scale, out_dtype=check_fp8(dtype),
                                             columnwise=bool(columnwise))
     return Quantized(q, q_t, amax, scale, scale_inv)
@@ -381,13 +418,13 @@ def current_scale(amax, dtype=jnp.float8_e4m3fn, *, power_of_two_scales: bool = 
 
 def dequantize(q, scale_inv, dtype=jnp.float32) -> jax.Array:
     """q * scale_inv, computed in float32 and rounded to `dtype`."""
-    return Dequantize.bind(q, jnp.asarray(scale_inv), out_dtype=jnp.dtype(dtype))[0]
+    return Dequantize.bind(q, _f32_number(scale_inv, "scale_inv"), out_dtype=jnp.dtype(dtype))[0]
 
 
 def dbias_quantize(g, scale, dtype=jnp.float8_e5m2, *, columnwise: bool = False):
     """(Quantized gradient, dbias): quantizes g with `scale` and returns the float32 sum of g
     over all but its last dimension (summed over the mesh axes that shard those rows)."""
-    scale = jnp.asarray(scale)
+    scale = _as_f32_scale(scale)
     q, q_t, amax_, scale_inv, dbias = DbiasQuantize.bind(g, scale, out_dtype=check_fp8(dtype),
                                                          columnwise=bool(columnwise))
     return Quantized(q, q_t, amax_, scale, scale_inv), dbias
@@ -397,7 +434,7 @@ def grouped_quantize(x, group_sizes, scales, dtype=jnp.float8_e4m3fn, *,
                      columnwise: bool = False) -> Quantized:
     """Quantizes the row groups of x [rows, cols] (group g: the next group_sizes[g] rows) each
     with scales[g]; amax and scale_inv have one entry per group."""
-    scales = jnp.asarray(scales)
+    scales = check_scale_values(jnp.asarray(scales), "scales")
     q, q_t, amax_, scale_inv = GroupedQuantize.bind(
         x, jnp.asarray(group_sizes), scales, out_dtype=check_fp8(dtype), columnwise=bool(columnwise))
     return Quantized(q, q_t, amax_, scales, scale_inv)

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import numbers
 
 import jax.numpy as jnp
+import numpy as np
 
 
 class Format(enum.Enum):
@@ -32,6 +34,27 @@ class Format(enum.Enum):
         return self.value[1]
 
 
+def _number(value, what: str) -> float:
+    """A real number field (Python or numpy; not a boolean or a string) as a float."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{what} must be a number, not {value!r}")
+    return float(value)
+
+
+def _integer(value, what: str) -> int:
+    """An integer field: Python or numpy integers, not booleans."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{what} must be an int, not {value!r}")
+    return int(value)
+
+
+def _flag(value, what: str) -> bool:
+    """A boolean field: True/False (Python or numpy), not a string or a number."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{what} must be True or False, not {value!r}")
+    return bool(value)
+
+
 @dataclasses.dataclass(frozen=True)
 class DelayedScaling:
     """Delayed scaling: scale = (fp8_max / amax) / 2**margin with amax from the history."""
@@ -44,9 +67,12 @@ class DelayedScaling:
     def __post_init__(self):
         if not isinstance(self.fp8_format, Format):
             raise TypeError(f"fp8_format must be a qmesh.jax.recipe.Format, not {self.fp8_format!r}")
+        object.__setattr__(self, "margin", _number(self.margin, "margin"))
+        object.__setattr__(self, "amax_history_len",
+                           _integer(self.amax_history_len, "amax_history_len"))
         if not (self.margin >= 0 and self.margin != float("inf")):
             raise ValueError(f"margin must be finite and >= 0, not {self.margin}")
-        if not (isinstance(self.amax_history_len, int) and 1 <= self.amax_history_len <= 65536):
+        if not 1 <= self.amax_history_len <= 65536:
             raise ValueError(f"amax_history_len must be an int in [1, 65536], not {self.amax_history_len!r}")
         if self.amax_compute_algo not in ("max", "most_recent"):
             raise ValueError(
@@ -64,6 +90,9 @@ class Float8CurrentScaling:
     def __post_init__(self):
         if not isinstance(self.fp8_format, Format):
             raise TypeError(f"fp8_format must be a qmesh.jax.recipe.Format, not {self.fp8_format!r}")
+        object.__setattr__(self, "power_of_two_scales",
+                           _flag(self.power_of_two_scales, "power_of_two_scales"))
+        object.__setattr__(self, "amax_epsilon", _number(self.amax_epsilon, "amax_epsilon"))
         if not self.amax_epsilon >= 0:
             raise ValueError(f"amax_epsilon must be >= 0, not {self.amax_epsilon}")
 

@@ -35,6 +35,12 @@ class MeshResource:
 
 
 _state = threading.local()
+# The MeshResource is read when a function is traced; as a JAX user context it is also part of
+# jax.jit's cache key, so a function traced under one guard is traced again under another
+# (with a JAX that lacks jax.make_user_context, a jitted function keeps the MeshResource of
+# its first trace).
+_make_user_context = getattr(jax, "make_user_context", None)
+_jit_key = _make_user_context(None) if _make_user_context else None
 
 
 def global_mesh_resource() -> MeshResource:
@@ -50,18 +56,39 @@ def global_shard_guard(resource: MeshResource):
     previous = getattr(_state, "resource", None)
     _state.resource = resource
     try:
-        yield resource
+        if _jit_key is None:
+            yield resource
+        else:
+            with _jit_key(resource):
+                yield resource
     finally:
         _state.resource = previous
 
 
 def check_mesh_resource(mesh, resource: MeshResource | None = None) -> None:
-    """Raises ValueError if `resource` names an axis that `mesh` lacks."""
+    """Raises ValueError if `resource` names an axis that `mesh` lacks (a mesh without axes,
+    arguments on one device, shards nothing and passes)."""
     resource = resource or global_mesh_resource()
+    if not tuple(mesh.axis_names):
+        return
     for role, axis in resource.axes().items():
         if axis not in mesh.axis_names:
             raise ValueError(f"MeshResource.{role} is {axis!r}, but the mesh has only the axes "
-                             f"{tuple(mesh.axis_names)}")
+                             f"{tuple(mesh.axis_names)}: name one of them (or None) in the "
+                             "MeshResource of global_shard_guard")
+
+
+def check_resource_for(*args) -> None:
+    """Raises ValueError, before anything is traced further, if the MeshResource in force
+    names an axis that the mesh of the context or of an argument lacks."""
+    resource = global_mesh_resource()
+    if not resource.axes():
+        return
+    meshes = [jax.sharding.get_abstract_mesh()]
+    meshes += [getattr(getattr(jax.typeof(x), "sharding", None), "mesh", None) for x in args]
+    for mesh in meshes:
+        if mesh is not None and not mesh.empty:
+            check_mesh_resource(mesh, resource)
 
 
 def amax_axes(mesh) -> tuple[str, ...]:

@@ -12,8 +12,9 @@ from qmesh.jax.quantize import check_fp8, fp8_max
 
 
 def fp8_meta(variables) -> dict:
-    """{layer path: {operand: {"amax": max of its history, "last_amax": the newest entry,
-    "scale": its scale}}} from a model's variables (the _overwrite_with_gradient collection);
+    """{layer path: {operand: {"amax": max of its history, "last_amax": the newest entry (row
+    0), "scale": the scale the last step used}}} from a model's variables (the
+    _overwrite_with_gradient collection);
     operand is input, kernel or output_grad (with a prefix such as wi_ in LayerNormMLP)."""
     col = variables.get(OVERWRITE_WITH_GRADIENT, {}) if hasattr(variables, "get") else {}
     out: dict = {}
@@ -29,7 +30,7 @@ def fp8_meta(variables) -> dict:
                         entry["scale"] = float(jnp.reshape(leaf, ()))
                     else:
                         entry["amax"] = float(jnp.max(leaf))
-                        entry["last_amax"] = float(leaf[-1])  # rolled: the newest is last
+                        entry["last_amax"] = float(leaf[0])  # row 0: the newest
     return out
 
 

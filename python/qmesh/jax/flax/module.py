@@ -196,6 +196,20 @@ def _lora(module, x, k: int, n: int, prefix=""):
     return (x @ a.astype(x.dtype)) @ b.astype(x.dtype) * jnp.asarray(scale, x.dtype)
 
 
+def _normalize_axes(axis, ndim: int) -> tuple:
+    """`axis` (an int or a tuple) as non-negative dimensions of an ndim-D input; raises for an
+    axis outside [-ndim, ndim) or a repeated one."""
+    axes = _tuple(axis)
+    bad = [a for a in axes if not -ndim <= a < ndim]
+    if bad:
+        raise ValueError(f"axis {bad[0]} is out of range for a {ndim}-D input (allowed: "
+                         f"{-ndim}..{ndim - 1})")
+    axes = tuple(a % ndim for a in axes)
+    if len(set(axes)) != len(axes):
+        raise ValueError(f"axis {axis!r} names a dimension twice")
+    return axes
+
+
 def _dense_general(module, x, features: tuple, axis: tuple, prefix="", activation=None,
                    kernel_axes=(), bias_axes=(), input_spec=None):
     """The DenseGeneral computation shared by the modules: contracts `axis` of x with a kernel
@@ -270,7 +284,7 @@ class DenseGeneral(nn.Module):
     def __call__(self, inputs):
         _check_common(self)
         features, nd = _tuple(self.features), inputs.ndim
-        axis = tuple(a % nd for a in _tuple(self.axis))
+        axis = _normalize_axes(self.axis, nd)
         in_spec = _activation_spec(self.input_axes, (), nd, "input_axes")
         out_spec = _activation_spec(self.output_axes, (), nd - len(axis) + len(features),
                                     "output_axes")
