@@ -271,23 +271,13 @@ int run(const Options& o, const NodeLayout& node,
                           int32_t(o.recipe),
                           int32_t(o.sequence_parallel)};
   std::copy(cfg, cfg + 8, config.data_as<int32_t>());
-  qmesh::CheckpointContent ckpt{
-      {{"run.config", config}}, &ctx, qmesh::MeshLayout{o.dp, o.fsdp, o.tp}, {}};
-  for (auto* p : params) {
-    ckpt.tensors.push_back({p->name, p->value});
-    if (p->fsdp_sharded()) ckpt.sharded[p->name] = p->fsdp_numel;
-  }
-  for (auto& [name, t] : opt->state()) {
-    ckpt.tensors.push_back({name, *t});
-    for (auto* p : params)  // a sharded parameter's optimizer slots are sharded alike
-      if (p->fsdp_sharded() && name.rfind(p->name + ".", 0) == 0)
-        ckpt.sharded[name] = p->fsdp_numel;
-  }
+  const qmesh::CheckpointContent ckpt =
+      qmesh::training_checkpoint(ctx, params, *opt, {{"run.config", config}});
 
   int start = 0;
   if (o.resume) {
     all_ranks_or_exit(*world, [&] {
-      start = qmesh::load_latest_checkpoint(o.checkpoint_dir, ckpt, world->rank());
+      start = qmesh::load_checkpoint(o.checkpoint_dir, ckpt, *world);
       // dp and fsdp may differ: the shards were resharded.
       QMESH_CHECK(std::equal(cfg + 2, cfg + 8, config.data_as<int32_t>() + 2), "the checkpoint in ",
                   o.checkpoint_dir, " was written by a run with another tp/layers/hidden/",

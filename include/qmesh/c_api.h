@@ -421,21 +421,46 @@ typedef struct qmesh_named_tensor {
   qmesh_tensor tensor;
 } qmesh_named_tensor;
 
-/* Collective over the world: every rank writes its tensors (and, under FP8 delayed scaling,
- * the context's scaling states, as tensors named "scaling.*", a prefix the given names must
- * not use; context may be NULL) to its file in <directory>/step-<step>/, then
- * <directory>/latest names that step. Files are written atomically: a crash never leaves
- * `latest` naming a partial checkpoint. The same format as train_mlp --checkpoint-dir. */
+/* Collective over the world: every rank writes its tensors (and, when context is not NULL, the
+ * context's recipe as "context.recipe" and, under FP8 delayed scaling, its scaling states as
+ * tensors named "scaling.*": names the given ones must not use) to its file in
+ * <directory>/step-<step>/, then <directory>/latest names that step. Files are written
+ * atomically: a crash never leaves `latest` naming a partial checkpoint. The same format as
+ * train_mlp --checkpoint-dir. qmesh_checkpoint_save_training saves all of a run's state in
+ * one call. */
 QMESH_C_EXPORT qmesh_status qmesh_checkpoint_save(qmesh_world* world, const char* directory,
                                                   int step, const qmesh_named_tensor* tensors,
                                                   int ntensors, qmesh_context* context);
-/* Loads the checkpoint <directory>/latest names into the tensors (exactly these names,
- * dtypes and shapes) and the context's scaling states; *step: its step. FAILED, saying what
- * is wrong, if there is none, it is corrupted or it does not match. */
+/* Collective over the world: loads checkpoint `step` of <directory> (-1: the one
+ * <directory>/latest names) into the tensors (exactly these names, dtypes and shapes) and the
+ * context (NULL: the checkpoint must hold no context); *loaded_step: its step. Every rank
+ * reads and checks its part, then the ranks agree: either every rank loads, or none changes
+ * anything and every rank returns FAILED with the same message, naming the first failing rank
+ * and what is wrong there (no checkpoint, a missing or corrupted file, tensors that do not
+ * match, a checkpoint of another recipe, a missing FP8 scaling state). */
+QMESH_C_EXPORT qmesh_status qmesh_checkpoint_load(qmesh_world* world, const char* directory,
+                                                  int step, const qmesh_named_tensor* tensors,
+                                                  int ntensors, qmesh_context* context,
+                                                  int* loaded_step);
+/* qmesh_checkpoint_load of the latest checkpoint (step -1). */
 QMESH_C_EXPORT qmesh_status qmesh_checkpoint_load_latest(qmesh_world* world, const char* directory,
                                                          const qmesh_named_tensor* tensors,
                                                          int ntensors, qmesh_context* context,
                                                          int* step);
+/* A training run's complete checkpoint, in one call: the context (recipe and FP8 scaling
+ * state), every parameter's value, the optimizer's state (created over these parameters) and
+ * the caller's own tensors `extra` (its configuration; may be NULL when nextra is 0). Also
+ * records the mesh layout when the mesh's axes are among "dp", "fsdp", "tp" in that order.
+ * Collective over the world, as qmesh_checkpoint_save and qmesh_checkpoint_load; step -1 loads
+ * the latest. */
+QMESH_C_EXPORT qmesh_status
+qmesh_checkpoint_save_training(qmesh_world* world, const char* directory, int step,
+                               qmesh_context* context, qmesh_parameter* const* params, int nparams,
+                               qmesh_optimizer* opt, const qmesh_named_tensor* extra, int nextra);
+QMESH_C_EXPORT qmesh_status qmesh_checkpoint_load_training(
+    qmesh_world* world, const char* directory, int step, qmesh_context* context,
+    qmesh_parameter* const* params, int nparams, qmesh_optimizer* opt,
+    const qmesh_named_tensor* extra, int nextra, int* loaded_step);
 
 /* ---- the synthetic teacher task of the training examples ---------------------------- */
 

@@ -123,7 +123,7 @@ std::string newest_checkpoint_problem(const std::string& dir) {
   try {
     run_local_ranks(kRanks, [&](Communicator& world) {
       Model model(std::shared_ptr<Communicator>(&world, [](Communicator*) {}));
-      load_latest_checkpoint(dir, model.checkpoint, world.rank());
+      load_checkpoint(dir, model.checkpoint, world);
     });
   } catch (const std::exception& e) {
     return std::string("the newest checkpoint does not load: ") + e.what();

@@ -458,6 +458,93 @@ TEST_F(CApi, CheckpointErrors) {
   if (rank_ == 0) std::filesystem::remove_all(dir);
 }
 
+// A training checkpoint in one call (context, parameters, optimizer state, the caller's
+// tensors) round trips; loading is collective: a file missing on rank 1 fails on both ranks
+// with the same message and changes nothing; a chosen step loads; the FP8 state cannot be
+// left out at load.
+TEST_F(CApi, TrainingCheckpointsLoadCollectively) {
+  qmesh_layernorm_mlp_config config;
+  qmesh_layernorm_mlp_config_init(&config);
+  config.hidden = 16;
+  config.ffn = 32;
+  qmesh_layernorm_mlp* block = nullptr;
+  ASSERT_EQ(qmesh_layernorm_mlp_create(ctx_, "b", &config, &block), QMESH_OK) << qmesh_last_error();
+  int np = 0;
+  ASSERT_EQ(qmesh_layernorm_mlp_parameter_count(block, &np), QMESH_OK);
+  std::vector<qmesh_parameter*> params(size_t(np), nullptr);
+  for (int i = 0; i < np; ++i)
+    ASSERT_EQ(qmesh_layernorm_mlp_parameter(block, i, &params[size_t(i)]), QMESH_OK);
+  qmesh_sgd_config sc;
+  qmesh_sgd_config_init(&sc);
+  qmesh_optimizer* opt = nullptr;
+  ASSERT_EQ(qmesh_optimizer_create_sgd(params.data(), np, &sc, nullptr, &opt), QMESH_OK);
+  std::vector<float> x(4 * 16), dy(4 * 16);
+  for (size_t i = 0; i < x.size(); ++i) {
+    x[i] = float(i % 7) / 3.0f - 1.0f;
+    dy[i] = float(i % 5) / 20.0f - 0.1f;
+  }
+  const int64_t shape[2] = {4, 16};
+  const qmesh_tensor xt = qmesh_host_tensor(x.data(), QMESH_FLOAT32, 2, shape);
+  const qmesh_tensor dyt = qmesh_host_tensor(dy.data(), QMESH_FLOAT32, 2, shape);
+  qmesh_tensor y{}, dx{};
+  ASSERT_EQ(qmesh_layernorm_mlp_forward(block, &xt, &y), QMESH_OK) << qmesh_last_error();
+  ASSERT_EQ(qmesh_layernorm_mlp_backward(block, &dyt, &dx), QMESH_OK) << qmesh_last_error();
+  ASSERT_EQ(qmesh_context_end_step(ctx_), QMESH_OK) << qmesh_last_error();
+  ASSERT_EQ(qmesh_optimizer_step(opt), QMESH_OK) << qmesh_last_error();
+
+  int32_t pid = ::getpid();
+  const int64_t one = 1;
+  const qmesh_tensor pid_tensor = qmesh_host_tensor(&pid, QMESH_INT32, 1, &one);
+  ASSERT_EQ(qmesh_world_all_reduce(world_, &pid_tensor, QMESH_MAX), QMESH_OK);
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("qmesh_c_api_train_" + std::to_string(pid)))
+          .string();
+  int32_t tag = 7 + rank_;
+  const qmesh_named_tensor extra[1] = {{"run.tag", qmesh_host_tensor(&tag, QMESH_INT32, 1, &one)}};
+  ASSERT_EQ(qmesh_checkpoint_save_training(world_, dir.c_str(), 3, ctx_, params.data(), np, opt,
+                                           extra, 1),
+            QMESH_OK)
+      << qmesh_last_error();
+  qmesh_tensor w{};
+  ASSERT_EQ(qmesh_parameter_value(params[0], &w), QMESH_OK);
+  float* w0 = static_cast<float*>(w.data);
+  const float saved = *w0;
+  *w0 = 1234.0f;
+  tag = 0;
+  int step = -1;
+  ASSERT_EQ(qmesh_checkpoint_load_training(world_, dir.c_str(), 3, ctx_, params.data(), np, opt,
+                                           extra, 1, &step),
+            QMESH_OK)
+      << qmesh_last_error();
+  EXPECT_EQ(step, 3);
+  EXPECT_EQ(*w0, saved);
+  EXPECT_EQ(tag, 7 + rank_);
+  EXPECT_STATUS(qmesh_checkpoint_load_training(world_, dir.c_str(), 9, ctx_, params.data(), np, opt,
+                                               extra, 1, &step),
+                QMESH_ERROR_FAILED, "no checkpoint of step 9");
+  EXPECT_STATUS(qmesh_checkpoint_load_training(world_, dir.c_str(), -2, ctx_, params.data(), np,
+                                               opt, extra, 1, &step),
+                QMESH_ERROR_INVALID_ARGUMENT, "step is negative (-2)");
+  // Without the context, the checkpoint's FP8 state would be dropped: an error.
+  const qmesh_named_tensor tensors[1] = {extra[0]};
+  EXPECT_STATUS(qmesh_checkpoint_load(world_, dir.c_str(), 3, tensors, 1, nullptr, &step),
+                QMESH_ERROR_FAILED, "pass the LayerContext");
+  // Rank 1's file goes missing: both ranks fail alike, neither loads.
+  ASSERT_EQ(qmesh_world_barrier(world_), QMESH_OK);
+  if (rank_ == 1) std::filesystem::remove(dir + "/step-3/rank-1.tensors");
+  ASSERT_EQ(qmesh_world_barrier(world_), QMESH_OK);
+  *w0 = 1234.0f;
+  EXPECT_STATUS(qmesh_checkpoint_load_training(world_, dir.c_str(), -1, ctx_, params.data(), np,
+                                               opt, extra, 1, &step),
+                QMESH_ERROR_FAILED, "failed on rank 1 of 2 (no rank changed its state)");
+  EXPECT_THAT(std::string(qmesh_last_error()), HasSubstr("rank-1.tensors"));
+  EXPECT_EQ(*w0, 1234.0f);
+  ASSERT_EQ(qmesh_world_barrier(world_), QMESH_OK);
+  if (rank_ == 0) std::filesystem::remove_all(dir);
+  EXPECT_EQ(qmesh_optimizer_destroy(opt), QMESH_OK);
+  EXPECT_EQ(qmesh_layernorm_mlp_destroy(block), QMESH_OK);
+}
+
 // A world bootstrapped through a directory (UCX), the two MPI ranks joining it as ranks 0
 // and 1: its all-reduce sums both.
 TEST_F(CApi, StoreBootstrappedWorld) {
