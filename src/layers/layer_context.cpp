@@ -81,7 +81,19 @@ ScalingStates& LayerContext::scaling() {
   return *states_;
 }
 
+void LayerContext::check_forward(int64_t last_backward, std::string_view layer) const {
+  const bool end_step_has_work = recipe_ == Recipe::kFp8Delayed || fsdp_.enabled();
+  QMESH_CHECK(!end_step_has_work || last_backward != steps_, "layer '", layer,
+              "': forward after its backward in step ", steps_,
+              " without LayerContext::end_step() (qmesh_context_end_step) in between: call it "
+              "once per step, after backward (and GradSync::finish) and before the next "
+              "forward; without it ",
+              recipe_ == Recipe::kFp8Delayed ? "the FP8 scales stay frozen"
+                                             : "the FSDP gradient reductions stay incomplete");
+}
+
 void LayerContext::end_step() {
+  ++steps_;
   if (fsdp_prefetch_) fsdp_prefetch_->finish_deferred();
   if (recipe_ != Recipe::kFp8Delayed || roles_.empty()) return;
   AmaxReducer(mesh_).reduce_and_update(scaling(), placement_.stream);

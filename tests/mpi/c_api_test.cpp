@@ -458,6 +458,29 @@ TEST_F(CApi, CheckpointErrors) {
   if (rank_ == 0) std::filesystem::remove_all(dir);
 }
 
+// A forward after backward without qmesh_context_end_step (delayed scaling) fails, naming the
+// missing call; with it, the next step runs.
+TEST_F(CApi, ASkippedEndStepIsAnError) {
+  qmesh_layernorm_mlp_config config;
+  qmesh_layernorm_mlp_config_init(&config);
+  config.hidden = 16;
+  config.ffn = 32;
+  qmesh_layernorm_mlp* block = nullptr;
+  ASSERT_EQ(qmesh_layernorm_mlp_create(ctx_, "b", &config, &block), QMESH_OK) << qmesh_last_error();
+  std::vector<float> x(4 * 16, 0.5f), dy(4 * 16, 0.01f);
+  const int64_t shape[2] = {4, 16};
+  const qmesh_tensor xt = qmesh_host_tensor(x.data(), QMESH_FLOAT32, 2, shape);
+  const qmesh_tensor dyt = qmesh_host_tensor(dy.data(), QMESH_FLOAT32, 2, shape);
+  qmesh_tensor y{}, dx{};
+  ASSERT_EQ(qmesh_layernorm_mlp_forward(block, &xt, &y), QMESH_OK) << qmesh_last_error();
+  ASSERT_EQ(qmesh_layernorm_mlp_backward(block, &dyt, &dx), QMESH_OK) << qmesh_last_error();
+  EXPECT_STATUS(qmesh_layernorm_mlp_forward(block, &xt, &y), QMESH_ERROR_FAILED,
+                "without LayerContext::end_step() (qmesh_context_end_step) in between");
+  ASSERT_EQ(qmesh_context_end_step(ctx_), QMESH_OK) << qmesh_last_error();
+  EXPECT_EQ(qmesh_layernorm_mlp_forward(block, &xt, &y), QMESH_OK) << qmesh_last_error();
+  EXPECT_EQ(qmesh_layernorm_mlp_destroy(block), QMESH_OK);
+}
+
 // A training checkpoint in one call (context, parameters, optimizer state, the caller's
 // tensors) round trips; loading is collective: a file missing on rank 1 fails on both ranks
 // with the same message and changes nothing; a chosen step loads; the FP8 state cannot be

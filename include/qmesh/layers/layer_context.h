@@ -5,7 +5,8 @@
 // Lifecycle: construct the context, construct the layers (each registers its FP8 operands
 // with add_operand), then train; call end_step() once per step after backward, on every
 // rank: it performs the step's single amax all-reduce over mesh().amax_group() and the
-// fused scale update.
+// fused scale update. A layer whose forward runs again after its backward without end_step()
+// in between throws (check_forward).
 #pragma once
 
 #include <memory>
@@ -97,7 +98,17 @@ class QMESH_API LayerContext {
   // one all-reduce(MAX) of every operand's current amax over mesh().amax_group(), then
   // the fused update, both ordered on stream(). Other recipes: nothing. Under FSDP it first
   // completes the layers' gradient reduce-scatters (the sharded grads are final after it).
+  // Counts the steps.
   void end_step();
+  // The number of end_step() calls so far.
+  int64_t steps() const { return steps_; }
+  // The step-sequence check each layer runs at the start of its forward: `last_backward` is
+  // steps() when the layer's backward last ran (-1: never). When end_step() has work (delayed
+  // scaling, FSDP), a forward after the layer's backward in the same step is an Error naming
+  // the missing LayerContext::end_step() (without it the scales would stay frozen, or the
+  // FSDP gradients incomplete, and training would go on silently worse). Used by the
+  // library's layers.
+  void check_forward(int64_t last_backward, std::string_view layer) const;
 
  private:
   const Mesh& mesh_;
@@ -113,6 +124,7 @@ class QMESH_API LayerContext {
   std::unique_ptr<GatherBuffer> shared_gather_;
   Fp8Stats* fp8_stats_ = nullptr;
   std::unique_ptr<FsdpPrefetch> fsdp_prefetch_;
+  int64_t steps_ = 0;
 };
 
 }  // namespace qmesh
