@@ -41,7 +41,9 @@ QMESH_API Recipe parse_recipe(std::string_view name);
 
 class QMESH_API LayerContext {
  public:
-  // `mesh` must outlive the context. The recipes are validated; only the one that
+  // The context keeps its own copy of `mesh` (a Mesh shares its communicators), so a
+  // temporary mesh is fine. The context must outlive its layers, which refer to it; it is
+  // neither copied nor moved. The recipes are validated; only the one that
   // `recipe` selects is used. `placement`: where the layers built on this context run (Error
   // if its device is unusable). On CUDA the mesh's communicators must carry CUDA buffers of
   // that device (NCCL, or the local backend) and every layer call is asynchronous on
@@ -49,6 +51,8 @@ class QMESH_API LayerContext {
   LayerContext(const Mesh& mesh, Recipe recipe, DelayedScaling delayed = {},
                Float8CurrentScaling current = {}, Placement placement = {});
   ~LayerContext();
+  LayerContext(const LayerContext&) = delete;
+  LayerContext& operator=(const LayerContext&) = delete;
 
   const Mesh& mesh() const { return mesh_; }
   const Placement& placement() const { return placement_; }
@@ -111,7 +115,7 @@ class QMESH_API LayerContext {
   void check_forward(int64_t last_backward, std::string_view layer) const;
 
  private:
-  const Mesh& mesh_;
+  const Mesh mesh_;
   Recipe recipe_;
   DelayedScaling delayed_;
   Float8CurrentScaling current_;
