@@ -362,10 +362,20 @@ QMESH_C_EXPORT qmesh_status qmesh_dense_parameter(qmesh_dense* layer, int index,
 
 /* For the local part of a global batch of global_count elements: dy = 2 (y - target) /
  * global_count and sum_sq (fp64, one element, y's device) = the local sum of squared
- * errors. stream: cudaStream_t or NULL. */
+ * errors; sum it over the ranks holding distinct elements (qmesh_mse_loss_global does).
+ * stream: cudaStream_t or NULL. */
 QMESH_C_EXPORT qmesh_status qmesh_mse_loss(const qmesh_tensor* y, const qmesh_tensor* target,
                                            double global_count, const qmesh_tensor* dy,
                                            const qmesh_tensor* sum_sq, void* stream);
+/* The global mean-squared error of a batch split over the mesh: its elements are distinct
+ * over the dp (and fsdp) axes and, when split_over_tp is non-zero (sequence-parallel outputs),
+ * over the tp axis too; otherwise tp ranks hold replicated outputs, counted once. Every rank
+ * holds as many elements as y. Writes dy (with the global element count) and *loss (the
+ * same on every rank). Collective over those ranks; blocking (waits for stream). */
+QMESH_C_EXPORT qmesh_status qmesh_mse_loss_global(const qmesh_mesh* mesh, int split_over_tp,
+                                                  const qmesh_tensor* y, const qmesh_tensor* target,
+                                                  const qmesh_tensor* dy, void* stream,
+                                                  double* loss);
 
 typedef struct qmesh_grad_sync qmesh_grad_sync;
 

@@ -32,6 +32,19 @@ qmesh_status qmesh_mse_loss(const qmesh_tensor* y, const qmesh_tensor* target, d
   });
 }
 
+qmesh_status qmesh_mse_loss_global(const qmesh_mesh* mesh, int split_over_tp, const qmesh_tensor* y,
+                                   const qmesh_tensor* target, const qmesh_tensor* dy, void* stream,
+                                   double* loss) {
+  return guard(__func__, [&] {
+    require(mesh, "mesh");
+    require(loss, "loss");
+    *loss = qmesh::mse_loss(
+        *mesh->mesh,
+        split_over_tp ? qmesh::LossOutputs::kSplitOverTp : qmesh::LossOutputs::kReplicatedOverTp,
+        to_view(y, "y"), to_view(target, "target"), to_view(dy, "dy"), qmesh::Stream{stream});
+  });
+}
+
 qmesh_status qmesh_grad_sync_create(const qmesh_mesh* mesh, const char* axis,
                                     qmesh_parameter* const* params, int nparams,
                                     size_t bucket_bytes, void* stream, qmesh_grad_sync** sync) {

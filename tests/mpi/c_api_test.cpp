@@ -411,6 +411,25 @@ TEST_F(CApi, CollectivesAndLossAgreeWithReference) {
   EXPECT_EQ(sum_sq, expect);
   EXPECT_STATUS(qmesh_mse_loss(&yt, &tt, 2.0, &dyt, &st, nullptr), QMESH_ERROR_FAILED,
                 "global_count");
+  // The global loss on the dp 1 x tp 2 mesh: outputs replicated over tp count once (the mean
+  // over 3 elements); split over tp, both ranks' count (y differs by rank there).
+  double loss = -1;
+  ASSERT_EQ(qmesh_mse_loss_global(mesh_, 0, &yt, &tt, &dyt, nullptr, &loss), QMESH_OK)
+      << qmesh_last_error();
+  EXPECT_NEAR(loss, expect / 3, 1e-15);
+  EXPECT_EQ(dy[0], float(2.0 * (double(y[0]) - double(target[0])) / 3.0));
+  y[0] = float(rank_);  // 0 and 1: errors 0 and 1
+  double both = 0;
+  for (int r = 0; r < 2; ++r)
+    for (int i = 0; i < 3; ++i) {
+      const double d = double(i == 0 ? float(r) : y[i]) - double(target[i]);
+      both += d * d;
+    }
+  ASSERT_EQ(qmesh_mse_loss_global(mesh_, 1, &yt, &tt, &dyt, nullptr, &loss), QMESH_OK)
+      << qmesh_last_error();
+  EXPECT_NEAR(loss, both / 6, 1e-15);
+  EXPECT_STATUS(qmesh_mse_loss_global(nullptr, 0, &yt, &tt, &dyt, nullptr, &loss),
+                QMESH_ERROR_INVALID_ARGUMENT, "mesh is NULL");
 }
 
 TEST_F(CApi, CheckpointErrors) {
