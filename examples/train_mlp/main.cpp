@@ -223,22 +223,22 @@ int run(const Options& o, const NodeLayout& node,
   if (!device.is_host()) mpi_mesh.emplace(world, axes, roles);
   const qmesh::Mesh& host_mesh = mpi_mesh ? *mpi_mesh : mesh;
   const int tp = o.tp, tp_rank = mesh.coord("tp");
-  qmesh::DelayedScaling delayed;
-  delayed.amax_history_len = o.amax_history;
-  delayed.margin = o.margin;
   std::optional<Streams> streams;
   if (!device.is_host()) streams.emplace(device);
   const qmesh::Stream stream = streams ? streams->compute.get() : qmesh::Stream{};
-  qmesh::LayerContext ctx(
-      mesh, o.recipe, delayed, {},
-      qmesh::Placement{device, stream, streams ? streams->comm.get() : qmesh::Stream{}});
-  ctx.set_overlap(o.overlap);
+  qmesh::LayerContextOptions context_options;
+  context_options.delayed.amax_history_len = o.amax_history;
+  context_options.delayed.margin = o.margin;
+  context_options.placement =
+      qmesh::Placement{device, stream, streams ? streams->comm.get() : qmesh::Stream{}};
+  context_options.overlap = o.overlap;
+  context_options.fsdp = qmesh::FsdpOptions{false, o.fsdp_prefetch};
   qmesh::Fp8Stats fp8_stats;
   if (o.fp8_stats) {
     QMESH_CHECK(device.is_host(), "--fp8-stats needs the CPU backend (--device cpu)");
-    ctx.set_fp8_stats(&fp8_stats);
+    context_options.fp8_stats = &fp8_stats;
   }
-  ctx.set_fsdp_options(qmesh::FsdpOptions{false, o.fsdp_prefetch});
+  qmesh::LayerContext ctx(mesh, o.recipe, context_options);
   Model model(o, ctx);
   auto params = model.parameters();
   std::unique_ptr<qmesh::Optimizer> opt =

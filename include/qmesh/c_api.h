@@ -417,6 +417,9 @@ QMESH_C_EXPORT qmesh_status qmesh_optimizer_create_sgd(qmesh_parameter* const* p
                                                        qmesh_optimizer** opt);
 QMESH_C_EXPORT qmesh_status qmesh_optimizer_destroy(qmesh_optimizer* opt);
 QMESH_C_EXPORT qmesh_status qmesh_optimizer_step(qmesh_optimizer* opt);
+/* The learning rate of the following steps (a schedule sets it before each step); FAILED
+ * unless lr > 0. */
+QMESH_C_EXPORT qmesh_status qmesh_optimizer_set_lr(qmesh_optimizer* opt, float lr);
 /* The optimizer's state tensors (moment buffers, a step counter) named "<param>.<slot>", for
  * checkpoints: *name and the tensor are owned by the optimizer. */
 QMESH_C_EXPORT qmesh_status qmesh_optimizer_state_count(const qmesh_optimizer* opt, int* count);

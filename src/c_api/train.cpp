@@ -126,6 +126,10 @@ qmesh_status qmesh_optimizer_step(qmesh_optimizer* opt) {
   return guard(__func__, [&] { require(opt, "opt")->optimizer->step(); });
 }
 
+qmesh_status qmesh_optimizer_set_lr(qmesh_optimizer* opt, float lr) {
+  return guard(__func__, [&] { require(opt, "opt")->optimizer->set_lr(lr); });
+}
+
 qmesh_status qmesh_teacher_create(int64_t hidden, uint64_t seed, qmesh_teacher** teacher) {
   return guard(__func__, [&] {
     require(teacher, "teacher");

@@ -66,8 +66,8 @@ struct Outcome {
 // checkpoints hold.
 struct Model {
   explicit Model(const std::shared_ptr<Communicator>& comm)
-      : mesh(comm, {{"dp", 2}, {"tp", 2}}), ctx(mesh, Recipe::kFp8Delayed) {
-    ctx.set_overlap(Overlap::kRing);
+      : mesh(comm, {{"dp", 2}, {"tp", 2}}),
+        ctx(mesh, Recipe::kFp8Delayed, {.overlap = Overlap::kRing}) {
     LayerNormMLPOptions options;
     options.sequence_parallel = true;
     for (int b = 0; b < 2; ++b)

@@ -520,6 +520,9 @@ TEST_F(CApi, TrainingCheckpointsLoadCollectively) {
   qmesh_sgd_config_init(&sc);
   qmesh_optimizer* opt = nullptr;
   ASSERT_EQ(qmesh_optimizer_create_sgd(params.data(), np, &sc, nullptr, &opt), QMESH_OK);
+  EXPECT_STATUS(qmesh_optimizer_set_lr(opt, 0.0f), QMESH_ERROR_FAILED,
+                "SGD learning rate must be > 0");
+  EXPECT_EQ(qmesh_optimizer_set_lr(opt, 0.02f), QMESH_OK);
   std::vector<float> x(4 * 16), dy(4 * 16);
   for (size_t i = 0; i < x.size(); ++i) {
     x[i] = float(i % 7) / 3.0f - 1.0f;
