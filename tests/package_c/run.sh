@@ -16,8 +16,8 @@ echo "pkg-config: $(PKG_CONFIG_PATH=$pc_dir pkg-config --cflags --libs qmesh)"
 # shellcheck disable=SC2046
 cc -std=c11 -Wall -Wextra -Werror -pedantic "$src/main.c" -o "$work/pc_consumer" \
   $(PKG_CONFIG_PATH=$pc_dir pkg-config --cflags --libs qmesh)
-LD_LIBRARY_PATH="$(PKG_CONFIG_PATH=$pc_dir pkg-config --variable=libdir qmesh)" \
-  timeout 120 mpirun "${mpirun_args[@]}" "$work/pc_consumer"
+# As a user runs it: no LD_LIBRARY_PATH (pkg-config's flags give the binary an rpath).
+env -u LD_LIBRARY_PATH timeout 120 mpirun "${mpirun_args[@]}" "$work/pc_consumer"
 
 cmake -S "$src" -B "$work/cmake" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
 cmake --build "$work/cmake" >/dev/null
