@@ -46,6 +46,31 @@ class CApi : public ::testing::Test {
     EXPECT_EQ(qmesh_world_destroy(world_), QMESH_OK);
   }
 
+  // A LayerNormMLP block (hidden 16, ffn 32, tp 2) on the context; nullptr on failure.
+  qmesh_layernorm_mlp* small_block() {
+    qmesh_layernorm_mlp_config config;
+    qmesh_layernorm_mlp_config_init(&config);
+    config.hidden = 16;
+    config.ffn = 32;
+    qmesh_layernorm_mlp* block = nullptr;
+    EXPECT_EQ(qmesh_layernorm_mlp_create(ctx_, "b", &config, &block), QMESH_OK)
+        << qmesh_last_error();
+    return block;
+  }
+  // The block's forward (backward) on 4 tokens of fixed values.
+  qmesh_status forward(qmesh_layernorm_mlp* block) {
+    const qmesh_tensor xt = qmesh_host_tensor(x_.data(), QMESH_FLOAT32, 2, kTokensShape);
+    qmesh_tensor y{};
+    return qmesh_layernorm_mlp_forward(block, &xt, &y);
+  }
+  qmesh_status backward(qmesh_layernorm_mlp* block) {
+    const qmesh_tensor dyt = qmesh_host_tensor(dy_.data(), QMESH_FLOAT32, 2, kTokensShape);
+    qmesh_tensor dx{};
+    return qmesh_layernorm_mlp_backward(block, &dyt, &dx);
+  }
+
+  static constexpr int64_t kTokensShape[2] = {4, 16};
+  std::vector<float> x_ = std::vector<float>(64, 0.5f), dy_ = std::vector<float>(64, 0.01f);
   qmesh_world* world_ = nullptr;
   qmesh_mesh* mesh_ = nullptr;
   qmesh_context* ctx_ = nullptr;
@@ -480,23 +505,14 @@ TEST_F(CApi, CheckpointErrors) {
 // A forward after backward without qmesh_context_end_step (delayed scaling) fails, naming the
 // missing call; with it, the next step runs.
 TEST_F(CApi, ASkippedEndStepIsAnError) {
-  qmesh_layernorm_mlp_config config;
-  qmesh_layernorm_mlp_config_init(&config);
-  config.hidden = 16;
-  config.ffn = 32;
-  qmesh_layernorm_mlp* block = nullptr;
-  ASSERT_EQ(qmesh_layernorm_mlp_create(ctx_, "b", &config, &block), QMESH_OK) << qmesh_last_error();
-  std::vector<float> x(4 * 16, 0.5f), dy(4 * 16, 0.01f);
-  const int64_t shape[2] = {4, 16};
-  const qmesh_tensor xt = qmesh_host_tensor(x.data(), QMESH_FLOAT32, 2, shape);
-  const qmesh_tensor dyt = qmesh_host_tensor(dy.data(), QMESH_FLOAT32, 2, shape);
-  qmesh_tensor y{}, dx{};
-  ASSERT_EQ(qmesh_layernorm_mlp_forward(block, &xt, &y), QMESH_OK) << qmesh_last_error();
-  ASSERT_EQ(qmesh_layernorm_mlp_backward(block, &dyt, &dx), QMESH_OK) << qmesh_last_error();
-  EXPECT_STATUS(qmesh_layernorm_mlp_forward(block, &xt, &y), QMESH_ERROR_FAILED,
+  qmesh_layernorm_mlp* block = small_block();
+  ASSERT_NE(block, nullptr);
+  ASSERT_EQ(forward(block), QMESH_OK) << qmesh_last_error();
+  ASSERT_EQ(backward(block), QMESH_OK) << qmesh_last_error();
+  EXPECT_STATUS(forward(block), QMESH_ERROR_FAILED,
                 "without LayerContext::end_step() (qmesh_context_end_step) in between");
   ASSERT_EQ(qmesh_context_end_step(ctx_), QMESH_OK) << qmesh_last_error();
-  EXPECT_EQ(qmesh_layernorm_mlp_forward(block, &xt, &y), QMESH_OK) << qmesh_last_error();
+  EXPECT_EQ(forward(block), QMESH_OK) << qmesh_last_error();
   EXPECT_EQ(qmesh_layernorm_mlp_destroy(block), QMESH_OK);
 }
 
@@ -505,12 +521,8 @@ TEST_F(CApi, ASkippedEndStepIsAnError) {
 // with the same message and changes nothing; a chosen step loads; the FP8 state cannot be
 // left out at load.
 TEST_F(CApi, TrainingCheckpointsLoadCollectively) {
-  qmesh_layernorm_mlp_config config;
-  qmesh_layernorm_mlp_config_init(&config);
-  config.hidden = 16;
-  config.ffn = 32;
-  qmesh_layernorm_mlp* block = nullptr;
-  ASSERT_EQ(qmesh_layernorm_mlp_create(ctx_, "b", &config, &block), QMESH_OK) << qmesh_last_error();
+  qmesh_layernorm_mlp* block = small_block();
+  ASSERT_NE(block, nullptr);
   int np = 0;
   ASSERT_EQ(qmesh_layernorm_mlp_parameter_count(block, &np), QMESH_OK);
   std::vector<qmesh_parameter*> params(size_t(np), nullptr);
@@ -523,17 +535,8 @@ TEST_F(CApi, TrainingCheckpointsLoadCollectively) {
   EXPECT_STATUS(qmesh_optimizer_set_lr(opt, 0.0f), QMESH_ERROR_FAILED,
                 "SGD learning rate must be > 0");
   EXPECT_EQ(qmesh_optimizer_set_lr(opt, 0.02f), QMESH_OK);
-  std::vector<float> x(4 * 16), dy(4 * 16);
-  for (size_t i = 0; i < x.size(); ++i) {
-    x[i] = float(i % 7) / 3.0f - 1.0f;
-    dy[i] = float(i % 5) / 20.0f - 0.1f;
-  }
-  const int64_t shape[2] = {4, 16};
-  const qmesh_tensor xt = qmesh_host_tensor(x.data(), QMESH_FLOAT32, 2, shape);
-  const qmesh_tensor dyt = qmesh_host_tensor(dy.data(), QMESH_FLOAT32, 2, shape);
-  qmesh_tensor y{}, dx{};
-  ASSERT_EQ(qmesh_layernorm_mlp_forward(block, &xt, &y), QMESH_OK) << qmesh_last_error();
-  ASSERT_EQ(qmesh_layernorm_mlp_backward(block, &dyt, &dx), QMESH_OK) << qmesh_last_error();
+  ASSERT_EQ(forward(block), QMESH_OK) << qmesh_last_error();
+  ASSERT_EQ(backward(block), QMESH_OK) << qmesh_last_error();
   ASSERT_EQ(qmesh_context_end_step(ctx_), QMESH_OK) << qmesh_last_error();
   ASSERT_EQ(qmesh_optimizer_step(opt), QMESH_OK) << qmesh_last_error();
 

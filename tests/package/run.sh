@@ -5,17 +5,13 @@
 # for 30 more; each run must end below the loss of predicting the mean.
 # Usage: tests/package/run.sh <install prefix> <work dir>
 set -euo pipefail
-prefix=$(realpath "$1")
-work=$2
-src=$(cd "$(dirname "$0")" && pwd)
-rm -rf "$work" && mkdir -p "$work"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 QMESH_COMM_TIMEOUT_S=30
+# shellcheck source=tests/tools/package_consumer.sh
+source "$(dirname "$0")/../tools/package_consumer.sh"
 cmake -S "$src" -B "$work" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" \
   -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON --no-warn-unused-cli >/dev/null
 cmake --build "$work" >/dev/null
 run() {
-  timeout 300 mpirun -np 4 --oversubscribe --mca pml ob1 --mca btl self,vader \
-    "$work/trainer" "$work/checkpoints"
+  timeout 300 mpirun -np 4 "${mpirun_args[@]}" "$work/trainer" "$work/checkpoints"
 }
 run | tee "$work/first.log"
 grep -q "step 30 loss" "$work/first.log" || { echo "FAIL: the first run did not reach step 30"; exit 1; }
