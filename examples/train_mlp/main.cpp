@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -277,6 +278,9 @@ int run(const Options& o, const NodeLayout& node,
   int start = 0;
   if (o.resume) {
     all_ranks_or_exit(*world, [&] {
+      QMESH_CHECK(std::filesystem::exists(std::filesystem::path(o.checkpoint_dir) / "latest"),
+                  "no checkpoint to resume from in ", o.checkpoint_dir, ": run once with ",
+                  "--checkpoint-dir ", o.checkpoint_dir, " first, or drop --resume");
       start = qmesh::load_checkpoint(o.checkpoint_dir, ckpt, *world);
       // dp and fsdp may differ: the shards were resharded.
       QMESH_CHECK(std::equal(cfg + 2, cfg + 8, config.data_as<int32_t>() + 2), "the checkpoint in ",
