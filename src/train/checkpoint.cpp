@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <utility>
 
 #include "qmesh/copy.h"
@@ -253,9 +254,24 @@ Staged stage(const fs::path& dir, int step, const CheckpointContent& content, in
   return stage_direct(step_dir, content, rank);
 }
 
+// What fn threw (a qmesh::Error's message, or another exception's: allocation, file system), or
+// nothing.
+std::optional<std::string> error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.message();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return std::nullopt;
+}
+
 // Collective over `comm`: returns when no rank has an `error`; else throws, on every rank, the
-// error of the lowest failing rank (its message travels to the others).
-void agree(Communicator& comm, const std::optional<std::string>& error, const std::string& what) {
+// error of the lowest failing rank (its message travels to the others): "<what> failed on rank
+// r of n (<outcome>): <message>".
+void agree(Communicator& comm, const std::optional<std::string>& error, const std::string& what,
+           const char* outcome) {
   Tensor first(DType::kInt32, Shape{1});
   *first.data_as<int32_t>() = error ? comm.rank() : comm.size();
   comm.all_reduce(first, ReduceOp::kMin);
@@ -268,9 +284,10 @@ void agree(Communicator& comm, const std::optional<std::string>& error, const st
   Tensor text(DType::kInt32, Shape{std::max<int64_t>(1, (n + 3) / 4)});
   if (comm.rank() == root) std::memcpy(text.data(), error->data(), size_t(n));
   comm.broadcast(text, root);
-  QMESH_THROW(what, " failed on rank ", root, " of ", comm.size(), " (no rank changed its state): ",
-              std::string(static_cast<const char*>(text.data()), size_t(n)));
+  QMESH_THROW(what, " failed on rank ", root, " of ", comm.size(), " (", outcome,
+              "): ", std::string(static_cast<const char*>(text.data()), size_t(n)));
 }
+
 // The layout of a mesh whose axes are among dp, fsdp, tp in that order; else none.
 std::optional<MeshLayout> layout_of(const Mesh& mesh) {
   MeshLayout layout;
@@ -310,60 +327,63 @@ void save_checkpoint(const std::string& dir, int step, const CheckpointContent& 
                      Communicator& world) {
   check_names_free_of_prefix(content);
   const fs::path step_dir = fs::path(dir) / ("step-" + std::to_string(step));
-  std::error_code ec;
-  fs::create_directories(step_dir, ec);
-  QMESH_CHECK(!ec, "cannot create checkpoint directory ", step_dir.string(), ": ", ec.message());
   const int rank = world.rank();
-  std::vector<NamedTensor> tensors = content.tensors;
-  std::map<std::string, Tensor> scaling;
-  if (has_scaling_state(content)) scaling = scaling_tensors(content.context->scaling());
-  for (const auto& [name, t] : scaling) tensors.push_back({name, t});
-  Tensor recipe(DType::kInt32, Shape{1});
-  if (content.context) {
-    *recipe.data_as<int32_t>() = int32_t(content.context->recipe());
-    tensors.push_back({std::string(kRecipeTensorName), recipe});
-  }
-  save_tensors(rank_file(step_dir, rank), tensors);
-  if (rank == 0 && content.layout) save_layout(step_dir, *content.layout);
-  world.barrier();  // every rank's files are complete before `latest` names them
-  if (rank == 0) {
-    const std::string latest = (fs::path(dir) / "latest").string();
-    const std::string tmp = latest + ".tmp";
-    {
-      std::ofstream out(tmp, std::ios::trunc);
-      out << "step-" << step << "\n";
-      QMESH_CHECK(out.good(), "cannot write ", tmp);
-    }
-    fs::rename(tmp, latest, ec);
-    QMESH_CHECK(!ec, "cannot rename ", tmp, " to ", latest, ": ", ec.message());
-  }
-  world.barrier();
+  const std::string what = "saving the checkpoint of step " + std::to_string(step) + " in " + dir;
+  const char* outcome = "no `latest` names this step; the previous checkpoint stays the latest";
+  // Every rank's files are complete before `latest` names them, and a rank that cannot write
+  // them stops every rank (instead of leaving them in the next collective).
+  agree(world, error_of([&] {
+          std::error_code ec;
+          fs::create_directories(step_dir, ec);
+          QMESH_CHECK(!ec, "cannot create checkpoint directory ", step_dir.string(), ": ",
+                      ec.message());
+          std::vector<NamedTensor> tensors = content.tensors;
+          std::map<std::string, Tensor> scaling;
+          if (has_scaling_state(content)) scaling = scaling_tensors(content.context->scaling());
+          for (const auto& [name, t] : scaling) tensors.push_back({name, t});
+          Tensor recipe(DType::kInt32, Shape{1});
+          if (content.context) {
+            *recipe.data_as<int32_t>() = int32_t(content.context->recipe());
+            tensors.push_back({std::string(kRecipeTensorName), recipe});
+          }
+          save_tensors(rank_file(step_dir, rank), tensors);
+          if (rank == 0 && content.layout) save_layout(step_dir, *content.layout);
+        }),
+        what, outcome);
+  agree(world, error_of([&] {
+          if (rank != 0) return;
+          const std::string latest = (fs::path(dir) / "latest").string();
+          const std::string tmp = latest + ".tmp";
+          {
+            std::ofstream out(tmp, std::ios::trunc);
+            out << "step-" << step << "\n";
+            QMESH_CHECK(out.good(), "cannot write ", tmp);
+          }
+          std::error_code ec;
+          fs::rename(tmp, latest, ec);
+          QMESH_CHECK(!ec, "cannot rename ", tmp, " to ", latest, ": ", ec.message());
+        }),
+        what, outcome);
 }
 
 int load_checkpoint(const std::string& dir, const CheckpointContent& content, Communicator& world,
                     std::optional<int> step) {
   int found = -1;
   Staged staged;
-  std::optional<std::string> error;
-  try {
-    QMESH_CHECK(!step || *step >= 0, "checkpoint step ", *step, " is negative");
-    found = step ? *step : latest_step(dir);
-    staged = stage(dir, found, content, world.rank());
-  } catch (const Error& e) {
-    error = e.message();
-  } catch (const std::exception& e) {  // allocation, file system
-    error = e.what();
-  }
-  const std::string what = "loading the checkpoint in " + dir;
-  agree(world, error, what);
+  agree(world, error_of([&] {
+          QMESH_CHECK(!step || *step >= 0, "checkpoint step ", *step, " is negative");
+          found = step ? *step : latest_step(dir);
+          staged = stage(dir, found, content, world.rank());
+        }),
+        "loading the checkpoint in " + dir, "no rank changed its state");
   // Every rank read the same step (one shared directory, no save in between).
   Tensor steps(DType::kInt32, Shape{2});
   steps.data_as<int32_t>()[0] = found;
   steps.data_as<int32_t>()[1] = -found;
   world.all_reduce(steps, ReduceOp::kMax);
-  QMESH_CHECK(steps.data_as<int32_t>()[0] == -steps.data_as<int32_t>()[1], what,
-              ": the ranks found different steps in it (", -steps.data_as<int32_t>()[1], " to ",
-              steps.data_as<int32_t>()[0],
+  QMESH_CHECK(steps.data_as<int32_t>()[0] == -steps.data_as<int32_t>()[1],
+              "loading the checkpoint in ", dir, ": the ranks found different steps in it (",
+              -steps.data_as<int32_t>()[1], " to ", steps.data_as<int32_t>()[0],
               "): every rank must see the same directory, with no save in progress; no rank "
               "changed its state");
   for (size_t i = 0; i < staged.values.size(); ++i) {

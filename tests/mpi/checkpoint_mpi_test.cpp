@@ -172,6 +172,27 @@ TEST_F(CheckpointMpi, AFileCorruptedOnOneRankFailsOnEveryRank) {
   expect_fails_everywhere(fresh, "checksum");
 }
 
+// A rank that cannot write its file (a directory is in the way) stops every rank's save with
+// the same message; `latest` still names the previous checkpoint, which loads.
+TEST_F(CheckpointMpi, ASaveThatFailsOnOneRankFailsOnEveryRank) {
+  Trainer run(Recipe::kFp8Delayed, 1);
+  run.step(1);
+  save_checkpoint(dir_, 1, run.content, *world());
+  if (world()->rank() == 1) fs::create_directories(rank_file(2, 1) + "/in_the_way");
+  world()->barrier();
+  run.step(2);
+  try {
+    save_checkpoint(dir_, 2, run.content, *world());
+    ADD_FAILURE() << "rank " << world()->rank() << ": the save succeeded";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.message(), HasSubstr("saving the checkpoint of step 2 in " + dir_ +
+                                       " failed on rank 1 of 2 (no `latest` names this step"))
+        << "rank " << world()->rank();
+  }
+  Trainer fresh(Recipe::kFp8Delayed, 99);
+  EXPECT_EQ(load_checkpoint(dir_, fresh.content, *world()), 1);
+}
+
 TEST_F(CheckpointMpi, NoCheckpointFailsOnEveryRankWithoutNamingAProgramsFlags) {
   Trainer fresh(Recipe::kFp8Delayed, 99);
   fresh.step(1);
