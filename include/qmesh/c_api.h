@@ -438,7 +438,8 @@ typedef struct qmesh_named_tensor {
  * context's recipe as "context.recipe" and, under FP8 delayed scaling, its scaling states as
  * tensors named "scaling.*": names the given ones must not use) to its file in
  * <directory>/step-<step>/, then <directory>/latest names that step. Files are written
- * atomically: a crash never leaves `latest` naming a partial checkpoint. The same format as
+ * atomically: a crash never leaves `latest` naming a partial checkpoint; a rank that cannot
+ * write fails every rank's call with the same message. The same format as
  * train_mlp --checkpoint-dir. qmesh_checkpoint_save_training saves all of a run's state in
  * one call. */
 QMESH_C_EXPORT qmesh_status qmesh_checkpoint_save(qmesh_world* world, const char* directory,

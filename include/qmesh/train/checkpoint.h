@@ -65,8 +65,10 @@ QMESH_API CheckpointContent training_checkpoint(LayerContext& context,
                                                 Optimizer& optimizer,
                                                 std::vector<NamedTensor> extra = {});
 
-// Collective over `world`: every rank writes its files, then rank 0 updates `latest`.
-// Blocking; device tensors must be complete (synchronize their stream first).
+// Collective over `world`: every rank writes its files, then rank 0 updates `latest`. When a
+// rank cannot write, every rank throws the same Error naming it, and the previous checkpoint
+// stays the latest. Blocking; device tensors must be complete (synchronize their stream
+// first).
 QMESH_API void save_checkpoint(const std::string& dir, int step, const CheckpointContent& content,
                                Communicator& world);
 
