@@ -6,7 +6,7 @@
 // with add_operand), then train; call end_step() once per step after backward, on every
 // rank: it performs the step's single amax all-reduce over mesh().amax_group() and the
 // fused scale update. A layer whose forward runs again after its backward without end_step()
-// in between throws (check_forward).
+// in between throws.
 #pragma once
 
 #include <memory>
@@ -103,13 +103,6 @@ class QMESH_API LayerContext {
   void end_step();
   // The number of end_step() calls so far.
   int64_t steps() const { return steps_; }
-  // The step-sequence check each layer runs at the start of its forward: `last_backward` is
-  // steps() when the layer's backward last ran (-1: never). When end_step() has work (delayed
-  // scaling, FSDP), a forward after the layer's backward in the same step is an Error naming
-  // the missing LayerContext::end_step() (without it the scales would stay frozen, or the
-  // FSDP gradients incomplete, and training would go on silently worse). Used by the
-  // library's layers.
-  void check_forward(int64_t last_backward, std::string_view layer) const;
 
  private:
   // The library's layers reach the internals below.
@@ -122,6 +115,12 @@ class QMESH_API LayerContext {
   GatherBuffer& shared_gather_buffer();
   // The gather order of this context's FSDP layers.
   FsdpPrefetch& fsdp_prefetch();
+  // The step-sequence check each layer runs at the start of its forward: `last_backward` is
+  // steps() when the layer's backward last ran (-1: never). When end_step() has work (delayed
+  // scaling, FSDP), a forward after the layer's backward in the same step is an Error naming
+  // the missing LayerContext::end_step() (without it the scales would stay frozen, or the
+  // FSDP gradients incomplete, and training would go on silently worse).
+  void check_forward(int64_t last_backward, std::string_view layer) const;
 
   const Mesh mesh_;
   Recipe recipe_;
