@@ -59,8 +59,9 @@ Result measure(const Shape& s, const Mode& mode, qmesh::Recipe recipe) {
     if (mode.fsdp) roles.fsdp = "fsdp";
     qmesh::Mesh mesh(world, {{"dp", mode.fsdp ? 1 : s.ranks}, {"fsdp", mode.fsdp ? s.ranks : 1}},
                      roles);
-    qmesh::LayerContext ctx(mesh, recipe);
-    ctx.set_fsdp_options(qmesh::FsdpOptions{false, mode.prefetch});
+    qmesh::LayerContextOptions options;
+    options.fsdp = qmesh::FsdpOptions{false, mode.prefetch};
+    qmesh::LayerContext ctx(mesh, recipe, options);
     std::vector<qmesh::LayerNormMLP> blocks;
     for (int l = 0; l < s.layers; ++l)
       blocks.emplace_back("b" + std::to_string(l), s.hidden, s.ffn, qmesh::LayerNormMLPOptions{},

@@ -19,7 +19,7 @@ class MlpStep {
   MlpStep(std::shared_ptr<qmesh::Communicator> world, qmesh::Recipe recipe, int64_t tokens,
           int64_t hidden, int64_t ffn, qmesh::Placement placement)
       : mesh_(std::move(world), {{"dp", 1}, {"tp", 1}}),
-        ctx_(mesh_, recipe, {}, {}, placement),
+        ctx_(mesh_, recipe, {.placement = placement}),
         block_("mlp", hidden, ffn, {}, ctx_, 1) {
     qmesh::Tensor x(qmesh::DType::kFloat32, qmesh::Shape{tokens, hidden}), dy(x.dtype(), x.shape());
     for (int64_t i = 0; i < x.numel(); ++i) {

@@ -7,10 +7,11 @@
 #                labels except `slow` and `multinode` (MPI tests without leak detection)
 #   build-tsan/  under ThreadSanitizer: the local backend, MPI progress and overlap tests
 #   build-fuzz/  clang + libFuzzer: a bounded run of each fuzz target (label fuzz)
-# then builds a program against the installed CMake package, and builds and installs the
-# Python wheel into a venv with the oldest supported JAX (build/venv-jax-oldest) and runs the
-# JAX primitive tests against the installed package. Prints a summary and
-# exits non-zero on any failure. Usage: tests/run.sh [--quick]  (--quick: first build only)
+# then builds and runs the minimal trainer against the installed CMake package (and C programs
+# against the C API), and builds and installs the Python wheel into a venv with the oldest
+# supported JAX (build/venv-jax-oldest) and runs the JAX primitive tests against the installed
+# package. Prints a summary and exits non-zero on any failure.
+# Usage: tests/run.sh [--quick]  (--quick: first build only)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -88,13 +89,10 @@ if [ $quick -eq 0 ]; then
       cli_env_fuzz &&
     { step "test build-fuzz"; run ctest --test-dir build-fuzz --output-on-failure -L fuzz; }
 
-  step "install the package and build a program against it"
+  step "install the package, build the minimal trainer against it (no CUDA toolkit), train and resume"
   rm -rf build/install build/package-consumer
   run cmake --install build --prefix build/install >/dev/null &&
-    run cmake -S tests/package -B build/package-consumer -G Ninja \
-      -DCMAKE_PREFIX_PATH="$root/build/install" >/dev/null &&
-    run cmake --build build/package-consumer &&
-    run build/package-consumer/qmesh_consumer
+    run tests/package/run.sh build/install build/package-consumer
 
   step "build C programs against the installed C API (pkg-config, find_package) and run them"
   run tests/package_c/run.sh build/install build/package-c-consumer

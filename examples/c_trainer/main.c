@@ -262,8 +262,9 @@ static int run(const options* o, qmesh_world* world) {
   qmesh_teacher* teacher = NULL;
   CHECK(qmesh_teacher_create(o->hidden, o->seed, &teacher));
 
-  /* What a checkpoint holds, with train_mlp's names: the run's configuration, the
-   * parameters and the optimizer state (and the context's FP8 scaling state); fsdp 1. */
+  /* What a checkpoint holds besides the context, the parameters and the optimizer state
+   * (qmesh_checkpoint_save_training saves them all): the run's configuration, with
+   * train_mlp's name; fsdp 1. */
   int32_t config[8] = {dp,
                        1,
                        o->tp,
@@ -272,26 +273,15 @@ static int run(const options* o, qmesh_world* world) {
                        (int32_t)o->ffn,
                        (int32_t)o->recipe,
                        o->sequence_parallel};
-  int nstate = 0;
-  CHECK(qmesh_optimizer_state_count(opt, &nstate));
-  const int nckpt = 1 + nparams + nstate;
-  qmesh_named_tensor* ckpt = calloc((size_t)nckpt, sizeof *ckpt);
-  if (!ckpt) check(QMESH_ERROR_OUT_OF_MEMORY, "malloc");
   const int64_t eight = 8;
-  ckpt[0].name = "run.config";
-  ckpt[0].tensor = qmesh_host_tensor(config, QMESH_INT32, 1, &eight);
-  for (int i = 0; i < nparams; ++i) {
-    CHECK(qmesh_parameter_name(params[i], &ckpt[1 + i].name));
-    CHECK(qmesh_parameter_value(params[i], &ckpt[1 + i].tensor));
-  }
-  for (int i = 0; i < nstate; ++i)
-    CHECK(
-        qmesh_optimizer_state(opt, i, &ckpt[1 + nparams + i].name, &ckpt[1 + nparams + i].tensor));
+  const qmesh_named_tensor run_config = {"run.config",
+                                         qmesh_host_tensor(config, QMESH_INT32, 1, &eight)};
   int start = 0;
   if (o->resume) {
     const int32_t expected[8] = {config[0], config[1], config[2], config[3],
                                  config[4], config[5], config[6], config[7]};
-    CHECK(qmesh_checkpoint_load_latest(world, o->checkpoint_dir, ckpt, nckpt, ctx, &start));
+    CHECK(qmesh_checkpoint_load_training(world, o->checkpoint_dir, -1, ctx, params, nparams, opt,
+                                         &run_config, 1, &start));
     if (memcmp(expected, config, sizeof config) != 0) {
       fprintf(stderr,
               "c_trainer: the checkpoint in %s was written by a run with another "
@@ -360,7 +350,8 @@ static int run(const options* o, qmesh_world* world) {
     }
     if (o->checkpoint_dir != NULL &&
         (step == o->steps || (o->checkpoint_every > 0 && step % o->checkpoint_every == 0)))
-      CHECK(qmesh_checkpoint_save(world, o->checkpoint_dir, step, ckpt, nckpt, ctx));
+      CHECK(qmesh_checkpoint_save_training(world, o->checkpoint_dir, step, ctx, params, nparams,
+                                           opt, &run_config, 1));
   }
 
   /* Every rank's parameter checksum, to compare runs (and train_mlp) bit for bit. */
@@ -379,7 +370,6 @@ static int run(const options* o, qmesh_world* world) {
 
   /* Destroyed in reverse order of creation. */
   free(sums);
-  free(ckpt);
   free(dys);
   free(ts);
   free(xs);

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -223,22 +224,22 @@ int run(const Options& o, const NodeLayout& node,
   if (!device.is_host()) mpi_mesh.emplace(world, axes, roles);
   const qmesh::Mesh& host_mesh = mpi_mesh ? *mpi_mesh : mesh;
   const int tp = o.tp, tp_rank = mesh.coord("tp");
-  qmesh::DelayedScaling delayed;
-  delayed.amax_history_len = o.amax_history;
-  delayed.margin = o.margin;
   std::optional<Streams> streams;
   if (!device.is_host()) streams.emplace(device);
   const qmesh::Stream stream = streams ? streams->compute.get() : qmesh::Stream{};
-  qmesh::LayerContext ctx(
-      mesh, o.recipe, delayed, {},
-      qmesh::Placement{device, stream, streams ? streams->comm.get() : qmesh::Stream{}});
-  ctx.set_overlap(o.overlap);
+  qmesh::LayerContextOptions context_options;
+  context_options.delayed.amax_history_len = o.amax_history;
+  context_options.delayed.margin = o.margin;
+  context_options.placement =
+      qmesh::Placement{device, stream, streams ? streams->comm.get() : qmesh::Stream{}};
+  context_options.overlap = o.overlap;
+  context_options.fsdp = qmesh::FsdpOptions{false, o.fsdp_prefetch};
   qmesh::Fp8Stats fp8_stats;
   if (o.fp8_stats) {
     QMESH_CHECK(device.is_host(), "--fp8-stats needs the CPU backend (--device cpu)");
-    ctx.set_fp8_stats(&fp8_stats);
+    context_options.fp8_stats = &fp8_stats;
   }
-  ctx.set_fsdp_options(qmesh::FsdpOptions{false, o.fsdp_prefetch});
+  qmesh::LayerContext ctx(mesh, o.recipe, context_options);
   Model model(o, ctx);
   auto params = model.parameters();
   std::unique_ptr<qmesh::Optimizer> opt =
@@ -271,23 +272,16 @@ int run(const Options& o, const NodeLayout& node,
                           int32_t(o.recipe),
                           int32_t(o.sequence_parallel)};
   std::copy(cfg, cfg + 8, config.data_as<int32_t>());
-  qmesh::CheckpointContent ckpt{
-      {{"run.config", config}}, &ctx, qmesh::MeshLayout{o.dp, o.fsdp, o.tp}, {}};
-  for (auto* p : params) {
-    ckpt.tensors.push_back({p->name, p->value});
-    if (p->fsdp_sharded()) ckpt.sharded[p->name] = p->fsdp_numel;
-  }
-  for (auto& [name, t] : opt->state()) {
-    ckpt.tensors.push_back({name, *t});
-    for (auto* p : params)  // a sharded parameter's optimizer slots are sharded alike
-      if (p->fsdp_sharded() && name.rfind(p->name + ".", 0) == 0)
-        ckpt.sharded[name] = p->fsdp_numel;
-  }
+  const qmesh::CheckpointContent ckpt =
+      qmesh::training_checkpoint(ctx, params, *opt, {{"run.config", config}});
 
   int start = 0;
   if (o.resume) {
     all_ranks_or_exit(*world, [&] {
-      start = qmesh::load_latest_checkpoint(o.checkpoint_dir, ckpt, world->rank());
+      QMESH_CHECK(std::filesystem::exists(std::filesystem::path(o.checkpoint_dir) / "latest"),
+                  "no checkpoint to resume from in ", o.checkpoint_dir, ": run once with ",
+                  "--checkpoint-dir ", o.checkpoint_dir, " first, or drop --resume");
+      start = qmesh::load_checkpoint(o.checkpoint_dir, ckpt, *world);
       // dp and fsdp may differ: the shards were resharded.
       QMESH_CHECK(std::equal(cfg + 2, cfg + 8, config.data_as<int32_t>() + 2), "the checkpoint in ",
                   o.checkpoint_dir, " was written by a run with another tp/layers/hidden/",

@@ -362,10 +362,20 @@ QMESH_C_EXPORT qmesh_status qmesh_dense_parameter(qmesh_dense* layer, int index,
 
 /* For the local part of a global batch of global_count elements: dy = 2 (y - target) /
  * global_count and sum_sq (fp64, one element, y's device) = the local sum of squared
- * errors. stream: cudaStream_t or NULL. */
+ * errors; sum it over the ranks holding distinct elements (qmesh_mse_loss_global does).
+ * stream: cudaStream_t or NULL. */
 QMESH_C_EXPORT qmesh_status qmesh_mse_loss(const qmesh_tensor* y, const qmesh_tensor* target,
                                            double global_count, const qmesh_tensor* dy,
                                            const qmesh_tensor* sum_sq, void* stream);
+/* The global mean-squared error of a batch split over the mesh: its elements are distinct
+ * over the dp (and fsdp) axes and, when split_over_tp is non-zero (sequence-parallel outputs),
+ * over the tp axis too; otherwise tp ranks hold replicated outputs, counted once. Every rank
+ * holds as many elements as y. Writes dy (with the global element count) and *loss (the
+ * same on every rank). Collective over those ranks; blocking (waits for stream). */
+QMESH_C_EXPORT qmesh_status qmesh_mse_loss_global(const qmesh_mesh* mesh, int split_over_tp,
+                                                  const qmesh_tensor* y, const qmesh_tensor* target,
+                                                  const qmesh_tensor* dy, void* stream,
+                                                  double* loss);
 
 typedef struct qmesh_grad_sync qmesh_grad_sync;
 
@@ -407,6 +417,9 @@ QMESH_C_EXPORT qmesh_status qmesh_optimizer_create_sgd(qmesh_parameter* const* p
                                                        qmesh_optimizer** opt);
 QMESH_C_EXPORT qmesh_status qmesh_optimizer_destroy(qmesh_optimizer* opt);
 QMESH_C_EXPORT qmesh_status qmesh_optimizer_step(qmesh_optimizer* opt);
+/* The learning rate of the following steps (a schedule sets it before each step); FAILED
+ * unless lr > 0. */
+QMESH_C_EXPORT qmesh_status qmesh_optimizer_set_lr(qmesh_optimizer* opt, float lr);
 /* The optimizer's state tensors (moment buffers, a step counter) named "<param>.<slot>", for
  * checkpoints: *name and the tensor are owned by the optimizer. */
 QMESH_C_EXPORT qmesh_status qmesh_optimizer_state_count(const qmesh_optimizer* opt, int* count);
@@ -421,21 +434,47 @@ typedef struct qmesh_named_tensor {
   qmesh_tensor tensor;
 } qmesh_named_tensor;
 
-/* Collective over the world: every rank writes its tensors (and, under FP8 delayed scaling,
- * the context's scaling states, as tensors named "scaling.*", a prefix the given names must
- * not use; context may be NULL) to its file in <directory>/step-<step>/, then
- * <directory>/latest names that step. Files are written atomically: a crash never leaves
- * `latest` naming a partial checkpoint. The same format as train_mlp --checkpoint-dir. */
+/* Collective over the world: every rank writes its tensors (and, when context is not NULL, the
+ * context's recipe as "context.recipe" and, under FP8 delayed scaling, its scaling states as
+ * tensors named "scaling.*": names the given ones must not use) to its file in
+ * <directory>/step-<step>/, then <directory>/latest names that step. Files are written
+ * atomically: a crash never leaves `latest` naming a partial checkpoint; a rank that cannot
+ * write fails every rank's call with the same message. The same format as
+ * train_mlp --checkpoint-dir. qmesh_checkpoint_save_training saves all of a run's state in
+ * one call. */
 QMESH_C_EXPORT qmesh_status qmesh_checkpoint_save(qmesh_world* world, const char* directory,
                                                   int step, const qmesh_named_tensor* tensors,
                                                   int ntensors, qmesh_context* context);
-/* Loads the checkpoint <directory>/latest names into the tensors (exactly these names,
- * dtypes and shapes) and the context's scaling states; *step: its step. FAILED, saying what
- * is wrong, if there is none, it is corrupted or it does not match. */
+/* Collective over the world: loads checkpoint `step` of <directory> (-1: the one
+ * <directory>/latest names) into the tensors (exactly these names, dtypes and shapes) and the
+ * context (NULL: the checkpoint must hold no context); *loaded_step: its step. Every rank
+ * reads and checks its part, then the ranks agree: either every rank loads, or none changes
+ * anything and every rank returns FAILED with the same message, naming the first failing rank
+ * and what is wrong there (no checkpoint, a missing or corrupted file, tensors that do not
+ * match, a checkpoint of another recipe, a missing FP8 scaling state). */
+QMESH_C_EXPORT qmesh_status qmesh_checkpoint_load(qmesh_world* world, const char* directory,
+                                                  int step, const qmesh_named_tensor* tensors,
+                                                  int ntensors, qmesh_context* context,
+                                                  int* loaded_step);
+/* qmesh_checkpoint_load of the latest checkpoint (step -1). */
 QMESH_C_EXPORT qmesh_status qmesh_checkpoint_load_latest(qmesh_world* world, const char* directory,
                                                          const qmesh_named_tensor* tensors,
                                                          int ntensors, qmesh_context* context,
                                                          int* step);
+/* A training run's complete checkpoint, in one call: the context (recipe and FP8 scaling
+ * state), every parameter's value, the optimizer's state (created over these parameters) and
+ * the caller's own tensors `extra` (its configuration; may be NULL when nextra is 0). Also
+ * records the mesh layout when the mesh's axes are among "dp", "fsdp", "tp" in that order.
+ * Collective over the world, as qmesh_checkpoint_save and qmesh_checkpoint_load; step -1 loads
+ * the latest. */
+QMESH_C_EXPORT qmesh_status
+qmesh_checkpoint_save_training(qmesh_world* world, const char* directory, int step,
+                               qmesh_context* context, qmesh_parameter* const* params, int nparams,
+                               qmesh_optimizer* opt, const qmesh_named_tensor* extra, int nextra);
+QMESH_C_EXPORT qmesh_status qmesh_checkpoint_load_training(
+    qmesh_world* world, const char* directory, int step, qmesh_context* context,
+    qmesh_parameter* const* params, int nparams, qmesh_optimizer* opt,
+    const qmesh_named_tensor* extra, int nextra, int* loaded_step);
 
 /* ---- the synthetic teacher task of the training examples ---------------------------- */
 

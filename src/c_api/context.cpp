@@ -55,9 +55,10 @@ qmesh_status qmesh_context_create(const qmesh_mesh* mesh, const qmesh_context_co
     const qmesh::Placement placement{to_device(c.device, "config"), qmesh::Stream{c.stream},
                                      qmesh::Stream{c.comm_stream}};
     auto out = std::make_unique<qmesh_context>();
-    out->context =
-        std::make_unique<qmesh::LayerContext>(*mesh->mesh, recipe, delayed, current, placement);
-    out->context->set_overlap(overlap);
+    out->context = std::make_unique<qmesh::LayerContext>(
+        *mesh->mesh, recipe,
+        qmesh::LayerContextOptions{
+            .delayed = delayed, .current = current, .placement = placement, .overlap = overlap});
     *context = out.release();
   });
 }

@@ -32,6 +32,19 @@ qmesh_status qmesh_mse_loss(const qmesh_tensor* y, const qmesh_tensor* target, d
   });
 }
 
+qmesh_status qmesh_mse_loss_global(const qmesh_mesh* mesh, int split_over_tp, const qmesh_tensor* y,
+                                   const qmesh_tensor* target, const qmesh_tensor* dy, void* stream,
+                                   double* loss) {
+  return guard(__func__, [&] {
+    require(mesh, "mesh");
+    require(loss, "loss");
+    *loss = qmesh::mse_loss(
+        *mesh->mesh,
+        split_over_tp ? qmesh::LossOutputs::kSplitOverTp : qmesh::LossOutputs::kReplicatedOverTp,
+        to_view(y, "y"), to_view(target, "target"), to_view(dy, "dy"), qmesh::Stream{stream});
+  });
+}
+
 qmesh_status qmesh_grad_sync_create(const qmesh_mesh* mesh, const char* axis,
                                     qmesh_parameter* const* params, int nparams,
                                     size_t bucket_bytes, void* stream, qmesh_grad_sync** sync) {
@@ -111,6 +124,10 @@ qmesh_status qmesh_optimizer_destroy(qmesh_optimizer* opt) {
 
 qmesh_status qmesh_optimizer_step(qmesh_optimizer* opt) {
   return guard(__func__, [&] { require(opt, "opt")->optimizer->step(); });
+}
+
+qmesh_status qmesh_optimizer_set_lr(qmesh_optimizer* opt, float lr) {
+  return guard(__func__, [&] { require(opt, "opt")->optimizer->set_lr(lr); });
 }
 
 qmesh_status qmesh_teacher_create(int64_t hidden, uint64_t seed, qmesh_teacher** teacher) {

@@ -411,6 +411,7 @@ struct Dense::Impl {
   DenseEpilogue epilogue = DenseEpilogue::kNone;      // what the forward GEMM runs
   DenseEpilogue ran_epilogue = DenseEpilogue::kNone;  // what the last forward ran
   Tensor y, pre_activation, bias_sums, dx, bias_bf16;
+  int64_t backward_step = -1;  // ctx.steps() when backward last ran (-1: never)
   // FSDP: forward's cast shard and the gathered weight's columnwise copy; the gathers
   // (slot 0: the weight's codes / bf16 / fp32, flat and padded; slot 1: the fp32 bias) and the
   // gradient reduce-scatters. Declared last: destroyed first (it completes a reduction into
@@ -427,8 +428,15 @@ Dense::Dense(std::string name, int64_t in_features, int64_t out_features, DenseO
 Dense::~Dense() = default;
 Dense::Dense(Dense&&) noexcept = default;
 
-TensorView Dense::forward(const TensorView& x) { return impl_->forward(x); }
-TensorView Dense::backward(const TensorView& dy) { return impl_->backward(dy); }
+TensorView Dense::forward(const TensorView& x) {
+  impl_->ctx.check_forward(impl_->backward_step, impl_->name);
+  return impl_->forward(x);
+}
+TensorView Dense::backward(const TensorView& dy) {
+  const TensorView dx = impl_->backward(dy);
+  impl_->backward_step = impl_->ctx.steps();
+  return dx;
+}
 
 std::vector<Parameter*> Dense::parameters() {
   std::vector<Parameter*> out{&impl_->weight};

@@ -28,18 +28,15 @@ Recipe parse_recipe(std::string_view name) {
   QMESH_THROW("unknown recipe '", name, "' (expected one of fp32, bf16, delayed, current)");
 }
 
-LayerContext::LayerContext(const Mesh& mesh, Recipe recipe, DelayedScaling delayed,
-                           Float8CurrentScaling current, Placement placement)
-    : mesh_(mesh),
-      recipe_(recipe),
-      delayed_(delayed),
-      current_(current),
-      placement_(placement),
-      fsdp_(mesh) {
-  require_device(placement_.device);
+LayerContext::LayerContext(const Mesh& mesh, Recipe recipe, LayerContextOptions options)
+    : mesh_(mesh), recipe_(recipe), options_(options), fsdp_(mesh_) {
+  require_device(options_.placement.device);
   (void)recipe_name(recipe);  // rejects an out-of-range value
-  validate(delayed_);
-  validate(current_);
+  validate(options_.delayed);
+  validate(options_.current);
+  QMESH_CHECK(options_.fsdp.prefetch >= 0,
+              "FsdpOptions::prefetch must be >= 0 (layers gathered ahead), got ",
+              options_.fsdp.prefetch);
 }
 
 LayerContext::~LayerContext() = default;
@@ -49,12 +46,6 @@ GatherBuffer& LayerContext::shared_gather_buffer() {
   return *shared_gather_;
 }
 
-void LayerContext::set_fsdp_options(FsdpOptions options) {
-  QMESH_CHECK(options.prefetch >= 0,
-              "FsdpOptions::prefetch must be >= 0 (layers gathered ahead), got ", options.prefetch);
-  fsdp_options_ = options;
-}
-
 FsdpPrefetch& LayerContext::fsdp_prefetch() {
   if (!fsdp_prefetch_) fsdp_prefetch_ = std::make_unique<FsdpPrefetch>();
   return *fsdp_prefetch_;
@@ -62,7 +53,8 @@ FsdpPrefetch& LayerContext::fsdp_prefetch() {
 
 DType LayerContext::fp8_dtype(OperandRole role) const {
   return qmesh::fp8_dtype(
-      recipe_ == Recipe::kFp8Current ? current_.fp8_format : delayed_.fp8_format, role);
+      recipe_ == Recipe::kFp8Current ? options_.current.fp8_format : options_.delayed.fp8_format,
+      role);
 }
 
 int LayerContext::add_operand(OperandRole role) {
@@ -76,15 +68,27 @@ int LayerContext::add_operand(OperandRole role) {
 ScalingStates& LayerContext::scaling() {
   if (!states_) {
     QMESH_CHECK(!roles_.empty(), "no FP8 operands were registered with this context");
-    states_ = std::make_unique<ScalingStates>(delayed_, roles_, placement_.device);
+    states_ = std::make_unique<ScalingStates>(options_.delayed, roles_, options_.placement.device);
   }
   return *states_;
 }
 
+void LayerContext::check_forward(int64_t last_backward, std::string_view layer) const {
+  const bool end_step_has_work = recipe_ == Recipe::kFp8Delayed || fsdp_.enabled();
+  QMESH_CHECK(!end_step_has_work || last_backward != steps_, "layer '", layer,
+              "': forward after its backward in step ", steps_,
+              " without LayerContext::end_step() (qmesh_context_end_step) in between: call it "
+              "once per step, after backward (and GradSync::finish) and before the next "
+              "forward; without it ",
+              recipe_ == Recipe::kFp8Delayed ? "the FP8 scales stay frozen"
+                                             : "the FSDP gradient reductions stay incomplete");
+}
+
 void LayerContext::end_step() {
+  ++steps_;
   if (fsdp_prefetch_) fsdp_prefetch_->finish_deferred();
   if (recipe_ != Recipe::kFp8Delayed || roles_.empty()) return;
-  AmaxReducer(mesh_).reduce_and_update(scaling(), placement_.stream);
+  AmaxReducer(mesh_).reduce_and_update(scaling(), options_.placement.stream);
 }
 
 }  // namespace qmesh

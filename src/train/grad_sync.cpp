@@ -122,8 +122,14 @@ void GradSync::finish() {
   // One deadline for the step's reduction, whatever the number of buckets.
   const auto deadline = std::chrono::steady_clock::now() + impl_->dp->timeout();
   for (Bucket& b : impl_->buckets) {
-    QMESH_CHECK(b.work != nullptr, "GradSync::finish: parameter ", b.params.front()->name,
-                " (or another in its bucket) was never marked ready this step");
+    if (b.work == nullptr) {
+      std::string missing;
+      for (const Parameter* p : b.params)
+        if (!impl_->marked[p]) missing += (missing.empty() ? "" : ", ") + p->name;
+      QMESH_THROW("GradSync::finish: parameter ", missing,
+                  " was never marked ready this step: call ready(layer.parameters()) after each "
+                  "layer's backward, before finish()");
+    }
     try {
       b.work->wait(std::max(
           std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()),

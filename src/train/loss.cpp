@@ -1,7 +1,12 @@
 #include "qmesh/train/loss.h"
 
+#include <string>
+#include <vector>
+
 #include "cuda/loss_kernel.h"
+#include "qmesh/copy.h"
 #include "qmesh/detail/cuda_dispatch.h"
+#include "qmesh/device.h"
 #include "qmesh/error.h"
 
 namespace qmesh {
@@ -41,6 +46,24 @@ void mse_loss(const TensorView& y, const TensorView& target, double global_count
       [&](auto device) {
         detail::cuda::mse_loss(device, py, pt, global_count, pd, out, n, stream);
       });
+}
+
+double mse_loss(const Mesh& mesh, LossOutputs outputs, const TensorView& y,
+                const TensorView& target, const TensorView& dy, Stream stream) {
+  const MeshResource& roles = mesh.resource();
+  std::vector<std::string> distinct;  // the axes over which ranks hold distinct elements
+  for (const std::string& role :
+       {roles.dp, roles.fsdp, outputs == LossOutputs::kSplitOverTp ? roles.tp : std::string()})
+    for (const MeshAxis& axis : mesh.axes())
+      if (!role.empty() && axis.name == role) distinct.push_back(role);
+  const std::shared_ptr<Communicator> group =
+      distinct.empty() ? mesh.role("") : mesh.group(distinct);
+  const double global_count = double(y.numel()) * group->size();
+  Tensor sum(DType::kFloat64, Shape{1}, y.device);
+  mse_loss(y, target, global_count, dy, sum, stream);
+  group->all_reduce(sum, ReduceOp::kSum, stream);
+  synchronize(y.device, stream);
+  return *clone(sum, Device::host()).data_as<double>() / global_count;
 }
 
 }  // namespace qmesh

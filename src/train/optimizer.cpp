@@ -34,6 +34,10 @@ Tensor zeros_like(const Tensor& t) {
 // a build without CUDA has none).
 int cuda_index(const Parameter& p) { return p.value.device().index; }
 
+void check_lr(float lr, const char* optimizer) {
+  QMESH_CHECK(lr > 0, optimizer, " learning rate must be > 0, got ", lr);
+}
+
 // The step counter is kept as a tensor so that it is saved with the rest of the state.
 class CountedOptimizer : public Optimizer {
  public:
@@ -65,6 +69,7 @@ class Sgd final : public CountedOptimizer {
  public:
   Sgd(std::vector<Parameter*> params, SgdOptions options, Stream stream)
       : CountedOptimizer(std::move(params), stream), options_(options) {
+    check_lr(options_.lr, "SGD");
     if (options_.momentum != 0.0f)
       for (const Parameter* p : params_) momentum_.push_back(zeros_like(p->value));
   }
@@ -83,6 +88,11 @@ class Sgd final : public CountedOptimizer {
       });
     }
     ++*count_.data_as<int32_t>();
+  }
+  float lr() const override { return options_.lr; }
+  void set_lr(float lr) override {
+    check_lr(lr, "SGD");
+    options_.lr = lr;
   }
   std::vector<std::pair<std::string, Tensor*>> state() override {
     std::vector<std::pair<std::string, Tensor*>> out{{"optimizer.step", &count_}};
@@ -110,6 +120,7 @@ class AdamW final : public CountedOptimizer {
  public:
   AdamW(std::vector<Parameter*> params, AdamWOptions options, Stream stream)
       : CountedOptimizer(std::move(params), stream), options_(options) {
+    check_lr(options_.lr, "AdamW");
     for (const Parameter* p : params_) {
       m_.push_back(zeros_like(p->value));
       v_.push_back(zeros_like(p->value));
@@ -134,6 +145,11 @@ class AdamW final : public CountedOptimizer {
       });
     }
   }
+  float lr() const override { return options_.lr; }
+  void set_lr(float lr) override {
+    check_lr(lr, "AdamW");
+    options_.lr = lr;
+  }
   std::vector<std::pair<std::string, Tensor*>> state() override {
     std::vector<std::pair<std::string, Tensor*>> out{{"optimizer.step", &count_}};
     for (size_t i = 0; i < params_.size(); ++i) {
@@ -152,13 +168,11 @@ class AdamW final : public CountedOptimizer {
 
 std::unique_ptr<Optimizer> make_sgd(std::vector<Parameter*> params, SgdOptions options,
                                     Stream stream) {
-  QMESH_CHECK(options.lr > 0, "SGD learning rate must be > 0, got ", options.lr);
   return std::make_unique<Sgd>(std::move(params), options, stream);
 }
 
 std::unique_ptr<Optimizer> make_adamw(std::vector<Parameter*> params, AdamWOptions options,
                                       Stream stream) {
-  QMESH_CHECK(options.lr > 0, "AdamW learning rate must be > 0, got ", options.lr);
   QMESH_CHECK(options.beta1 >= 0 && options.beta1 < 1 && options.beta2 >= 0 && options.beta2 < 1,
               "AdamW betas must be in [0, 1), got ", options.beta1, ", ", options.beta2);
   return std::make_unique<AdamW>(std::move(params), options, stream);

@@ -66,8 +66,8 @@ struct Outcome {
 // checkpoints hold.
 struct Model {
   explicit Model(const std::shared_ptr<Communicator>& comm)
-      : mesh(comm, {{"dp", 2}, {"tp", 2}}), ctx(mesh, Recipe::kFp8Delayed) {
-    ctx.set_overlap(Overlap::kRing);
+      : mesh(comm, {{"dp", 2}, {"tp", 2}}),
+        ctx(mesh, Recipe::kFp8Delayed, {.overlap = Overlap::kRing}) {
     LayerNormMLPOptions options;
     options.sequence_parallel = true;
     for (int b = 0; b < 2; ++b)
@@ -123,7 +123,7 @@ std::string newest_checkpoint_problem(const std::string& dir) {
   try {
     run_local_ranks(kRanks, [&](Communicator& world) {
       Model model(std::shared_ptr<Communicator>(&world, [](Communicator*) {}));
-      load_latest_checkpoint(dir, model.checkpoint, world.rank());
+      load_checkpoint(dir, model.checkpoint, world);
     });
   } catch (const std::exception& e) {
     return std::string("the newest checkpoint does not load: ") + e.what();

@@ -360,10 +360,10 @@ TEST_F(LayersGpu, SequenceParallelNeedsACommStream) {
   OwnStream s;
   run_local_ranks(1, [&](Communicator& comm) {
     Mesh mesh(borrowed(comm), {{"dp", 1}, {"tp", 1}});
-    LayerContext ctx(mesh, Recipe::kBf16, {}, {}, Placement{kGpu, s.stream(), {}});
+    LayerContext ctx(mesh, Recipe::kBf16, {.placement = Placement{kGpu, s.stream(), {}}});
     EXPECT_QMESH_ERROR(LayerNormMLP("mlp", 32, 64, {true, 1e-5f, std::nullopt}, ctx, 1),
                        "comm_stream");
-    LayerContext same(mesh, Recipe::kBf16, {}, {}, Placement{kGpu, s.stream(), s.stream()});
+    LayerContext same(mesh, Recipe::kBf16, {.placement = Placement{kGpu, s.stream(), s.stream()}});
     EXPECT_QMESH_ERROR(LayerNormMLP("mlp", 32, 64, {true, 1e-5f, std::nullopt}, same, 1),
                        "comm_stream");
   });
@@ -410,7 +410,7 @@ TEST_F(LayersGpu, GradSyncAndAdamWOnDeviceMatchTheHost) {
 TEST_F(LayersGpu, MisplacedInputsAreClearErrors) {
   run_local_ranks(1, [&](Communicator& comm) {
     Mesh mesh(borrowed(comm), {{"dp", 1}, {"tp", 1}});
-    LayerContext ctx(mesh, Recipe::kBf16, {}, {}, Placement{kGpu, {}, {}});
+    LayerContext ctx(mesh, Recipe::kBf16, {.placement = Placement{kGpu, {}, {}}});
     LayerNormMLP block("mlp", 32, 64, {}, ctx, 1);
     const Tensor host_x = random_tensor(Shape{16, 32}, 50);
     EXPECT_QMESH_ERROR(block.forward(host_x), "cuda:0");

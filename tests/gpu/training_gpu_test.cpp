@@ -64,8 +64,9 @@ class Trainer {
         mesh_(borrowed(comm), {{"dp", 1}, {"tp", comm.size()}}),
         compute_(stream_on(c.device)),
         comm_stream_(stream_on(c.device)),
-        ctx_(mesh_, c.recipe, {}, {},
-             Placement{c.device, stream_of(compute_), stream_of(comm_stream_)}),
+        ctx_(mesh_, c.recipe,
+             {.placement = Placement{c.device, stream_of(compute_), stream_of(comm_stream_)},
+              .overlap = Overlap::kRing}),
         block_("block", kHidden, kFfn,
                LayerNormMLPOptions{c.tp > 1, 1e-5f, std::nullopt, GatheredInput::kSave}, ctx_,
                kSeed),
@@ -76,9 +77,7 @@ class Trainer {
         x_(DType::kFloat32, Shape{local_tokens_, kHidden}, c.device),
         t_(x_.dtype(), x_.shape(), c.device),
         dy_(x_.dtype(), x_.shape(), c.device),
-        sum_(DType::kFloat64, Shape{1}, c.device) {
-    ctx_.set_overlap(Overlap::kRing);
-  }
+        sum_(DType::kFloat64, Shape{1}, c.device) {}
 
   // One training step on the global batch of `step`; returns this rank's sum of squared
   // errors.

@@ -46,6 +46,31 @@ class CApi : public ::testing::Test {
     EXPECT_EQ(qmesh_world_destroy(world_), QMESH_OK);
   }
 
+  // A LayerNormMLP block (hidden 16, ffn 32, tp 2) on the context; nullptr on failure.
+  qmesh_layernorm_mlp* small_block() {
+    qmesh_layernorm_mlp_config config;
+    qmesh_layernorm_mlp_config_init(&config);
+    config.hidden = 16;
+    config.ffn = 32;
+    qmesh_layernorm_mlp* block = nullptr;
+    EXPECT_EQ(qmesh_layernorm_mlp_create(ctx_, "b", &config, &block), QMESH_OK)
+        << qmesh_last_error();
+    return block;
+  }
+  // The block's forward (backward) on 4 tokens of fixed values.
+  qmesh_status forward(qmesh_layernorm_mlp* block) {
+    const qmesh_tensor xt = qmesh_host_tensor(x_.data(), QMESH_FLOAT32, 2, kTokensShape);
+    qmesh_tensor y{};
+    return qmesh_layernorm_mlp_forward(block, &xt, &y);
+  }
+  qmesh_status backward(qmesh_layernorm_mlp* block) {
+    const qmesh_tensor dyt = qmesh_host_tensor(dy_.data(), QMESH_FLOAT32, 2, kTokensShape);
+    qmesh_tensor dx{};
+    return qmesh_layernorm_mlp_backward(block, &dyt, &dx);
+  }
+
+  static constexpr int64_t kTokensShape[2] = {4, 16};
+  std::vector<float> x_ = std::vector<float>(64, 0.5f), dy_ = std::vector<float>(64, 0.01f);
   qmesh_world* world_ = nullptr;
   qmesh_mesh* mesh_ = nullptr;
   qmesh_context* ctx_ = nullptr;
@@ -411,6 +436,25 @@ TEST_F(CApi, CollectivesAndLossAgreeWithReference) {
   EXPECT_EQ(sum_sq, expect);
   EXPECT_STATUS(qmesh_mse_loss(&yt, &tt, 2.0, &dyt, &st, nullptr), QMESH_ERROR_FAILED,
                 "global_count");
+  // The global loss on the dp 1 x tp 2 mesh: outputs replicated over tp count once (the mean
+  // over 3 elements); split over tp, both ranks' count (y differs by rank there).
+  double loss = -1;
+  ASSERT_EQ(qmesh_mse_loss_global(mesh_, 0, &yt, &tt, &dyt, nullptr, &loss), QMESH_OK)
+      << qmesh_last_error();
+  EXPECT_NEAR(loss, expect / 3, 1e-15);
+  EXPECT_EQ(dy[0], float(2.0 * (double(y[0]) - double(target[0])) / 3.0));
+  y[0] = float(rank_);  // 0 and 1: errors 0 and 1
+  double both = 0;
+  for (int r = 0; r < 2; ++r)
+    for (int i = 0; i < 3; ++i) {
+      const double d = double(i == 0 ? float(r) : y[i]) - double(target[i]);
+      both += d * d;
+    }
+  ASSERT_EQ(qmesh_mse_loss_global(mesh_, 1, &yt, &tt, &dyt, nullptr, &loss), QMESH_OK)
+      << qmesh_last_error();
+  EXPECT_NEAR(loss, both / 6, 1e-15);
+  EXPECT_STATUS(qmesh_mse_loss_global(nullptr, 0, &yt, &tt, &dyt, nullptr, &loss),
+                QMESH_ERROR_INVALID_ARGUMENT, "mesh is NULL");
 }
 
 TEST_F(CApi, CheckpointErrors) {
@@ -456,6 +500,97 @@ TEST_F(CApi, CheckpointErrors) {
   EXPECT_EQ(w[0], 0.0f);  // untouched
   ASSERT_EQ(qmesh_world_barrier(world_), QMESH_OK);
   if (rank_ == 0) std::filesystem::remove_all(dir);
+}
+
+// A forward after backward without qmesh_context_end_step (delayed scaling) fails, naming the
+// missing call; with it, the next step runs.
+TEST_F(CApi, ASkippedEndStepIsAnError) {
+  qmesh_layernorm_mlp* block = small_block();
+  ASSERT_NE(block, nullptr);
+  ASSERT_EQ(forward(block), QMESH_OK) << qmesh_last_error();
+  ASSERT_EQ(backward(block), QMESH_OK) << qmesh_last_error();
+  EXPECT_STATUS(forward(block), QMESH_ERROR_FAILED,
+                "without LayerContext::end_step() (qmesh_context_end_step) in between");
+  ASSERT_EQ(qmesh_context_end_step(ctx_), QMESH_OK) << qmesh_last_error();
+  EXPECT_EQ(forward(block), QMESH_OK) << qmesh_last_error();
+  EXPECT_EQ(qmesh_layernorm_mlp_destroy(block), QMESH_OK);
+}
+
+// A training checkpoint in one call (context, parameters, optimizer state, the caller's
+// tensors) round trips; loading is collective: a file missing on rank 1 fails on both ranks
+// with the same message and changes nothing; a chosen step loads; the FP8 state cannot be
+// left out at load.
+TEST_F(CApi, TrainingCheckpointsLoadCollectively) {
+  qmesh_layernorm_mlp* block = small_block();
+  ASSERT_NE(block, nullptr);
+  int np = 0;
+  ASSERT_EQ(qmesh_layernorm_mlp_parameter_count(block, &np), QMESH_OK);
+  std::vector<qmesh_parameter*> params(size_t(np), nullptr);
+  for (int i = 0; i < np; ++i)
+    ASSERT_EQ(qmesh_layernorm_mlp_parameter(block, i, &params[size_t(i)]), QMESH_OK);
+  qmesh_sgd_config sc;
+  qmesh_sgd_config_init(&sc);
+  qmesh_optimizer* opt = nullptr;
+  ASSERT_EQ(qmesh_optimizer_create_sgd(params.data(), np, &sc, nullptr, &opt), QMESH_OK);
+  EXPECT_STATUS(qmesh_optimizer_set_lr(opt, 0.0f), QMESH_ERROR_FAILED,
+                "SGD learning rate must be > 0");
+  EXPECT_EQ(qmesh_optimizer_set_lr(opt, 0.02f), QMESH_OK);
+  ASSERT_EQ(forward(block), QMESH_OK) << qmesh_last_error();
+  ASSERT_EQ(backward(block), QMESH_OK) << qmesh_last_error();
+  ASSERT_EQ(qmesh_context_end_step(ctx_), QMESH_OK) << qmesh_last_error();
+  ASSERT_EQ(qmesh_optimizer_step(opt), QMESH_OK) << qmesh_last_error();
+
+  int32_t pid = ::getpid();
+  const int64_t one = 1;
+  const qmesh_tensor pid_tensor = qmesh_host_tensor(&pid, QMESH_INT32, 1, &one);
+  ASSERT_EQ(qmesh_world_all_reduce(world_, &pid_tensor, QMESH_MAX), QMESH_OK);
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("qmesh_c_api_train_" + std::to_string(pid)))
+          .string();
+  int32_t tag = 7 + rank_;
+  const qmesh_named_tensor extra[1] = {{"run.tag", qmesh_host_tensor(&tag, QMESH_INT32, 1, &one)}};
+  ASSERT_EQ(qmesh_checkpoint_save_training(world_, dir.c_str(), 3, ctx_, params.data(), np, opt,
+                                           extra, 1),
+            QMESH_OK)
+      << qmesh_last_error();
+  qmesh_tensor w{};
+  ASSERT_EQ(qmesh_parameter_value(params[0], &w), QMESH_OK);
+  float* w0 = static_cast<float*>(w.data);
+  const float saved = *w0;
+  *w0 = 1234.0f;
+  tag = 0;
+  int step = -1;
+  ASSERT_EQ(qmesh_checkpoint_load_training(world_, dir.c_str(), 3, ctx_, params.data(), np, opt,
+                                           extra, 1, &step),
+            QMESH_OK)
+      << qmesh_last_error();
+  EXPECT_EQ(step, 3);
+  EXPECT_EQ(*w0, saved);
+  EXPECT_EQ(tag, 7 + rank_);
+  EXPECT_STATUS(qmesh_checkpoint_load_training(world_, dir.c_str(), 9, ctx_, params.data(), np, opt,
+                                               extra, 1, &step),
+                QMESH_ERROR_FAILED, "no checkpoint of step 9");
+  EXPECT_STATUS(qmesh_checkpoint_load_training(world_, dir.c_str(), -2, ctx_, params.data(), np,
+                                               opt, extra, 1, &step),
+                QMESH_ERROR_INVALID_ARGUMENT, "step is negative (-2)");
+  // Without the context, the checkpoint's FP8 state would be dropped: an error.
+  const qmesh_named_tensor tensors[1] = {extra[0]};
+  EXPECT_STATUS(qmesh_checkpoint_load(world_, dir.c_str(), 3, tensors, 1, nullptr, &step),
+                QMESH_ERROR_FAILED, "pass the LayerContext");
+  // Rank 1's file goes missing: both ranks fail alike, neither loads.
+  ASSERT_EQ(qmesh_world_barrier(world_), QMESH_OK);
+  if (rank_ == 1) std::filesystem::remove(dir + "/step-3/rank-1.tensors");
+  ASSERT_EQ(qmesh_world_barrier(world_), QMESH_OK);
+  *w0 = 1234.0f;
+  EXPECT_STATUS(qmesh_checkpoint_load_training(world_, dir.c_str(), -1, ctx_, params.data(), np,
+                                               opt, extra, 1, &step),
+                QMESH_ERROR_FAILED, "failed on rank 1 of 2 (no rank changed its state)");
+  EXPECT_THAT(std::string(qmesh_last_error()), HasSubstr("rank-1.tensors"));
+  EXPECT_EQ(*w0, 1234.0f);
+  ASSERT_EQ(qmesh_world_barrier(world_), QMESH_OK);
+  if (rank_ == 0) std::filesystem::remove_all(dir);
+  EXPECT_EQ(qmesh_optimizer_destroy(opt), QMESH_OK);
+  EXPECT_EQ(qmesh_layernorm_mlp_destroy(block), QMESH_OK);
 }
 
 // A world bootstrapped through a directory (UCX), the two MPI ranks joining it as ranks 0

@@ -161,10 +161,12 @@ bad-input)
   expect "no checkpoint to resume from" "${small[@]}" --resume --checkpoint-dir "$work/none"
   train4 "${small[@]}" --steps 2 --checkpoint-dir "$work/c" >/dev/null 2>&1 || fail "save"
   expect "another tp/layers" --dp 2 --tp 2 --layers 1 --hidden 64 --ffn 256 --seq 32 \
-    --batch 4 --steps 4 --recipe bf16 --resume --checkpoint-dir "$work/c"
+    --batch 4 --steps 4 --sequence-parallel --resume --checkpoint-dir "$work/c"
+  expect "saved under the 'delayed' recipe, but this LayerContext's recipe is 'bf16'" \
+    "${small[@]}" --steps 4 --recipe bf16 --resume --checkpoint-dir "$work/c"
   train4 "${small[@]}" --steps 2 --recipe bf16 --checkpoint-dir "$work/b" >/dev/null 2>&1 ||
     fail "save bf16"
-  expect "holds no FP8 delayed-scaling state" "${small[@]}" --steps 4 --resume \
+  expect "saved under the 'bf16' recipe" "${small[@]}" --steps 4 --resume \
     --checkpoint-dir "$work/b"
   printf 'garbage' | dd of="$work/c/step-2/rank-1.tensors" bs=1 seek=100 conv=notrunc 2>/dev/null
   expect "corrupted (checksum mismatch)" "${small[@]}" --steps 4 --resume --checkpoint-dir "$work/c"

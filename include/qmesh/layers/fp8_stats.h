@@ -1,7 +1,7 @@
 // Where the FP8 precision goes: per quantized GEMM operand of a model, how far the FP8
 // values are from the fp32 ones and why (train_mlp --fp8-stats, docs/fp8-loss.md).
 // Host tensors only (the CPU backend); collected by the OperandCast of every layer built on
-// a LayerContext that has a collector (LayerContext::set_fp8_stats). Not thread-safe.
+// a LayerContext that has a collector (LayerContextOptions::fp8_stats). Not thread-safe.
 #pragma once
 
 #include <cstdint>

@@ -5,7 +5,8 @@
 // Lifecycle: construct the context, construct the layers (each registers its FP8 operands
 // with add_operand), then train; call end_step() once per step after backward, on every
 // rank: it performs the step's single amax all-reduce over mesh().amax_group() and the
-// fused scale update.
+// fused scale update. A layer whose forward runs again after its backward without end_step()
+// in between throws.
 #pragma once
 
 #include <memory>
@@ -22,6 +23,8 @@
 
 namespace qmesh {
 
+class Dense;         // qmesh/layers/dense.h
+class FsdpLayer;     // internal (src/layers/fsdp_layer.h)
 class GatherBuffer;  // internal (src/layers/gather_buffer.h)
 class Fp8Stats;      // qmesh/layers/fp8_stats.h
 class FsdpPrefetch;  // internal (src/layers/fsdp_prefetch.h)
@@ -38,48 +41,52 @@ QMESH_API std::string_view recipe_name(Recipe recipe);
 // Inverse of recipe_name; Error listing the accepted names.
 QMESH_API Recipe parse_recipe(std::string_view name);
 
+// Everything a LayerContext is configured with besides its mesh and recipe, fixed at
+// construction (each layer reads it once, when it is built).
+struct LayerContextOptions {
+  DelayedScaling delayed{};          // the delayed-scaling recipe (used under kFp8Delayed)
+  Float8CurrentScaling current{};    // the current-scaling recipe (used under kFp8Current)
+  Placement placement{};             // where the layers run: device and streams
+  Overlap overlap = Overlap::kNone;  // the collective-GEMM schedule of sequence-parallel
+                                     // dense layers whose DenseOptions::overlap is unset
+  FsdpOptions fsdp{};                // fully sharded data parallelism (prefetch >= 0)
+  Fp8Stats* fp8_stats = nullptr;     // collector of FP8 precision statistics (null: none;
+                                     // not owned, it must outlive the layers)
+};
+
 class QMESH_API LayerContext {
  public:
-  // `mesh` must outlive the context. The recipes are validated; only the one that
-  // `recipe` selects is used. `placement`: where the layers built on this context run (Error
-  // if its device is unusable). On CUDA the mesh's communicators must carry CUDA buffers of
-  // that device (NCCL, or the local backend) and every layer call is asynchronous on
-  // placement.stream; on the host everything is blocking.
-  LayerContext(const Mesh& mesh, Recipe recipe, DelayedScaling delayed = {},
-               Float8CurrentScaling current = {}, Placement placement = {});
+  // The context keeps its own copy of `mesh` (a Mesh shares its communicators), so a
+  // temporary mesh is fine. The context must outlive its layers, which refer to it; it is
+  // neither copied nor moved. The options are validated (Error naming the field; the recipes'
+  // fields, a negative fsdp prefetch, an unusable device); only the recipe that `recipe`
+  // selects is used. `options.placement`: where the layers built on this context run. On CUDA
+  // the mesh's communicators must carry CUDA buffers of that device (NCCL, or the local
+  // backend) and every layer call is asynchronous on placement.stream; on the host
+  // everything is blocking.
+  LayerContext(const Mesh& mesh, Recipe recipe, LayerContextOptions options = {});
   ~LayerContext();
+  LayerContext(const LayerContext&) = delete;
+  LayerContext& operator=(const LayerContext&) = delete;
 
   const Mesh& mesh() const { return mesh_; }
-  const Placement& placement() const { return placement_; }
-  Device device() const { return placement_.device; }
-  Stream stream() const { return placement_.stream; }
+  const LayerContextOptions& options() const { return options_; }
+  const Placement& placement() const { return options_.placement; }
+  Device device() const { return options_.placement.device; }
+  Stream stream() const { return options_.placement.stream; }
   Recipe recipe() const { return recipe_; }
   bool is_fp8() const { return recipe_ == Recipe::kFp8Delayed || recipe_ == Recipe::kFp8Current; }
-  const Float8CurrentScaling& current_scaling() const { return current_; }
+  const Float8CurrentScaling& current_scaling() const { return options_.current; }
+  const DelayedScaling& delayed_scaling() const { return options_.delayed; }
   // FP8 dtype of an operand of this role under the active recipe's format.
   DType fp8_dtype(OperandRole role) const;
-
-  // The default collective-GEMM schedule of sequence-parallel dense layers whose
-  // DenseOptions::overlap is unset (docs/design/overlap.md). kNone until set; set it before
-  // constructing the layers (each reads it once, at construction).
-  Overlap overlap() const { return overlap_; }
-  void set_overlap(Overlap overlap) { overlap_ = overlap; }
-
-  // The collector of FP8 precision statistics that layers constructed from now on report
-  // to (null: none). Not owned; it must outlive those layers.
-  void set_fp8_stats(Fp8Stats* stats) { fp8_stats_ = stats; }
-  Fp8Stats* fp8_stats() const { return fp8_stats_; }
-  // The delayed-scaling recipe (used when recipe() is kFp8Delayed).
-  const DelayedScaling& delayed_scaling() const { return delayed_; }
+  // The default collective-GEMM schedule (docs/design/overlap.md).
+  Overlap overlap() const { return options_.overlap; }
+  Fp8Stats* fp8_stats() const { return options_.fp8_stats; }
   // Fully sharded data parallelism over the mesh's fsdp role (qmesh/layers/fsdp.h): the
-  // layers built on this context shard their parameters when fsdp().enabled(). Set the
-  // options before constructing the layers (each reads them once, at construction).
+  // layers built on this context shard their parameters when fsdp().enabled().
   const FsdpGroup& fsdp() const { return fsdp_; }
-  const FsdpOptions& fsdp_options() const { return fsdp_options_; }
-  // Error for a negative prefetch.
-  void set_fsdp_options(FsdpOptions options);
-  // The gather order of this context's FSDP layers. Used by the library's layers.
-  FsdpPrefetch& fsdp_prefetch();
+  const FsdpOptions& fsdp_options() const { return options_.fsdp; }
 
   // Registers one quantized operand and returns its index in the scaling states. Only
   // before the first scaling() call (Error afterwards: the states are already laid out).
@@ -88,31 +95,42 @@ class QMESH_API LayerContext {
   // device().
   ScalingStates& scaling();
 
-  // Where layers with GatheredInput::kRegather gather their input in forward and again in
-  // backward: one buffer for all of them, so that the gathered [T, in] operand is not kept
-  // per layer between forward and backward. Used by the library's layers.
-  GatherBuffer& shared_gather_buffer();
-
   // Once per training step, after backward, on every rank of the mesh. Delayed scaling:
   // one all-reduce(MAX) of every operand's current amax over mesh().amax_group(), then
   // the fused update, both ordered on stream(). Other recipes: nothing. Under FSDP it first
   // completes the layers' gradient reduce-scatters (the sharded grads are final after it).
+  // Counts the steps.
   void end_step();
+  // The number of end_step() calls so far.
+  int64_t steps() const { return steps_; }
 
  private:
-  const Mesh& mesh_;
+  // The library's layers reach the internals below.
+  friend class Dense;
+  friend class FsdpLayer;
+
+  // Where layers with GatheredInput::kRegather gather their input in forward and again in
+  // backward: one buffer for all of them, so that the gathered [T, in] operand is not kept
+  // per layer between forward and backward.
+  GatherBuffer& shared_gather_buffer();
+  // The gather order of this context's FSDP layers.
+  FsdpPrefetch& fsdp_prefetch();
+  // The step-sequence check each layer runs at the start of its forward: `last_backward` is
+  // steps() when the layer's backward last ran (-1: never). When end_step() has work (delayed
+  // scaling, FSDP), a forward after the layer's backward in the same step is an Error naming
+  // the missing LayerContext::end_step() (without it the scales would stay frozen, or the
+  // FSDP gradients incomplete, and training would go on silently worse).
+  void check_forward(int64_t last_backward, std::string_view layer) const;
+
+  const Mesh mesh_;
   Recipe recipe_;
-  DelayedScaling delayed_;
-  Float8CurrentScaling current_;
-  Placement placement_;
-  Overlap overlap_ = Overlap::kNone;
+  LayerContextOptions options_;
   FsdpGroup fsdp_;
-  FsdpOptions fsdp_options_;
   std::vector<OperandRole> roles_;
   std::unique_ptr<ScalingStates> states_;
   std::unique_ptr<GatherBuffer> shared_gather_;
-  Fp8Stats* fp8_stats_ = nullptr;
   std::unique_ptr<FsdpPrefetch> fsdp_prefetch_;
+  int64_t steps_ = 0;
 };
 
 }  // namespace qmesh

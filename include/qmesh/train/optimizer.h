@@ -39,6 +39,10 @@ class QMESH_API Optimizer {
   virtual void step() = 0;
   // Number of steps taken (restored by load_state).
   virtual int64_t steps() const = 0;
+  // The learning rate of the next step() and on (a schedule sets it before each step; it is
+  // not part of the state). Error unless lr > 0.
+  virtual float lr() const = 0;
+  virtual void set_lr(float lr) = 0;
   // The state tensors (moment buffers and a 1-element step counter), named
   // "<param>.<slot>", for checkpoints. Loading writes into these same tensors.
   virtual std::vector<std::pair<std::string, Tensor*>> state() = 0;

@@ -148,8 +148,7 @@ Trained train(const Layout& l, Recipe recipe, FsdpOptions fsdp_options = {},
     if (gather_bytes)
       base = std::make_shared<testing::CountingCommunicator>(base, true, gather_bytes);
     Mesh mesh(base, axes_of(l), roles_of(l));
-    LayerContext ctx(mesh, recipe);
-    ctx.set_fsdp_options(fsdp_options);
+    LayerContext ctx(mesh, recipe, {.fsdp = fsdp_options});
     LayerNormMLPOptions block_options;
     block_options.sequence_parallel = l.sequence_parallel;
     std::vector<LayerNormMLP> blocks;
@@ -272,8 +271,7 @@ TEST(Fsdp, ForwardStartsTheNextLayersGathers) {
     run_local_ranks(2, [&](Communicator& world) {
       auto counting = std::make_shared<testing::CountingCommunicator>(borrow(world), true, bytes);
       Mesh mesh(counting, {{"fsdp", 2}}, MeshResource{"", "", "fsdp", ""});
-      LayerContext ctx(mesh, Recipe::kFp32);
-      ctx.set_fsdp_options(FsdpOptions{false, prefetch});
+      LayerContext ctx(mesh, Recipe::kFp32, {.fsdp = FsdpOptions{false, prefetch}});
       const DenseOptions no_bias{DenseParallelism::kNone, false,        false,
                                  DenseActivation::kNone,  std::nullopt, GatheredInput::kSave};
       std::vector<Dense> layers;
@@ -300,8 +298,8 @@ TEST(Fsdp, ForwardStartsTheNextLayersGathers) {
 TEST(Fsdp, NegativePrefetchIsAnError) {
   run_local_ranks(1, [&](Communicator& world) {
     Mesh mesh(borrow(world), {{"fsdp", 1}}, MeshResource{"", "", "fsdp", ""});
-    LayerContext ctx(mesh, Recipe::kFp32);
-    EXPECT_QMESH_ERROR(ctx.set_fsdp_options(FsdpOptions{false, -1}), "prefetch must be >= 0");
+    EXPECT_QMESH_ERROR(LayerContext(mesh, Recipe::kFp32, {.fsdp = FsdpOptions{false, -1}}),
+                       "prefetch must be >= 0");
   });
 }
 

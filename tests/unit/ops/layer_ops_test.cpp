@@ -205,7 +205,7 @@ TEST(LayerOps, CudaPlacementWithoutAGpuIsAClearError) {
   run_local_ranks(1, [](Communicator& comm) {
     Mesh mesh(std::shared_ptr<Communicator>(&comm, [](Communicator*) {}), {{"dp", 1}, {"tp", 1}});
     EXPECT_QMESH_ERROR(
-        LayerContext(mesh, Recipe::kBf16, {}, {}, Placement{Device::cuda(0), {}, {}}),
+        LayerContext(mesh, Recipe::kBf16, {.placement = Placement{Device::cuda(0), {}, {}}}),
         "not available");
   });
   float w = 1.0f, g = 0.5f;

@@ -78,7 +78,8 @@ TEST(GradSync, MisuseIsAClearError) {
     EXPECT_QMESH_ERROR(sync.ready({&params[2]}), "parameter p2 was not given to GradSync");
     sync.ready({&params[0]});
     EXPECT_QMESH_ERROR(sync.ready({&params[0]}), "marked ready twice");
-    EXPECT_QMESH_ERROR(sync.finish(), "was never marked ready");
+    // p0 was marked, p1 (in the same bucket) was not: the message names p1.
+    EXPECT_QMESH_ERROR(sync.finish(), "GradSync::finish: parameter p1 was never marked ready");
   });
 }
 

@@ -58,6 +58,40 @@ TEST(Sgd, MomentumMatchesTheFloat64Rule) {
   EXPECT_EQ(opt->state().size(), 2u);  // step counter + one momentum buffer
 }
 
+// A schedule: each step uses the learning rate set before it (SGD with momentum and AdamW,
+// against the float64 rules with that step's rate).
+TEST(Optimizer, SetLrChangesTheFollowingSteps) {
+  const float rates[3] = {0.1f, 0.02f, 0.005f};
+  Parameter ps = param({1.0f, -1.0f}, {0.5f, 0.25f}), pa = param({1.0f, -1.0f}, {0.5f, 0.25f});
+  auto sgd = make_sgd({&ps}, {rates[0], 0.9f, 0.0f});
+  auto adamw = make_adamw({&pa}, {rates[0], 0.9f, 0.999f, 1e-8f, 0.0f});
+  double ws[2] = {1.0, -1.0}, m[2] = {0, 0}, wa[2] = {1.0, -1.0}, am[2] = {0, 0}, av[2] = {0, 0};
+  const double g[2] = {0.5, 0.25};
+  for (int t = 1; t <= 3; ++t) {
+    const double lr = rates[t - 1];
+    sgd->set_lr(rates[t - 1]);
+    adamw->set_lr(rates[t - 1]);
+    EXPECT_EQ(sgd->lr(), rates[t - 1]);
+    sgd->step();
+    adamw->step();
+    for (int i = 0; i < 2; ++i) {
+      m[i] = 0.9 * m[i] + g[i];
+      ws[i] -= lr * m[i];
+      am[i] = 0.9 * am[i] + 0.1 * g[i];
+      av[i] = 0.999 * av[i] + 0.001 * g[i] * g[i];
+      const double mh = am[i] / (1 - std::pow(0.9, t)), vh = av[i] / (1 - std::pow(0.999, t));
+      wa[i] -= lr * (mh / (std::sqrt(vh) + 1e-8));
+    }
+  }
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_NEAR(ps.value.data_as<float>()[i], ws[i], 1e-6) << i;
+    EXPECT_NEAR(pa.value.data_as<float>()[i], wa[i], 1e-6) << i;
+  }
+  EXPECT_QMESH_ERROR(sgd->set_lr(0.0f), "SGD learning rate must be > 0, got 0");
+  EXPECT_QMESH_ERROR(adamw->set_lr(-1.0f), "AdamW learning rate must be > 0");
+  EXPECT_EQ(adamw->lr(), rates[2]);  // unchanged by the refused values
+}
+
 TEST(Optimizer, BadArgumentsAreClearErrors) {
   Parameter p = param({1.0f}, {1.0f});
   EXPECT_QMESH_ERROR(make_adamw({&p}, {-1.0f}), "AdamW learning rate must be > 0");
