@@ -34,7 +34,7 @@ done
 [ $# -ge 1 ] || { usage >&2; exit 2; }
 build=$1 trials=${2:-20} seed=${3:-$RANDOM} timeout_s=${4:-5}
 here=$(cd "$(dirname "$0")" && pwd)
-RANDOM=$seed
+RANDOM=$seed coin=$seed
 work=$(mktemp -d /tmp/qmesh-faults.XXXXXX)
 train="$build/examples/train_mlp/train_mlp --dp 2 --tp 2 --hidden 64 --ffn 128 --seq 16
        --batch 4 --log-every 1000000"
@@ -48,8 +48,14 @@ echo "campaign: $trials trials, seed $seed, faults at ${delay_from}-${delay_to} 
 passed=0
 for ((t = 1; t <= trials; t++)); do
   program=${programs[RANDOM % ${#programs[@]}]}
-  launcher=$([ $((RANDOM % 2)) = 0 ] && echo mpirun || echo qmeshrun)
-  sig=$([ $((RANDOM % 2)) = 0 ] && echo KILL || echo STOP)
+  # Launcher and signal come from a generator of their own (an LCG on `coin`): drawn from
+  # RANDOM inside $(...) subshells, which bash reseeds, they did not replay with the seed,
+  # and drawing them from RANDOM here would change the program, victim and moment of earlier
+  # seeds.
+  coin=$(((coin * 1103515245 + 12345) % 2147483648))
+  launcher=mpirun sig=KILL
+  (((coin >> 16) & 1)) && launcher=qmeshrun
+  (((coin >> 17) & 1)) && sig=STOP
   victim=$((RANDOM % 4)) delay=$((delay_from + RANDOM % (delay_to - delay_from)))
   art=$work/trial$t
   mkdir -p "$art"
