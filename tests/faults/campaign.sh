@@ -92,6 +92,8 @@ for ((t = 1; t <= trials; t++)); do
   if [ -z "$failure" ]; then
     passed=$((passed + 1))
     echo "$what: PASS"
+    # Where the fault landed: the first survivor's line (its status, time and message).
+    grep -m1 "^rank [0-9]*: \(ok\|status\)" "$art/trial.log" | cut -c1-300 | sed 's/^/  /'
     rm -rf "$art"
   else
     echo "$what: FAIL ($failure)"
