@@ -11,6 +11,7 @@
 
 #include "qmesh/comm/communicator.h"
 #include "qmesh/error.h"
+#include "timeout_text.h"
 
 namespace qmesh {
 
@@ -106,8 +107,14 @@ std::vector<std::string> StoreBootstrap::all_gather(const std::string& mine,
   const std::string round = prefix_ + "." + std::to_string(round_++) + ".";
   store_->set(round + std::to_string(rank_), mine);
   std::vector<std::string> all(size_);
-  for (int r = 0; r < size_; ++r)
-    all[r] = store_->get(round + std::to_string(r), remaining(deadline));
+  for (int r = 0; r < size_; ++r) {
+    try {
+      all[r] = store_->get(round + std::to_string(r), remaining(deadline));
+    } catch (const Error& e) {  // Store::get throws when the key has not appeared in time
+      QMESH_THROW("bootstrap all_gather (rank ", rank_, " of ", size_,
+                  "): ", comm_detail::never_joined_text({r}, "all_gather"), " (", e.message(), ")");
+    }
+  }
   return all;
 }
 

@@ -3,7 +3,8 @@
 // (QMESH_COMM_TIMEOUT_S)", or "(the communicator's timeout)" when it was set in code
 // (Communicator::set_timeout). Then, where the backend knows it, the peer the operation waited
 // for: every such sentence contains "peer rank <r>" or "peer ranks <r> and <s>" (what
-// tests/faults looks for). NCCL cannot tell which peer is missing and names none.
+// tests/faults looks for), except MPI's sentence for a job on several hosts
+// (unnamed_peer_text). NCCL cannot tell which peer is missing and names none.
 #pragma once
 
 #include <chrono>
@@ -54,5 +55,11 @@ QMESH_API std::string p2p_wait_text(bool receiving, int peer, int tag,
 // Empty `ranks`: every peer answered (so each is alive, waiting in some operation).
 QMESH_API std::string roll_call_text(const std::vector<int>& ranks, std::string_view op,
                                      const WorldRanks& world = {});
+
+// What an MPI timeout of `op` says in a job on several hosts, where no roll call is held (a
+// roll-call message across a failed link makes Open MPI abort): "MPI cannot name the peer rank
+// this <op> waits for in a job on several hosts: a rank died, froze, or never joined it". The
+// one sentence tests/faults accepts in place of "peer rank <r>".
+QMESH_API std::string unnamed_peer_text(std::string_view op);
 
 }  // namespace qmesh::comm_detail

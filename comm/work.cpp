@@ -89,6 +89,12 @@ std::string roll_call_text(const std::vector<int>& ranks, std::string_view op,
                         " did not answer the roll call that follows a timeout: dead, frozen, ",
                         "or never joined this ", op);
 }
+
+std::string unnamed_peer_text(std::string_view op) {
+  return detail::concat("MPI cannot name the peer rank this ", op,
+                        " waits for in a job on several hosts: a rank died, froze, or never "
+                        "joined it");
+}
 }  // namespace comm_detail
 
 Work::Work(std::string what, std::chrono::milliseconds timeout, TimeoutSource source)

@@ -58,62 +58,71 @@ struct CommState {
   }
 };
 
-// MPI cannot say which rank a timed-out collective waits for, so the ranks ask each other:
-// each rank whose collective on this communicator timed out sends an empty message with
-// `roll_tag` to every peer, then collects the peers' messages for `grace`. A peer that is
-// alive times out too (it waits in the same collective, or in one that waits for this rank)
-// and answers; the ones that never answer are dead, frozen, or never joined. Held once per
-// communicator (later timeouts reuse the finding); returns the sentence naming them.
-//
 // Only when the whole job runs on one host (Open MPI's OMPI_COMM_WORLD_LOCAL_SIZE equals
-// OMPI_COMM_WORLD_SIZE): across hosts a roll-call message may need a new connection, and Open
-// MPI's TCP transport aborts the process when that connection fails (a node whose link went
-// down: tests/multinode), which would replace this error by an abort without a message.
+// OMPI_COMM_WORLD_SIZE) does a roll call (below) run: across hosts a roll-call message may need
+// a new connection, and Open MPI's TCP transport aborts the process when that connection fails
+// (a node whose link went down: tests/multinode), which would replace the error by an abort
+// without a message.
 bool single_host_job() {
   const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
   const char* world = std::getenv("OMPI_COMM_WORLD_SIZE");
   return local && world && std::string_view(local) == std::string_view(world);
 }
 
-std::string roll_call(CommState& state, std::string_view op, std::chrono::milliseconds grace) {
-  std::lock_guard lock(state.mu);
-  if (state.roll_call) return *state.roll_call;
-  if (!single_host_job()) {
-    state.roll_call = detail::concat(
-        "MPI does not say which peer rank this ", op,
-        " waits for (a job on several hosts asks no roll call): a rank died, froze, or never "
-        "joined; the other ranks' errors name theirs");
-    return *state.roll_call;
-  }
-  for (int peer = 0; peer < state.size; ++peer) {
-    if (peer == state.rank) continue;
+// The top tag of `comm` (MPI_TAG_UB), kept for the roll call.
+int top_tag(MPI_Comm comm) {
+  int* tag_ub = nullptr;
+  int found = 0;
+  QMESH_CHECK_MPI(MPI_Comm_get_attr(comm, MPI_TAG_UB, &tag_ub, &found));
+  return found ? *tag_ub : 32767;
+}
+
+// MPI cannot say which rank a timed-out collective waits for, so the ranks ask each other:
+// each rank (`rank` of `size` in `comm`) whose collective `op` on `comm` timed out sends an
+// empty message with `tag` to every peer, then collects the peers' messages for `grace`. A
+// peer that is alive times out too (it waits in the same collective, or in one that waits
+// for this rank) and answers; the ones that never answer are dead, frozen, or never joined.
+// Returns the sentence naming them (roll_call_text; `naming` as there), or, in a job on
+// several hosts, unnamed_peer_text without asking.
+std::string roll_call(MPI_Comm comm, int rank, int size, int tag, std::string_view op,
+                      std::chrono::milliseconds grace, const comm_detail::WorldRanks& naming) {
+  if (!single_host_job()) return comm_detail::unnamed_peer_text(op);
+  for (int peer = 0; peer < size; ++peer) {
+    if (peer == rank) continue;
     MPI_Request request = MPI_REQUEST_NULL;
     // Never waited for (the peer may be dead); an empty message needs no buffer.
-    if (MPI_Isend(nullptr, 0, MPI_BYTE, peer, state.roll_tag, state.comm, &request) == MPI_SUCCESS)
+    if (MPI_Isend(nullptr, 0, MPI_BYTE, peer, tag, comm, &request) == MPI_SUCCESS)
       MPI_Request_free(&request);
   }
-  std::vector<bool> answered(static_cast<size_t>(state.size), false);
-  answered[static_cast<size_t>(state.rank)] = true;
-  int missing = state.size - 1;
+  std::vector<bool> answered(static_cast<size_t>(size), false);
+  answered[static_cast<size_t>(rank)] = true;
+  int missing = size - 1;
   const auto deadline = Clock::now() + grace;
   while (missing > 0 && Clock::now() < deadline) {
     int flag = 0;
     MPI_Status status;
-    if (MPI_Iprobe(MPI_ANY_SOURCE, state.roll_tag, state.comm, &flag, &status) != MPI_SUCCESS)
-      break;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, tag, comm, &flag, &status) != MPI_SUCCESS) break;
     if (!flag) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
       continue;
     }
-    MPI_Recv(nullptr, 0, MPI_BYTE, status.MPI_SOURCE, state.roll_tag, state.comm,
-             MPI_STATUS_IGNORE);
+    MPI_Recv(nullptr, 0, MPI_BYTE, status.MPI_SOURCE, tag, comm, MPI_STATUS_IGNORE);
     if (!answered[static_cast<size_t>(status.MPI_SOURCE)]) --missing;
     answered[static_cast<size_t>(status.MPI_SOURCE)] = true;
   }
   std::vector<int> silent;
-  for (int r = 0; r < state.size; ++r)
+  for (int r = 0; r < size; ++r)
     if (!answered[static_cast<size_t>(r)]) silent.push_back(r);
-  state.roll_call = comm_detail::roll_call_text(silent, op, state.naming());
+  return comm_detail::roll_call_text(silent, op, naming);
+}
+
+// The roll call on a qmesh communicator: held once (later timeouts reuse the finding).
+std::string roll_call(CommState& state, std::string_view op, std::chrono::milliseconds grace) {
+  std::lock_guard lock(state.mu);
+  if (!state.roll_call) {
+    state.roll_call =
+        roll_call(state.comm, state.rank, state.size, state.roll_tag, op, grace, state.naming());
+  }
   return *state.roll_call;
 }
 
@@ -287,12 +296,9 @@ class MpiComm : public Communicator {
     QMESH_CHECK_MPI(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
     QMESH_CHECK_MPI(MPI_Comm_rank(comm, &rank_));
     QMESH_CHECK_MPI(MPI_Comm_size(comm, &size_));
-    int* tag_ub = nullptr;
-    int found = 0;
-    QMESH_CHECK_MPI(MPI_Comm_get_attr(comm, MPI_TAG_UB, &tag_ub, &found));
     state_->rank = rank_;
     state_->size = size_;
-    state_->roll_tag = found ? *tag_ub : 32767;  // the top tag is the roll call's
+    state_->roll_tag = top_tag(comm);
     MPI_Group group = MPI_GROUP_NULL, world_group = MPI_GROUP_NULL;
     QMESH_CHECK_MPI(MPI_Comm_group(comm, &group));
     QMESH_CHECK_MPI(MPI_Comm_group(MPI_COMM_WORLD, &world_group));
@@ -478,10 +484,19 @@ std::shared_ptr<Communicator> make_mpi_world() {
     if (done) break;
     if (mpi::Clock::now() >= deadline) {
       comm_detail::record_failure();
-      QMESH_THROW(comm_detail::timeout_text("MPI duplicate of MPI_COMM_WORLD", timeout,
-                                            TimeoutSource::kEnvironment),
-                  ": a rank is dead, stuck or has not called make_mpi_world; MPI is now "
-                  "unusable and the process should exit");
+      // The roll call of a timed-out collective, over MPI_COMM_WORLD itself (point-to-point
+      // works beside the unfinished duplicate): the ranks that never joined are named.
+      int rank = 0, size = 1;
+      QMESH_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+      QMESH_CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &size));
+      const char* op = "duplicate of MPI_COMM_WORLD";
+      QMESH_THROW(comm_detail::timeout_text(detail::concat("MPI ", op, " in make_mpi_world (rank ",
+                                                           rank, " of ", size, ")"),
+                                            timeout, TimeoutSource::kEnvironment),
+                  ": ",
+                  mpi::roll_call(MPI_COMM_WORLD, rank, size, mpi::top_tag(MPI_COMM_WORLD), op,
+                                 mpi::roll_call_grace(timeout), {}),
+                  "; MPI is now unusable and the process should exit");
     }
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }

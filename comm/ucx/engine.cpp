@@ -12,6 +12,7 @@
 #include "qmesh/error.h"
 #include "qmesh/logging.h"
 #include "qmesh/param.h"
+#include "timeout_text.h"
 
 namespace qmesh::ucx_detail {
 namespace {
@@ -185,7 +186,14 @@ void Engine::connect(const std::vector<std::string>& addresses) {
     params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
     params.address = reinterpret_cast<const ucp_address_t*>(address.data());
     ucp_ep_h ep = nullptr;
-    QMESH_CHECK_UCX(ucp_ep_create(worker_, &params, &ep));
+    const ucs_status_t status = ucp_ep_create(worker_, &params, &ep);
+    if (status != UCS_OK) {  // e.g. the peer died after it published its address
+      throw Error("UCX call failed", __FILE__, __LINE__,
+                  detail::concat("ucp_ep_create to ",
+                                 comm_detail::peer_ranks({static_cast<int>(endpoints_.size())}),
+                                 " (did it die or leave?)"),
+                  ucs_status_string(status));
+    }
     endpoints_.push_back(ep);
     std::lock_guard<std::mutex> lock(flush_mu_);
     flush_queues_.emplace_back();

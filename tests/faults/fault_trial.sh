@@ -5,9 +5,16 @@
 # mpirun) the runtime leaves the survivors alone, so each must also leave by itself with a
 # message saying what timed out or failed ("timed out after", "did not return within",
 # "MPI call failed", "UCX call failed", a transfer that "failed in UCX" (a TCP connection
-# that the dead peer's end reset), or Open MPI's own "MPI_INIT has failed"); each timeout
+# that the dead peer's end reset), or Open MPI's own report of a failed MPI_Init: "MPI_INIT
+# has failed" through mpirun, "An error occurred in MPI_Init_thread" from the rank); each timeout
 # message must also name the peer rank(s) waited for ("peer rank 2 ...",
-# comm/timeout_text.h), not only the operation. Under qmeshrun the runtime
+# comm/timeout_text.h), not only the operation, or be MPI's one sentence for a job on
+# several hosts, where it cannot ("MPI cannot name the peer rank this <op> waits for in a
+# job on several hosts: a rank died, froze, or never joined it"). A survivor must leave
+# through its own error handling: under mpirun, a survivor ended by a signal fails the
+# trial (the runtime signals none), and under either launcher one that crashed or aborted
+# (SIGABRT, e.g. std::terminate after an uncaught qmesh::Error; SIGSEGV, SIGBUS, SIGFPE,
+# SIGILL). Under qmeshrun the runtime
 # may end the job itself when a rank dies (it kills the survivors), so ending within the
 # limit is what is checked. On a hang the
 # survivors' stacks (gdb) are saved to <artifacts>/stacks.rank<r>.txt and the trial fails.
@@ -83,7 +90,12 @@ if [ ${#hung[@]} -gt 0 ]; then
   fail "rank(s) ${hung[*]} still running $((limit_ms / 1000 + 2)) s after the fault; stacks in $art"
 fi
 [ "$sig" = STOP ] && kill -KILL "$vpid" 2>/dev/null
-wait $launcher_pid 2>/dev/null
+# The launcher ends with its ranks, except when its runtime is stuck (seen: mpirun after
+# "PMIX ERROR: UNREACHABLE", a rank killed inside MPI_Init): the ranks' own results are
+# what is checked, so it gets 10 s.
+for ((i = 0; i < 100; i++)); do kill -0 $launcher_pid 2>/dev/null || break; sleep 0.1; done
+kill -0 $launcher_pid 2>/dev/null && echo "fault_trial: the launcher did not end with its ranks; killed"
+kill -KILL $launcher_pid 2>/dev/null; wait $launcher_pid 2>/dev/null
 
 for r in $(seq 0 $((np - 1))); do
   [ $r = $victim ] && continue
@@ -96,15 +108,23 @@ for r in $(seq 0 $((np - 1))); do
     echo "rank $r: ended by the runtime"; continue
   fi
   [ "$code" -ne 0 ] || fail "rank $r exited with status 0 after the fault"
+  if [ "$code" -gt 128 ] && [ "$code" -le 192 ]; then
+    case $((code - 128)) in
+      4 | 6 | 7 | 8 | 11) fail "rank $r died of signal $((code - 128)) (status $code): a crash or abort (std::terminate after an uncaught exception?), not an error exit" ;;
+    esac
+    [ "$launcher" = mpirun ] &&
+      fail "rank $r died of signal $((code - 128)) (status $code) under plain mpirun, whose runtime signals no survivor"
+  fi
   elapsed=$((exited - signalled))
   [ $elapsed -le $limit_ms ] || fail "rank $r exited ${elapsed} ms after the fault (limit ${limit_ms} ms)"
   if [ "$code" -le 128 ] || [ "$launcher" = mpirun ]; then
-    # Open MPI reports a failed MPI_Init itself, through mpirun.
-    grep -q "timed out after\|did not return within\|MPI call failed\|UCX call failed\|failed in UCX" \
+    # Open MPI reports a failed MPI_Init itself, through mpirun or the rank.
+    grep -q "timed out after\|did not return within\|MPI call failed\|UCX call failed\|failed in UCX\|An error occurred in MPI_Init_thread" \
       "$art/err.$r" ||
       grep -q "MPI_INIT has failed" "$art/launcher.log" ||
       fail "rank $r (status $code): no message saying what timed out or failed"
-    if grep "timed out after" "$art/err.$r" | grep -Evq "peer ranks? [0-9]"; then
+    if grep "timed out after" "$art/err.$r" | grep -Ev "peer ranks? [0-9]" |
+      grep -Evq "MPI cannot name the peer rank this [A-Za-z_ ]+ waits for in a job on several hosts: a rank died, froze, or never joined it"; then
       fail "rank $r (status $code): a timeout message does not name the peer it waited for"
     fi
   fi

@@ -1,11 +1,12 @@
 #!/bin/bash
 # Runs mpi_kill_rank with 4 ranks, rank 2 the victim, in one mode (all_reduce: a series of
-# all-reduces; ring: ring collective GEMMs; grad_sync: GradSync buckets), and checks that
-# every survivor exited with a non-zero status and a clear timeout message within
-# 2 x QMESH_COMM_TIMEOUT_S of the kill, naming a peer rank: on MPI's own collectives
-# (all_reduce, grad_sync) exactly the victim, rank 2 (the ranks' roll call after the
-# timeout); in rings (UCX, collective GEMMs) the peer the rank's ring step waited for, which
-# may be a survivor that itself waits for the victim. Each rank runs under a small shell wrapper that
+# all-reduces; ring: ring collective GEMMs; grad_sync: GradSync buckets; world: rank 2 dies
+# before creating the world), and checks that every survivor exited with a non-zero status
+# and a clear timeout message within 2 x QMESH_COMM_TIMEOUT_S of the kill, naming a peer
+# rank: on MPI's own collectives (all_reduce, grad_sync) and in world creation (on UCX too:
+# its MPI bootstrap creates an MPI world first) exactly the victim, rank 2 (the ranks' roll
+# call after the timeout); in rings (UCX, collective GEMMs) the peer the rank's ring step
+# waited for, which may be a survivor that itself waits for the victim. Each rank runs under a small shell wrapper that
 # records its exit status and time (<dir>/exit<r>), so the check does not depend on what
 # mpirun reports. Never hangs: mpirun runs under `timeout`.
 #
@@ -44,7 +45,7 @@ for r in 0 1 3; do
     *"timed out after"*) ;;
     *) fail "rank $r: the message does not say what timed out: $message" ;;
   esac
-  if [ "${QMESH_TEST_WORLD:-mpi}" = mpi ] && [ "$mode" != ring ]; then
+  if { [ "${QMESH_TEST_WORLD:-mpi}" = mpi ] && [ "$mode" != ring ]; } || [ "$mode" = world ]; then
     case "$message" in
       *"peer rank 2 did not answer"*) ;;
       *) fail "rank $r: the message does not name the dead rank 2: $message" ;;

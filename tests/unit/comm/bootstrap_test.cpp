@@ -73,7 +73,8 @@ TEST(StoreBootstrap, BadArgumentsAndMissingRanks) {
   EXPECT_QMESH_ERROR(StoreBootstrap(nullptr, 0, 1), "needs a store");
   StoreBootstrap alone(store, 0, 2, "lonely");
   EXPECT_QMESH_ERROR(alone.all_gather("x", std::chrono::milliseconds(30)),
-                     "file store key 'lonely.0.1' did not appear");
+                     "bootstrap all_gather (rank 0 of 2): peer rank 1 never joined this "
+                     "all_gather (file store key 'lonely.0.1' did not appear");
 }
 
 TEST(CommBootstrap, AllGatherOverALocalWorld) {
