@@ -22,7 +22,8 @@ def manager(directory: str) -> ocp.CheckpointManager:
     """The checkpoint manager of `directory` (created if missing); keeps the last 2 steps."""
     return ocp.CheckpointManager(os.path.abspath(directory),
                                  options=ocp.CheckpointManagerOptions(max_to_keep=2, create=True),
-                                 item_names=("state", "run"))
+                                 item_handlers={"state": ocp.StandardCheckpointHandler(),
+                                                "run": ocp.JsonCheckpointHandler()})
 
 
 def save(mngr: ocp.CheckpointManager, step: int, state: dict, run: dict) -> None:
@@ -46,7 +47,9 @@ def restore(mngr: ocp.CheckpointManager, target: dict, recipe: str) -> tuple[int
         raise ValueError(f"no checkpoint in {mngr.directory} to resume from: run without "
                          "--resume to start from scratch")
     saved = mngr.item_metadata(step)["state"]
-    missing, extra = _paths(target) - _paths(saved), _paths(saved) - _paths(target)
+    saved = getattr(saved, "tree", saved)["variables"]  # (the metadata lists namedtuples)
+    missing = _paths(target["variables"]) - _paths(saved)
+    extra = _paths(saved) - _paths(target["variables"])
     run = mngr.restore(step, args=ocp.args.Composite(run=ocp.args.JsonRestore()))["run"]
     origin = f"checkpoint {step} in {mngr.directory} (written by a {run.get('recipe')!r} run)"
     if any(OVERWRITE_WITH_GRADIENT in p for p in missing):
