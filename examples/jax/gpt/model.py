@@ -2,7 +2,7 @@
 
 Per block: LayerNormDenseGeneral computes Q, K and V from the normalised input (one column-
 parallel GEMM, kernel [hidden, heads, 3, head_dim]); causal attention with
-jax.nn.dot_product_attention (cuDNN on a GPU where its dtype allows, XLA elsewhere);
+jax.nn.dot_product_attention (attention_impl "xla", or "cudnn" on a GPU with bfloat16 q/k/v);
 DenseGeneral projects the heads back (row parallel); LayerNormMLP is the feed-forward part.
 Both sub-layers add to a float32 residual stream. The byte embedding, the learned position
 embedding and the output head (LayerNorm + dense to the 256 byte logits) stay unquantised in
@@ -33,6 +33,7 @@ class Block(nn.Module):
     recipe: Any = None
     gemm_dtype: Any = jnp.float32
     attention_dtype: Any = jnp.float32
+    attention_impl: str = "xla"
 
     @nn.compact
     def __call__(self, x):
@@ -44,7 +45,8 @@ class Block(nn.Module):
         qkv, _ = LayerNormDenseGeneral((self.heads, 3, d), kernel_axes=("embed", "heads", "act", "kv"),
                                        recipe=self.recipe, dtype=self.gemm_dtype, name="qkv")(x)
         q, k, v = (qkv[..., i, :].astype(self.attention_dtype) for i in range(3))
-        a = jax.nn.dot_product_attention(q, k, v, is_causal=True)      # [b, s, heads, d]
+        a = jax.nn.dot_product_attention(q, k, v, is_causal=True,        # [b, s, heads, d]
+                                        implementation=self.attention_impl)
         y = DenseGeneral(h, axis=(-2, -1), kernel_axes=("heads", "kv", "embed"),
                          input_axes=("batch", None, "heads", "kv"),
                          output_axes=("batch", "seq", "embed"), recipe=self.recipe,
@@ -66,6 +68,7 @@ class GPT(nn.Module):
     recipe: Any = None
     gemm_dtype: Any = jnp.float32
     attention_dtype: Any = jnp.float32
+    attention_impl: str = "xla"
 
     @nn.compact
     def __call__(self, tokens):
@@ -77,7 +80,7 @@ class GPT(nn.Module):
         x = x + self.param("position", init, (self.max_seq, self.hidden))[:s]
         for i in range(self.layers):
             x = Block(self.heads, self.ffn, self.recipe, self.gemm_dtype, self.attention_dtype,
-                      name=f"block{i}")(x)
+                      self.attention_impl, name=f"block{i}")(x)
         logits, _ = LayerNormDenseGeneral(VOCAB, kernel_axes=("embed", "vocab"), use_bias=True,
                                           bias_axes=("vocab",), name="head")(x)
         return logits

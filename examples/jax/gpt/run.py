@@ -68,7 +68,8 @@ class Run:
         self.model = GPT(args.layers, args.hidden, args.heads, args.ffn, args.seq,
                          recipe=make_recipe(recipe, args.amax_history_len),
                          gemm_dtype=jnp.bfloat16 if recipe == "bf16" else jnp.float32,
-                         attention_dtype=jnp.dtype(args.attention_dtype))
+                         attention_dtype=jnp.dtype(args.attention_dtype),
+                         attention_impl=args.attention)
         self.train_data, held_out = corpus.load()
         self.held_out = corpus.held_out_batches(held_out, args.eval_batches, args.batch, args.seq)
         self.batch_sharding = NamedSharding(self.mesh, P(BATCH_AXES, None))
@@ -81,10 +82,11 @@ class Run:
         dummy = jnp.zeros((1, args.seq), jnp.int32)
         # qmesh's modules create their parameters in their compute dtype: initialise with the
         # float32 twin, so that every recipe keeps float32 parameters (the bf16 run computes in
-        # bfloat16 from them) and starts from the same values.
+        # bfloat16 from them) and starts from the same values. Initialisation runs outside the
+        # mesh context: the values do not depend on it, and the modules' activation layout
+        # (sequence parallelism) would not take the one-sequence dummy batch.
         init = self.model.clone(gemm_dtype=jnp.float32).init
-        with self._context():
-            boxed = jax.eval_shape(init, jax.random.key(0), dummy)
+        boxed = jax.eval_shape(init, jax.random.key(0), dummy)
         var_shardings = nn.logical_to_mesh_sharding(nn.get_partition_spec(boxed), mesh, rules)
         params = nn.unbox(boxed)["params"]
         schedule = optax.warmup_cosine_decay_schedule(0.0, args.lr, args.warmup,
@@ -120,8 +122,7 @@ class Run:
 
     def abstract_state(self):
         """The state's shapes, dtypes and shardings (the target of a checkpoint restore)."""
-        with self._context():
-            shapes = jax.eval_shape(self._fresh, jax.random.key(0))
+        shapes = jax.eval_shape(self._fresh, jax.random.key(0))
         return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
                             shapes, self.shardings)
 
@@ -165,8 +166,7 @@ class Run:
     def initial_state(self):
         """(first step, state): fresh, or from the latest checkpoint with --resume."""
         if not self.args.resume:
-            with self._context():
-                return 0, self._fresh(jax.random.key(self.args.seed))
+            return 0, self._fresh(jax.random.key(self.args.seed))
         step, state, _ = checkpoint.restore(self._manager(), self.abstract_state(), self.recipe)
         return step, state
 

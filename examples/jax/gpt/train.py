@@ -37,7 +37,7 @@ PRESETS = {
     # GPU-sized (one H100): 12 layers, hidden 1536, 32k tokens per step
     "gpu": dict(layers=12, hidden=1536, heads=12, ffn=6144, seq=1024, batch=32, steps=2000,
                 lr=3e-4, warmup=200, log_every=20, eval_every=250, eval_batches=16,
-                attention_dtype="bfloat16"),
+                attention_dtype="bfloat16", attention="cudnn"),
 }
 RECIPES = ("bf16", "delayed", "current")
 
@@ -60,6 +60,9 @@ def parse(argv=None) -> argparse.Namespace:
     g.add_argument("--attention-dtype", choices=("float32", "bfloat16"),
                    help="q, k, v dtype of the attention (bfloat16 lets cuDNN run it on a GPU); "
                         "default float32 (gpu preset: bfloat16)")
+    g.add_argument("--attention", choices=("xla", "cudnn"),
+                   help="jax.nn.dot_product_attention's implementation: xla (default), or "
+                        "cudnn (GPU only, bfloat16 attention; the gpu preset's)")
     g.add_argument("--amax-history-len", type=int, default=16,
                    help="delayed scaling's amax history (default 16)")
     g = p.add_argument_group("training")
@@ -97,6 +100,10 @@ def parse(argv=None) -> argparse.Namespace:
         if getattr(args, k, None) is None:
             setattr(args, k, v)
     args.attention_dtype = args.attention_dtype or "float32"
+    args.attention = args.attention or "xla"
+    if args.attention == "cudnn" and args.attention_dtype != "bfloat16":
+        p.error("--attention cudnn needs --attention-dtype bfloat16 (cuDNN's attention takes "
+                "16-bit q, k and v)")
     args.recipes = [r.strip() for r in args.recipe.split(",") if r.strip()]
     for r in args.recipes:
         if r not in RECIPES:
