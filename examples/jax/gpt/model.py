@@ -14,6 +14,7 @@ recipe (qmesh.jax.recipe) they run in FP8 from float32 activations.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import flax.linen as nn
@@ -25,8 +26,10 @@ from qmesh.jax.flax import DenseGeneral, LayerNormDenseGeneral, LayerNormMLP
 from corpus import VOCAB
 
 
-class Block(nn.Module):
-    """x + attention(x), then + mlp(.); x [batch, seq, hidden] float32."""
+@dataclasses.dataclass(frozen=True)
+class BlockConfig:
+    """The settings every block shares: heads, the MLP's width, the recipe (None: GEMMs in
+    gemm_dtype), the attention's q/k/v dtype and implementation ("xla" or "cudnn")."""
 
     heads: int
     ffn: int
@@ -35,25 +38,32 @@ class Block(nn.Module):
     attention_dtype: Any = jnp.float32
     attention_impl: str = "xla"
 
+
+class Block(nn.Module):
+    """x + attention(x), then + mlp(.); x [batch, seq, hidden] float32."""
+
+    config: BlockConfig
+
     @nn.compact
     def __call__(self, x):
+        c = self.config
         b, s, h = x.shape
-        if h % self.heads:
-            raise ValueError(f"hidden ({h}) must be divisible by heads ({self.heads})")
-        d = h // self.heads
+        if h % c.heads:
+            raise ValueError(f"hidden ({h}) must be divisible by heads ({c.heads})")
+        d = h // c.heads
         # heads major in the fused kernel, so that tp shards the flattened columns in blocks
-        qkv, _ = LayerNormDenseGeneral((self.heads, 3, d), kernel_axes=("embed", "heads", "act", "kv"),
-                                       recipe=self.recipe, dtype=self.gemm_dtype, name="qkv")(x)
-        q, k, v = (qkv[..., i, :].astype(self.attention_dtype) for i in range(3))
+        qkv, _ = LayerNormDenseGeneral((c.heads, 3, d), kernel_axes=("embed", "heads", "act", "kv"),
+                                       recipe=c.recipe, dtype=c.gemm_dtype, name="qkv")(x)
+        q, k, v = (qkv[..., i, :].astype(c.attention_dtype) for i in range(3))
         a = jax.nn.dot_product_attention(q, k, v, is_causal=True,        # [b, s, heads, d]
-                                        implementation=self.attention_impl)
+                                        implementation=c.attention_impl)
         y = DenseGeneral(h, axis=(-2, -1), kernel_axes=("heads", "kv", "embed"),
                          input_axes=("batch", None, "heads", "kv"),
-                         output_axes=("batch", "seq", "embed"), recipe=self.recipe,
-                         dtype=self.gemm_dtype, name="out")(a.astype(self.gemm_dtype))
+                         output_axes=("batch", "seq", "embed"), recipe=c.recipe,
+                         dtype=c.gemm_dtype, name="out")(a.astype(c.gemm_dtype))
         x = x + y.astype(jnp.float32)
-        y, _ = LayerNormMLP(self.ffn, activations=("gelu",), recipe=self.recipe,
-                            dtype=self.gemm_dtype, name="mlp")(x)
+        y, _ = LayerNormMLP(c.ffn, activations=("gelu",), recipe=c.recipe, dtype=c.gemm_dtype,
+                            name="mlp")(x)
         return x + y.astype(jnp.float32)
 
 
@@ -62,13 +72,8 @@ class GPT(nn.Module):
 
     layers: int
     hidden: int
-    heads: int
-    ffn: int
     max_seq: int
-    recipe: Any = None
-    gemm_dtype: Any = jnp.float32
-    attention_dtype: Any = jnp.float32
-    attention_impl: str = "xla"
+    block: BlockConfig
 
     @nn.compact
     def __call__(self, tokens):
@@ -79,8 +84,7 @@ class GPT(nn.Module):
         x = nn.Embed(VOCAB, self.hidden, embedding_init=init, name="embed")(tokens)
         x = x + self.param("position", init, (self.max_seq, self.hidden))[:s]
         for i in range(self.layers):
-            x = Block(self.heads, self.ffn, self.recipe, self.gemm_dtype, self.attention_dtype,
-                      self.attention_impl, name=f"block{i}")(x)
+            x = Block(self.block, name=f"block{i}")(x)
         logits, _ = LayerNormDenseGeneral(VOCAB, kernel_axes=("embed", "vocab"), use_bias=True,
                                           bias_axes=("vocab",), name="head")(x)
         return logits

@@ -4,6 +4,7 @@ lines, held-out evaluations and checkpoints."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -23,7 +24,7 @@ from qmesh.jax.recipe import DelayedScaling, Float8CurrentScaling
 import checkpoint
 import corpus
 from accumulate import accumulated_grad
-from model import GPT
+from model import BlockConfig, GPT
 
 AXES = ("dp", "fsdp", "tp")
 BATCH_AXES = ("dp", "fsdp")
@@ -65,11 +66,10 @@ class Run:
     def __init__(self, args, recipe: str):
         self.args, self.recipe = args, recipe
         self.mesh, self.resource, rules = make_mesh(args)
-        self.model = GPT(args.layers, args.hidden, args.heads, args.ffn, args.seq,
-                         recipe=make_recipe(recipe, args.amax_history_len),
-                         gemm_dtype=jnp.bfloat16 if recipe == "bf16" else jnp.float32,
-                         attention_dtype=jnp.dtype(args.attention_dtype),
-                         attention_impl=args.attention)
+        block = BlockConfig(args.heads, args.ffn, make_recipe(recipe, args.amax_history_len),
+                            jnp.bfloat16 if recipe == "bf16" else jnp.float32,
+                            jnp.dtype(args.attention_dtype), args.attention)
+        self.model = GPT(args.layers, args.hidden, args.seq, block)
         self.train_data, held_out = corpus.load()
         self.held_out = corpus.held_out_batches(held_out, args.eval_batches, args.batch, args.seq)
         self.batch_sharding = NamedSharding(self.mesh, P(BATCH_AXES, None))
@@ -85,7 +85,8 @@ class Run:
         # bfloat16 from them) and starts from the same values. Initialisation runs outside the
         # mesh context: the values do not depend on it, and the modules' activation layout
         # (sequence parallelism) would not take the one-sequence dummy batch.
-        init = self.model.clone(gemm_dtype=jnp.float32).init
+        init = self.model.clone(block=dataclasses.replace(self.model.block,
+                                                         gemm_dtype=jnp.float32)).init
         boxed = jax.eval_shape(init, jax.random.key(0), dummy)
         var_shardings = nn.logical_to_mesh_sharding(nn.get_partition_spec(boxed), mesh, rules)
         params = nn.unbox(boxed)["params"]
