@@ -115,6 +115,8 @@ def parse(argv=None) -> argparse.Namespace:
     if args.batch % (args.dp * args.fsdp * args.microbatches):
         p.error(f"--batch ({args.batch}) must be divisible by dp x fsdp x microbatches "
                 f"({args.dp * args.fsdp * args.microbatches})")
+    if args.stop_at is not None and not 1 <= args.stop_at <= args.steps:
+        p.error(f"--stop-at must be between 1 and --steps ({args.steps}), not {args.stop_at}")
     if args.sp and args.fsdp > 1:
         p.error("--sp with --fsdp > 1 is not supported: qmesh's activation layout maps the "
                 "batch to the dp axis only")
