@@ -2,20 +2,23 @@
 would record.
 
 A microbatch's gradient of the `_overwrite_with_gradient` collection is not a gradient: it is
-the delayed-scaling state updated with that microbatch's amaxes (qmesh.jax.dense). Every
-microbatch starts from the same state, so their updated states differ only where the step's
-amax went: the histories in one row (the one the update rolled this step's amax into), the
-scales through that amax. The big batch's amax is the maximum of the microbatches' amaxes,
-hence:
+the delayed-scaling state with that microbatch's amaxes recorded (qmesh.jax.dense). Every
+microbatch starts from the same state, so their returned states differ only where the step's
+amax went: the histories in one row (the newest), and, where the package returns the scale
+updated from that amax rather than the scale the step used (qmesh before its state rework),
+the scales. The big batch's amax is the maximum of the microbatches' amaxes, hence:
 
 - `*amax_history`: the elementwise maximum of the microbatches' histories (identical rows stay
-  as they are, the step's row holds the largest amax);
-- `*scale`: the elementwise minimum (scale = fp8_max / 2**margin / amax is decreasing in the
-  amax, so the largest amax gives the smallest scale).
+  as they are, the newest row holds the largest amax);
+- `*scale`: the elementwise minimum. Where every microbatch returns the scale the step used,
+  they are all equal; where each returns fp8_max / 2**margin / amax (decreasing in the amax),
+  the largest amax gives the smallest scale.
 
-Summing them, as a plain accumulation of gradients does, would corrupt the state; keeping the
-last microbatch's would lose the other microbatches' amaxes. The parameter gradients are summed
-(each microbatch's loss is its share of the big batch's mean).
+This is right under both of qmesh's state conventions, and equals the package's own
+qmesh.jax.delayed_state.combine_state_grads where that exists. Summing the states, as a plain
+accumulation of gradients does, would corrupt them; keeping the last microbatch's would lose
+the other microbatches' amaxes. The parameter gradients are summed (each microbatch's loss is
+its share of the big batch's mean).
 """
 
 from __future__ import annotations
