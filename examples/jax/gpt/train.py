@@ -18,10 +18,8 @@ QMESH_JAX_LIBRARY_DIR set to the build directory of qmesh_jax_ffi). See README.m
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
