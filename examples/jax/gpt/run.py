@@ -4,6 +4,7 @@ lines, held-out evaluations and checkpoints."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -115,7 +116,7 @@ class Run:
                              out_shardings=replicated)
 
     def _context(self):
-        import contextlib
+        """The mesh and the MeshResource, in force for tracing the steps."""
         stack = contextlib.ExitStack()
         stack.enter_context(jax.set_mesh(self.mesh))
         stack.enter_context(qj.global_shard_guard(self.resource))
