@@ -1,0 +1,66 @@
+"""Checkpoint and resume (orbax): a run stopped after k steps and resumed continues with the
+losses of the uninterrupted run, bit for bit (parameters, AdamW state and the FP8 amax
+histories and scales all restored); a checkpoint without the FP8 state cannot resume a
+delayed-scaling run."""
+
+import jax
+import numpy as np
+import pytest
+from flax.linen.fp8_ops import OVERWRITE_WITH_GRADIENT
+
+from conftest import TINY
+
+import checkpoint
+import run as gpt_run
+import train
+
+STEPS = ["--steps", "6", "--eval-every", "2"]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """(directory, uninterrupted record, record up to the stop, resumed record, the stopped Run)."""
+    out = tmp_path_factory.mktemp("resume")
+    whole = train.main([*TINY, *STEPS, "--out", str(out / "whole")])["delayed"]
+    cut = gpt_run.Run(train.parse([*TINY, *STEPS, "--stop-at", "3", "--out", str(out / "cut")]),
+                      "delayed")
+    first = cut.train()
+    rest = train.main([*TINY, *STEPS, "--resume", "--out", str(out / "cut")])["delayed"]
+    return out, whole, first, rest, cut
+
+
+def test_resume_is_bitwise(runs):
+    _, whole, first, rest, _ = runs
+    assert first["loss"] == whole["loss"][:3] and rest["first_step"] == 3
+    assert len(rest["loss"]) == 3 and rest["loss"] == whole["loss"][3:]
+    assert rest["held_out"] == [h for h in whole["held_out"] if h[0] > 3]
+
+
+def _leaves(tree):
+    return np.concatenate([np.ravel(x) for x in jax.tree.leaves(tree)])
+
+
+def test_resume_restores_fp8_state(runs):
+    """The restored FP8 state is the saved one, not a fresh one (histories 0, scales 1)."""
+    out, *_, cut = runs
+    resumed = gpt_run.Run(train.parse([*TINY, *STEPS, "--resume", "--out", str(out / "cut")]),
+                          "delayed")
+    step, state = resumed.initial_state()
+    want = _leaves(cut.state["variables"][OVERWRITE_WITH_GRADIENT])
+    got = _leaves(state["variables"][OVERWRITE_WITH_GRADIENT])
+    assert step == 3 and np.array_equal(want, got) and np.any(got > 1)
+
+
+def test_checkpoint_without_fp8_state_is_an_error(runs):
+    out, *_, cut = runs
+    state = dict(cut.state, variables={"params": cut.state["variables"]["params"]})
+    checkpoint.save(checkpoint.manager(str(out / "nofp8" / "checkpoints-delayed")), 3, state,
+                    {"recipe": "current"})
+    with pytest.raises(ValueError, match=r"written by a 'current' run\) has no FP8 state .* "
+                                         r"which recipe 'delayed' needs"):
+        train.main([*TINY, *STEPS, "--resume", "--out", str(out / "nofp8")])
+
+
+def test_resume_without_checkpoint_is_an_error(tmp_path):
+    with pytest.raises(ValueError, match="no checkpoint .* run without --resume"):
+        train.main([*TINY, *STEPS, "--resume", "--out", str(tmp_path)])
