@@ -1,27 +1,63 @@
-"""A minimal PNG line plot (standard library only: zlib + struct), for the examples' loss
-curves where matplotlib is not installed."""
+"""Loss curves as a PNG, for the examples: with matplotlib (when installed) a plot with axes,
+ticks, labels and a legend; without it a plain drawing from the standard library alone
+(zlib + struct): an axes box and one colour per curve."""
 
 from __future__ import annotations
 
+import math
 import struct
 import zlib
 
 COLORS = [(31, 119, 180), (214, 39, 40), (44, 160, 44), (148, 103, 189)]
 
 
-def line_plot(path: str, curves: dict[str, list[float]], width: int = 640, height: int = 400,
-              log_y: bool = True) -> None:
-    """Writes the curves (name -> y values over steps) as a PNG: axes box, one colour per curve
-    in insertion order (blue, red, green, purple); y on a log scale by default."""
-    import math
+def _points(curve) -> list[tuple[float, float]]:
+    """(x, y) pairs from a list of y values (x = 0, 1, ...) or of (x, y) pairs."""
+    return [tuple(v) if isinstance(v, (list, tuple)) else (i, v) for i, v in enumerate(curve)]
 
+
+def line_plot(path: str, curves: dict, width: int = 640, height: int = 400, log_y: bool = True,
+              xlabel: str = "step", ylabel: str = "loss", title: str | None = None) -> None:
+    """Writes the curves (name -> y values over steps, or (step, y) pairs) as a PNG of about
+    width x height pixels, one colour per curve in insertion order (blue, red, green, purple),
+    y on a log scale by default. Labels, title and legend need matplotlib."""
+    points = {name: _points(c) for name, c in curves.items()}
+    try:
+        import matplotlib
+    except ImportError:
+        _plain_plot(path, points, width, height, log_y)
+        return
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(width / 100, height / 100), dpi=100)
+    for k, (name, pts) in enumerate(points.items()):
+        ax.plot([x for x, _ in pts], [y for _, y in pts], label=name,
+                color=[c / 255 for c in COLORS[k % len(COLORS)]])
+    if log_y:
+        ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def _plain_plot(path: str, points: dict, width: int, height: int, log_y: bool) -> None:
     pad = 30
     img = [[(255, 255, 255)] * width for _ in range(height)]
-    ys = [y for c in curves.values() for y in c if y > 0 or not log_y]
     f = (lambda y: math.log10(y)) if log_y else (lambda y: y)
-    lo, hi = f(min(ys)), f(max(ys))
+    kept = {n: [(x, y) for x, y in p if y > 0 or not log_y] for n, p in points.items()}
+    ys = [f(y) for p in kept.values() for _, y in p]
+    xs = [x for p in kept.values() for x, _ in p]
+    lo, hi = min(ys), max(ys)
     hi = hi if hi > lo else lo + 1
-    n = max(len(c) for c in curves.values())
+    x0, x1 = min(xs), max(xs)
+    x1 = x1 if x1 > x0 else x0 + 1
 
     def put(px, py, color):
         if 0 <= px < width and 0 <= py < height:
@@ -33,13 +69,11 @@ def line_plot(path: str, curves: dict[str, list[float]], width: int = 640, heigh
     for py in range(pad, height - pad):
         put(pad, py, (0, 0, 0))
         put(width - pad, py, (200, 200, 200))
-    for k, c in enumerate(curves.values()):
+    for k, p in enumerate(kept.values()):
         color = COLORS[k % len(COLORS)]
         prev = None
-        for i, y in enumerate(c):
-            if log_y and y <= 0:
-                continue
-            px = pad + int((width - 2 * pad) * i / max(n - 1, 1))
+        for x, y in p:
+            px = pad + int((width - 2 * pad) * (x - x0) / (x1 - x0))
             py = height - pad - int((height - 2 * pad) * (f(y) - lo) / (hi - lo))
             if prev:  # a straight segment from the previous point
                 steps = max(abs(px - prev[0]), abs(py - prev[1]), 1)

@@ -41,3 +41,30 @@ def test_transformer_layer(capsys):
     out = capsys.readouterr().out
     assert float(out.split("FP8 vs plain: ")[1].split(";")[0]) < 0.1
     assert ("qkv/QmeshDotGeneral_0/input" in out) == (recipe == "delayed")
+
+
+def _colors_in_png(path):
+    """The set of RGB colours (0-255) of a PNG file, and its (height, width)."""
+    import matplotlib.image
+    import numpy as np
+
+    img = np.asarray(matplotlib.image.imread(path))[..., :3]
+    rgb = np.round(img * 255).astype(int).reshape(-1, 3)
+    return {tuple(c) for c in np.unique(rgb, axis=0)}, img.shape[:2]
+
+
+def test_line_plot_with_and_without_matplotlib(tmp_path, monkeypatch):
+    png = load("png")
+    curves = {"bf16": [3.0, 2.5, 2.0], "delayed": [[0, 3.1], [1, 2.4], [2, 2.1]]}
+    png.line_plot(str(tmp_path / "mpl.png"), curves, title="loss")
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    png.line_plot(str(tmp_path / "plain.png"), curves)
+    monkeypatch.undo()
+    for name in ("mpl.png", "plain.png"):
+        colors, shape = _colors_in_png(tmp_path / name)
+        assert shape == (400, 640), name
+        for rgb in png.COLORS[:2]:  # one colour per curve, blue then red
+            assert rgb in colors, (name, rgb)
+    # The plain drawing has nothing but white, the axes' black and grey and the curves.
+    plain, _ = _colors_in_png(tmp_path / "plain.png")
+    assert plain <= {(255, 255, 255), (0, 0, 0), (200, 200, 200), *png.COLORS[:2]}

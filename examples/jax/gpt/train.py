@@ -155,11 +155,12 @@ def main(argv=None) -> dict:
     if jax.process_index() != 0:
         return records
     os.makedirs(args.out, exist_ok=True)
-    for name, key in (("train_loss", "loss"), ("held_out_loss", "held_out")):
-        curves = {r: [v[1] if isinstance(v, list) else v for v in rec[key]]
-                  for r, rec in records.items()}
+    for name, key, what in (("train_loss", "loss", "training loss"),
+                            ("held_out_loss", "held_out", "held-out loss")):
+        curves = {r: rec[key] for r, rec in records.items()}
         if all(len(c) > 1 for c in curves.values()):
-            line_plot(os.path.join(args.out, name + ".png"), curves)
+            line_plot(os.path.join(args.out, name + ".png"), curves, ylabel=what,
+                      title=f"GPT on Shakespeare ({args.preset}): {what}")
     finals = {r: rec["held_out"][-1][1] for r, rec in records.items() if rec["held_out"]}
     for r, v in finals.items():
         vs = f"  ({(v / finals['bf16'] - 1) * 100:+.2f}% vs bf16)" if "bf16" in finals else ""
