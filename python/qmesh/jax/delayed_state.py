@@ -47,10 +47,10 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
 from qmesh.jax import stats
+from qmesh.jax.common import F32
 from qmesh.jax.scaling import update_delayed_scaling
 
 OPERANDS = ("input", "kernel", "output_grad")
-F32 = jnp.dtype(jnp.float32)
 FLT_MIN = float(np.finfo(np.float32).tiny)
 FLT_MAX = float(np.finfo(np.float32).max)
 # Backward passes a layer may run on a history that never received an amax before its state is

@@ -46,14 +46,14 @@ from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import PartitionSpec
 
 from qmesh.jax import delayed_state, sharding, stats
-from qmesh.jax.gemm import Epilogue, WIDE_DTYPES, dgelu, gelu, gemm
-from qmesh.jax.quantize import FP8_DTYPES, dbias_quantize, quantize, quantize_current
+from qmesh.jax.common import F32, FP8_DTYPES, WIDE_DTYPES, entry
+from qmesh.jax.gemm import Epilogue, dgelu, gelu, gemm
+from qmesh.jax.quantize import dbias_quantize, quantize, quantize_current
 from qmesh.jax.recipe import DelayedScaling, Float8CurrentScaling, check_recipe
 
 OPERANDS = delayed_state.OPERANDS
 ACTIVATIONS = (None, "gelu")
 FALLBACKS = (None, "bf16")
-F32 = jnp.dtype(jnp.float32)
 
 
 def init_state(recipe) -> dict | None:
@@ -123,8 +123,7 @@ def _pin_rows(q, row_axes):
     they come)."""
     if row_axes is None:
         return q
-    rows = None if not row_axes else row_axes[0] if len(row_axes) == 1 else row_axes
-    return q._replace(q=sharding.constrain(q.q, (rows, PartitionSpec.UNCONSTRAINED)))
+    return q._replace(q=sharding.constrain(q.q, (entry(row_axes), PartitionSpec.UNCONSTRAINED)))
 
 
 def _quantize(x, scale, dtype, recipe):

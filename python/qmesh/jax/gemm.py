@@ -39,21 +39,17 @@ from __future__ import annotations
 import ctypes
 import enum
 import functools
-import math
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jax.interpreters import mlir
-from jax.sharding import NamedSharding, PartitionSpec
 
 from qmesh.jax import _ffi, primitive, sharding
-from qmesh.jax.primitive import Op, axes_of, register, spec_of
-
-FP8_DTYPES = (jnp.dtype(jnp.float8_e4m3fn), jnp.dtype(jnp.float8_e5m2))
-WIDE_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
-F32 = jnp.dtype(jnp.float32)
+from qmesh.jax.common import (F32, FP8_DTYPES, WIDE_DTYPES, axes_of, check_scalar, check_wide,
+                              divides, entry, named, spec_of)
+from qmesh.jax.primitive import Op, register
 
 # Platforms whose FP8 GEMM takes the TN form only (FP8 operands are transposed into it there).
 TN_PLATFORMS = ("cuda",)
@@ -85,13 +81,6 @@ def _epilogue(value) -> Epilogue:
         return Epilogue(int(value))
     except (ValueError, TypeError):
         raise ValueError(f"gemm: epilogue must be a qmesh.jax.Epilogue (0..5), not {value!r}") from None
-
-
-def _wide(dtype, what: str):
-    dtype = jnp.dtype(dtype)
-    if dtype not in WIDE_DTYPES:
-        raise TypeError(f"gemm: {what} must be float32, bfloat16 or float16, not {dtype}")
-    return dtype
 
 
 def _dims(trans_a: bool, trans_b: bool):
@@ -126,9 +115,7 @@ def _check_operands(a, b, a_scale_inv, b_scale_inv):
             raise TypeError("gemm: float8_e5m2 x float8_e5m2 is not supported (cuBLASLt lacks it): "
                             "use e4m3 x e4m3, e4m3 x e5m2 or e5m2 x e4m3")
         for s, what in ((a_scale_inv, "a_scale_inv"), (b_scale_inv, "b_scale_inv")):
-            if s.dtype != F32 or s.shape != ():
-                raise TypeError(f"gemm: {what} must be a float32 scalar (shape ()), not "
-                                f"{s.dtype}{list(s.shape)}")
+            check_scalar(s, f"gemm: {what}")
     else:
         if a.dtype not in WIDE_DTYPES or a.dtype != b.dtype:
             raise TypeError(f"gemm: a and b must have the same dtype, one of float32, bfloat16, "
@@ -140,26 +127,26 @@ def _avals(a, b, a_scale_inv, b_scale_inv, extra, *, trans_a, trans_b, epilogue,
     epilogue = Epilogue(epilogue)
     _check_operands(a, b, a_scale_inv, b_scale_inv)
     m, _, n = _problem(a, b, trans_a, trans_b)
-    out_dtype = _wide(out_dtype, "out_dtype")
+    out_dtype = check_wide(out_dtype, "gemm: out_dtype")
     wanted = _EXTRA_INPUT.get(epilogue)
     if (extra is None) != (wanted is None):
         raise ValueError(f"gemm: epilogue {epilogue.name} "
                          + (f"needs {wanted}" if wanted else "takes no bias or aux operand"))
     outs = [jax.core.ShapedArray((m, n), out_dtype)]
     if wanted == "bias":
-        _wide(extra.dtype, "bias")
+        check_wide(extra.dtype, "gemm: bias")
         if extra.shape != (n,):
             raise ValueError(f"gemm: bias of epilogue {epilogue.name} must be [N] = [{n}], not "
                              f"{list(extra.shape)}")
     elif wanted == "aux":
-        _wide(extra.dtype, "aux")
+        check_wide(extra.dtype, "gemm: aux")
         if extra.shape != (m, n):
             raise ValueError(f"gemm: aux of epilogue DGELU must be [M, N] = [{m}, {n}] like the "
                              f"output, not {list(extra.shape)}")
     if epilogue == Epilogue.BIAS_GELU_AUX:
         outs.append(jax.core.ShapedArray((m, n), extra.dtype))
     elif epilogue == Epilogue.BIAS_GRAD:
-        outs.append(jax.core.ShapedArray((m,), _wide(dbias_dtype, "dbias_dtype")))
+        outs.append(jax.core.ShapedArray((m,), check_wide(dbias_dtype, "gemm: dbias_dtype")))
     return tuple(outs)
 
 
@@ -217,11 +204,6 @@ def _reference(a, b, a_scale_inv, b_scale_inv, extra, *, trans_a, trans_b, epilo
 
 _STATICS = ("trans_a", "trans_b", "epilogue", "out_dtype", "dbias_dtype", "split_accumulator",
             "alpha")
-
-
-def _entry(axes):
-    axes = tuple(axes)
-    return None if not axes else axes[0] if len(axes) == 1 else axes
 
 
 class _GemmBase(Op):
@@ -296,34 +278,31 @@ class _GemmBase(Op):
         a, b = arg_infos[:2]
         (am, ak), (bk, bn) = _dims(trans_a, trans_b)
         sa, sb = spec_of(a), spec_of(b)
-        size = dict(zip(mesh.axis_names, mesh.devices.shape))
-
         def usable(axes, dim, taken):
             axes = tuple(x for x in axes if x not in taken)
-            return axes if axes and dim % math.prod(size[x] for x in axes) == 0 else ()
+            return axes if axes and divides(mesh, axes, dim) else ()
 
         m = usable(axes_of(sa[am]), a.shape[am], ())
         n = usable(axes_of(sb[bn]), b.shape[bn], m)
         k = usable(axes_of(sa[ak]) or axes_of(sb[bk]), a.shape[ak], m + n)
         # Sequence parallelism: a K sharded over the tpsp axis is reduce-scattered along M.
         tpsp = sharding.global_mesh_resource().tpsp_resource
-        scatter = tpsp if tpsp in k and a.shape[am] % (math.prod(size[x] for x in m) * size[tpsp]) == 0 else None
+        scatter = tpsp if tpsp in k and divides(mesh, m + (tpsp,), a.shape[am]) else None
         m_out = m + ((scatter,) if scatter else ())
         a_spec = [None, None]
-        a_spec[am], a_spec[ak] = _entry(m), _entry(k)
+        a_spec[am], a_spec[ak] = entry(m), entry(k)
         b_spec = [None, None]
-        b_spec[bk], b_spec[bn] = _entry(k), _entry(n)
-        named = lambda *spec: NamedSharding(mesh, PartitionSpec(*spec))  # noqa: E731
-        args = [named(*a_spec), named(*b_spec), named(), named()]
+        b_spec[bk], b_spec[bn] = entry(k), entry(n)
+        args = [named(mesh, *a_spec), named(mesh, *b_spec), named(mesh), named(mesh)]
         if _EXTRA_INPUT.get(epilogue) == "bias":
-            args.append(named(_entry(n)))
+            args.append(named(mesh, entry(n)))
         elif _EXTRA_INPUT.get(epilogue) == "aux":
-            args.append(named(_entry(m_out), _entry(n)))
-        outs = [named(_entry(m_out), _entry(n))]
+            args.append(named(mesh, entry(m_out), entry(n)))
+        outs = [named(mesh, entry(m_out), entry(n))]
         if epilogue == Epilogue.BIAS_GELU_AUX:
-            outs.append(named(_entry(m_out), _entry(n)))
+            outs.append(named(mesh, entry(m_out), entry(n)))
         elif epilogue == Epilogue.BIAS_GRAD:
-            outs.append(named(_entry(m_out)))
+            outs.append(named(mesh, entry(m_out)))
         return args, outs, (k, scatter) if k else None
 
     @classmethod
@@ -410,11 +389,11 @@ def gemm(a, b, a_scale_inv=None, b_scale_inv=None, *, trans_a: bool = False,
     extra = bias if wanted == "bias" else aux if wanted == "aux" else None
     if wanted and extra is None:
         raise ValueError(f"gemm: epilogue {epilogue.name} needs {wanted}")
-    out_dtype = _wide(out_dtype, "out_dtype")
+    out_dtype = check_wide(out_dtype, "gemm: out_dtype")
     params = dict(trans_a=bool(trans_a), trans_b=bool(trans_b), epilogue=epilogue,
                   out_dtype=out_dtype,
-                  dbias_dtype=_wide(out_dtype if dbias_dtype is None else dbias_dtype,
-                                    "dbias_dtype"),
+                  dbias_dtype=check_wide(out_dtype if dbias_dtype is None else dbias_dtype,
+                                         "gemm: dbias_dtype"),
                   split_accumulator=bool(split_accumulator), alpha=float(alpha))
     if extra is None:
         outs = Gemm.bind(a, b, a_scale_inv, b_scale_inv, **params)

@@ -16,20 +16,17 @@ not divide is replicated (padding rows would enter the sums and the amax).
 from __future__ import annotations
 
 import functools
-import math
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jax.interpreters import mlir
-from jax.sharding import NamedSharding, PartitionSpec
 
 from qmesh.jax import sharding
-from qmesh.jax.primitive import Op, axes_of, register, spec_of
-from qmesh.jax.quantize import Quantized, check_fp8
-
-F32 = jnp.dtype(jnp.float32)
+from qmesh.jax.common import F32, axes_of, check_fp8, check_scalar, divides, entry, named, spec_of
+from qmesh.jax.primitive import Op, register
+from qmesh.jax.quantize import Quantized
 
 
 def _f32(aval, what: str):
@@ -79,18 +76,12 @@ def _reference_forward(x, gamma, beta, eps):
 def _row_axes(mesh, info, ndim):
     """The mesh axes of each row dimension of an argument, replicated where the axes' device
     count does not divide the dimension."""
-    size = dict(zip(mesh.axis_names, mesh.devices.shape))
     spec = spec_of(info, ndim)
     rows = []
     for d in range(ndim - 1):
         axes = axes_of(spec[d])
-        rows.append(axes if axes and info.shape[d] % math.prod(size[a] for a in axes) == 0 else ())
+        rows.append(axes if axes and divides(mesh, axes, info.shape[d]) else ())
     return rows
-
-
-def _entry(axes):
-    axes = tuple(axes)
-    return None if not axes else axes[0] if len(axes) == 1 else axes
 
 
 def _factors(value_types, index=0):
@@ -125,10 +116,9 @@ class LayerNormForward(Op):
     @classmethod
     def shardings(cls, mesh, arg_infos, *, eps):
         x = arg_infos[0]
-        rows = [_entry(a) for a in _row_axes(mesh, x, x.ndim)]
-        named = lambda *spec: NamedSharding(mesh, PartitionSpec(*spec))  # noqa: E731
-        return ((named(*rows, None), named(), named()),
-                (named(*rows, None), named(*rows), named(*rows)), None)
+        rows = [entry(a) for a in _row_axes(mesh, x, x.ndim)]
+        return ((named(mesh, *rows, None), named(mesh), named(mesh)),
+                (named(mesh, *rows, None), named(mesh, *rows), named(mesh, *rows)), None)
 
     @classmethod
     def sharding_rule(cls, value_types, result_types, *, eps):
@@ -176,11 +166,11 @@ class LayerNormBackward(Op):
     def shardings(cls, mesh, arg_infos):
         x = arg_infos[1]
         axes = _row_axes(mesh, x, x.ndim)
-        rows = [_entry(a) for a in axes]
-        named = lambda *spec: NamedSharding(mesh, PartitionSpec(*spec))  # noqa: E731
-        args = (named(*rows, None), named(*rows, None), named(), named(*rows), named(*rows))
-        outs = (named(*rows, None), named(), named())
-        return args, outs, tuple(a for entry in axes for a in entry)
+        rows = [entry(a) for a in axes]
+        args = (named(mesh, *rows, None), named(mesh, *rows, None), named(mesh),
+                named(mesh, *rows), named(mesh, *rows))
+        outs = (named(mesh, *rows, None), named(mesh), named(mesh))
+        return args, outs, tuple(a for row in axes for a in row)
 
     @classmethod
     def sharding_rule(cls, value_types, result_types):
@@ -202,9 +192,7 @@ class LayerNormForwardQuantize(Op):
     @classmethod
     def abstract(cls, x, gamma, beta, scale, *, eps, out_dtype, columnwise):
         y, mean, rstd = LayerNormForward.abstract(x, gamma, beta, eps=eps)
-        if scale.dtype != F32 or scale.shape != ():
-            raise TypeError(f"layer_norm: scale must be a float32 scalar (shape ()), not "
-                            f"{scale.dtype}{list(scale.shape)}")
+        check_scalar(scale, "layer_norm: scale")
         out_dtype = check_fp8(out_dtype)
         if columnwise and x.ndim != 2:
             raise ValueError(f"layer_norm: the columnwise copy needs a 2-D x, not shape "
@@ -235,12 +223,11 @@ class LayerNormForwardQuantize(Op):
     @classmethod
     def shardings(cls, mesh, arg_infos, *, columnwise, **_):
         x = arg_infos[0]
-        rows = [_entry(a) for a in _row_axes(mesh, x, x.ndim)]
-        named = lambda *spec: NamedSharding(mesh, PartitionSpec(*spec))  # noqa: E731
-        q_t = named(None, rows[0]) if columnwise else named()
-        args = (named(*rows, None), named(), named(), named())
-        outs = (named(*rows, None), named(*rows, None), q_t, named(), named(), named(*rows),
-                named(*rows))
+        rows = [entry(a) for a in _row_axes(mesh, x, x.ndim)]
+        q_t = named(mesh, None, rows[0]) if columnwise else named(mesh)
+        args = (named(mesh, *rows, None), named(mesh), named(mesh), named(mesh))
+        outs = (named(mesh, *rows, None), named(mesh, *rows, None), q_t, named(mesh), named(mesh),
+                named(mesh, *rows), named(mesh, *rows))
         return args, outs, sharding.amax_axes(mesh)
 
     @classmethod

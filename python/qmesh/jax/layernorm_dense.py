@@ -24,10 +24,9 @@ import jax
 import jax.numpy as jnp
 
 from qmesh.jax import dense as _dense
+from qmesh.jax.common import F32
 from qmesh.jax.layer_norm import layer_norm_bwd, layer_norm_fwd_quantize
 from qmesh.jax.recipe import DelayedScaling
-
-F32 = jnp.dtype(jnp.float32)
 
 
 def _fwd(cfg, eps, x, gamma, beta, kernel, bias, state):

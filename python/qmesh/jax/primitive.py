@@ -16,7 +16,6 @@ An op is a subclass of `Op` registered with `@register`; see quantize.py for exa
 from __future__ import annotations
 
 import functools
-import math
 
 import jax
 import jax.numpy as jnp
@@ -24,11 +23,11 @@ from jax import lax
 from jax.experimental.custom_partitioning import custom_partitioning
 from jax.extend.core import Primitive
 from jax.interpreters import batching, mlir
-from jax.sharding import NamedSharding, PartitionSpec
 
 from jax._src.sharding_impls import ShardingContext
 
 from qmesh.jax import _ffi, sharding
+from qmesh.jax.common import named
 
 from jax._src import dispatch
 from jax._src.dispatch import apply_primitive
@@ -74,7 +73,7 @@ class Op:
     def shardings(cls, mesh, arg_infos, **params):
         """(argument shardings, result shardings, plan for `local`) for the shardings the
         arguments arrive with. Default: everything replicated, plan None."""
-        replicated = NamedSharding(mesh, PartitionSpec())
+        replicated = named(mesh)
         outs = cls.abstract(*[jax.core.ShapedArray(a.shape, a.dtype) for a in arg_infos], **params)
         return [replicated] * len(arg_infos), [replicated] * len(outs), None
 
@@ -94,29 +93,6 @@ class Op:
         sharding.check_auto_axes(*args)
         sharding.check_resource_for(*args)
         return cls.outer.bind(*args, **params, resource=sharding.global_mesh_resource())
-
-
-def spec_of(info, ndim: int | None = None) -> tuple:
-    """The PartitionSpec of an argument as a tuple with one entry per dimension."""
-    ndim = len(info.shape) if ndim is None else ndim
-    spec = tuple(getattr(info.sharding, "spec", ()) or ())
-    return spec + (None,) * (ndim - len(spec))
-
-
-def even_spec(mesh, info, ndim: int | None = None) -> tuple:
-    """spec_of(info) with every dimension whose mesh axes do not divide its size replicated:
-    XLA pads such shards, and an op must not read the padding as data."""
-    size = dict(zip(mesh.axis_names, mesh.devices.shape))
-    spec = spec_of(info, ndim)
-    return tuple(None if e is not None and info.shape[d] % math.prod(size[a] for a in axes_of(e))
-                 else e for d, e in enumerate(spec))
-
-
-def axes_of(entry) -> tuple[str, ...]:
-    """The mesh axes one PartitionSpec entry names (None, 'dp' or ('dp', 'tp'))."""
-    if entry is None:
-        return ()
-    return tuple(entry) if isinstance(entry, (tuple, list)) else (entry,)
 
 
 _threads_capped = False

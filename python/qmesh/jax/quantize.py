@@ -20,37 +20,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.sharding import NamedSharding, PartitionSpec
 
 from qmesh.jax import sharding
-from qmesh.jax.primitive import Op, axes_of, even_spec, register
+from qmesh.jax.common import (F32, FP8_DTYPES, axes_of, check_fp8, check_scalar, check_wide,
+                              even_spec, named)
+from qmesh.jax.primitive import Op, register
 
-FP8_DTYPES = (jnp.dtype(jnp.float8_e4m3fn), jnp.dtype(jnp.float8_e5m2))
-WIDE_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
 _DTYPE_CODE = {FP8_DTYPES[0]: 3, FP8_DTYPES[1]: 4}  # qmesh's DType values
-F32 = jnp.dtype(jnp.float32)
-
-
-def fp8_max(dtype) -> float:
-    """The largest finite value of an FP8 dtype (448 for E4M3, 57344 for E5M2)."""
-    return float(jnp.finfo(check_fp8(dtype)).max)
-
-
-def check_fp8(dtype):
-    dtype = jnp.dtype(dtype)
-    if dtype not in FP8_DTYPES:
-        raise TypeError(f"the FP8 dtype must be float8_e4m3fn or float8_e5m2, not {dtype}")
-    return dtype
-
-
-def check_wide(aval, what: str):
-    if aval.dtype not in WIDE_DTYPES:
-        raise TypeError(f"{what} must be float32, bfloat16 or float16, not {aval.dtype}")
-
-
-def check_scalar(aval, what: str):
-    if aval.dtype != F32 or aval.shape != ():
-        raise TypeError(f"{what} must be a float32 scalar (shape ()), not {aval.dtype}{list(aval.shape)}")
 
 
 def _matrix(shape) -> tuple[int, int]:
@@ -60,7 +36,7 @@ def _matrix(shape) -> tuple[int, int]:
 
 def _codes_avals(x, out_dtype, columnwise):
     """The FP8 outputs of quantizing x: codes shaped like x, and the columnwise copy."""
-    check_wide(x, "x")
+    check_wide(x.dtype, "x")
     out_dtype = check_fp8(out_dtype)
     if columnwise and x.ndim != 2:
         raise ValueError(f"the columnwise copy needs a 2-D input, not shape {x.shape}: "
@@ -77,9 +53,9 @@ def _codes_shardings(mesh, x_info, columnwise):
     """Shardings of (x, codes, columnwise copy) for x's sharding (dimensions the mesh does not
     divide evenly replicated)."""
     spec = even_spec(mesh, x_info)
-    q = NamedSharding(mesh, PartitionSpec(*spec))
-    q_t = NamedSharding(mesh, PartitionSpec(spec[1], spec[0]) if columnwise else PartitionSpec())
-    return NamedSharding(mesh, PartitionSpec(*spec)), q, q_t
+    q = named(mesh, *spec)
+    q_t = named(mesh, spec[1], spec[0]) if columnwise else named(mesh)
+    return named(mesh, *spec), q, q_t
 
 
 def _codes_rule(columnwise):
@@ -112,7 +88,7 @@ class Quantize(Op):
     @classmethod
     def shardings(cls, mesh, arg_infos, *, out_dtype, columnwise):
         x, q, q_t = _codes_shardings(mesh, arg_infos[0], columnwise)
-        rep = NamedSharding(mesh, PartitionSpec())
+        rep = named(mesh)
         return (x, rep), (q, q_t, rep, rep), sharding.amax_axes(mesh)
 
     @classmethod
@@ -129,7 +105,7 @@ class Amax(Op):
 
     @classmethod
     def abstract(cls, x):
-        check_wide(x, "x")
+        check_wide(x.dtype, "x")
         return (_scalar(),)
 
     @classmethod
@@ -143,8 +119,8 @@ class Amax(Op):
 
     @classmethod
     def shardings(cls, mesh, arg_infos):
-        x = NamedSharding(mesh, PartitionSpec(*even_spec(mesh, arg_infos[0])))
-        return (x,), (NamedSharding(mesh, PartitionSpec()),), sharding.amax_axes(mesh)
+        x = named(mesh, *even_spec(mesh, arg_infos[0]))
+        return (x,), (named(mesh),), sharding.amax_axes(mesh)
 
     @classmethod
     def sharding_rule(cls, value_types, result_types):
@@ -211,7 +187,7 @@ class CurrentQuantize(Op):
     @classmethod
     def shardings(cls, mesh, arg_infos, *, out_dtype, columnwise, **scaling):
         x, q, q_t = _codes_shardings(mesh, arg_infos[0], columnwise)
-        rep = NamedSharding(mesh, PartitionSpec())
+        rep = named(mesh)
         return (x,), (q, q_t, rep, rep, rep), sharding.amax_axes(mesh)
 
     @classmethod
@@ -232,7 +208,7 @@ class Dequantize(Op):
         check_fp8(q.dtype)
         check_scalar(scale_inv, "scale_inv")
         out = jax.core.ShapedArray(q.shape, out_dtype)
-        check_wide(out, "out_dtype")
+        check_wide(out.dtype, "out_dtype")
         return (out,)
 
     @classmethod
@@ -241,8 +217,8 @@ class Dequantize(Op):
 
     @classmethod
     def shardings(cls, mesh, arg_infos, *, out_dtype):
-        q = NamedSharding(mesh, PartitionSpec(*even_spec(mesh, arg_infos[0])))
-        return (q, NamedSharding(mesh, PartitionSpec())), (q,), None
+        q = named(mesh, *even_spec(mesh, arg_infos[0]))
+        return (q, named(mesh)), (q,), None
 
     @classmethod
     def sharding_rule(cls, value_types, result_types, **params):
@@ -285,8 +261,8 @@ class DbiasQuantize(Op):
         g, q, q_t = _codes_shardings(mesh, arg_infos[0], columnwise)
         spec = even_spec(mesh, arg_infos[0])
         rows = tuple(a for entry in spec[:-1] for a in axes_of(entry))
-        rep = NamedSharding(mesh, PartitionSpec())
-        dbias = NamedSharding(mesh, PartitionSpec(spec[-1]))
+        rep = named(mesh)
+        dbias = named(mesh, spec[-1])
         return (g, rep), (q, q_t, rep, rep, dbias), (sharding.amax_axes(mesh), rows)
 
     @classmethod
@@ -307,7 +283,7 @@ class GroupedQuantize(Op):
 
     @classmethod
     def abstract(cls, x, group_sizes, scales, *, out_dtype, columnwise):
-        check_wide(x, "x")
+        check_wide(x.dtype, "x")
         if x.ndim != 2:
             raise ValueError(f"grouped quantize takes x as [rows, cols], not shape {x.shape}")
         if group_sizes.dtype != jnp.int32 or group_sizes.ndim != 1:

@@ -16,8 +16,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from qmesh.jax.common import F32, fp8_max
 from qmesh.jax.primitive import Op, register
-from qmesh.jax.quantize import F32, fp8_max
 from qmesh.jax.recipe import DelayedScaling
 
 

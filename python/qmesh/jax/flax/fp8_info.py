@@ -8,7 +8,7 @@ import jax.numpy as jnp
 from flax.linen.fp8_ops import OVERWRITE_WITH_GRADIENT
 
 from qmesh.jax.dense import OPERANDS
-from qmesh.jax.quantize import check_fp8, fp8_max
+from qmesh.jax.common import check_fp8, fp8_max
 
 
 def fp8_meta(variables) -> dict:

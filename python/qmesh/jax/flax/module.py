@@ -31,6 +31,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from qmesh.jax.common import axes_of, entry
 from qmesh.jax.dense import FALLBACKS, dense, fp8_unsupported_reason
 from qmesh.jax.flax.dot_general import fp8_state
 from qmesh.jax.gemm import gelu
@@ -103,10 +104,6 @@ def _constrain(x, spec):
     return x if spec is None else constrain(x, spec)
 
 
-def _entry(axes: tuple):
-    return None if not axes else axes[0] if len(axes) == 1 else axes
-
-
 def _layout(inputs, seq, *specs, in_spec=()):
     """(x, (seq, *specs), leave): the input in the layout the module computes in, the
     activation specs for that layout, and the function that takes a result back to the
@@ -123,7 +120,7 @@ def _layout(inputs, seq, *specs, in_spec=()):
     if seq is None or inputs.ndim < 3 or seq[1] is None:
         return _constrain(inputs, in_spec), (seq, *specs), lambda y: y
     mesh = jax.sharding.get_abstract_mesh()
-    size = lambda e: math.prod(mesh.shape[a] for a in _tuple(e)) if e is not None else 1  # noqa: E731
+    size = lambda e: math.prod(mesh.shape[a] for a in axes_of(e))  # noqa: E731
     b, n = inputs.shape[:2]
     g = size(seq[0])
     if b % g or n % size(seq[1]):
@@ -133,7 +130,7 @@ def _layout(inputs, seq, *specs, in_spec=()):
 
     def tokens(spec):
         return None if spec is None else (
-            _entry(tuple(a for e in spec[:2] if e is not None for a in _tuple(e))), *spec[2:])
+            entry(tuple(a for e in spec[:2] for a in axes_of(e))), *spec[2:])
 
     def leave(y):
         y = y.reshape(g, n, b // g, *y.shape[1:]).swapaxes(1, 2)
@@ -149,7 +146,7 @@ def _row_axes(spec) -> tuple | None:
     """The mesh axes of the rows (every dimension but the last) of an activation spec."""
     if spec is None:
         return None
-    return tuple(a for e in spec[:-1] if e is not None for a in _tuple(e))
+    return tuple(a for e in spec[:-1] for a in axes_of(e))
 
 
 def _param(module, name, init, shape, dtype, axes):
