@@ -30,7 +30,7 @@ byte per value) right before the GEMMs, as TransformerEngine does.
 
 FP8 needs K and N multiples of 16 on CUDA (cuBLASLt). When FP8 cannot be used the call raises
 with the reason, unless `fallback="bf16"`: then the layer runs in bfloat16 (float32
-accumulation), the state passes through unchanged, and qmesh.jax.stats.stats() counts it.
+accumulation), the state passes through unchanged, and qmesh.jax.stats() counts it.
 """
 
 from __future__ import annotations
@@ -274,7 +274,7 @@ def dense(x, kernel, bias=None, state=None, *, recipe=None, activation: str | No
     delayed-scaling state (init_state(recipe)) or None for Float8CurrentScaling; recipe:
     DelayedScaling() (default) or Float8CurrentScaling(); activation: None or "gelu" (tanh
     approximation); out_dtype: default x's dtype; fallback: None (raise when FP8 cannot be
-    used) or "bf16" (run in bfloat16 then, counted in qmesh.jax.stats.stats()); row_axes: None, or
+    used) or "bf16" (run in bfloat16 then, counted in qmesh.jax.stats()); row_axes: None, or
     the mesh axes (a tuple, () for replicated) the rows of x's and the output gradient's FP8
     codes are constrained to before their GEMMs, under the mesh of the context (no effect
     without one).
