@@ -10,7 +10,8 @@ Operands are both FP8 (float8_e4m3fn / float8_e5m2, not e5m2 x e5m2), each contr
 code * scale_inv, or both one plain dtype (float32, bfloat16, float16). Products accumulate in
 float32; then alpha, the epilogue, and the rounding to `out_dtype`.
 
-Epilogues (`Epilogue`), with their extra operand and extra result:
+Epilogues (`Epilogue`), with their extra operand and extra result (the table EPILOGUES; the
+one primitive takes an empty placeholder where an epilogue has no operand):
   NONE           -                 -
   BIAS           bias [N]          -                  r + bias
   GELU           -                 -                  gelu(r) (tanh approximation)
@@ -39,6 +40,7 @@ from __future__ import annotations
 import ctypes
 import enum
 import functools
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -66,8 +68,25 @@ class Epilogue(enum.IntEnum):
     BIAS_GRAD = 5
 
 
-_EXTRA_INPUT = {Epilogue.BIAS: "bias", Epilogue.BIAS_GELU_AUX: "bias", Epilogue.DGELU: "aux"}
-_EXTRA_OUTPUT = {Epilogue.BIAS_GELU_AUX: "aux", Epilogue.BIAS_GRAD: "dbias"}
+class Extras(NamedTuple):
+    """The extra operand and the extra result of an epilogue ("bias", "aux", "dbias" or None)."""
+
+    operand: str | None
+    result: str | None
+
+
+# What each epilogue takes and returns besides A, B and their scale_inv -> D: the one table that
+# abstract evaluation, the shardings, the Shardy rule and gemm() read.
+EPILOGUES = {
+    Epilogue.NONE: Extras(None, None),
+    Epilogue.BIAS: Extras("bias", None),
+    Epilogue.GELU: Extras(None, None),
+    Epilogue.BIAS_GELU_AUX: Extras("bias", "aux"),
+    Epilogue.DGELU: Extras("aux", None),
+    Epilogue.BIAS_GRAD: Extras(None, "dbias"),
+}
+# The dimensions of each extra operand and result, as factors of D [M, N].
+EXTRA_DIMS = {"bias": "n", "aux": "m n", "dbias": "m"}
 
 
 def _epilogue(value) -> Epilogue:
@@ -128,25 +147,24 @@ def _avals(a, b, a_scale_inv, b_scale_inv, extra, *, trans_a, trans_b, epilogue,
     _check_operands(a, b, a_scale_inv, b_scale_inv)
     m, _, n = _problem(a, b, trans_a, trans_b)
     out_dtype = check_wide(out_dtype, "gemm: out_dtype")
-    wanted = _EXTRA_INPUT.get(epilogue)
+    wanted, result = EPILOGUES[epilogue]
     if (extra is None) != (wanted is None):
         raise ValueError(f"gemm: epilogue {epilogue.name} "
                          + (f"needs {wanted}" if wanted else "takes no bias or aux operand"))
+    sizes = {"m": m, "n": n}
     outs = [jax.core.ShapedArray((m, n), out_dtype)]
-    if wanted == "bias":
-        check_wide(extra.dtype, "gemm: bias")
-        if extra.shape != (n,):
-            raise ValueError(f"gemm: bias of epilogue {epilogue.name} must be [N] = [{n}], not "
-                             f"{list(extra.shape)}")
-    elif wanted == "aux":
-        check_wide(extra.dtype, "gemm: aux")
-        if extra.shape != (m, n):
-            raise ValueError(f"gemm: aux of epilogue DGELU must be [M, N] = [{m}, {n}] like the "
-                             f"output, not {list(extra.shape)}")
-    if epilogue == Epilogue.BIAS_GELU_AUX:
-        outs.append(jax.core.ShapedArray((m, n), extra.dtype))
-    elif epilogue == Epilogue.BIAS_GRAD:
-        outs.append(jax.core.ShapedArray((m,), check_wide(dbias_dtype, "gemm: dbias_dtype")))
+    if wanted:
+        check_wide(extra.dtype, f"gemm: {wanted}")
+        dims = EXTRA_DIMS[wanted].split()
+        shape = tuple(sizes[d] for d in dims)
+        if extra.shape != shape:
+            like = " like the output" if wanted == "aux" else ""
+            raise ValueError(f"gemm: {wanted} of epilogue {epilogue.name} must be "
+                             f"[{', '.join(d.upper() for d in dims)}] = "
+                             f"[{', '.join(map(str, shape))}]{like}, not {list(extra.shape)}")
+    if result:
+        dtype = extra.dtype if result == "aux" else check_wide(dbias_dtype, "gemm: dbias_dtype")
+        outs.append(jax.core.ShapedArray(tuple(sizes[d] for d in EXTRA_DIMS[result].split()), dtype))
     return tuple(outs)
 
 
@@ -206,17 +224,30 @@ _STATICS = ("trans_a", "trans_b", "epilogue", "out_dtype", "dbias_dtype", "split
             "alpha")
 
 
-class _GemmBase(Op):
-    target = "qmesh_gemm"
+def _split(args, epilogue):
+    """(a, b, a_scale_inv, b_scale_inv, extra operand or None) of the outer primitive's five
+    arguments (the fifth is an empty placeholder where the epilogue takes no operand) or of the
+    inner primitive's four or five (only what the handler reads)."""
+    operand = EPILOGUES[Epilogue(epilogue)].operand
+    return (*args[:4], args[4] if operand and len(args) > 4 else None)
+
+
+def _handler_args(a, b, a_scale_inv, b_scale_inv, extra):
+    """The inner primitive's arguments: the placeholder dropped."""
+    return (a, b, a_scale_inv, b_scale_inv) + (() if extra is None else (extra,))
+
+
+@register
+class Gemm(Op):
+    """(a, b, a_scale_inv, b_scale_inv, bias | aux | placeholder) -> d [, aux | dbias]: the
+    fifth argument is the epilogue's operand (EPILOGUES), else an empty float32 [0]."""
+
+    name, target, num_inputs = "qmesh_gemm", "qmesh_gemm", 5
     static_params = _STATICS
 
     @classmethod
-    def _split(cls, args):
-        return (*args[:4], args[4] if len(args) > 4 else None)
-
-    @classmethod
     def abstract(cls, *avals, **params):
-        return _avals(*cls._split(avals), **params)
+        return _avals(*_split(avals, params["epilogue"]), **params)
 
     @classmethod
     def attributes(cls, *, trans_a, trans_b, epilogue, split_accumulator, alpha, **_):
@@ -230,32 +261,33 @@ class _GemmBase(Op):
 
     @classmethod
     def empty(cls, *args, **params):
-        return _reference(*cls._split(args), **params)
+        return _reference(*_split(args, params["epilogue"]), **params)
 
     @classmethod
     def _device_gemm(cls, *args, **params):
-        """The inner primitive; FP8 operands go to CUDA in the TN form."""
+        """The inner primitive on the handler's arguments; FP8 operands go to CUDA in the TN
+        form."""
         a, b = args[:2]
         if a.dtype not in FP8_DTYPES or (not params["trans_a"] and params["trans_b"]):
-            return tuple(_INNER[len(args)].bind(*args, **params))
+            return tuple(cls.inner.bind(*args, **params))
         tn = dict(params, trans_a=False, trans_b=True)
 
         def as_stored(*xs):
-            return tuple(_INNER[len(xs)].bind(*xs, **params))
+            return tuple(cls.inner.bind(*xs, **params))
 
         def as_tn(x, y, *rest):
             x = x.T if params["trans_a"] else x
             y = y if params["trans_b"] else y.T
-            return tuple(_INNER[2 + len(rest)].bind(x, y, *rest, **tn))
+            return tuple(cls.inner.bind(x, y, *rest, **tn))
 
         return lax.platform_dependent(*args, default=as_stored, **{p: as_tn for p in TN_PLATFORMS})
 
     @classmethod
     def local(cls, plan, *args, **params):
+        a, b, a_si, b_si, extra = _split(args, params["epilogue"])
         if not plan:  # K not sharded: the whole GEMM with its epilogue on each device
-            return cls._device_gemm(*args, **params)
+            return cls._device_gemm(*_handler_args(a, b, a_si, b_si, extra), **params)
         k_axes, scatter_axis = plan
-        a, b, a_si, b_si, extra = cls._split(args)
         epilogue = Epilogue(params["epilogue"])
         # The float32 partial product of this device's K-slices (and the partial row sums).
         inner = dict(params, out_dtype=F32, dbias_dtype=F32,
@@ -293,49 +325,26 @@ class _GemmBase(Op):
         a_spec[am], a_spec[ak] = entry(m), entry(k)
         b_spec = [None, None]
         b_spec[bk], b_spec[bn] = entry(k), entry(n)
+        factors = {"m": entry(m_out), "n": entry(n)}
+
+        def extra(name):
+            return named(mesh, *(factors[d] for d in EXTRA_DIMS[name].split()))
+
+        operand, result = EPILOGUES[epilogue]
         args = [named(mesh, *a_spec), named(mesh, *b_spec), named(mesh), named(mesh)]
-        if _EXTRA_INPUT.get(epilogue) == "bias":
-            args.append(named(mesh, entry(n)))
-        elif _EXTRA_INPUT.get(epilogue) == "aux":
-            args.append(named(mesh, entry(m_out), entry(n)))
-        outs = [named(mesh, entry(m_out), entry(n))]
-        if epilogue == Epilogue.BIAS_GELU_AUX:
-            outs.append(named(mesh, entry(m_out), entry(n)))
-        elif epilogue == Epilogue.BIAS_GRAD:
-            outs.append(named(mesh, entry(m_out)))
+        args.append(extra(operand) if operand else named(mesh))
+        outs = [named(mesh, factors["m"], factors["n"])] + ([extra(result)] if result else [])
         return args, outs, (k, scatter) if k else None
 
     @classmethod
     def sharding_rule(cls, value_types, result_types, *, trans_a, trans_b, epilogue, **params):
         epilogue = Epilogue(epilogue)
+        operand, result = EPILOGUES[epilogue]
         operands = ["k m" if trans_a else "m k", "n k" if trans_b else "k n", "", ""]
-        if _EXTRA_INPUT.get(epilogue) == "bias":
-            operands.append("n")
-        elif _EXTRA_INPUT.get(epilogue) == "aux":
-            operands.append("m n")
-        results = ["m n"]
-        if epilogue == Epilogue.BIAS_GELU_AUX:
-            results.append("m n")
-        elif epilogue == Epilogue.BIAS_GRAD:
-            results.append("m")
+        operands.append(EXTRA_DIMS[operand] if operand else "z")
+        results = ["m n"] + ([EXTRA_DIMS[result]] if result else [])
         return f"{', '.join(operands)} -> {', '.join(results)}", {"reduction_factors": ("k",)}
 
-
-@register
-class Gemm(_GemmBase):
-    """(a, b, a_scale_inv, b_scale_inv) -> d [, aux | dbias]: epilogues without an operand."""
-
-    name, num_inputs = "qmesh_gemm", 4
-
-
-@register
-class GemmWithOperand(_GemmBase):
-    """(a, b, a_scale_inv, b_scale_inv, bias | aux) -> d [, aux]: BIAS, BIAS_GELU_AUX, DGELU."""
-
-    name, num_inputs = "qmesh_gemm_epilogue_operand", 5
-
-
-_INNER = {4: Gemm.inner, 5: GemmWithOperand.inner}
 
 # On CUDA the handler takes cuBLASLt's workspace as one more result, which XLA allocates and
 # this lowering drops: the handler then allocates nothing, and XLA may capture it in a command
@@ -353,9 +362,7 @@ def _lower_with_workspace(op, ctx, *args, **params):
     return outs[:-1]
 
 
-for _op in (Gemm, GemmWithOperand):
-    mlir.register_lowering(_op.inner, functools.partial(_lower_with_workspace, _op),
-                           platform="cuda")
+mlir.register_lowering(Gemm.inner, functools.partial(_lower_with_workspace, Gemm), platform="cuda")
 
 
 def gemm(a, b, a_scale_inv=None, b_scale_inv=None, *, trans_a: bool = False,
@@ -380,7 +387,7 @@ def gemm(a, b, a_scale_inv=None, b_scale_inv=None, *, trans_a: bool = False,
     b_scale_inv = one if b_scale_inv is None else jnp.asarray(b_scale_inv)
     if (a.dtype in FP8_DTYPES) and (a_scale_inv is one or b_scale_inv is one):
         raise TypeError("gemm: FP8 operands need a_scale_inv and b_scale_inv (float32 scalars)")
-    wanted = _EXTRA_INPUT.get(epilogue)
+    wanted = EPILOGUES[epilogue].operand
     if wanted != "bias" and bias is not None:
         raise ValueError(f"gemm: bias is given but epilogue {epilogue.name} does not use it")
     if wanted != "aux" and aux is not None:
@@ -395,8 +402,6 @@ def gemm(a, b, a_scale_inv=None, b_scale_inv=None, *, trans_a: bool = False,
                   dbias_dtype=check_wide(out_dtype if dbias_dtype is None else dbias_dtype,
                                          "gemm: dbias_dtype"),
                   split_accumulator=bool(split_accumulator), alpha=float(alpha))
-    if extra is None:
-        outs = Gemm.bind(a, b, a_scale_inv, b_scale_inv, **params)
-    else:
-        outs = GemmWithOperand.bind(a, b, a_scale_inv, b_scale_inv, jnp.asarray(extra), **params)
+    extra = jnp.zeros((0,), F32) if extra is None else jnp.asarray(extra)
+    outs = Gemm.bind(a, b, a_scale_inv, b_scale_inv, extra, **params)
     return outs[0] if len(outs) == 1 else tuple(outs)
