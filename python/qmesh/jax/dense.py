@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -86,7 +87,9 @@ def fp8_unsupported_reason(x_dtype, k: int, n: int, platform: str | None = None)
 
 
 @dataclasses.dataclass(frozen=True)
-class _Config:
+class Config:
+    """The static part of one dense call (a nondiff argument of its custom_vjp)."""
+
     recipe: DelayedScaling | Float8CurrentScaling
     activation: str | None
     has_bias: bool
@@ -96,7 +99,8 @@ class _Config:
     report: bool = dataclasses.field(default_factory=delayed_state.reporting)
 
 
-def _check_state(state, recipe):
+def check_state(state, recipe):
+    """Raises ValueError unless `state` fits `recipe` (init_state(recipe)'s keys and shapes)."""
     if not isinstance(recipe, DelayedScaling):
         if state is not None:
             raise ValueError(f"dense: {type(recipe).__name__} keeps no state; pass state=None")
@@ -141,12 +145,19 @@ def _quantize(x, scale, dtype, recipe):
 SAVED_NAME = "qmesh_fp8_operand"
 
 
-def _saved(q):
-    """(codes, amax, scale_inv) of a Quantized, named for remat; codes come back as FP8."""
+class _Saved(NamedTuple):
+    bits: jax.Array  # the FP8 codes as uint8
+    amax: jax.Array
+    scale_inv: jax.Array
+    codes: jax.Array  # bits as FP8 again
+
+
+def _saved(q) -> _Saved:
+    """The codes, amax and scale_inv of a Quantized, named for remat (codes as their bits)."""
     dtype = q.q.dtype
     bits, amax, scale_inv = checkpoint_name(
         (lax.bitcast_convert_type(q.q, jnp.uint8), q.amax, q.scale_inv), SAVED_NAME)
-    return bits, amax, scale_inv, lax.bitcast_convert_type(bits, dtype)
+    return _Saved(bits, amax, scale_inv, lax.bitcast_convert_type(bits, dtype))
 
 
 def step_of(state, recipe):
@@ -172,13 +183,13 @@ def _forward(cfg, x, kernel, bias, step, xq=None):
     # (XLA fuses them into one elementwise pass). The host GEMM follows the same rule, so both
     # platforms compute the same function.
     if cfg.has_bias and cfg.out_dtype in (jnp.bfloat16, jnp.float16):
-        out = gemm(xq[3], wq[3], xq[2], wq[2], trans_b=False,
+        out = gemm(xq.codes, wq.codes, xq.scale_inv, wq.scale_inv, trans_b=False,
                    epilogue=Epilogue.BIAS_GELU_AUX if gelu_on else Epilogue.BIAS,
                    bias=bias.astype(cfg.out_dtype), out_dtype=cfg.out_dtype)
         out, aux = out if gelu_on else (out, None)
     else:
         wide = cfg.has_bias or gelu_on
-        out = gemm(xq[3], wq[3], xq[2], wq[2], trans_b=False,
+        out = gemm(xq.codes, wq.codes, xq.scale_inv, wq.scale_inv, trans_b=False,
                    out_dtype=F32 if wide else cfg.out_dtype)
         if cfg.has_bias:
             out = out + bias.astype(F32)
@@ -190,22 +201,46 @@ def _forward(cfg, x, kernel, bias, step, xq=None):
     return y, (xq, wq, aux, lead)
 
 
-def _dense_fwd(cfg, x, kernel, bias, state, xq=None, step=None):
-    """step: this step's step_of(...) when the caller already took it."""
+class Residuals(NamedTuple):
+    """What the forward keeps for the backward. The FP8 codes are kept as their uint8 bit
+    patterns (see SAVED_NAME); the *_like arrays are empty, of the dtypes of x, kernel and
+    bias (None without bias): the dtypes of the gradients."""
+
+    x_bits: jax.Array  # x's codes [M, K]
+    x_scale_inv: jax.Array
+    x_amax: jax.Array
+    kernel_bits: jax.Array  # the kernel's codes [K, N]
+    kernel_scale_inv: jax.Array
+    kernel_amax: jax.Array
+    aux: jax.Array | None  # the pre-activation [M, N] with GELU, else None
+    state: dict | None
+    step: tuple | None  # step_of(state, recipe)
+    x_like: jax.Array
+    kernel_like: jax.Array
+    bias_like: jax.Array | None
+
+
+def forward(cfg, x, kernel, bias, state, xq=None, step=None):
+    """(y, Residuals): the forward pass with the residuals its backward needs. xq: x already
+    quantized as [M, K] (the fused LayerNorm's codes); step: this step's step_of(...) when
+    the caller already took it."""
     if step is None:
         step = step_of(state, cfg.recipe)
     y, (xq, wq, aux, lead) = _forward(cfg, x, kernel, bias, step, xq)
-    res = (xq[0], xq[2], xq[1], wq[0], wq[2], wq[1], aux, (state, step),
-           jnp.zeros((0,), x.dtype), jnp.zeros((0,), kernel.dtype),
-           None if bias is None else jnp.zeros((0,), bias.dtype))
+    res = Residuals(xq.bits, xq.scale_inv, xq.amax, wq.bits, wq.scale_inv, wq.amax, aux, state, step,
+                    jnp.zeros((0,), x.dtype), jnp.zeros((0,), kernel.dtype),
+                    None if bias is None else jnp.zeros((0,), bias.dtype))
     return y, res
 
 
-def _dense_bwd(cfg, res, g):
-    x_bits, x_si, x_amax, w_bits, w_si, w_amax, aux, (state, step), x_like, w_like, b_like = res
+def backward(cfg, res: Residuals, g):
+    """(dx, dkernel, dbias, new_state) for the output gradient g [..., N] (dbias None
+    without bias, new_state None without state)."""
     recipe = cfg.recipe
+    step = res.step
     fwd = recipe.fp8_format.fwd_dtype
-    x_q, w_q = (lax.bitcast_convert_type(b, fwd) for b in (x_bits, w_bits))
+    x_q, w_q = (lax.bitcast_convert_type(b, fwd) for b in (res.x_bits, res.kernel_bits))
+    aux = res.aux
     n = g.shape[-1]
     g2 = g.reshape(-1, n)
     if aux is not None:
@@ -225,16 +260,16 @@ def _dense_bwd(cfg, res, g):
     gq = _pin_rows(gq, cfg.row_axes)
     # Both backward GEMMs in the NN form (operands transposed by XLA): the host GEMM is several
     # times faster in it; on CUDA the GEMM takes its TN form and the two transposes cancel.
-    dx = gemm(gq.q, w_q.T, gq.scale_inv, w_si, trans_b=False, out_dtype=x_like.dtype,
-              split_accumulator=True)
-    dw = gemm(x_q.T, gq.q, x_si, gq.scale_inv, trans_b=False, out_dtype=w_like.dtype,
-              split_accumulator=True)
+    dx = gemm(gq.q, w_q.T, gq.scale_inv, res.kernel_scale_inv, trans_b=False,
+              out_dtype=res.x_like.dtype, split_accumulator=True)
+    dw = gemm(x_q.T, gq.q, res.x_scale_inv, gq.scale_inv, trans_b=False,
+              out_dtype=res.kernel_like.dtype, split_accumulator=True)
     dx = dx.reshape(*g.shape[:-1], dx.shape[-1])
-    db = None if b_like is None else dbias.astype(b_like.dtype)
+    db = None if res.bias_like is None else dbias.astype(res.bias_like.dtype)
     new_state = None
     if isinstance(recipe, DelayedScaling):
-        new_state = delayed_state.recorded_state(*step, (x_amax, w_amax, gq.amax), state,
-                                                 report=cfg.report)
+        new_state = delayed_state.recorded_state(*step, (res.x_amax, res.kernel_amax, gq.amax),
+                                                 res.state, report=cfg.report)
     return dx, dw, db, new_state
 
 
@@ -243,7 +278,7 @@ def _dense(cfg, x, kernel, bias, state):
     return _forward(cfg, x, kernel, bias, step_of(state, cfg.recipe))[0]
 
 
-_dense.defvjp(_dense_fwd, _dense_bwd)
+_dense.defvjp(forward, backward)
 
 
 @jax.custom_vjp
@@ -295,7 +330,7 @@ def dense(x, kernel, bias=None, state=None, *, recipe=None, activation: str | No
         if bias.shape != (kernel.shape[1],):
             raise ValueError(f"dense: bias must be [N] = [{kernel.shape[1]}], not "
                              f"{list(bias.shape)}")
-    _check_state(state, recipe)
+    check_state(state, recipe)
     out_dtype = jnp.dtype(x.dtype if out_dtype is None else out_dtype)
     for dtype, what in ((x.dtype, "x"), (kernel.dtype, "kernel"), (out_dtype, "out_dtype")):
         if not jnp.issubdtype(dtype, jnp.floating) or dtype in FP8_DTYPES:
@@ -312,5 +347,5 @@ def dense(x, kernel, bias=None, state=None, *, recipe=None, activation: str | No
         return y if state is None else _pass_state(y, state)
     if row_axes is not None:
         row_axes = tuple(row_axes)
-    cfg = _Config(recipe, activation, bias is not None, out_dtype, row_axes)
+    cfg = Config(recipe, activation, bias is not None, out_dtype, row_axes)
     return _dense(cfg, x, kernel, bias, state)

@@ -34,7 +34,7 @@ def _fwd(cfg, eps, x, gamma, beta, kernel, bias, state):
     step = _dense.step_of(state, cfg.recipe)
     ln, xq, mean, rstd = layer_norm_fwd_quantize(
         x.reshape(-1, h), gamma, beta, step[1][0], cfg.recipe.fp8_format.fwd_dtype, eps=eps)
-    y, dense_res = _dense._dense_fwd(cfg, ln, kernel, bias, state, xq, step)
+    y, dense_res = _dense.forward(cfg, ln, kernel, bias, state, xq, step)
     y = y.reshape(*x.shape[:-1], y.shape[-1])
     return (y, ln.reshape(x.shape)), (dense_res, x.reshape(-1, h), gamma, mean, rstd)
 
@@ -42,7 +42,7 @@ def _fwd(cfg, eps, x, gamma, beta, kernel, bias, state):
 def _bwd(cfg, eps, res, cts):
     dense_res, x2, gamma, mean, rstd = res
     g, g_ln = cts
-    d_ln, dw, db, new_state = _dense._dense_bwd(cfg, dense_res, g.reshape(-1, g.shape[-1]))
+    d_ln, dw, db, new_state = _dense.backward(cfg, dense_res, g.reshape(-1, g.shape[-1]))
     d_ln = d_ln.astype(F32) + g_ln.reshape(d_ln.shape).astype(F32)
     dx, dgamma, dbeta = layer_norm_bwd(d_ln, x2, gamma, mean, rstd)
     return dx.reshape(g_ln.shape), dgamma, dbeta, dw, db, new_state
@@ -83,8 +83,8 @@ def layernorm_dense(x, gamma, beta, kernel, bias=None, state=None, *, recipe,
     if bias is not None and jnp.shape(bias) != (kernel.shape[1],):
         raise ValueError(f"layernorm_dense: bias must be [N] = [{kernel.shape[1]}], not "
                          f"{list(jnp.shape(bias))}")
-    _dense._check_state(state, recipe)
-    cfg = _dense._Config(recipe, activation, bias is not None, F32,
+    _dense.check_state(state, recipe)
+    cfg = _dense.Config(recipe, activation, bias is not None, F32,
                          None if row_axes is None else tuple(row_axes))
     return _layernorm_dense(cfg, float(eps), x, jnp.asarray(gamma), jnp.asarray(beta), kernel,
                             None if bias is None else jnp.asarray(bias, F32), state)
