@@ -19,6 +19,7 @@ WIDE_DTYPES = (F32, jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
 
 # ---- dtypes and scalars -----------------------------------------------------------------------
 
+
 def check_fp8(dtype):
     """The FP8 dtype `dtype` names; raises TypeError for any other dtype."""
     dtype = jnp.dtype(dtype)
@@ -44,10 +45,13 @@ def check_wide(dtype, what: str):
 def check_scalar(aval, what: str) -> None:
     """Raises TypeError unless `aval` is a float32 scalar of shape () (a scale, scale_inv)."""
     if aval.dtype != F32 or aval.shape != ():
-        raise TypeError(f"{what} must be a float32 scalar (shape ()), not {aval.dtype}{list(aval.shape)}")
+        raise TypeError(
+            f"{what} must be a float32 scalar (shape ()), not {aval.dtype}{list(aval.shape)}"
+        )
 
 
 # ---- partition specs --------------------------------------------------------------------------
+
 
 def axes_of(entry) -> tuple[str, ...]:
     """The mesh axes one PartitionSpec entry names (None, 'dp' or ('dp', 'tp'))."""
@@ -83,5 +87,7 @@ def divides(mesh, axes, size: int) -> bool:
 def even_spec(mesh, info, ndim: int | None = None) -> tuple:
     """spec_of(info) with every dimension whose mesh axes do not divide its size replicated:
     XLA pads such shards, and an op must not read the padding as data."""
-    return tuple(e if e is None or divides(mesh, axes_of(e), info.shape[d]) else None
-                 for d, e in enumerate(spec_of(info, ndim)))
+    return tuple(
+        e if e is None or divides(mesh, axes_of(e), info.shape[d]) else None
+        for d, e in enumerate(spec_of(info, ndim))
+    )

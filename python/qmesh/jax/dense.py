@@ -43,7 +43,6 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.ad_checkpoint import checkpoint_name
-
 from jax.sharding import PartitionSpec
 
 from qmesh.jax import delayed_state, sharding, stats
@@ -81,8 +80,10 @@ def fp8_unsupported_reason(x_dtype, k: int, n: int, platform: str | None = None)
         return f"dense: x must be float32, bfloat16 or float16 for FP8, not {jnp.dtype(x_dtype)}"
     platform = backend_platform() if platform is None else platform
     if platform in ("cuda", "gpu") and (k % 16 or n % 16):
-        return (f"dense: FP8 on CUDA needs the input features K and output features N to be "
-                f"multiples of 16 (cuBLASLt), got K={k}, N={n}")
+        return (
+            f"dense: FP8 on CUDA needs the input features K and output features N to be "
+            f"multiples of 16 (cuBLASLt), got K={k}, N={n}"
+        )
     return None
 
 
@@ -106,19 +107,25 @@ def check_state(state, recipe):
             raise ValueError(f"dense: {type(recipe).__name__} keeps no state; pass state=None")
         return
     if not isinstance(state, dict):
-        raise ValueError("dense: DelayedScaling needs the state of init_state(recipe) (a dict "
-                         f"of input_/kernel_/output_grad_ amax_history and scale), not "
-                         f"{type(state).__name__}")
+        raise ValueError(
+            "dense: DelayedScaling needs the state of init_state(recipe) (a dict "
+            f"of input_/kernel_/output_grad_ amax_history and scale), not "
+            f"{type(state).__name__}"
+        )
     wanted = [f"{o}_{s}" for o in OPERANDS for s in ("amax_history", "scale")]
     missing, extra = [k for k in wanted if k not in state], sorted(set(state) - set(wanted))
     if missing or extra:
-        raise ValueError(f"dense: the state lacks {missing} and has unknown keys {extra}; "
-                         "start from init_state(recipe)")
+        raise ValueError(
+            f"dense: the state lacks {missing} and has unknown keys {extra}; "
+            "start from init_state(recipe)"
+        )
     for o in OPERANDS:
         h, s = jnp.shape(state[f"{o}_amax_history"]), jnp.shape(state[f"{o}_scale"])
         if h != (recipe.amax_history_len,) or s not in ((), (1,)):
-            raise ValueError(f"dense: state {o}_amax_history must be [{recipe.amax_history_len}] "
-                             f"and {o}_scale a scalar, not {list(h)} and {list(s)}")
+            raise ValueError(
+                f"dense: state {o}_amax_history must be [{recipe.amax_history_len}] "
+                f"and {o}_scale a scalar, not {list(h)} and {list(s)}"
+            )
     delayed_state.check_state(state, "dense")
 
 
@@ -134,8 +141,9 @@ def _quantize(x, scale, dtype, recipe):
     """x quantized with `scale` (delayed scaling) or its own amax (current scaling)."""
     if isinstance(recipe, DelayedScaling):
         return quantize(x, scale, dtype)
-    return quantize_current(x, dtype, power_of_two_scales=recipe.power_of_two_scales,
-                            amax_epsilon=recipe.amax_epsilon)
+    return quantize_current(
+        x, dtype, power_of_two_scales=recipe.power_of_two_scales, amax_epsilon=recipe.amax_epsilon
+    )
 
 
 # FP8 residuals are kept as their uint8 bit patterns under this checkpoint name: jax.checkpoint
@@ -156,7 +164,8 @@ def _saved(q) -> _Saved:
     """The codes, amax and scale_inv of a Quantized, named for remat (codes as their bits)."""
     dtype = q.q.dtype
     bits, amax, scale_inv = checkpoint_name(
-        (lax.bitcast_convert_type(q.q, jnp.uint8), q.amax, q.scale_inv), SAVED_NAME)
+        (lax.bitcast_convert_type(q.q, jnp.uint8), q.amax, q.scale_inv), SAVED_NAME
+    )
     return _Saved(bits, amax, scale_inv, lax.bitcast_convert_type(bits, dtype))
 
 
@@ -183,14 +192,27 @@ def _forward(cfg, x, kernel, bias, step, xq=None):
     # (XLA fuses them into one elementwise pass). The host GEMM follows the same rule, so both
     # platforms compute the same function.
     if cfg.has_bias and cfg.out_dtype in (jnp.bfloat16, jnp.float16):
-        out = gemm(xq.codes, wq.codes, xq.scale_inv, wq.scale_inv, trans_b=False,
-                   epilogue=Epilogue.BIAS_GELU_AUX if gelu_on else Epilogue.BIAS,
-                   bias=bias.astype(cfg.out_dtype), out_dtype=cfg.out_dtype)
+        out = gemm(
+            xq.codes,
+            wq.codes,
+            xq.scale_inv,
+            wq.scale_inv,
+            trans_b=False,
+            epilogue=Epilogue.BIAS_GELU_AUX if gelu_on else Epilogue.BIAS,
+            bias=bias.astype(cfg.out_dtype),
+            out_dtype=cfg.out_dtype,
+        )
         out, aux = out if gelu_on else (out, None)
     else:
         wide = cfg.has_bias or gelu_on
-        out = gemm(xq.codes, wq.codes, xq.scale_inv, wq.scale_inv, trans_b=False,
-                   out_dtype=F32 if wide else cfg.out_dtype)
+        out = gemm(
+            xq.codes,
+            wq.codes,
+            xq.scale_inv,
+            wq.scale_inv,
+            trans_b=False,
+            out_dtype=F32 if wide else cfg.out_dtype,
+        )
         if cfg.has_bias:
             out = out + bias.astype(F32)
         aux = out if gelu_on else None  # the float32 pre-activation
@@ -227,9 +249,20 @@ def forward(cfg, x, kernel, bias, state, xq=None, step=None):
     if step is None:
         step = step_of(state, cfg.recipe)
     y, (xq, wq, aux, lead) = _forward(cfg, x, kernel, bias, step, xq)
-    res = Residuals(xq.bits, xq.scale_inv, xq.amax, wq.bits, wq.scale_inv, wq.amax, aux, state, step,
-                    jnp.zeros((0,), x.dtype), jnp.zeros((0,), kernel.dtype),
-                    None if bias is None else jnp.zeros((0,), bias.dtype))
+    res = Residuals(
+        xq.bits,
+        xq.scale_inv,
+        xq.amax,
+        wq.bits,
+        wq.scale_inv,
+        wq.amax,
+        aux,
+        state,
+        step,
+        jnp.zeros((0,), x.dtype),
+        jnp.zeros((0,), kernel.dtype),
+        None if bias is None else jnp.zeros((0,), bias.dtype),
+    )
     return y, res
 
 
@@ -260,16 +293,31 @@ def backward(cfg, res: Residuals, g):
     gq = _pin_rows(gq, cfg.row_axes)
     # Both backward GEMMs in the NN form (operands transposed by XLA): the host GEMM is several
     # times faster in it; on CUDA the GEMM takes its TN form and the two transposes cancel.
-    dx = gemm(gq.q, w_q.T, gq.scale_inv, res.kernel_scale_inv, trans_b=False,
-              out_dtype=res.x_like.dtype, split_accumulator=True)
-    dw = gemm(x_q.T, gq.q, res.x_scale_inv, gq.scale_inv, trans_b=False,
-              out_dtype=res.kernel_like.dtype, split_accumulator=True)
+    dx = gemm(
+        gq.q,
+        w_q.T,
+        gq.scale_inv,
+        res.kernel_scale_inv,
+        trans_b=False,
+        out_dtype=res.x_like.dtype,
+        split_accumulator=True,
+    )
+    dw = gemm(
+        x_q.T,
+        gq.q,
+        res.x_scale_inv,
+        gq.scale_inv,
+        trans_b=False,
+        out_dtype=res.kernel_like.dtype,
+        split_accumulator=True,
+    )
     dx = dx.reshape(*g.shape[:-1], dx.shape[-1])
     db = None if res.bias_like is None else dbias.astype(res.bias_like.dtype)
     new_state = None
     if isinstance(recipe, DelayedScaling):
-        new_state = delayed_state.recorded_state(*step, (res.x_amax, res.kernel_amax, gq.amax),
-                                                 res.state, report=cfg.report)
+        new_state = delayed_state.recorded_state(
+            *step, (res.x_amax, res.kernel_amax, gq.amax), res.state, report=cfg.report
+        )
     return dx, dw, db, new_state
 
 
@@ -301,8 +349,18 @@ def _fallback(x, kernel, bias, activation, out_dtype):
     return y.astype(out_dtype)
 
 
-def dense(x, kernel, bias=None, state=None, *, recipe=None, activation: str | None = None,
-          out_dtype=None, fallback: str | None = None, row_axes: tuple | None = None):
+def dense(
+    x,
+    kernel,
+    bias=None,
+    state=None,
+    *,
+    recipe=None,
+    activation: str | None = None,
+    out_dtype=None,
+    fallback: str | None = None,
+    row_axes: tuple | None = None,
+):
     """act(x @ kernel + bias) with FP8 GEMMs in forward and backward.
 
     x: [..., K] (float32, bfloat16 or float16); kernel: [K, N]; bias: [N] or None; state: the
@@ -323,19 +381,24 @@ def dense(x, kernel, bias=None, state=None, *, recipe=None, activation: str | No
         raise ValueError(f"dense: fallback must be None or 'bf16', not {fallback!r}")
     x, kernel = jnp.asarray(x), jnp.asarray(kernel)
     if x.ndim < 1 or kernel.ndim != 2 or x.shape[-1] != kernel.shape[0]:
-        raise ValueError(f"dense: x must be [..., K] and kernel [K, N] with the same K, got x "
-                         f"{tuple(x.shape)} and kernel {tuple(kernel.shape)}")
+        raise ValueError(
+            f"dense: x must be [..., K] and kernel [K, N] with the same K, got x "
+            f"{tuple(x.shape)} and kernel {tuple(kernel.shape)}"
+        )
     if bias is not None:
         bias = jnp.asarray(bias)
         if bias.shape != (kernel.shape[1],):
-            raise ValueError(f"dense: bias must be [N] = [{kernel.shape[1]}], not "
-                             f"{list(bias.shape)}")
+            raise ValueError(
+                f"dense: bias must be [N] = [{kernel.shape[1]}], not {list(bias.shape)}"
+            )
     check_state(state, recipe)
     out_dtype = jnp.dtype(x.dtype if out_dtype is None else out_dtype)
     for dtype, what in ((x.dtype, "x"), (kernel.dtype, "kernel"), (out_dtype, "out_dtype")):
         if not jnp.issubdtype(dtype, jnp.floating) or dtype in FP8_DTYPES:
-            raise TypeError(f"dense: {what} must be a floating dtype wider than FP8 (float32, "
-                            f"bfloat16, float16; others run with fallback='bf16'), not {dtype}")
+            raise TypeError(
+                f"dense: {what} must be a floating dtype wider than FP8 (float32, "
+                f"bfloat16, float16; others run with fallback='bf16'), not {dtype}"
+            )
     reason = fp8_unsupported_reason(x.dtype, kernel.shape[0], kernel.shape[1])
     if reason is None and kernel.dtype not in WIDE_DTYPES:
         reason = f"dense: kernel must be float32, bfloat16 or float16 for FP8, not {kernel.dtype}"

@@ -49,8 +49,18 @@ from jax import lax
 from jax.interpreters import mlir
 
 from qmesh.jax import _ffi, primitive, sharding
-from qmesh.jax.common import (F32, FP8_DTYPES, WIDE_DTYPES, axes_of, check_scalar, check_wide,
-                              divides, entry, named, spec_of)
+from qmesh.jax.common import (
+    F32,
+    FP8_DTYPES,
+    WIDE_DTYPES,
+    axes_of,
+    check_scalar,
+    check_wide,
+    divides,
+    entry,
+    named,
+    spec_of,
+)
 from qmesh.jax.primitive import Op, register
 
 # Platforms whose FP8 GEMM takes the TN form only (FP8 operands are transposed into it there).
@@ -94,12 +104,15 @@ def _epilogue(value) -> Epilogue:
         try:
             return Epilogue[value.upper()]
         except KeyError:
-            raise ValueError(f"gemm: unknown epilogue {value!r}; one of "
-                             f"{[e.name for e in Epilogue]}") from None
+            raise ValueError(
+                f"gemm: unknown epilogue {value!r}; one of {[e.name for e in Epilogue]}"
+            ) from None
     try:
         return Epilogue(int(value))
     except (ValueError, TypeError):
-        raise ValueError(f"gemm: epilogue must be a qmesh.jax.Epilogue (0..5), not {value!r}") from None
+        raise ValueError(
+            f"gemm: epilogue must be a qmesh.jax.Epilogue (0..5), not {value!r}"
+        ) from None
 
 
 def _dims(trans_a: bool, trans_b: bool):
@@ -109,18 +122,24 @@ def _dims(trans_a: bool, trans_b: bool):
 
 def _problem(a, b, trans_a, trans_b):
     """(M, K, N) of the GEMM; raises for ranks or inner dimensions that do not fit."""
-    for x, name, flag, stored in ((a, "a", "trans_a", ("[M, K]", "[K, M]")),
-                                  (b, "b", "trans_b", ("[K, N]", "[N, K]"))):
+    for x, name, flag, stored in (
+        (a, "a", "trans_a", ("[M, K]", "[K, M]")),
+        (b, "b", "trans_b", ("[K, N]", "[N, K]")),
+    ):
         if x.ndim != 2:
             trans = trans_a if name == "a" else trans_b
-            raise ValueError(f"gemm: {name} must be 2-D, {stored[int(trans)]} with {flag}={trans}, "
-                             f"not shape {tuple(x.shape)}")
+            raise ValueError(
+                f"gemm: {name} must be 2-D, {stored[int(trans)]} with {flag}={trans}, "
+                f"not shape {tuple(x.shape)}"
+            )
     (am, ak), (bk, bn) = _dims(trans_a, trans_b)
     m, k, kb, n = a.shape[am], a.shape[ak], b.shape[bk], b.shape[bn]
     if k != kb:
-        raise ValueError(f"gemm: inner dimensions differ: op(a) is [{m}, {k}] (a {tuple(a.shape)}, "
-                         f"trans_a={trans_a}) but op(b) is [{kb}, {n}] (b {tuple(b.shape)}, "
-                         f"trans_b={trans_b})")
+        raise ValueError(
+            f"gemm: inner dimensions differ: op(a) is [{m}, {k}] (a {tuple(a.shape)}, "
+            f"trans_a={trans_a}) but op(b) is [{kb}, {n}] (b {tuple(b.shape)}, "
+            f"trans_b={trans_b})"
+        )
     return m, k, n
 
 
@@ -128,29 +147,50 @@ def _check_operands(a, b, a_scale_inv, b_scale_inv):
     fp8 = (a.dtype in FP8_DTYPES, b.dtype in FP8_DTYPES)
     if any(fp8):
         if not all(fp8):
-            raise TypeError(f"gemm: a and b must both be FP8 or both one plain dtype, got {a.dtype} "
-                            f"and {b.dtype}")
+            raise TypeError(
+                f"gemm: a and b must both be FP8 or both one plain dtype, got {a.dtype} "
+                f"and {b.dtype}"
+            )
         if a.dtype == b.dtype == FP8_DTYPES[1]:
-            raise TypeError("gemm: float8_e5m2 x float8_e5m2 is not supported (cuBLASLt lacks it): "
-                            "use e4m3 x e4m3, e4m3 x e5m2 or e5m2 x e4m3")
+            raise TypeError(
+                "gemm: float8_e5m2 x float8_e5m2 is not supported (cuBLASLt lacks it): "
+                "use e4m3 x e4m3, e4m3 x e5m2 or e5m2 x e4m3"
+            )
         for s, what in ((a_scale_inv, "a_scale_inv"), (b_scale_inv, "b_scale_inv")):
             check_scalar(s, f"gemm: {what}")
     else:
         if a.dtype not in WIDE_DTYPES or a.dtype != b.dtype:
-            raise TypeError(f"gemm: a and b must have the same dtype, one of float32, bfloat16, "
-                            f"float16 (or both be FP8), got {a.dtype} and {b.dtype}")
+            raise TypeError(
+                f"gemm: a and b must have the same dtype, one of float32, bfloat16, "
+                f"float16 (or both be FP8), got {a.dtype} and {b.dtype}"
+            )
 
 
-def _avals(a, b, a_scale_inv, b_scale_inv, extra, *, trans_a, trans_b, epilogue, out_dtype,
-           dbias_dtype, split_accumulator, alpha):
+def _avals(
+    a,
+    b,
+    a_scale_inv,
+    b_scale_inv,
+    extra,
+    *,
+    trans_a,
+    trans_b,
+    epilogue,
+    out_dtype,
+    dbias_dtype,
+    split_accumulator,
+    alpha,
+):
     epilogue = Epilogue(epilogue)
     _check_operands(a, b, a_scale_inv, b_scale_inv)
     m, _, n = _problem(a, b, trans_a, trans_b)
     out_dtype = check_wide(out_dtype, "gemm: out_dtype")
     wanted, result = EPILOGUES[epilogue]
     if (extra is None) != (wanted is None):
-        raise ValueError(f"gemm: epilogue {epilogue.name} "
-                         + (f"needs {wanted}" if wanted else "takes no bias or aux operand"))
+        raise ValueError(
+            f"gemm: epilogue {epilogue.name} "
+            + (f"needs {wanted}" if wanted else "takes no bias or aux operand")
+        )
     sizes = {"m": m, "n": n}
     outs = [jax.core.ShapedArray((m, n), out_dtype)]
     if wanted:
@@ -159,12 +199,16 @@ def _avals(a, b, a_scale_inv, b_scale_inv, extra, *, trans_a, trans_b, epilogue,
         shape = tuple(sizes[d] for d in dims)
         if extra.shape != shape:
             like = " like the output" if wanted == "aux" else ""
-            raise ValueError(f"gemm: {wanted} of epilogue {epilogue.name} must be "
-                             f"[{', '.join(d.upper() for d in dims)}] = "
-                             f"[{', '.join(map(str, shape))}]{like}, not {list(extra.shape)}")
+            raise ValueError(
+                f"gemm: {wanted} of epilogue {epilogue.name} must be "
+                f"[{', '.join(d.upper() for d in dims)}] = "
+                f"[{', '.join(map(str, shape))}]{like}, not {list(extra.shape)}"
+            )
     if result:
         dtype = extra.dtype if result == "aux" else check_wide(dbias_dtype, "gemm: dbias_dtype")
-        outs.append(jax.core.ShapedArray(tuple(sizes[d] for d in EXTRA_DIMS[result].split()), dtype))
+        outs.append(
+            jax.core.ShapedArray(tuple(sizes[d] for d in EXTRA_DIMS[result].split()), dtype)
+        )
     return tuple(outs)
 
 
@@ -203,8 +247,21 @@ def _finish(r, extra, *, epilogue, out_dtype, aux_dtype=None):
     return r.astype(out_dtype), aux
 
 
-def _reference(a, b, a_scale_inv, b_scale_inv, extra, *, trans_a, trans_b, epilogue, out_dtype,
-               dbias_dtype, alpha, **_):
+def _reference(
+    a,
+    b,
+    a_scale_inv,
+    b_scale_inv,
+    extra,
+    *,
+    trans_a,
+    trans_b,
+    epilogue,
+    out_dtype,
+    dbias_dtype,
+    alpha,
+    **_,
+):
     """The GEMM in plain JAX (used for inputs with no elements)."""
     fa = a.astype(F32) * (a_scale_inv if a.dtype in FP8_DTYPES else 1.0)
     fb = b.astype(F32) * (b_scale_inv if b.dtype in FP8_DTYPES else 1.0)
@@ -220,8 +277,15 @@ def _reference(a, b, a_scale_inv, b_scale_inv, extra, *, trans_a, trans_b, epilo
 
 # ---- the primitives ---------------------------------------------------------------------------
 
-_STATICS = ("trans_a", "trans_b", "epilogue", "out_dtype", "dbias_dtype", "split_accumulator",
-            "alpha")
+_STATICS = (
+    "trans_a",
+    "trans_b",
+    "epilogue",
+    "out_dtype",
+    "dbias_dtype",
+    "split_accumulator",
+    "alpha",
+)
 
 
 def _split(args, epilogue):
@@ -251,8 +315,13 @@ class Gemm(Op):
 
     @classmethod
     def attributes(cls, *, trans_a, trans_b, epilogue, split_accumulator, alpha, **_):
-        return dict(trans_a=bool(trans_a), trans_b=bool(trans_b), epilogue=np.int32(epilogue),
-                    split_accumulator=bool(split_accumulator), alpha=np.float32(alpha))
+        return dict(
+            trans_a=bool(trans_a),
+            trans_b=bool(trans_b),
+            epilogue=np.int32(epilogue),
+            split_accumulator=bool(split_accumulator),
+            alpha=np.float32(alpha),
+        )
 
     @classmethod
     def is_empty(cls, *avals, **params):
@@ -290,18 +359,28 @@ class Gemm(Op):
         k_axes, scatter_axis = plan
         epilogue = Epilogue(params["epilogue"])
         # The float32 partial product of this device's K-slices (and the partial row sums).
-        inner = dict(params, out_dtype=F32, dbias_dtype=F32,
-                     epilogue=Epilogue.BIAS_GRAD if epilogue == Epilogue.BIAS_GRAD else Epilogue.NONE)
+        inner = dict(
+            params,
+            out_dtype=F32,
+            dbias_dtype=F32,
+            epilogue=Epilogue.BIAS_GRAD if epilogue == Epilogue.BIAS_GRAD else Epilogue.NONE,
+        )
         partial = tuple(cls._device_gemm(a, b, a_si, b_si, **inner))
         summed_axes = tuple(x for x in k_axes if x != scatter_axis)
         summed = lax.psum(partial, summed_axes) if summed_axes else partial
         if scatter_axis:  # sequence parallel: each device keeps its M-slice of the sum
-            summed = tuple(lax.psum_scatter(p, scatter_axis, scatter_dimension=0, tiled=True)
-                           for p in summed)
+            summed = tuple(
+                lax.psum_scatter(p, scatter_axis, scatter_dimension=0, tiled=True) for p in summed
+            )
         if epilogue == Epilogue.BIAS_GRAD:
             return summed[0].astype(params["out_dtype"]), summed[1].astype(params["dbias_dtype"])
-        d, aux = _finish(summed[0], extra, epilogue=epilogue, out_dtype=params["out_dtype"],
-                         aux_dtype=None if extra is None else extra.dtype)
+        d, aux = _finish(
+            summed[0],
+            extra,
+            epilogue=epilogue,
+            out_dtype=params["out_dtype"],
+            aux_dtype=None if extra is None else extra.dtype,
+        )
         return (d,) if aux is None else (d, aux)
 
     @classmethod
@@ -310,6 +389,7 @@ class Gemm(Op):
         a, b = arg_infos[:2]
         (am, ak), (bk, bn) = _dims(trans_a, trans_b)
         sa, sb = spec_of(a), spec_of(b)
+
         def usable(axes, dim, taken):
             axes = tuple(x for x in axes if x not in taken)
             return axes if axes and divides(mesh, axes, dim) else ()
@@ -357,18 +437,31 @@ def _lower_with_workspace(op, ctx, *args, **params):
     if op.is_empty(*ctx.avals_in, **params):
         return primitive._lower_inner(op, ctx, *args, **params)
     lowering = jax.ffi.ffi_lowering(op.target)
-    outs = lowering(ctx.replace(avals_out=[*ctx.avals_out, _WORKSPACE]), *args,
-                    **op.attributes(**params))
+    outs = lowering(
+        ctx.replace(avals_out=[*ctx.avals_out, _WORKSPACE]), *args, **op.attributes(**params)
+    )
     return outs[:-1]
 
 
 mlir.register_lowering(Gemm.inner, functools.partial(_lower_with_workspace, Gemm), platform="cuda")
 
 
-def gemm(a, b, a_scale_inv=None, b_scale_inv=None, *, trans_a: bool = False,
-         trans_b: bool = True, epilogue=Epilogue.NONE, bias=None, aux=None,
-         out_dtype=jnp.float32, split_accumulator: bool = False, alpha: float = 1.0,
-         dbias_dtype=None):
+def gemm(
+    a,
+    b,
+    a_scale_inv=None,
+    b_scale_inv=None,
+    *,
+    trans_a: bool = False,
+    trans_b: bool = True,
+    epilogue=Epilogue.NONE,
+    bias=None,
+    aux=None,
+    out_dtype=jnp.float32,
+    split_accumulator: bool = False,
+    alpha: float = 1.0,
+    dbias_dtype=None,
+):
     """D = epilogue(alpha * op(a) @ op(b)) in `out_dtype` (float32, bfloat16 or float16).
 
     a, b: 2-D, both FP8 with their float32 scalar scale_inv (x ~= code * scale_inv), or both
@@ -391,17 +484,25 @@ def gemm(a, b, a_scale_inv=None, b_scale_inv=None, *, trans_a: bool = False,
     if wanted != "bias" and bias is not None:
         raise ValueError(f"gemm: bias is given but epilogue {epilogue.name} does not use it")
     if wanted != "aux" and aux is not None:
-        raise ValueError(f"gemm: aux is given but epilogue {epilogue.name} does not take it as an "
-                         "operand (BIAS_GELU_AUX returns it)")
+        raise ValueError(
+            f"gemm: aux is given but epilogue {epilogue.name} does not take it as an "
+            "operand (BIAS_GELU_AUX returns it)"
+        )
     extra = bias if wanted == "bias" else aux if wanted == "aux" else None
     if wanted and extra is None:
         raise ValueError(f"gemm: epilogue {epilogue.name} needs {wanted}")
     out_dtype = check_wide(out_dtype, "gemm: out_dtype")
-    params = dict(trans_a=bool(trans_a), trans_b=bool(trans_b), epilogue=epilogue,
-                  out_dtype=out_dtype,
-                  dbias_dtype=check_wide(out_dtype if dbias_dtype is None else dbias_dtype,
-                                         "gemm: dbias_dtype"),
-                  split_accumulator=bool(split_accumulator), alpha=float(alpha))
+    params = dict(
+        trans_a=bool(trans_a),
+        trans_b=bool(trans_b),
+        epilogue=epilogue,
+        out_dtype=out_dtype,
+        dbias_dtype=check_wide(
+            out_dtype if dbias_dtype is None else dbias_dtype, "gemm: dbias_dtype"
+        ),
+        split_accumulator=bool(split_accumulator),
+        alpha=float(alpha),
+    )
     extra = jnp.zeros((0,), F32) if extra is None else jnp.asarray(extra)
     outs = Gemm.bind(a, b, a_scale_inv, b_scale_inv, extra, **params)
     return outs[0] if len(outs) == 1 else tuple(outs)

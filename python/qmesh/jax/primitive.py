@@ -20,17 +20,15 @@ import functools
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax._src import dispatch
+from jax._src.dispatch import apply_primitive
+from jax._src.sharding_impls import ShardingContext
 from jax.experimental.custom_partitioning import custom_partitioning
 from jax.extend.core import Primitive
 from jax.interpreters import batching, mlir
 
-from jax._src.sharding_impls import ShardingContext
-
 from qmesh.jax import _ffi, sharding
 from qmesh.jax.common import named
-
-from jax._src import dispatch
-from jax._src.dispatch import apply_primitive
 
 
 class Op:
@@ -104,7 +102,9 @@ def _lower_inner(op, ctx, *args, **params):
         _ffi.cap_cpu_threads()
         _threads_capped = True
     if op.is_empty(*ctx.avals_in, **params):
-        return mlir.lower_fun(functools.partial(op.empty, **params), multiple_results=True)(ctx, *args)
+        return mlir.lower_fun(functools.partial(op.empty, **params), multiple_results=True)(
+            ctx, *args
+        )
     lowering = jax.ffi.ffi_lowering(op.target, operand_output_aliases=dict(op.output_aliases))
     return lowering(ctx, *args, **op.attributes(**params))
 
@@ -124,8 +124,15 @@ def _batch_by_map(op, args, dims, **params):
 
     outs = lax.map(one, moved) if size else None
     if outs is None:  # an empty batch: shapes from the abstract evaluation
-        avals = op.abstract(*[jax.core.ShapedArray(jnp.moveaxis(a, d, 0).shape[1:] if d is not None else a.shape, a.dtype)
-                              for a, d in zip(args, dims)], **{k: v for k, v in params.items() if k != "resource"})
+        avals = op.abstract(
+            *[
+                jax.core.ShapedArray(
+                    jnp.moveaxis(a, d, 0).shape[1:] if d is not None else a.shape, a.dtype
+                )
+                for a, d in zip(args, dims)
+            ],
+            **{k: v for k, v in params.items() if k != "resource"},
+        )
         outs = tuple(jnp.zeros((0,) + a.shape, a.dtype) for a in avals)
     return outs, (0,) * len(outs)
 
@@ -182,8 +189,9 @@ def register(op: type[Op]) -> type[Op]:
         *static, _mesh, value_types, result_types = static_and_more
         return op.sharding_rule(value_types, result_types, **strip(dict(zip(statics, static))))
 
-    partitioned.def_partition(partition=partition, infer_sharding_from_operands=infer,
-                              sharding_rule=rule)
+    partitioned.def_partition(
+        partition=partition, infer_sharding_from_operands=infer, sharding_rule=rule
+    )
 
     outer = Primitive(op.name)
     outer.multiple_results = True

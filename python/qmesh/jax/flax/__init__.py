@@ -7,5 +7,14 @@ from qmesh.jax.flax.module import DenseGeneral, LayerNormDenseGeneral, LayerNorm
 from qmesh.jax.flax.sharding import logical_axis_rules
 from qmesh.jax.flax.train_state import TrainState
 
-__all__ = ["DenseGeneral", "LayerNormDenseGeneral", "LayerNormMLP", "Softmax", "TrainState",
-           "fp8_meta", "logical_axis_rules", "make_dot_general_cls", "saturation"]
+__all__ = [
+    "DenseGeneral",
+    "LayerNormDenseGeneral",
+    "LayerNormMLP",
+    "Softmax",
+    "TrainState",
+    "fp8_meta",
+    "logical_axis_rules",
+    "make_dot_general_cls",
+    "saturation",
+]

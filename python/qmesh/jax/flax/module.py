@@ -37,9 +37,16 @@ from jax import lax
 
 from qmesh.jax.dense import FALLBACKS, dense, fp8_unsupported_reason
 from qmesh.jax.flax.dot_general import fp8_state
-from qmesh.jax.flax.sharding import (DOT_1_INPUT_AXES, HIDDEN_AXES, SEQ_AXES, activation_spec,
-                                     check_divisible, constrain_activation, rows_of,
-                                     token_layout)
+from qmesh.jax.flax.sharding import (
+    DOT_1_INPUT_AXES,
+    HIDDEN_AXES,
+    SEQ_AXES,
+    activation_spec,
+    check_divisible,
+    constrain_activation,
+    rows_of,
+    token_layout,
+)
 from qmesh.jax.gemm import gelu
 from qmesh.jax.layer_norm import layer_norm
 from qmesh.jax.layernorm_dense import layernorm_dense
@@ -47,7 +54,10 @@ from qmesh.jax.recipe import DelayedScaling, check_recipe
 from qmesh.jax.sharding import constrain
 
 ACTIVATIONS: dict[str, Callable] = {
-    "gelu": gelu, "relu": jax.nn.relu, "silu": jax.nn.silu, "linear": lambda x: x,
+    "gelu": gelu,
+    "relu": jax.nn.relu,
+    "silu": jax.nn.silu,
+    "linear": lambda x: x,
 }
 NORMS = ("layernorm", "rmsnorm")
 SOFTMAX_TYPES = ("scaled", "scaled_masked", "scaled_upper_triang_masked")
@@ -63,8 +73,9 @@ def _normalize_axes(axis, ndim: int) -> tuple:
     axes = _tuple(axis)
     bad = [a for a in axes if not -ndim <= a < ndim]
     if bad:
-        raise ValueError(f"axis {bad[0]} is out of range for a {ndim}-D input (allowed: "
-                         f"{-ndim}..{ndim - 1})")
+        raise ValueError(
+            f"axis {bad[0]} is out of range for a {ndim}-D input (allowed: {-ndim}..{ndim - 1})"
+        )
     axes = tuple(a % ndim for a in axes)
     if len(set(axes)) != len(axes):
         raise ValueError(f"axis {axis!r} names a dimension twice")
@@ -99,8 +110,10 @@ class QuantizedModule(nn.Module):
         """The parameter `name`, partitioned by its logical axes (one per dimension, or ())."""
         if axes:
             if len(axes) != len(shape):
-                raise ValueError(f"{name}: {len(axes)} logical axes {axes} for a {len(shape)}-D "
-                                 f"parameter of shape {shape}")
+                raise ValueError(
+                    f"{name}: {len(axes)} logical axes {axes} for a {len(shape)}-D "
+                    f"parameter of shape {shape}"
+                )
             init = nn.with_logical_partitioning(init, axes)
         return self.param(name, init, shape, dtype)
 
@@ -115,13 +128,28 @@ class QuantizedModule(nn.Module):
             y = jnp.matmul(x, kernel.astype(x.dtype), preferred_element_type=jnp.float32)
             y = y + (0 if bias is None else bias.astype(jnp.float32))
             return (gelu(y) if activation == "gelu" else y).astype(x.dtype)
-        return dense(x, kernel.astype(x.dtype), None if bias is None else bias.astype(x.dtype),
-                     fp8_state(self, self.recipe, prefix), recipe=self.recipe,
-                     activation=activation, fallback=self.fallback,
-                     row_axes=rows_of(input_spec))
+        return dense(
+            x,
+            kernel.astype(x.dtype),
+            None if bias is None else bias.astype(x.dtype),
+            fp8_state(self, self.recipe, prefix),
+            recipe=self.recipe,
+            activation=activation,
+            fallback=self.fallback,
+            row_axes=rows_of(input_spec),
+        )
 
-    def _dense_general(self, x, features: tuple, axis: tuple, prefix="", activation=None,
-                       kernel_axes=(), bias_axes=(), input_spec=None):
+    def _dense_general(
+        self,
+        x,
+        features: tuple,
+        axis: tuple,
+        prefix="",
+        activation=None,
+        kernel_axes=(),
+        bias_axes=(),
+        input_spec=None,
+    ):
         """The DenseGeneral computation shared by the modules: contracts `axis` of x with a
         kernel (*x.shape[axis], *features); returns [...rest of x, *features]. input_spec: x's
         activation spec (one entry per dimension) whose rows (the dimensions not contracted)
@@ -144,17 +172,23 @@ class QuantizedModule(nn.Module):
         """The kernel (*in_shape, *features) as [K, N] and the bias [N] (or None) of a dense
         computation; both frozen (stop_gradient) when the module has LoRA enabled."""
         k, n = math.prod(in_shape), math.prod(features)
-        for size, ax in zip(features, kernel_axes[len(in_shape):]):
+        for size, ax in zip(features, kernel_axes[len(in_shape) :]):
             check_divisible(size, (ax,), f"{prefix or ''}features")
         init = self.kernel_init or nn.initializers.variance_scaling(
-            1.0, "fan_in", "truncated_normal", in_axis=tuple(range(len(in_shape))),
-            out_axis=tuple(range(len(in_shape), len(in_shape) + len(features))))
-        kernel = self._param(prefix + "kernel", init, in_shape + features, self.dtype,
-                             tuple(kernel_axes))
+            1.0,
+            "fan_in",
+            "truncated_normal",
+            in_axis=tuple(range(len(in_shape))),
+            out_axis=tuple(range(len(in_shape), len(in_shape) + len(features))),
+        )
+        kernel = self._param(
+            prefix + "kernel", init, in_shape + features, self.dtype, tuple(kernel_axes)
+        )
         bias = None
         if self.use_bias:
-            bias = self._param(prefix + "bias", self.bias_init, features, self.dtype,
-                               tuple(bias_axes)).reshape(n)
+            bias = self._param(
+                prefix + "bias", self.bias_init, features, self.dtype, tuple(bias_axes)
+            ).reshape(n)
         kernel = kernel.reshape(k, n)
         if self.lora_enabled:
             # the base layer is frozen: only the adapter receives gradients
@@ -182,8 +216,12 @@ class LoRA(nn.Module):
         r = self.low_rank_adaptation_dim
         if r <= 0:
             raise ValueError(f"low_rank_adaptation_dim must be > 0 with LoRA enabled, not {r}")
-        a = self.param(prefix + "lora_a_kernel", nn.initializers.variance_scaling(
-            1.0, "fan_in", "truncated_normal"), (k, r), self.dtype)
+        a = self.param(
+            prefix + "lora_a_kernel",
+            nn.initializers.variance_scaling(1.0, "fan_in", "truncated_normal"),
+            (k, r),
+            self.dtype,
+        )
         b = self.param(prefix + "lora_b_kernel", nn.initializers.zeros, (r, n), self.dtype)
         scale = (self.low_rank_adaptation_alpha / r) if self.low_rank_adaptation_alpha else 1.0
         return (x @ a.astype(x.dtype)) @ b.astype(x.dtype) * jnp.asarray(scale, x.dtype)
@@ -216,8 +254,9 @@ class Norm(nn.Module):
         gamma = gamma + 1.0 if zc else gamma
         beta = None
         if self.layernorm_type == "layernorm":
-            beta = self._param("ln_bias", self.ln_bias_init, (h,), jnp.float32,
-                               tuple(self.ln_bias_axes))
+            beta = self._param(
+                "ln_bias", self.ln_bias_init, (h,), jnp.float32, tuple(self.ln_bias_axes)
+            )
         return gamma, beta
 
     def _norm(self, x, params):
@@ -235,23 +274,34 @@ class Norm(nn.Module):
         """Whether LayerNorm and the FP8 cast of its output run as one op in front of the first
         GEMM (layernorm_dense): DelayedScaling, LayerNorm, float32 input and module dtype, no
         LoRA, and a GEMM FP8 can take."""
-        return (isinstance(self.recipe, DelayedScaling) and self.layernorm_type == "layernorm"
-                and x.dtype == jnp.float32 and jnp.dtype(self.dtype) == jnp.float32
-                and not self.lora_enabled
-                and fp8_unsupported_reason(x.dtype, x.shape[-1], n) is None)
+        return (
+            isinstance(self.recipe, DelayedScaling)
+            and self.layernorm_type == "layernorm"
+            and x.dtype == jnp.float32
+            and jnp.dtype(self.dtype) == jnp.float32
+            and not self.lora_enabled
+            and fp8_unsupported_reason(x.dtype, x.shape[-1], n) is None
+        )
 
     def _norm_dense(self, x, seq_spec, dot_spec, kernel, bias, prefix="", activation=None):
         """(act(norm(x) @ kernel + bias) [..., N], norm(x)): fused where _fuses_norm says so,
         else the norm, then _matmul."""
         params = self._norm_params(x.shape[-1])
         if self._fuses_norm(x, kernel.shape[1]):
-            y, ln = layernorm_dense(x, *params, kernel, bias, fp8_state(self, self.recipe, prefix),
-                                    recipe=self.recipe, eps=self.epsilon, activation=activation,
-                                    row_axes=rows_of(dot_spec))
+            y, ln = layernorm_dense(
+                x,
+                *params,
+                kernel,
+                bias,
+                fp8_state(self, self.recipe, prefix),
+                recipe=self.recipe,
+                eps=self.epsilon,
+                activation=activation,
+                row_axes=rows_of(dot_spec),
+            )
             return y, constrain_activation(ln, seq_spec)
         ln = constrain_activation(self._norm(x, params), seq_spec)
-        return self._matmul(ln.astype(self.dtype), kernel, bias, prefix, activation,
-                            dot_spec), ln
+        return self._matmul(ln.astype(self.dtype), kernel, bias, prefix, activation, dot_spec), ln
 
 
 class DenseGeneral(LoRA, QuantizedModule):
@@ -277,14 +327,20 @@ class DenseGeneral(LoRA, QuantizedModule):
         features, nd = _tuple(self.features), inputs.ndim
         axis = _normalize_axes(self.axis, nd)
         in_spec = activation_spec(self.input_axes, (), nd, "input_axes")
-        out_spec = activation_spec(self.output_axes, (), nd - len(axis) + len(features),
-                                   "output_axes")
+        out_spec = activation_spec(
+            self.output_axes, (), nd - len(axis) + len(features), "output_axes"
+        )
         # A sequence-sharded output of [batch, seq, ...] rows: the token layout of token_layout.
         sp = out_spec if min(axis) >= 2 else None
         x, (_, in_t, out_t), leave = token_layout(inputs, sp, in_spec, sp, in_spec=in_spec)
-        y = self._dense_general(x, features, tuple(a - nd for a in axis),
-                                kernel_axes=self.kernel_axes, bias_axes=self.bias_axes,
-                                input_spec=in_t)
+        y = self._dense_general(
+            x,
+            features,
+            tuple(a - nd for a in axis),
+            kernel_axes=self.kernel_axes,
+            bias_axes=self.bias_axes,
+            input_spec=in_t,
+        )
         return constrain_activation(leave(constrain_activation(y, out_t)), out_spec)
 
 
@@ -304,19 +360,26 @@ class LayerNormDenseGeneral(Norm, LoRA, QuantizedModule):
     @nn.compact
     def __call__(self, inputs):
         self._check_config()
-        seq = activation_spec(self.layernorm_input_axes, SEQ_AXES, inputs.ndim,
-                              "layernorm_input_axes")
-        dot = activation_spec(self.dot_input_axes, DOT_1_INPUT_AXES, inputs.ndim,
-                              "dot_input_axes")
+        seq = activation_spec(
+            self.layernorm_input_axes, SEQ_AXES, inputs.ndim, "layernorm_input_axes"
+        )
+        dot = activation_spec(self.dot_input_axes, DOT_1_INPUT_AXES, inputs.ndim, "dot_input_axes")
         x, (seq_t, dot), leave = token_layout(inputs, seq, dot)
         features = _tuple(self.features)
         if self.lora_enabled:
             ln = constrain_activation(self._norm(x, self._norm_params(x.shape[-1])), seq_t)
-            y = self._dense_general(ln, features, (-1,), kernel_axes=self.kernel_axes,
-                                    bias_axes=self.bias_axes, input_spec=dot)
+            y = self._dense_general(
+                ln,
+                features,
+                (-1,),
+                kernel_axes=self.kernel_axes,
+                bias_axes=self.bias_axes,
+                input_spec=dot,
+            )
         else:
-            kernel, bias = self._dense_params((x.shape[-1],), features, "", self.kernel_axes,
-                                              self.bias_axes)
+            kernel, bias = self._dense_params(
+                (x.shape[-1],), features, "", self.kernel_axes, self.bias_axes
+            )
             y, ln = self._norm_dense(x, seq_t, dot, kernel, bias)
             y = y.reshape(*x.shape[:-1], *features)
         ln = constrain_activation(leave(ln), seq) if self.return_layernorm_output else None
@@ -351,8 +414,9 @@ class LayerNormMLP(Norm, QuantizedModule):
         self._check_config()
         acts = _tuple(self.activations)
         if not 1 <= len(acts) <= 2 or any(a not in ACTIVATIONS for a in acts):
-            raise ValueError(f"activations must be one or two of {sorted(ACTIVATIONS)}, not "
-                             f"{self.activations!r}")
+            raise ValueError(
+                f"activations must be one or two of {sorted(ACTIVATIONS)}, not {self.activations!r}"
+            )
         check_divisible(self.intermediate_dim, ("mlp",), "intermediate_dim")
         nd = inputs.ndim
         seq = activation_spec(self.layernorm_input_axes, SEQ_AXES, nd, "layernorm_input_axes")
@@ -361,10 +425,14 @@ class LayerNormMLP(Norm, QuantizedModule):
         x, (seq_t, dot1, dot2), leave = token_layout(inputs, seq, dot1, dot2)
         h, i, n_act = inputs.shape[-1], self.intermediate_dim, len(acts)
         init = self.kernel_init or nn.initializers.variance_scaling(
-            1.0, "fan_in", "truncated_normal", in_axis=0, out_axis=(1, 2))
+            1.0, "fan_in", "truncated_normal", in_axis=0, out_axis=(1, 2)
+        )
         k1 = self._param("wi_kernel", init, (h, n_act, i), self.dtype, tuple(self.kernel_axes_1))
-        b1 = (self._param("wi_bias", self.bias_init, (n_act, i), self.dtype,
-                          tuple(self.bias_axes_1)) if self.use_bias else None)
+        b1 = (
+            self._param("wi_bias", self.bias_init, (n_act, i), self.dtype, tuple(self.bias_axes_1))
+            if self.use_bias
+            else None
+        )
         # [h, i, n_act] flattened keeps the "mlp" sharding on the major factor of i * n_act.
         k1 = jnp.transpose(k1, (0, 2, 1)).reshape(h, i * n_act)
         b1 = None if b1 is None else b1.T.reshape(i * n_act)
@@ -372,15 +440,20 @@ class LayerNormMLP(Norm, QuantizedModule):
         z, ln = self._norm_dense(x, seq_t, dot1, k1, b1, "wi_", "gelu" if fused else None)
         z = z.reshape(*z.shape[:-1], i, n_act)
         if not fused:
-            z = ACTIVATIONS[acts[0]](z[..., 0]) * (ACTIVATIONS[acts[1]](z[..., 1]) if n_act == 2
-                                                   else 1)
+            z = ACTIVATIONS[acts[0]](z[..., 0]) * (
+                ACTIVATIONS[acts[1]](z[..., 1]) if n_act == 2 else 1
+            )
         else:
             z = z[..., 0]
-        init2 = self.kernel_init or nn.initializers.variance_scaling(1.0, "fan_in",
-                                                                     "truncated_normal")
+        init2 = self.kernel_init or nn.initializers.variance_scaling(
+            1.0, "fan_in", "truncated_normal"
+        )
         k2 = self._param("wo_kernel", init2, (i, h), self.dtype, tuple(self.kernel_axes_2))
-        b2 = (self._param("wo_bias", self.bias_init, (h,), self.dtype, tuple(self.bias_axes_2))
-              if self.use_bias else None)
+        b2 = (
+            self._param("wo_bias", self.bias_init, (h,), self.dtype, tuple(self.bias_axes_2))
+            if self.use_bias
+            else None
+        )
         z = constrain_activation(z, dot2)
         y = self._matmul(z.astype(self.dtype), k2, b2, "wo_", input_spec=dot2)
         y = constrain_activation(y, seq_t)
@@ -400,8 +473,9 @@ class Softmax(nn.Module):
     @nn.compact
     def __call__(self, inputs, mask=None, bias=None):
         if self.softmax_type not in SOFTMAX_TYPES:
-            raise ValueError(f"softmax_type must be one of {SOFTMAX_TYPES}, not "
-                             f"{self.softmax_type!r}")
+            raise ValueError(
+                f"softmax_type must be one of {SOFTMAX_TYPES}, not {self.softmax_type!r}"
+            )
         x = inputs.astype(jnp.float32) * self.scale_factor
         if bias is not None:
             x = x + bias.astype(jnp.float32)

@@ -11,8 +11,7 @@ import flax.linen as nn
 import jax
 
 from qmesh.jax.common import axes_of, entry
-from qmesh.jax.sharding import (MeshResource, check_mesh_resource, constrain,
-                                 global_mesh_resource)
+from qmesh.jax.sharding import MeshResource, check_mesh_resource, constrain, global_mesh_resource
 
 # TransformerEngine's activation layout for [batch, seq, hidden] inputs (logical axes).
 SEQ_AXES = ("batch", "seq", "embed")
@@ -25,8 +24,16 @@ def logical_axis_rules(resource: MeshResource | None = None) -> tuple:
     MeshResource of the current global_shard_guard)."""
     r = resource or global_mesh_resource()
     tp = r.tp_resource
-    return (("batch", r.dp_resource), ("embed", None), ("act", None), ("mlp", tp),
-            ("heads", tp), ("joined_kv", tp), ("kv", None), ("seq", r.tpsp_resource))
+    return (
+        ("batch", r.dp_resource),
+        ("embed", None),
+        ("act", None),
+        ("mlp", tp),
+        ("heads", tp),
+        ("joined_kv", tp),
+        ("kv", None),
+        ("seq", r.tpsp_resource),
+    )
 
 
 def check_divisible(size: int, axes: tuple, what: str) -> None:
@@ -36,8 +43,10 @@ def check_divisible(size: int, axes: tuple, what: str) -> None:
     if mesh.empty or tp is None or tp not in mesh.axis_names:
         return
     if any(a in ("mlp", "heads", "joined_kv") for a in axes) and size % mesh.shape[tp]:
-        raise ValueError(f"{what} = {size} is not divisible by the tensor-parallel size "
-                         f"{mesh.shape[tp]} (mesh axis {tp!r})")
+        raise ValueError(
+            f"{what} = {size} is not divisible by the tensor-parallel size "
+            f"{mesh.shape[tp]} (mesh axis {tp!r})"
+        )
 
 
 def activation_spec(axes, default: tuple, ndim: int, what: str):
@@ -89,13 +98,18 @@ def token_layout(inputs, seq, *specs, in_spec=()):
     b, n = inputs.shape[:2]
     g = size(seq[0])
     if b % g or n % size(seq[1]):
-        raise ValueError(f"sequence parallelism: the batch ({b}) must be divisible by {g} "
-                         f"(mesh axes {seq[0]!r}) and the sequence ({n}) by {size(seq[1])} "
-                         f"(mesh axes {seq[1]!r})")
+        raise ValueError(
+            f"sequence parallelism: the batch ({b}) must be divisible by {g} "
+            f"(mesh axes {seq[0]!r}) and the sequence ({n}) by {size(seq[1])} "
+            f"(mesh axes {seq[1]!r})"
+        )
 
     def tokens(spec):
-        return None if spec is None else (
-            entry(tuple(a for e in spec[:2] for a in axes_of(e))), *spec[2:])
+        return (
+            None
+            if spec is None
+            else (entry(tuple(a for e in spec[:2] for a in axes_of(e))), *spec[2:])
+        )
 
     def leave(y):
         y = y.reshape(g, n, b // g, *y.shape[1:]).swapaxes(1, 2)
