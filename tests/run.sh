@@ -30,6 +30,10 @@ step "format check (clang-format)"
 mapfile -t sources < <(git ls-files '*.h' '*.cpp' '*.cu' '*.cuh')
 run clang-format --dry-run --Werror "${sources[@]}"
 
+step "format and lint check (ruff: python/, tests/jax/)"
+run build/venv/bin/ruff check python tests/jax
+run build/venv/bin/ruff format --check python tests/jax
+
 # configure_build_test <dir> <ctest args> -- <cmake args>
 configure_build_test() {
   local dir=$1; shift

@@ -57,7 +57,7 @@ def delayed_update(history, scale, maxima, margin, algo):
         window_max = max(np.float32(0), finite.max()) if finite.size else np.float32(0)
         a = col[0] if algo == "most_recent" else window_max
         if a > 0 and np.isfinite(a):
-            scaled_max = np.float32(maxima[i] * 2.0 ** -margin)  # margin before the division
+            scaled_max = np.float32(maxima[i] * 2.0**-margin)  # margin before the division
             with np.errstate(over="ignore"):  # a tiny amax overflows: FLT_MAX below
                 q = scaled_max / np.float32(a)
             scale[i] = np.float32(np.finfo(np.float32).max) if np.isinf(q) else np.float32(q)

@@ -51,13 +51,22 @@ def test_a_missing_state_key_is_named():
 
 def test_recipe_fields_take_numbers_not_booleans_or_strings():
     assert DelayedScaling(amax_history_len=np.int64(8), margin=np.int32(1)).amax_history_len == 8
-    assert Float8CurrentScaling(power_of_two_scales=np.bool_(True), amax_epsilon=0).amax_epsilon == 0
-    for kw in (dict(amax_history_len=True), dict(amax_history_len=8.0), dict(margin="1"),
-               dict(margin=False)):
+    assert (
+        Float8CurrentScaling(power_of_two_scales=np.bool_(True), amax_epsilon=0).amax_epsilon == 0
+    )
+    for kw in (
+        dict(amax_history_len=True),
+        dict(amax_history_len=8.0),
+        dict(margin="1"),
+        dict(margin=False),
+    ):
         with pytest.raises(TypeError, match=next(iter(kw))):
             DelayedScaling(**kw)
-    for kw in (dict(power_of_two_scales="no"), dict(power_of_two_scales=1),
-               dict(amax_epsilon=True)):
+    for kw in (
+        dict(power_of_two_scales="no"),
+        dict(power_of_two_scales=1),
+        dict(amax_epsilon=True),
+    ):
         with pytest.raises(TypeError, match=next(iter(kw))):
             Float8CurrentScaling(**kw)
 
@@ -71,8 +80,10 @@ def test_dense_general_axis_out_of_range():
 
 def test_grouped_quantize_without_groups_for_rows():
     with pytest.raises(ValueError, match="no groups for 4 rows"):
-        qj.grouped_quantize(jnp.ones((4, 16)), jnp.zeros((0,), jnp.int32),
-                            jnp.zeros((0,), jnp.float32))
-    empty = qj.grouped_quantize(jnp.ones((0, 16)), jnp.zeros((0,), jnp.int32),
-                                jnp.zeros((0,), jnp.float32))
+        qj.grouped_quantize(
+            jnp.ones((4, 16)), jnp.zeros((0,), jnp.int32), jnp.zeros((0,), jnp.float32)
+        )
+    empty = qj.grouped_quantize(
+        jnp.ones((0, 16)), jnp.zeros((0,), jnp.int32), jnp.zeros((0,), jnp.float32)
+    )
     assert empty.q.shape == (0, 16)

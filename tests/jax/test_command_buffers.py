@@ -58,15 +58,23 @@ hlo = f.lower(x, kernel, bias, state, a, b).compile().as_text()
 json.dump({"results": results, "hlo": hlo}, open(out, "w"))
 """
 
-ON = "--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL --xla_gpu_graph_min_graph_size=1"
+ON = (
+    "--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL "
+    "--xla_gpu_graph_min_graph_size=1"
+)
 OFF = "--xla_gpu_enable_command_buffer="
 
 
 def run_step(platform, flags, tmp_path, name):
     out = tmp_path / f"{name}.json"
     env = dict(os.environ, XLA_FLAGS=flags)
-    done = subprocess.run([sys.executable, "-c", STEP, platform, str(out)], env=env,
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-c", STEP, platform, str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     return json.loads(out.read_text())
 
@@ -99,12 +107,15 @@ def test_step_with_command_buffers_equals_without(platform, tmp_path):
     assert len(on["results"]) == 3
     for i, (a, b) in enumerate(zip(on["results"], off["results"])):
         for j, (x, y) in enumerate(zip(a, b)):
-            np.testing.assert_array_equal(np.asarray(x), np.asarray(y), err_msg=f"call {i} leaf {j}")
+            np.testing.assert_array_equal(
+                np.asarray(x), np.asarray(y), err_msg=f"call {i} leaf {j}"
+            )
     # The results move with the inputs (a graph replayed on stale buffers would repeat them).
     assert on["results"][0][-1] != on["results"][1][-1]
     if platform == "gpu":
         assert "qmesh_gemm" in command_buffer_targets(on["hlo"]), (
-            "XLA put no qmesh GEMM into a command buffer: is the handler declared compatible?")
+            "XLA put no qmesh GEMM into a command buffer: is the handler declared compatible?"
+        )
         assert "qmesh_gemm" not in command_buffer_targets(off["hlo"])
 
 
@@ -127,8 +138,10 @@ def test_cuda_lowering_gives_the_gemm_a_workspace_result():
 
 
 def test_command_buffer_targets_reads_the_computations():
-    hlo = ("%command_buffer.1 (p: f32[2]) -> f32[2] {\n"
-           '  %c = f32[2] custom-call(%p), custom_call_target="qmesh_gemm"\n}\n\n'
-           "ENTRY %main (p: f32[2]) -> f32[2] {\n"
-           '  %d = f32[2] custom-call(%p), custom_call_target="qmesh_quantize"\n}\n')
+    hlo = (
+        "%command_buffer.1 (p: f32[2]) -> f32[2] {\n"
+        '  %c = f32[2] custom-call(%p), custom_call_target="qmesh_gemm"\n}\n\n'
+        "ENTRY %main (p: f32[2]) -> f32[2] {\n"
+        '  %d = f32[2] custom-call(%p), custom_call_target="qmesh_quantize"\n}\n'
+    )
     assert command_buffer_targets(hlo) == {"qmesh_gemm"}

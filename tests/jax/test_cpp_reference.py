@@ -9,18 +9,23 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
+from test_quantize import special_values
 
 import qmesh.jax as qj
 from qmesh.jax.gemm import gemm
-from test_quantize import special_values
 
 path = os.environ.get("QMESH_JAX_REFERENCE_LIBRARY")
 if not path:
     pytest.skip("QMESH_JAX_REFERENCE_LIBRARY is not set (ctest sets it)", allow_module_level=True)
 lib = ctypes.CDLL(path)
 
-DTYPE = {np.dtype(np.float32): 0, np.dtype(np.float16): 1, np.dtype(ml_dtypes.bfloat16): 2,
-         np.dtype(ml_dtypes.float8_e4m3fn): 3, np.dtype(ml_dtypes.float8_e5m2): 4}
+DTYPE = {
+    np.dtype(np.float32): 0,
+    np.dtype(np.float16): 1,
+    np.dtype(ml_dtypes.bfloat16): 2,
+    np.dtype(ml_dtypes.float8_e4m3fn): 3,
+    np.dtype(ml_dtypes.float8_e5m2): 4,
+}
 FP8 = [(jnp.float8_e4m3fn, ml_dtypes.float8_e4m3fn), (jnp.float8_e5m2, ml_dtypes.float8_e5m2)]
 
 
@@ -35,16 +40,27 @@ def cpp_quantize(x, scale, fp8, columnwise):
     q_t = np.zeros((cols, rows), fp8) if columnwise else None
     s = np.array([scale], np.float32)
     amax, scale_inv = np.zeros(1, np.float32), np.zeros(1, np.float32)
-    rc = lib.qmesh_ref_quantize(ptr(x), DTYPE[x.dtype], ctypes.c_int64(rows), ctypes.c_int64(cols),
-                                ptr(s), DTYPE[np.dtype(fp8)], ptr(q),
-                                ptr(q_t) if columnwise else None, ptr(amax), ptr(scale_inv))
+    rc = lib.qmesh_ref_quantize(
+        ptr(x),
+        DTYPE[x.dtype],
+        ctypes.c_int64(rows),
+        ctypes.c_int64(cols),
+        ptr(s),
+        DTYPE[np.dtype(fp8)],
+        ptr(q),
+        ptr(q_t) if columnwise else None,
+        ptr(amax),
+        ptr(scale_inv),
+    )
     assert rc == 0
     return q, q_t, amax[0], scale_inv[0]
 
 
 @pytest.mark.parametrize("in_dtype", [jnp.float32, jnp.bfloat16, jnp.float16], ids=str)
 @pytest.mark.parametrize("fp8,ml", FP8, ids=["e4m3", "e5m2"])
-@pytest.mark.parametrize("shape,columnwise", [((257,), False), ((33, 65), True), ((4, 6, 10), False)])
+@pytest.mark.parametrize(
+    "shape,columnwise", [((257,), False), ((33, 65), True), ((4, 6, 10), False)]
+)
 def test_quantize_equals_the_library(rng, in_dtype, fp8, ml, shape, columnwise):
     x = special_values(rng, shape, in_dtype)
     scale = np.float32(3.5)
@@ -57,16 +73,34 @@ def test_quantize_equals_the_library(rng, in_dtype, fp8, ml, shape, columnwise):
     assert np.asarray(got.scale_inv).tobytes() == scale_inv.tobytes()
 
 
-@pytest.mark.parametrize("a_fp8,b_fp8", [(0, 0), (0, 1), (1, 0)], ids=["e4m3xe4m3", "e4m3xe5m2", "e5m2xe4m3"])
+@pytest.mark.parametrize(
+    "a_fp8,b_fp8", [(0, 0), (0, 1), (1, 0)], ids=["e4m3xe4m3", "e4m3xe5m2", "e5m2xe4m3"]
+)
 def test_fp8_gemm_equals_the_library(rng, a_fp8, b_fp8):
     m, n, k = 48, 40, 96
     (ja, ma), (jb, mb) = FP8[a_fp8], FP8[b_fp8]
-    a = np.asarray(qj.quantize(rng.standard_normal((m, k)).astype(np.float32), np.float32(30), ja).q)
-    b = np.asarray(qj.quantize(rng.standard_normal((n, k)).astype(np.float32), np.float32(20), jb).q)
+    a = np.asarray(
+        qj.quantize(rng.standard_normal((m, k)).astype(np.float32), np.float32(30), ja).q
+    )
+    b = np.asarray(
+        qj.quantize(rng.standard_normal((n, k)).astype(np.float32), np.float32(20), jb).q
+    )
     asi, bsi = np.array([1 / 30], np.float32), np.array([1 / 20], np.float32)
     got = np.asarray(gemm(a, b, asi[0], bsi[0]))
     d = np.zeros((m, n), np.float32)
-    assert lib.qmesh_ref_gemm_fp8_tn(ptr(a), DTYPE[np.dtype(ma)], ptr(asi), ptr(b), DTYPE[np.dtype(mb)],
-                                     ptr(bsi), ctypes.c_int64(m), ctypes.c_int64(n), ctypes.c_int64(k),
-                                     ptr(d)) == 0
+    assert (
+        lib.qmesh_ref_gemm_fp8_tn(
+            ptr(a),
+            DTYPE[np.dtype(ma)],
+            ptr(asi),
+            ptr(b),
+            DTYPE[np.dtype(mb)],
+            ptr(bsi),
+            ctypes.c_int64(m),
+            ctypes.c_int64(n),
+            ctypes.c_int64(k),
+            ptr(d),
+        )
+        == 0
+    )
     assert got.tobytes() == d.tobytes()

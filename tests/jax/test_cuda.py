@@ -7,9 +7,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import reference as ref
 
 import qmesh.jax as qj
-import reference as ref
 from qmesh.jax import dense as qdense
 from qmesh.jax.gemm import Epilogue, gemm
 from qmesh.jax.layer_norm import layer_norm
@@ -53,8 +53,7 @@ def random(rng, shape, dtype=jnp.float32, scale=1.0):
 def test_quantize_is_bitwise_equal(rng, in_dtype, fp8):
     # Large values too, so that saturation is part of the comparison.
     x = random(rng, (96, 80), in_dtype, scale=100.0)
-    gpu, cpu = on_both(lambda x, s: qj.quantize(x, s, fp8, columnwise=True), x,
-                       jnp.float32(3.0))
+    gpu, cpu = on_both(lambda x, s: qj.quantize(x, s, fp8, columnwise=True), x, jnp.float32(3.0))
     for g, c in zip(gpu, cpu):
         np.testing.assert_array_equal(bits(g), bits(c))
 
@@ -68,8 +67,9 @@ def test_current_scaling_and_amax_are_bitwise_equal(rng):
 
 def test_dbias_quantize(rng):
     g = random(rng, (128, 64), jnp.bfloat16)
-    (qg, dbg), (qc, dbc) = on_both(lambda g, s: qj.dbias_quantize(g, s, E5M2, columnwise=True),
-                                   g, jnp.float32(2.0))
+    (qg, dbg), (qc, dbc) = on_both(
+        lambda g, s: qj.dbias_quantize(g, s, E5M2, columnwise=True), g, jnp.float32(2.0)
+    )
     for a, b in zip(qg, qc):
         np.testing.assert_array_equal(bits(a), bits(b))
     # The row sums differ only in summation order.
@@ -81,9 +81,14 @@ def test_fp8_gemm(rng, out_dtype):
     a = qj.quantize(random(rng, (128, 96)), jnp.float32(8.0))
     b = qj.quantize(random(rng, (64, 96)), jnp.float32(16.0))
     gpu, cpu = on_both(
-        lambda qa, qb, sa, sb: gemm(qa, qb, sa, sb, trans_b=True, out_dtype=out_dtype,
-                                    split_accumulator=True),
-        a.q, b.q, a.scale_inv, b.scale_inv)
+        lambda qa, qb, sa, sb: gemm(
+            qa, qb, sa, sb, trans_b=True, out_dtype=out_dtype, split_accumulator=True
+        ),
+        a.q,
+        b.q,
+        a.scale_inv,
+        b.scale_inv,
+    )
     # Hopper's FP8 accumulator keeps about 14 bits between promotions; bf16 D rounds to 8.
     assert ref.rel_err(gpu, cpu) < (4 * 2.0**-14 if out_dtype == jnp.float32 else 2 * 2.0**-8)
 
@@ -93,10 +98,22 @@ def test_fp8_gemm_with_bias_gelu(rng):
     b = qj.quantize(random(rng, (64, 96)), jnp.float32(16.0))
     bias = random(rng, (64,), jnp.bfloat16)
     gpu, cpu = on_both(
-        lambda qa, qb, sa, sb, bias: gemm(qa, qb, sa, sb, trans_b=True,
-                                          epilogue=Epilogue.BIAS_GELU_AUX, bias=bias,
-                                          out_dtype=jnp.bfloat16),
-        a.q, b.q, a.scale_inv, b.scale_inv, bias)
+        lambda qa, qb, sa, sb, bias: gemm(
+            qa,
+            qb,
+            sa,
+            sb,
+            trans_b=True,
+            epilogue=Epilogue.BIAS_GELU_AUX,
+            bias=bias,
+            out_dtype=jnp.bfloat16,
+        ),
+        a.q,
+        b.q,
+        a.scale_inv,
+        b.scale_inv,
+        bias,
+    )
     for g, c in zip(gpu, cpu):
         assert ref.rel_err(g, c) < 1e-2
 
@@ -110,6 +127,7 @@ def test_bf16_gemm(rng):
 def test_layer_norm(rng):
     x = random(rng, (64, 256), scale=3.0)  # qmesh's LayerNorm is float32
     gamma, beta = random(rng, (256,)), random(rng, (256,))
+
     def loss(x, g, b):
         return jnp.sum(jnp.square(layer_norm(x, g, b).astype(jnp.float32)))
 
@@ -119,8 +137,9 @@ def test_layer_norm(rng):
 
 
 @pytest.mark.parametrize("x_dtype", [jnp.bfloat16, jnp.float32])
-@pytest.mark.parametrize("recipe", [DelayedScaling(), Float8CurrentScaling()],
-                         ids=["delayed", "current"])
+@pytest.mark.parametrize(
+    "recipe", [DelayedScaling(), Float8CurrentScaling()], ids=["delayed", "current"]
+)
 def test_dense_forward_and_backward(rng, recipe, x_dtype):
     x = random(rng, (256, 128), x_dtype)
     kernel = random(rng, (128, 64), jnp.float32, scale=0.1)

@@ -8,10 +8,11 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
-from jax.sharding import NamedSharding, PartitionSpec as P
-
 import reference as ref
 from conftest import make_mesh
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
 import qmesh.jax as qj
 from qmesh.jax import dense as dense_module
 from qmesh.jax import stats as qstats
@@ -23,17 +24,19 @@ E4M3, E5M2 = ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2
 
 
 def gelu64(x):
-    return 0.5 * x * (1 + np.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3)))
+    return 0.5 * x * (1 + np.tanh(0.7978845608028654 * (x + 0.044715 * x**3)))
 
 
 def dgelu64(x):
-    t = np.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3))
+    t = np.tanh(0.7978845608028654 * (x + 0.044715 * x**3))
     return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * 0.7978845608028654 * (1 + 3 * 0.044715 * x * x)
 
 
 def qdq(x, scale, dtype):
     """float64 value of x's FP8 codes with `scale` (the reference quantizer)."""
-    return ref.quantize(x, scale, dtype).view(dtype).astype(np.float64) / np.float64(np.float32(scale))
+    return ref.quantize(x, scale, dtype).view(dtype).astype(np.float64) / np.float64(
+        np.float32(scale)
+    )
 
 
 def data(rng):
@@ -51,6 +54,7 @@ def plain_layer(x, w, b, activation):
 
 def step(recipe, activation, with_bias):
     """(y, grads) of sum(dense(...) * r), jitted."""
+
     def loss(x, w, b, state, r):
         return jnp.sum(dense(x, w, b, state, recipe=recipe, activation=activation) * r)
 
@@ -64,8 +68,11 @@ def step(recipe, activation, with_bias):
 
 @pytest.mark.parametrize("with_bias", [True, False], ids=["bias", "nobias"])
 @pytest.mark.parametrize("activation", [None, "gelu"])
-@pytest.mark.parametrize("recipe", [DelayedScaling(amax_history_len=4), Float8CurrentScaling()],
-                         ids=["delayed", "current"])
+@pytest.mark.parametrize(
+    "recipe",
+    [DelayedScaling(amax_history_len=4), Float8CurrentScaling()],
+    ids=["delayed", "current"],
+)
 def test_forward_and_gradients_match_references(rng, recipe, activation, with_bias):
     x, w, b, r = data(rng)
     b = b if with_bias else None
@@ -120,7 +127,7 @@ def test_delayed_state_follows_the_recipe_step_by_step(rng):
     maxima = [448.0, 448.0, 57344.0]
     grad_scales = []
     for i in range(4):
-        xi, ri = x * (i + 1), r * (10.0 ** i)
+        xi, ri = x * (i + 1), r * (10.0**i)
         _, (_, _, _, new) = f(xi, w, b, state, ri)
         # This step's scales come from the amaxes of the earlier steps (row 0 the newest);
         # then the step's amaxes (the output gradient's is max|r|: no activation) fill row 0.
@@ -141,7 +148,7 @@ def test_next_step_quantizes_with_the_updated_scale(rng):
     f = step(recipe, None, True)
     y1, (_, _, _, state) = f(x, w, b, init_state(recipe), r)
     y2, (_, _, _, state2) = f(x, w, b, state, r)
-    exact = (x.reshape(-1, K).astype(np.float64) @ w + b)
+    exact = x.reshape(-1, K).astype(np.float64) @ w + b
     assert ref.rel_err(y2.reshape(-1, N), exact) < 0.06 < ref.rel_err(y1.reshape(-1, N), exact)
     # The state keeps the scales each step used: 1 in step 1, then 448 / amax of step 1.
     assert np.float32(state["input_scale"]) == 1.0
@@ -159,8 +166,11 @@ LAYOUTS = [  # (x spec, kernel spec, bias spec): column parallel, row parallel, 
 
 
 @pytest.mark.parametrize("layout", LAYOUTS, ids=["column", "row", "dp"])
-@pytest.mark.parametrize("recipe", [DelayedScaling(amax_history_len=4), Float8CurrentScaling()],
-                         ids=["delayed", "current"])
+@pytest.mark.parametrize(
+    "recipe",
+    [DelayedScaling(amax_history_len=4), Float8CurrentScaling()],
+    ids=["delayed", "current"],
+)
 def test_sharded_equals_unsharded(mesh, rng, recipe, layout):
     x, w, b, r = data(rng)
     x[1, 2, 3] = 40.0  # one device's shard holds the global amax
@@ -203,8 +213,13 @@ def test_hlo_of_a_sharded_step_has_the_promised_collectives(rng):
     x, w, b, r = data(rng)
     put = lambda v, spec: jax.device_put(v, NamedSharding(mesh, spec))  # noqa: E731
     recipe = DelayedScaling(amax_history_len=4)
-    args = (put(x, P("dp", None, None)), put(w, P(None, "tp")), put(b, P("tp")),
-            init_state(recipe), put(r, P("dp", None, "tp")))
+    args = (
+        put(x, P("dp", None, None)),
+        put(w, P(None, "tp")),
+        put(b, P("tp")),
+        init_state(recipe),
+        put(r, P("dp", None, "tp")),
+    )
     with qj.global_shard_guard(qj.MeshResource(dp_resource="dp", tp_resource="tp")):
         hlo = step(recipe, None, True).lower(*args).compile().as_text()
     assert count(hlo, "all-gather") == 0, hlo  # the kernel stays sharded
@@ -234,7 +249,9 @@ def test_fallback_is_opt_in_and_counted(rng, monkeypatch):
     y = dense(x, w, b, state, recipe=recipe, fallback="bf16")
     _, _, new_state = jax.grad(loss, argnums=(0, 1, 2))(x, w, state)
     counted = qstats.stats()
-    assert counted["fallbacks"] >= 2 and all("multiples of 16" in k for k in counted["fallback_reasons"])
+    assert counted["fallbacks"] >= 2 and all(
+        "multiples of 16" in k for k in counted["fallback_reasons"]
+    )
     want = x.reshape(-1, 24).astype(np.float64) @ w + b
     assert ref.rel_err(y.reshape(-1, 40), want) < 0.01
     for k in state:  # the FP8 state passes through unchanged
@@ -260,8 +277,13 @@ def test_bad_input_raises():
         dense(x, w, state=init_state(recipe), recipe=recipe, activation="swish")
     for fallback in (None, "bf16"):  # integers are refused even with the fallback
         with pytest.raises(TypeError, match="x must be a floating dtype"):
-            dense(jnp.ones((4, 32), jnp.int32), w, state=init_state(recipe), recipe=recipe,
-                  fallback=fallback)
+            dense(
+                jnp.ones((4, 32), jnp.int32),
+                w,
+                state=init_state(recipe),
+                recipe=recipe,
+                fallback=fallback,
+            )
     for out_dtype in (jnp.float8_e4m3fn, jnp.int8):  # would saturate or wrap silently
         with pytest.raises(TypeError, match="out_dtype must be a floating dtype wider than FP8"):
             dense(x, w, jnp.ones(16), init_state(recipe), recipe=recipe, out_dtype=out_dtype)
@@ -273,8 +295,11 @@ def test_remat_keeps_fp8_residuals_exact(rng, policy):
     # would turn them into NaN and 0; dense keeps its residuals as uint8.
     from qmesh.jax.checkpoint_policies import checkpoint_dots_and_qmesh_gemms
 
-    pol = (checkpoint_dots_and_qmesh_gemms if policy == "qmesh"
-           else getattr(jax.checkpoint_policies, policy))
+    pol = (
+        checkpoint_dots_and_qmesh_gemms
+        if policy == "qmesh"
+        else getattr(jax.checkpoint_policies, policy)
+    )
     x, w, b, r = data(rng)
     x[0, 0, :4] = [400.0, -300.0, 0.004, -0.003]
     recipe = Float8CurrentScaling()

@@ -9,12 +9,13 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+import reference as ref
 from flax.linen import fp8_ops
 from flax.training import train_state
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 import qmesh.jax as qj
-import reference as ref
 from qmesh.jax.checkpoint_policies import checkpoint_dots_and_qmesh_gemms
 from qmesh.jax.flax import make_dot_general_cls
 from qmesh.jax.recipe import DelayedScaling, Float8CurrentScaling
@@ -50,8 +51,9 @@ def test_no_parameters_state_in_the_collection(rng):
     for a, b in zip(jax.tree.leaves(plain["params"]), jax.tree.leaves(fp8["params"])):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     state = fp8[OWG]["Dense_0"]["QmeshDotGeneral_0"]
-    assert set(state) == {f"{o}_{k}" for o in ("input", "kernel", "output_grad")
-                          for k in ("amax_history", "scale")}
+    assert set(state) == {
+        f"{o}_{k}" for o in ("input", "kernel", "output_grad") for k in ("amax_history", "scale")
+    }
     assert state["input_amax_history"].shape == (8,) and float(state["kernel_scale"]) == 1.0
     current = MLP(dot=make_dot_general_cls(Float8CurrentScaling())).init(jax.random.key(0), x)
     assert set(current) == {"params"}
@@ -62,6 +64,7 @@ def test_no_parameters_state_in_the_collection(rng):
 
 def errors(model, variables, plain_params, x, r):
     """(forward, gradient) relative errors of `model` vs the unquantised MLP, same params."""
+
     def loss(m, v):
         return jnp.sum(m.apply(v, x) * r)
 
@@ -88,7 +91,9 @@ def test_errors_no_worse_than_flax_fp8_and_state_threads_through_train_state(rng
         for name, model in (("qmesh", ours), ("flax", flax_fp8)):
             ts = states[name]
             errs[name] = errors(model, ts.params, ts.params["params"], x * (1 + step), r)
-            grads = jax.grad(lambda v: jnp.mean((model.apply(v, x * (1 + step)) - r) ** 2))(ts.params)
+            grads = jax.grad(lambda v: jnp.mean((model.apply(v, x * (1 + step)) - r) ** 2))(
+                ts.params
+            )
             states[name] = ts.apply_gradients(grads=grads)
         for i in range(2):
             assert errs["qmesh"][i] <= 1.25 * errs["flax"][i] + 1e-6, (step, errs)
@@ -117,7 +122,9 @@ def train(dot, x, y, steps=60):
 
     @jax.jit
     def step(ts):
-        loss, grads = jax.value_and_grad(lambda p: jnp.mean((ts.apply_fn(p, x) - y) ** 2))(ts.params)
+        loss, grads = jax.value_and_grad(lambda p: jnp.mean((ts.apply_fn(p, x) - y) ** 2))(
+            ts.params
+        )
         return ts.apply_gradients(grads=grads), loss
 
     losses = []
@@ -137,8 +144,11 @@ def test_training_with_optax_tracks_the_plain_model(rng):
         assert abs(fp8[-1] - base[-1]) <= 0.05 * base[0], (recipe, fp8[-1], base[-1])
 
 
-@pytest.mark.parametrize("recipe", [DelayedScaling(amax_history_len=4), Float8CurrentScaling()],
-                         ids=["delayed", "current"])
+@pytest.mark.parametrize(
+    "recipe",
+    [DelayedScaling(amax_history_len=4), Float8CurrentScaling()],
+    ids=["delayed", "current"],
+)
 def test_sharded_equals_unsharded(mesh, rng, recipe):
     x = jnp.asarray(rng.standard_normal((8, 4, 32)).astype(np.float32))
     model = nn.Dense(64, dot_general_cls=make_dot_general_cls(recipe))
@@ -151,14 +161,20 @@ def test_sharded_equals_unsharded(mesh, rng, recipe):
     want = jax.jit(f)(v, x)
     put = lambda a, spec: jax.device_put(a, NamedSharding(mesh, spec))  # noqa: E731
     vs = jax.tree.map_with_path(
-        lambda path, a: put(a, P(None, "tp") if path[-1].key == "kernel" else
-                            P("tp") if path[-1].key == "bias" else P()), v)
+        lambda path, a: put(
+            a,
+            P(None, "tp")
+            if path[-1].key == "kernel"
+            else P("tp")
+            if path[-1].key == "bias"
+            else P(),
+        ),
+        v,
+    )
     with qj.global_shard_guard(qj.MeshResource(dp_resource="dp", tp_resource="tp")):
         got = jax.jit(f)(vs, put(x, P("dp", None, None)))
     assert got[0].sharding.spec[0] == "dp"
     ref.assert_trees_close(got, want)
-
-
 
 
 def test_remat_policy_saves_gemms_and_quantization(rng):
@@ -193,5 +209,9 @@ def test_bad_input_raises(rng):
         make_dot_general_cls(DelayedScaling(), fallback="fp16")
     cls = make_dot_general_cls(Float8CurrentScaling())
     with pytest.raises(ValueError, match="batch dimensions"):
-        cls().init(jax.random.key(0), jnp.ones((2, 4, 8)), jnp.ones((2, 8, 16)),
-                   (((2,), (1,)), ((0,), (0,))))
+        cls().init(
+            jax.random.key(0),
+            jnp.ones((2, 4, 8)),
+            jnp.ones((2, 8, 16)),
+            (((2,), (1,)), ((0,), (0,))),
+        )

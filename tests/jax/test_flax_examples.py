@@ -17,8 +17,22 @@ def load(name):
 
 
 def test_train_mlp(tmp_path, capsys):
-    load("train_mlp").main(["--hidden", "32", "--ffn", "64", "--tokens", "32", "--steps", "4",
-                            "--log-every", "2", "--out", str(tmp_path / "run")])
+    load("train_mlp").main(
+        [
+            "--hidden",
+            "32",
+            "--ffn",
+            "64",
+            "--tokens",
+            "32",
+            "--steps",
+            "4",
+            "--log-every",
+            "2",
+            "--out",
+            str(tmp_path / "run"),
+        ]
+    )
     out = capsys.readouterr().out
     assert "final loss  delayed" in out and "output_grad: amax" in out
     rows = (tmp_path / "run.csv").read_text().splitlines()
@@ -27,8 +41,9 @@ def test_train_mlp(tmp_path, capsys):
 
 
 def test_dense_dp_tp(capsys):
-    load("dense_dp_tp").main(["--tokens", "64", "--hidden", "32", "--features", "64",
-                              "--repeat", "1"])
+    load("dense_dp_tp").main(
+        ["--tokens", "64", "--hidden", "32", "--features", "64", "--repeat", "1"]
+    )
     out = capsys.readouterr().out
     assert "P(None, 'tp')" in out and "'all-gather': 0" in out
     assert float(out.split("max relative difference ")[1].split()[0]) < 1e-5
@@ -36,8 +51,24 @@ def test_dense_dp_tp(capsys):
 
 def test_transformer_layer(capsys):
     recipe = "delayed"
-    load("transformer_layer").main(["--batch", "2", "--seq", "16", "--hidden", "32", "--heads",
-                                    "2", "--ffn", "64", "--repeat", "1", "--recipe", recipe])
+    load("transformer_layer").main(
+        [
+            "--batch",
+            "2",
+            "--seq",
+            "16",
+            "--hidden",
+            "32",
+            "--heads",
+            "2",
+            "--ffn",
+            "64",
+            "--repeat",
+            "1",
+            "--recipe",
+            recipe,
+        ]
+    )
     out = capsys.readouterr().out
     assert float(out.split("FP8 vs plain: ")[1].split(";")[0]) < 0.1
     assert ("qkv/QmeshDotGeneral_0/input" in out) == (recipe == "delayed")

@@ -7,12 +7,20 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import NamedSharding, PartitionSpec as P
+import reference as ref
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 import qmesh.jax as qj
-import reference as ref
-from qmesh.jax.flax import (DenseGeneral, LayerNormDenseGeneral, LayerNormMLP, Softmax, fp8_meta,
-                            logical_axis_rules, saturation)
+from qmesh.jax.flax import (
+    DenseGeneral,
+    LayerNormDenseGeneral,
+    LayerNormMLP,
+    Softmax,
+    fp8_meta,
+    logical_axis_rules,
+    saturation,
+)
 from qmesh.jax.recipe import DelayedScaling, Float8CurrentScaling
 
 H, I = 32, 64
@@ -25,11 +33,15 @@ def tol(recipe):
 
 
 def gelu64(x):
-    return 0.5 * x * (1 + np.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3)))
+    return 0.5 * x * (1 + np.tanh(0.7978845608028654 * (x + 0.044715 * x**3)))
 
 
-ACTS64 = {"gelu": gelu64, "relu": lambda x: np.maximum(x, 0), "silu": lambda x: x / (1 + np.exp(-x)),
-          "linear": lambda x: x}
+ACTS64 = {
+    "gelu": gelu64,
+    "relu": lambda x: np.maximum(x, 0),
+    "silu": lambda x: x / (1 + np.exp(-x)),
+    "linear": lambda x: x,
+}
 
 
 def norm64(x, p, kind, eps=1e-6):
@@ -65,8 +77,14 @@ def test_dense_general(x, recipe):
 @pytest.mark.parametrize("kind", ["layernorm", "rmsnorm"])
 @pytest.mark.parametrize("recipe", RECIPES, ids=RIDS)
 def test_layernorm_dense_general(x, recipe, kind):
-    m = LayerNormDenseGeneral(48, layernorm_type=kind, use_bias=True, recipe=recipe,
-                              return_layernorm_output=True, bias_init=nn.initializers.normal(1.0))
+    m = LayerNormDenseGeneral(
+        48,
+        layernorm_type=kind,
+        use_bias=True,
+        recipe=recipe,
+        return_layernorm_output=True,
+        bias_init=nn.initializers.normal(1.0),
+    )
     v = nn.unbox(m.init(jax.random.key(0), x))
     y, ln = m.apply(v, x)
     p = v["params"]
@@ -78,12 +96,16 @@ def test_layernorm_dense_general(x, recipe, kind):
     assert all(np.any(np.asarray(a)) for a in jax.tree.leaves(g))
 
 
-@pytest.mark.parametrize("acts", [("gelu",), ("relu",), ("silu",), ("silu", "linear")],
-                         ids=["gelu", "relu", "silu", "swiglu"])
+@pytest.mark.parametrize(
+    "acts",
+    [("gelu",), ("relu",), ("silu",), ("silu", "linear")],
+    ids=["gelu", "relu", "silu", "swiglu"],
+)
 @pytest.mark.parametrize("recipe", RECIPES, ids=RIDS)
 def test_layernorm_mlp(x, recipe, acts):
-    m = LayerNormMLP(intermediate_dim=I, activations=acts, recipe=recipe,
-                     bias_init=nn.initializers.normal(0.5))
+    m = LayerNormMLP(
+        intermediate_dim=I, activations=acts, recipe=recipe, bias_init=nn.initializers.normal(0.5)
+    )
     v = nn.unbox(m.init(jax.random.key(0), x))
     y, ln = m.apply(v, x)
     assert ln is None
@@ -96,14 +118,16 @@ def test_layernorm_mlp(x, recipe, acts):
     if isinstance(recipe, DelayedScaling):
         g = jax.grad(lambda v_: jnp.sum(m.apply(v_, x)[0] ** 2))(v)
         meta = fp8_meta(g)
-        assert set(meta[""]) == {f"{p}{o}" for p in ("wi_", "wo_")
-                                 for o in ("input", "kernel", "output_grad")}
+        assert set(meta[""]) == {
+            f"{p}{o}" for p in ("wi_", "wo_") for o in ("input", "kernel", "output_grad")
+        }
         assert meta[""]["wi_input"]["last_amax"] == pytest.approx(float(np.abs(n).max()), rel=1e-5)
         assert meta[""]["wi_input"]["scale"] == 1.0  # the scale this first step used
         owg = "_overwrite_with_gradient"
         g2 = jax.grad(lambda v_: jnp.sum(m.apply(v_, x)[0] ** 2))({**v, owg: g[owg]})
         assert fp8_meta(g2)[""]["wi_input"]["scale"] == pytest.approx(
-            448.0 / float(np.abs(n).max()), rel=1e-5)  # the next step's, from that amax
+            448.0 / float(np.abs(n).max()), rel=1e-5
+        )  # the next step's, from that amax
 
 
 @pytest.mark.parametrize("kind", ["scaled", "scaled_masked", "scaled_upper_triang_masked"])
@@ -111,7 +135,9 @@ def test_softmax(rng, kind):
     s = rng.standard_normal((2, 3, 5, 5)).astype(np.float32)
     mask = rng.random((2, 1, 5, 5)) < 0.3
     mask[0, 0, 1] = True  # a fully masked row gives zeros
-    y = Softmax(scale_factor=0.5, softmax_type=kind).apply({}, jnp.asarray(s), mask=jnp.asarray(mask))
+    y = Softmax(scale_factor=0.5, softmax_type=kind).apply(
+        {}, jnp.asarray(s), mask=jnp.asarray(mask)
+    )
     z = 0.5 * f64(s)
     if kind == "scaled_masked":
         z = np.where(mask, -np.inf, z)
@@ -126,18 +152,28 @@ def test_softmax(rng, kind):
 @pytest.mark.parametrize("recipe", RECIPES[:2], ids=RIDS[:2])
 def test_lora_zero_adapter_is_exact_and_only_the_adapter_learns(x, recipe):
     base = DenseGeneral(48, recipe=recipe)
-    lora = DenseGeneral(48, recipe=recipe, enable_low_rank_adaptation=True,
-                        low_rank_adaptation_dim=4, low_rank_adaptation_alpha=8.0)
+    lora = DenseGeneral(
+        48,
+        recipe=recipe,
+        enable_low_rank_adaptation=True,
+        low_rank_adaptation_dim=4,
+        low_rank_adaptation_alpha=8.0,
+    )
     v = nn.unbox(lora.init(jax.random.key(0), x))
-    vb = {k: ({n: a for n, a in c.items() if not n.startswith("lora")} if k == "params" else c)
-          for k, c in v.items()}
+    vb = {
+        k: ({n: a for n, a in c.items() if not n.startswith("lora")} if k == "params" else c)
+        for k, c in v.items()
+    }
     np.testing.assert_array_equal(np.asarray(lora.apply(v, x)), np.asarray(base.apply(vb, x)))
     g = jax.grad(lambda v_: jnp.sum(lora.apply(v_, x) ** 2))(v)["params"]
     assert not np.any(np.asarray(g["kernel"])) and not np.any(np.asarray(g["bias"]))
     assert np.any(np.asarray(g["lora_b_kernel"]))
     # With B != 0 the adapter adds (x A) B * alpha / r.
     v["params"]["lora_b_kernel"] = jnp.ones_like(v["params"]["lora_b_kernel"])
-    want = f64(base.apply(vb, x)) + (f64(x) @ f64(v["params"]["lora_a_kernel"])) @ np.ones((4, 48)) * 2.0
+    want = (
+        f64(base.apply(vb, x))
+        + (f64(x) @ f64(v["params"]["lora_a_kernel"])) @ np.ones((4, 48)) * 2.0
+    )
     assert ref.rel_err(lora.apply(v, x), want) < 1e-5
 
 
@@ -200,24 +236,32 @@ def test_bad_input_raises(x):
 # ---- activation sharding and sequence parallelism (a mesh in context: jax.set_mesh) --------
 
 SP_MODULES = {
-    "mlp": lambda r: LayerNormMLP(intermediate_dim=I, recipe=r, return_layernorm_output=True,
-                                  bias_init=nn.initializers.normal(0.5)),
-    "swiglu": lambda r: LayerNormMLP(intermediate_dim=I, activations=("silu", "linear"),
-                                     recipe=r),
-    "ln_dense": lambda r: LayerNormDenseGeneral((4, I // 4), kernel_axes=("embed", "heads", "kv"),
-                                                recipe=r, return_layernorm_output=True),
+    "mlp": lambda r: LayerNormMLP(
+        intermediate_dim=I,
+        recipe=r,
+        return_layernorm_output=True,
+        bias_init=nn.initializers.normal(0.5),
+    ),
+    "swiglu": lambda r: LayerNormMLP(intermediate_dim=I, activations=("silu", "linear"), recipe=r),
+    "ln_dense": lambda r: LayerNormDenseGeneral(
+        (4, I // 4), kernel_axes=("embed", "heads", "kv"), recipe=r, return_layernorm_output=True
+    ),
 }
-RESOURCES = {"tp": qj.MeshResource(dp_resource="dp", tp_resource="tp"),
-             "tpsp": qj.MeshResource(dp_resource="dp", tp_resource="tp", tpsp_resource="tp")}
+RESOURCES = {
+    "tp": qj.MeshResource(dp_resource="dp", tp_resource="tp"),
+    "tpsp": qj.MeshResource(dp_resource="dp", tp_resource="tp", tpsp_resource="tp"),
+}
 
 
 def sp_step(m):
     def f(v, x):
         def loss(v_, x_):
             y, ln = m.apply(v_, x_)
-            return jnp.sum(y ** 2) + (0.0 if ln is None else jnp.sum(ln * x_)), (y, ln)
+            return jnp.sum(y**2) + (0.0 if ln is None else jnp.sum(ln * x_)), (y, ln)
+
         (_, out), grads = jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)(v, x)
         return out, grads
+
     return f
 
 
@@ -253,8 +297,9 @@ def collectives(hlo, op):
     for line in hlo.splitlines():
         if f" {op}(" in line or f" {op}-start(" in line:
             shape = line.split("=", 1)[1].split(f" {op}")[0].strip()
-            out.append((shape, line.split("to_apply=")[1].split(",")[0] if "to_apply=" in line
-                        else ""))
+            out.append(
+                (shape, line.split("to_apply=")[1].split(",")[0] if "to_apply=" in line else "")
+            )
     return out
 
 
@@ -288,7 +333,9 @@ def test_sequence_parallel_hlo_gathers_and_reduce_scatters(rng, recipe):
     maxes = [s for s, c in reduces if "maximum" in comps[c]]
     sums = [s for s, c in reduces if "add" in comps[c]]
     assert len(maxes) + len(sums) == len(reduces), reduces
-    assert all(re.fullmatch(r"\(?(f32\[\],? ?)+\)?", s.replace("/*index=5*/", "")) for s in maxes), maxes
+    assert all(
+        re.fullmatch(r"\(?(f32\[\],? ?)+\)?", s.replace("/*index=5*/", "")) for s in maxes
+    ), maxes
     if isinstance(recipe, DelayedScaling):
         assert len(maxes) == 1, maxes
     param_dims = {H, I, I // 4, 1}  # local parameter-gradient dimensions (I over tp=4)
@@ -304,7 +351,8 @@ def test_sequence_parallel_bad_shapes_raise(x):
             LayerNormMLP(intermediate_dim=I).init(jax.random.key(0), jnp.ones((8, 6, H)))
         with pytest.raises(ValueError, match="dot_1_input_axes: 2 logical axes"):
             LayerNormMLP(intermediate_dim=I, dot_1_input_axes=("batch", "embed")).init(
-                jax.random.key(0), x)
+                jax.random.key(0), x
+            )
     with jax.set_mesh(mesh), qj.global_shard_guard(qj.MeshResource(tp_resource="model")):
         with pytest.raises(ValueError, match="tp_resource is 'model'"):
             LayerNormMLP(intermediate_dim=I).init(jax.random.key(0), x)
@@ -318,9 +366,14 @@ def test_row_parallel_dense_general_reduce_scatters_to_sequence_shards(mesh, rng
     import re
 
     x = jnp.asarray(rng.standard_normal((2, 12, 4, 8)).astype(np.float32))  # 24 tokens
-    m = DenseGeneral(H, axis=(-2, -1), kernel_axes=("heads", "kv", "embed"), recipe=recipe,
-                     input_axes=("batch", None, "heads", "kv"),
-                     output_axes=("batch", "seq", "embed"))
+    m = DenseGeneral(
+        H,
+        axis=(-2, -1),
+        kernel_axes=("heads", "kv", "embed"),
+        recipe=recipe,
+        input_axes=("batch", None, "heads", "kv"),
+        output_axes=("batch", "seq", "embed"),
+    )
 
     def f(v, x_):
         y = m.apply(v, x_)
@@ -352,7 +405,12 @@ def test_inside_shard_map_nothing_is_constrained(rng):
     v = nn.unbox(m.init(jax.random.key(0), x))
     want = m.apply(v, x)[0]  # delayed scaling: the forward uses the state's scales
     with jax.set_mesh(mesh), qj.global_shard_guard(RESOURCES["tpsp"]):
-        got = jax.jit(jax.shard_map(lambda v_, x_: m.apply(v_, x_)[0], mesh=mesh,
-                                    in_specs=(P(), P(("dp", "tp"))),
-                                    out_specs=P(("dp", "tp"))))(v, x)
+        got = jax.jit(
+            jax.shard_map(
+                lambda v_, x_: m.apply(v_, x_)[0],
+                mesh=mesh,
+                in_specs=(P(), P(("dp", "tp"))),
+                out_specs=P(("dp", "tp")),
+            )
+        )(v, x)
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))

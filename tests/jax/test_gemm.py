@@ -7,10 +7,11 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
-from jax.sharding import NamedSharding, PartitionSpec as P
-
 import reference as ref
 from conftest import make_mesh
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
 from qmesh.jax import gemm as gemm_module
 from qmesh.jax.gemm import Epilogue, gemm
 
@@ -25,8 +26,10 @@ KINDS = {
     "e4m3xe5m2": (jnp.float8_e4m3fn, jnp.float8_e5m2),
     "e5m2xe4m3": (jnp.float8_e5m2, jnp.float8_e4m3fn),
 }
-FP8 = {jnp.dtype(jnp.float8_e4m3fn): ml_dtypes.float8_e4m3fn,
-       jnp.dtype(jnp.float8_e5m2): ml_dtypes.float8_e5m2}
+FP8 = {
+    jnp.dtype(jnp.float8_e4m3fn): ml_dtypes.float8_e4m3fn,
+    jnp.dtype(jnp.float8_e5m2): ml_dtypes.float8_e5m2,
+}
 
 
 def operand(rng, shape, dtype, scale):
@@ -44,11 +47,11 @@ def operand(rng, shape, dtype, scale):
 
 
 def gelu64(x):
-    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3)))
+    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x**3)))
 
 
 def dgelu64(x):
-    t = np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3))
+    t = np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x**3))
     du = np.sqrt(2.0 / np.pi) * (1.0 + 3.0 * 0.044715 * x * x)
     return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du
 
@@ -80,9 +83,9 @@ def rel_err(got, want):
 def assert_rounded(got, want, dtype):
     """got is want rounded to a 16-bit dtype: within one unit in the last place (the float32
     result may round the other way near a tie)."""
-    ulp = {jnp.dtype(jnp.bfloat16): 2.0 ** -7, jnp.dtype(jnp.float16): 2.0 ** -10}[jnp.dtype(dtype)]
+    ulp = {jnp.dtype(jnp.bfloat16): 2.0**-7, jnp.dtype(jnp.float16): 2.0**-10}[jnp.dtype(dtype)]
     got = np.asarray(jnp.asarray(got).astype(jnp.float32), np.float64)
-    bound = ulp * np.maximum(np.abs(want), 2.0 ** -14) + 1e-6 * np.abs(want).max()
+    bound = ulp * np.maximum(np.abs(want), 2.0**-14) + 1e-6 * np.abs(want).max()
     assert np.all(np.abs(got - want) <= bound), np.abs(got - want).max()
 
 
@@ -116,8 +119,11 @@ def as_tuple(out):
 
 
 @pytest.mark.parametrize("epilogue", list(Epilogue), ids=lambda e: e.name)
-@pytest.mark.parametrize("trans_a,trans_b", [(False, True), (False, False), (True, False), (True, True)],
-                         ids=["TN", "NN", "TT'", "NT'"])
+@pytest.mark.parametrize(
+    "trans_a,trans_b",
+    [(False, True), (False, False), (True, False), (True, True)],
+    ids=["TN", "NN", "TT'", "NT'"],
+)
 @pytest.mark.parametrize("kind", ["f32", "e4m3", "e4m3xe5m2"])
 def test_epilogues_and_layouts_match_float64(rng, kind, trans_a, trans_b, epilogue):
     ops, (a64, b64, extra64) = problem(rng, kind, trans_a, trans_b, epilogue)
@@ -148,8 +154,9 @@ def test_operand_and_output_dtypes(rng, kind, out_dtype):
 
 def test_bias_grad_dtype_and_aux_dtype_follow_their_sources(rng):
     ops, (a64, b64, _) = problem(rng, "e4m3", True, False, Epilogue.BIAS_GRAD)
-    d, dbias = call(ops, True, False, Epilogue.BIAS_GRAD, out_dtype=jnp.bfloat16,
-                    dbias_dtype=jnp.float32)
+    d, dbias = call(
+        ops, True, False, Epilogue.BIAS_GRAD, out_dtype=jnp.bfloat16, dbias_dtype=jnp.float32
+    )
     assert d.dtype == jnp.bfloat16 and dbias.dtype == jnp.float32
     assert rel_err(dbias, a64.T.sum(axis=1)) < 1e-6
     a, b, asi, bsi, _ = ops
@@ -181,8 +188,9 @@ def test_vmap(rng):
     got = jax.vmap(lambda x, w: gemm(x, w, epilogue=Epilogue.BIAS, bias=bias))(a, b)
     got_shared = jax.vmap(lambda x: gemm(x, b[0]), in_axes=1, out_axes=1)(a.transpose(1, 0, 2))
     for i in range(3):
-        np.testing.assert_array_equal(np.asarray(got[i]),
-                                      np.asarray(gemm(a[i], b[i], epilogue=Epilogue.BIAS, bias=bias)))
+        np.testing.assert_array_equal(
+            np.asarray(got[i]), np.asarray(gemm(a[i], b[i], epilogue=Epilogue.BIAS, bias=bias))
+        )
         np.testing.assert_array_equal(np.asarray(got_shared[:, i]), np.asarray(gemm(a[i], b[0])))
 
 
@@ -241,8 +249,11 @@ def test_sharded_equals_unsharded(mesh, rng, kind, case, epilogue):
         assert got[0].sharding.spec[0] == "dp"
 
 
-@pytest.mark.parametrize("epilogue", [Epilogue.NONE, Epilogue.BIAS, Epilogue.BIAS_GELU_AUX,
-                                      Epilogue.DGELU, Epilogue.BIAS_GRAD], ids=lambda e: e.name)
+@pytest.mark.parametrize(
+    "epilogue",
+    [Epilogue.NONE, Epilogue.BIAS, Epilogue.BIAS_GELU_AUX, Epilogue.DGELU, Epilogue.BIAS_GRAD],
+    ids=lambda e: e.name,
+)
 def test_sequence_parallel_k_is_reduce_scattered(rng, epilogue):
     """K sharded over the tpsp axis and the result wanted sequence-sharded: D (and aux, dbias)
     are reduce-scattered along M over that axis, with no all-reduce and no gather, and equal
@@ -259,8 +270,12 @@ def test_sequence_parallel_k_is_reduce_scattered(rng, epilogue):
             extra = put(extra, P(("dp", "tp"), None))
         sharded = (put(a, P("dp", "tp")), put(b, P(None, "tp")), asi, bsi, extra)
         seq = NamedSharding(mesh, P(("dp", "tp")))  # what the next sequence-parallel op wants
-        f = jax.jit(lambda *o: tuple(jax.lax.with_sharding_constraint(r, seq)
-                                     for r in as_tuple(call(o, False, True, epilogue))))
+        f = jax.jit(
+            lambda *o: tuple(
+                jax.lax.with_sharding_constraint(r, seq)
+                for r in as_tuple(call(o, False, True, epilogue))
+            )
+        )
         got = f(*sharded)
         hlo = f.lower(*sharded).compile().as_text()
     for g, w in zip(got, want):
@@ -275,8 +290,9 @@ def test_sharded_bf16_output_sums_in_float32(rng):
     ops, (a64, b64, _) = problem(rng, "bf16", False, True, Epilogue.NONE)
     a, b = ops[:2]
     put = lambda x, spec: jax.device_put(x, NamedSharding(mesh, spec))  # noqa: E731
-    got = jax.jit(lambda x, w: gemm(x, w, out_dtype=jnp.bfloat16))(put(a, P(None, "tp")),
-                                                                  put(b, P(None, "tp")))
+    got = jax.jit(lambda x, w: gemm(x, w, out_dtype=jnp.bfloat16))(
+        put(a, P(None, "tp")), put(b, P(None, "tp"))
+    )
     assert got.dtype == jnp.bfloat16
     assert_rounded(got, a64 @ b64.T, jnp.bfloat16)
 
@@ -288,8 +304,12 @@ def test_inside_shard_map(rng):
 
     @jax.jit
     def f(x, w):
-        return jax.shard_map(lambda xs, ws: jax.lax.psum(gemm(xs, ws), "tp"), mesh=mesh,
-                             in_specs=(P("dp", "tp"), P(None, "tp")), out_specs=P("dp", None))(x, w)
+        return jax.shard_map(
+            lambda xs, ws: jax.lax.psum(gemm(xs, ws), "tp"),
+            mesh=mesh,
+            in_specs=(P("dp", "tp"), P(None, "tp")),
+            out_specs=P("dp", None),
+        )(x, w)
 
     np.testing.assert_allclose(np.asarray(f(a, b)), np.asarray(gemm(a, b)), rtol=1e-5, atol=1e-5)
 
@@ -342,8 +362,11 @@ def test_handler_errors_come_back_as_exceptions():
         return jax.ffi.ffi_call("qmesh_gemm", out_shapes)(*args, **dict(attrs, **kw))
 
     d = jax.ShapeDtypeStruct((4, 4), jnp.float32)
-    with pytest.raises(Exception, match=r"epilogue kBias takes 1 operand\(s\) after a, b, "
-                                        r"a_scale_inv, b_scale_inv \(bias \[N\]\), got 0"):
+    with pytest.raises(
+        Exception,
+        match=r"epilogue kBias takes 1 operand\(s\) after a, b, "
+        r"a_scale_inv, b_scale_inv \(bias \[N\]\), got 0",
+    ):
         raw((d,), a, a, one, one, epilogue=np.int32(1))
     with pytest.raises(Exception, match=r"epilogue kBiasGrad gives 1 result\(s\) after d"):
         raw((d,), a, a, one, one, epilogue=np.int32(5))

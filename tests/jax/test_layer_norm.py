@@ -6,11 +6,12 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
-from jax.sharding import NamedSharding, PartitionSpec as P
-
-import qmesh.jax as qj
 import reference as ref
 from conftest import make_mesh
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import qmesh.jax as qj
 from qmesh.jax.layer_norm import layer_norm, layer_norm_bwd, layer_norm_fwd, layer_norm_fwd_quantize
 
 EPS = 1e-5
@@ -32,7 +33,9 @@ def ln64_backward(dy, x, gamma, eps=EPS):
     _, mean, rstd = ln64(x, gamma, np.zeros_like(gamma), eps)
     xhat = (x - mean[..., None]) * rstd[..., None]
     g = dy * gamma
-    dx = rstd[..., None] * (g - g.mean(-1, keepdims=True) - xhat * (g * xhat).mean(-1, keepdims=True))
+    dx = rstd[..., None] * (
+        g - g.mean(-1, keepdims=True) - xhat * (g * xhat).mean(-1, keepdims=True)
+    )
     rows = tuple(range(x.ndim - 1))
     return dx, (dy * xhat).sum(rows), dy.sum(rows)
 
@@ -73,14 +76,17 @@ def test_grad_of_the_custom_vjp_equals_the_float64_backward(rng):
         close(got, want, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("fp8,ml", [(jnp.float8_e4m3fn, ml_dtypes.float8_e4m3fn),
-                                    (jnp.float8_e5m2, ml_dtypes.float8_e5m2)])
+@pytest.mark.parametrize(
+    "fp8,ml",
+    [(jnp.float8_e4m3fn, ml_dtypes.float8_e4m3fn), (jnp.float8_e5m2, ml_dtypes.float8_e5m2)],
+)
 @pytest.mark.parametrize("columnwise", [False, True])
 def test_fused_quantize_equals_layer_norm_then_quantize(rng, fp8, ml, columnwise):
     x, gamma, beta = inputs(rng, (24, 40))
     scale = np.float32(37.0)  # saturates part of the e4m3 range
-    y, q, mean, rstd = layer_norm_fwd_quantize(x, gamma, beta, scale, fp8, eps=EPS,
-                                               columnwise=columnwise)
+    y, q, mean, rstd = layer_norm_fwd_quantize(
+        x, gamma, beta, scale, fp8, eps=EPS, columnwise=columnwise
+    )
     y2, _, _ = layer_norm_fwd(x, gamma, beta, EPS)
     assert np.asarray(y).tobytes() == np.asarray(y2).tobytes()
     assert ref.codes_equal(q.q, ref.quantize(y, scale, ml), ml)

@@ -7,11 +7,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import NamedSharding, PartitionSpec as P
-
-from conftest import make_mesh
-import qmesh.jax as qj
 import reference as ref
+from conftest import make_mesh
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import qmesh.jax as qj
 from qmesh.jax.dense import dense, init_state
 from qmesh.jax.flax import LayerNormDenseGeneral, LayerNormMLP
 from qmesh.jax.layer_norm import layer_norm
@@ -29,7 +30,7 @@ def data(rng):
     be = (0.2 * rng.standard_normal(H)).astype(np.float32)
     w = (rng.standard_normal((H, N)) / np.sqrt(H)).astype(np.float32)
     b = rng.standard_normal(N).astype(np.float32)
-    r = rng.standard_normal((B, S, N)).astype(np.float32)   # output gradient
+    r = rng.standard_normal((B, S, N)).astype(np.float32)  # output gradient
     r_ln = rng.standard_normal((B, S, H)).astype(np.float32)  # the norm output's cotangent
     state = init_state(RECIPE)
     state["input_scale"] = jnp.float32(60.0)  # a scale that saturates nothing
@@ -38,9 +39,11 @@ def data(rng):
 
 def fused_step(activation):
     def loss(x, g, be, w, b, state, r, r_ln):
-        y, ln = layernorm_dense(x, g, be, w, b, state, recipe=RECIPE, eps=EPS,
-                                activation=activation)
+        y, ln = layernorm_dense(
+            x, g, be, w, b, state, recipe=RECIPE, eps=EPS, activation=activation
+        )
         return jnp.sum(y * r) + jnp.sum(ln * r_ln), (y, ln)
+
     return jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4, 5), has_aux=True))
 
 
@@ -49,6 +52,7 @@ def unfused_step(activation):
         ln = layer_norm(x, g, be, EPS)
         y = dense(ln, w, b, state, recipe=RECIPE, activation=activation)
         return jnp.sum(y * r) + jnp.sum(ln * r_ln), (y, ln)
+
     return jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4, 5), has_aux=True))
 
 
@@ -66,11 +70,13 @@ def test_equals_the_unfused_composition_and_float64(rng, activation):
     n = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + EPS) * g + be
     z = n @ w + b
     if activation == "gelu":
-        z = 0.5 * z * (1 + np.tanh(0.7978845608028654 * (z + 0.044715 * z ** 3)))
+        z = 0.5 * z * (1 + np.tanh(0.7978845608028654 * (z + 0.044715 * z**3)))
     (_, (y, ln)), grads = got
     assert ref.rel_err(ln, n) < 1e-5 and ref.rel_err(y, z) < 0.06
     new_state = grads[5]  # this step's input amax is the norm output's global amax
-    assert float(np.max(new_state["input_amax_history"])) == pytest.approx(np.abs(n).max(), rel=1e-5)
+    assert float(np.max(new_state["input_amax_history"])) == pytest.approx(
+        np.abs(n).max(), rel=1e-5
+    )
 
 
 def test_sharded_equals_unsharded(rng):
@@ -79,13 +85,25 @@ def test_sharded_equals_unsharded(rng):
     want = fused_step("gelu")(*args)
     put = lambda a, spec: jax.device_put(a, NamedSharding(mesh, spec))  # noqa: E731
     x, g, be, w, b, state, r, r_ln = args
-    sharded = (put(x, P("dp", None, None)), g, be, put(w, P(None, "tp")), put(b, P("tp")),
-               state, put(r, P("dp", None, "tp")), put(r_ln, P("dp", None, None)))
+    sharded = (
+        put(x, P("dp", None, None)),
+        g,
+        be,
+        put(w, P(None, "tp")),
+        put(b, P("tp")),
+        state,
+        put(r, P("dp", None, "tp")),
+        put(r_ln, P("dp", None, None)),
+    )
     with qj.global_shard_guard(qj.MeshResource(dp_resource="dp", tp_resource="tp")):
         got = fused_step("gelu")(*sharded)
     for a, b_ in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b_), rtol=1e-5,
-                                   atol=1e-5 * max(float(np.abs(np.asarray(b_)).max()), 1e-30))
+        np.testing.assert_allclose(
+            np.asarray(a),
+            np.asarray(b_),
+            rtol=1e-5,
+            atol=1e-5 * max(float(np.abs(np.asarray(b_)).max()), 1e-30),
+        )
 
 
 def compiled(m, x):
@@ -93,9 +111,14 @@ def compiled(m, x):
     return jax.jit(jax.grad(lambda v_: jnp.sum(m.apply(v_, x)[0] ** 2))).lower(v).as_text()
 
 
-@pytest.mark.parametrize("make", [lambda **k: LayerNormMLP(intermediate_dim=64, **k),
-                                  lambda **k: LayerNormDenseGeneral(64, **k)],
-                         ids=["mlp", "ln_dense"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda **k: LayerNormMLP(intermediate_dim=64, **k),
+        lambda **k: LayerNormDenseGeneral(64, **k),
+    ],
+    ids=["mlp", "ln_dense"],
+)
 def test_modules_fuse_where_it_fits(rng, make):
     x = jnp.asarray(rng.standard_normal((B, S, H)).astype(np.float32))
     fused = "qmesh_layer_norm_forward_quantize"  # the fused handler

@@ -6,11 +6,12 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
-from jax.sharding import NamedSharding, PartitionSpec as P
-
-import qmesh.jax as qj
 import reference as ref
 from conftest import make_mesh
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import qmesh.jax as qj
 from qmesh.jax import _ffi
 
 FP8 = [(jnp.float8_e4m3fn, ml_dtypes.float8_e4m3fn), (jnp.float8_e5m2, ml_dtypes.float8_e5m2)]
@@ -22,8 +23,21 @@ def special_values(rng, shape, dtype):
     """Random values over many magnitudes with NaN, +-inf, -0, huge and tiny entries."""
     x = (rng.standard_normal(shape) * 10.0 ** rng.integers(-6, 6, shape)).astype(np.float32)
     flat = x.reshape(-1)
-    specials = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e30, -1e30, 1e-30, 448.0, 460.0, 57344.0,
-                1e-39, -3e-41]  # the last two are float32 denormals
+    specials = [
+        0.0,
+        -0.0,
+        np.inf,
+        -np.inf,
+        np.nan,
+        1e30,
+        -1e30,
+        1e-30,
+        448.0,
+        460.0,
+        57344.0,
+        1e-39,
+        -3e-41,
+    ]  # the last two are float32 denormals
     for i, v in enumerate(specials[: flat.size]):
         flat[(i * 7919) % flat.size] = v
     return jnp.asarray(x).astype(dtype)
@@ -71,15 +85,17 @@ def test_negative_zero_and_empty():
 @pytest.mark.parametrize("fp8,ml", FP8)
 def test_current_scaling(rng, power_of_two, epsilon, fp8, ml):
     x = jnp.asarray(rng.standard_normal((48, 40)).astype(np.float32) * 7)
-    r = qj.quantize_current(x, fp8, columnwise=True, power_of_two_scales=power_of_two,
-                            amax_epsilon=epsilon)
+    r = qj.quantize_current(
+        x, fp8, columnwise=True, power_of_two_scales=power_of_two, amax_epsilon=epsilon
+    )
     s = ref.current_scale(ref.amax(x), ml, power_of_two, epsilon)
     assert r.scale == s and r.amax == ref.amax(x)
     assert ref.codes_equal(r.q, ref.quantize(np.asarray(x), s, ml), ml)
     assert ref.codes_equal(r.q_t, ref.quantize(np.asarray(x), s, ml).T, ml)
     for a in [0.0, np.inf, np.nan, 1e-40, 3.0]:
-        got = qj.current_scale(np.float32(a), fp8, power_of_two_scales=power_of_two,
-                               amax_epsilon=epsilon)
+        got = qj.current_scale(
+            np.float32(a), fp8, power_of_two_scales=power_of_two, amax_epsilon=epsilon
+        )
         assert got == ref.current_scale(np.float32(a), ml, power_of_two, epsilon)
 
 
@@ -100,8 +116,9 @@ def test_dbias_quantize(rng, shape):
     (r, dbias) = qj.dbias_quantize(g, np.float32(8.0), jnp.float8_e5m2, columnwise=len(shape) == 2)
     gd = np.asarray(g, np.float64).reshape(-1, shape[-1])
     np.testing.assert_allclose(np.asarray(dbias), gd.sum(0), rtol=1e-5, atol=1e-5)
-    assert ref.codes_equal(r.q, ref.quantize(np.asarray(g), 8.0, ml_dtypes.float8_e5m2),
-                           ml_dtypes.float8_e5m2)
+    assert ref.codes_equal(
+        r.q, ref.quantize(np.asarray(g), 8.0, ml_dtypes.float8_e5m2), ml_dtypes.float8_e5m2
+    )
     assert r.amax == ref.amax(g)
 
 
@@ -113,11 +130,11 @@ def test_grouped_quantize_with_an_empty_group(rng, columnwise):
     r = qj.grouped_quantize(x, sizes, scales, columnwise=columnwise)
     start = 0
     for g, rows in enumerate(sizes):
-        part = np.asarray(x)[start:start + rows]
+        part = np.asarray(x)[start : start + rows]
         want = ref.quantize(part, scales[g], ml_dtypes.float8_e4m3fn)
-        assert ref.codes_equal(np.asarray(r.q)[start:start + rows], want, ml_dtypes.float8_e4m3fn)
+        assert ref.codes_equal(np.asarray(r.q)[start : start + rows], want, ml_dtypes.float8_e4m3fn)
         if columnwise:
-            block = np.asarray(r.q_t)[start * 24:(start + rows) * 24].reshape(24, rows)
+            block = np.asarray(r.q_t)[start * 24 : (start + rows) * 24].reshape(24, rows)
             assert ref.codes_equal(block, want.T, ml_dtypes.float8_e4m3fn)
         assert r.amax[g] == (ref.amax(part) if rows else 0)
         start += rows
@@ -131,7 +148,9 @@ def test_grouped_quantize_with_an_empty_group(rng, columnwise):
 def test_delayed_scaling_update_rules(rng, algo, margin, length):
     from qmesh.jax.scaling import update_delayed_scaling
 
-    recipe = qj.recipe.DelayedScaling(margin=margin, amax_history_len=length, amax_compute_algo=algo)
+    recipe = qj.recipe.DelayedScaling(
+        margin=margin, amax_history_len=length, amax_compute_algo=algo
+    )
     n = 9
     dtypes = [jnp.float8_e4m3fn, jnp.float8_e5m2] * 4 + [jnp.float8_e4m3fn]
     maxima = [448.0 if d == jnp.float8_e4m3fn else 57344.0 for d in dtypes]
@@ -161,7 +180,9 @@ def test_sharded_equals_unsharded(mesh, rng, spec):
         "delayed": lambda v: tuple(qj.quantize(v, np.float32(0.5), columnwise=True)),
         "current": lambda v: tuple(qj.quantize_current(v, columnwise=True)),
         "amax": lambda v: (qj.amax(v),),
-        "dequantize": lambda v: (qj.dequantize(qj.quantize(v, np.float32(0.5)).q, np.float32(2.0)),),
+        "dequantize": lambda v: (
+            qj.dequantize(qj.quantize(v, np.float32(0.5)).q, np.float32(2.0)),
+        ),
     }
     for name, fn in ops.items():
         got = jax.jit(fn)(xs)
@@ -186,8 +207,10 @@ def count(hlo, op):
 def test_hlo_has_one_amax_all_reduce_and_no_gather(spec):
     mesh = make_mesh((2, 4))
     xs = jax.device_put(np.ones((64, 32), np.float32), NamedSharding(mesh, spec))
-    for fn in (lambda v: qj.quantize(v, np.float32(1.0), columnwise=True),
-               lambda v: qj.quantize_current(v, columnwise=True)):
+    for fn in (
+        lambda v: qj.quantize(v, np.float32(1.0), columnwise=True),
+        lambda v: qj.quantize_current(v, columnwise=True),
+    ):
         f = jax.jit(fn)
         hlo = f.lower(xs).compile().as_text()
         assert count(hlo, "all-reduce") == 1, hlo
@@ -215,21 +238,31 @@ def test_inside_shard_map():
 
     @jax.jit
     def f(v):
-        return jax.shard_map(lambda s: qj.quantize(s, np.float32(0.01)).q, mesh=mesh,
-                             in_specs=P("dp", "tp"), out_specs=P("dp", "tp"))(v)
+        return jax.shard_map(
+            lambda s: qj.quantize(s, np.float32(0.01)).q,
+            mesh=mesh,
+            in_specs=P("dp", "tp"),
+            out_specs=P("dp", "tp"),
+        )(v)
 
-    assert np.array_equal(np.asarray(f(x)).view(np.uint8),
-                          np.asarray(qj.quantize(x, np.float32(0.01)).q).view(np.uint8))
+    assert np.array_equal(
+        np.asarray(f(x)).view(np.uint8),
+        np.asarray(qj.quantize(x, np.float32(0.01)).q).view(np.uint8),
+    )
 
 
 def test_vmap_gives_each_element_its_own_amax(rng):
-    x = jnp.asarray(rng.standard_normal((3, 16, 8)).astype(np.float32) * np.array([1, 10, 100])[:, None, None])
+    x = jnp.asarray(
+        rng.standard_normal((3, 16, 8)).astype(np.float32) * np.array([1, 10, 100])[:, None, None]
+    )
     scales = jnp.asarray([1.0, 0.5, 0.25], jnp.float32)
     r = jax.vmap(lambda v, s: tuple(qj.quantize(v, s, columnwise=True)))(x, scales)
     for i in range(3):
         one = qj.quantize(x[i], scales[i], columnwise=True)
         assert np.array_equal(np.asarray(r[0][i]).view(np.uint8), np.asarray(one.q).view(np.uint8))
-        assert np.array_equal(np.asarray(r[1][i]).view(np.uint8), np.asarray(one.q_t).view(np.uint8))
+        assert np.array_equal(
+            np.asarray(r[1][i]).view(np.uint8), np.asarray(one.q_t).view(np.uint8)
+        )
         assert r[2][i] == one.amax
 
 
@@ -237,8 +270,10 @@ def test_jit_with_donation():
     from qmesh.jax.scaling import update_delayed_scaling
 
     recipe = qj.recipe.DelayedScaling(amax_history_len=4)
-    step = jax.jit(lambda h, s: update_delayed_scaling(h, s, [jnp.float8_e4m3fn] * 2, recipe),
-                   donate_argnums=(0, 1))
+    step = jax.jit(
+        lambda h, s: update_delayed_scaling(h, s, [jnp.float8_e4m3fn] * 2, recipe),
+        donate_argnums=(0, 1),
+    )
     h = jnp.zeros((4, 2), jnp.float32).at[0].set(jnp.array([2.0, 4.0]))
     h2, s2 = step(h, jnp.ones(2, jnp.float32))
     assert list(np.asarray(s2)) == [224.0, 112.0] and float(h2[3, 0]) == 2.0

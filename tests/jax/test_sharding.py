@@ -5,10 +5,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import NamedSharding, PartitionSpec as P
+from conftest import make_mesh
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 import qmesh.jax as qj
-from conftest import make_mesh
 from qmesh.jax.layer_norm import layer_norm_fwd
 
 
@@ -51,8 +52,11 @@ def test_uneven_shards_are_replicated_not_padded(rng):
         "layer_norm": lambda v: layer_norm_fwd(v, jnp.ones(12), jnp.zeros(12))[0],
     }
     for name, fn in fns.items():
-        constrained = jax.jit(lambda v, fn=fn: fn(jax.lax.with_sharding_constraint(
-            v, NamedSharding(mesh, P(("dp", "tp"), None)))))
+        constrained = jax.jit(
+            lambda v, fn=fn: fn(
+                jax.lax.with_sharding_constraint(v, NamedSharding(mesh, P(("dp", "tp"), None)))
+            )
+        )
         got, want = constrained(xs), fn(jnp.asarray(x))
         if name == "dbias":  # a sum: the order may differ, the padded rows must not enter it
             np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-5)
@@ -65,13 +69,15 @@ def test_a_slice_of_an_even_shard_does_not_read_the_padding():
     """The issue's reproducer: rows 6..15 of x are cut off inside jit, the 6 rows left do not
     divide over 4 devices, and XLA pads the shards; row 7 (100.0) must not be read."""
     from jax.sharding import AxisType
+
     mesh = jax.make_mesh((4,), ("dp",), axis_types=(AxisType.Auto,), devices=jax.devices()[:4])
     x = jax.random.normal(jax.random.key(0), (16, 32)).at[7].set(100.0)
     xs = jax.device_put(x, NamedSharding(mesh, P("dp", None)))
     assert float(jax.jit(lambda v: qj.amax(v[:6]))(xs)) == float(jnp.max(jnp.abs(x[:6])))
     db = jax.jit(lambda v: qj.dbias_quantize(v[:6], jnp.float32(1))[1])(xs)
-    np.testing.assert_allclose(np.asarray(db), np.asarray(jnp.sum(x[:6], axis=0)), rtol=1e-5,
-                               atol=1e-5)
+    np.testing.assert_allclose(
+        np.asarray(db), np.asarray(jnp.sum(x[:6], axis=0)), rtol=1e-5, atol=1e-5
+    )
     for fn in (lambda v: qj.quantize(v, jnp.float32(2)), qj.quantize_current):
         got = jax.jit(lambda v, fn=fn: fn(v[:6]))(xs)
         want = fn(x[:6])
@@ -117,8 +123,10 @@ def test_a_missing_axis_is_raised_in_python_and_a_corrected_guard_takes_effect()
 def test_an_input_created_before_set_mesh_is_computed_where_it_is():
     mesh = make_mesh((2, 4))
     x = jnp.arange(64.0).reshape(8, 8)
-    with jax.set_mesh(mesh), qj.global_shard_guard(qj.MeshResource(dp_resource="dp",
-                                                                   tp_resource="tp")):
+    with (
+        jax.set_mesh(mesh),
+        qj.global_shard_guard(qj.MeshResource(dp_resource="dp", tp_resource="tp")),
+    ):
         assert float(jax.jit(qj.amax)(x)) == 63.0
         assert float(jax.jit(lambda v: qj.quantize_current(v).amax)(x)) == 63.0
 
@@ -126,8 +134,11 @@ def test_an_input_created_before_set_mesh_is_computed_where_it_is():
 def test_explicit_axes_raise_with_what_to_do():
     mesh = jax.make_mesh((2, 4), ("dp", "tp"), axis_types=(jax.sharding.AxisType.Explicit,) * 2)
     x = jax.device_put(np.ones((8, 8), np.float32), NamedSharding(mesh, P("dp", None)))
-    for fn in (qj.amax, lambda v: qj.quantize(v, np.float32(1.0)),
-               lambda v: layer_norm_fwd(v, jnp.ones(8), jnp.zeros(8))):
+    for fn in (
+        qj.amax,
+        lambda v: qj.quantize(v, np.float32(1.0)),
+        lambda v: layer_norm_fwd(v, jnp.ones(8), jnp.zeros(8)),
+    ):
         with pytest.raises(ValueError, match=r"axis_types=\(jax.sharding.AxisType.Auto,\)"):
             fn(x)
     assert float(qj.amax(jnp.ones(3))) == 1.0

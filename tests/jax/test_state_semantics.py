@@ -32,11 +32,16 @@ def assert_same(a, b):
 def test_a_layer_whose_output_is_unused_restarts_instead_of_giving_nan():
     # The issue's reproducer, verbatim: Dense_1's output does not reach the loss.
     fp8 = make_dot_general_cls(DelayedScaling(amax_history_len=4))
+
     class M(nn.Module):
         @nn.compact
-        def __call__(self, x): return nn.Dense(8, dot_general_cls=fp8)(x), nn.Dense(8, dot_general_cls=fp8)(x)
+        def __call__(self, x):
+            return nn.Dense(8, dot_general_cls=fp8)(x), nn.Dense(8, dot_general_cls=fp8)(x)
+
     m, x = M(), jnp.ones((16, 32))
-    ts = train_state.TrainState.create(apply_fn=m.apply, params=m.init(jax.random.key(0), x), tx=optax.adam(1e-3))
+    ts = train_state.TrainState.create(
+        apply_fn=m.apply, params=m.init(jax.random.key(0), x), tx=optax.adam(1e-3)
+    )
     ts = ts.apply_gradients(grads=jax.grad(lambda v: jnp.mean(m.apply(v, x)[0] ** 2))(ts.params))
     # TrainState writes the untouched gradient 0; the layer restarts from a fresh state.
     unused = ts.params[OWG]["Dense_1"]["QmeshDotGeneral_0"]
@@ -47,7 +52,9 @@ def test_a_layer_whose_output_is_unused_restarts_instead_of_giving_nan():
     np.testing.assert_array_equal(np.asarray(y), np.asarray(m.apply(fresh, x)[1]))
     # qmesh's TrainState keeps it, and so does keep_unused_state (the used layer's new state
     # is left alone).
-    qs = QmeshTrainState.create(apply_fn=m.apply, params=m.init(jax.random.key(0), x), tx=optax.adam(1e-3))
+    qs = QmeshTrainState.create(
+        apply_fn=m.apply, params=m.init(jax.random.key(0), x), tx=optax.adam(1e-3)
+    )
     qs = qs.apply_gradients(grads=jax.grad(lambda v: jnp.mean(m.apply(v, x)[0] ** 2))(qs.params))
     assert_same(qs.params[OWG]["Dense_1"], {"QmeshDotGeneral_0": init_state(R)})
     assert_same(qs.params[OWG]["Dense_0"], ts.params[OWG]["Dense_0"])
@@ -61,7 +68,8 @@ def test_a_layer_whose_output_is_unused_restarts_instead_of_giving_nan():
 
 def big_batch_grad(x, k, state=None, loss=jnp.sum):
     return jax.grad(lambda s: loss(dense(x, k, None, s, recipe=R) ** 2))(
-        init_state(R) if state is None else state)
+        init_state(R) if state is None else state
+    )
 
 
 def data():
@@ -73,13 +81,18 @@ def data():
 def test_vmap_records_what_one_big_batch_records():
     # The issue's reproducer, verbatim (it printed 561.5: four scales summed).
     r = DelayedScaling(amax_history_len=4)
-    x = jax.random.normal(jax.random.key(0), (4, 8, 32)); k = jax.random.normal(jax.random.key(1), (32, 16)) * 0.1
-    s = jax.grad(lambda s: jnp.mean(jax.vmap(lambda xi: dense(xi, k, None, s, recipe=r))(x) ** 2))(init_state(r))
+    x = jax.random.normal(jax.random.key(0), (4, 8, 32))
+    k = jax.random.normal(jax.random.key(1), (32, 16)) * 0.1
+    s = jax.grad(lambda s: jnp.mean(jax.vmap(lambda xi: dense(xi, k, None, s, recipe=r))(x) ** 2))(
+        init_state(r)
+    )
     assert float(s["input_scale"]) == 1.0  # the scale this first step used
     assert_same(s, big_batch_grad(x, k, loss=jnp.mean))
     assert float(s["input_amax_history"][0]) == float(jnp.max(jnp.abs(x)))
     # The next step quantizes x with 448 / max|x| (114.4), as one big batch would.
-    s2 = jax.grad(lambda s: jnp.mean(jax.vmap(lambda xi: dense(xi, k, None, s, recipe=r))(x) ** 2))(s)
+    s2 = jax.grad(lambda s: jnp.mean(jax.vmap(lambda xi: dense(xi, k, None, s, recipe=r))(x) ** 2))(
+        s
+    )
     assert float(s2["input_scale"]) == np.float32(448.0) / np.float32(jnp.max(jnp.abs(x)))
     assert_same(s2, big_batch_grad(x, k, s, loss=jnp.mean))
 
@@ -87,8 +100,9 @@ def test_vmap_records_what_one_big_batch_records():
 def test_vmap_over_states_keeps_one_state_per_member():
     x, k = data()
     states = jax.tree.map(lambda a: jnp.stack([a] * 4), init_state(R))
-    g = jax.grad(lambda ss: jnp.sum(jax.vmap(lambda xi, si: dense(xi, k, None, si, recipe=R))(
-        x, ss) ** 2))(states)
+    g = jax.grad(
+        lambda ss: jnp.sum(jax.vmap(lambda xi, si: dense(xi, k, None, si, recipe=R))(x, ss) ** 2)
+    )(states)
     for i in range(4):
         assert_same(jax.tree.map(lambda a: a[i], g), big_batch_grad(x[i], k))
 
@@ -96,7 +110,7 @@ def test_vmap_over_states_keeps_one_state_per_member():
 def test_microbatches_combined_by_maximum_equal_one_big_batch():
     x, k = data()
     state = big_batch_grad(x, k)  # a state with a history
-    parts = [big_batch_grad(x[i:i + 2], k, state) for i in (0, 2)]
+    parts = [big_batch_grad(x[i : i + 2], k, state) for i in (0, 2)]
     assert_same(delayed_state.combine_state_grads(*parts), big_batch_grad(x, k, state))
 
 
@@ -108,13 +122,19 @@ def test_scan_over_a_shared_state_equals_one_big_batch():
         def body(c, xs):
             xb, sb = xs
             return c + jnp.sum(dense(xb, k, None, sb, recipe=R) ** 2), None
+
         return lax.scan(body, 0.0, (x, delayed_state.share_state(s, 4)))[0]
 
     assert_same(jax.jit(jax.grad(loss))(state), big_batch_grad(x, k, state))
     a, b = delayed_state.split_state(state)  # two explicit uses
-    two = jax.grad(lambda s: (lambda a, b: jnp.sum(dense(x[:2], k, None, a, recipe=R) ** 2)
-                              + jnp.sum(dense(x[2:], k, None, b, recipe=R) ** 2))(
-                                  *delayed_state.split_state(s)))(state)
+    two = jax.grad(
+        lambda s: (
+            lambda a, b: (
+                jnp.sum(dense(x[:2], k, None, a, recipe=R) ** 2)
+                + jnp.sum(dense(x[2:], k, None, b, recipe=R) ** 2)
+            )
+        )(*delayed_state.split_state(s))
+    )(state)
     assert_same(two, big_batch_grad(x, k, state))
     del a, b
 
@@ -137,7 +157,7 @@ def test_a_layer_called_twice_equals_one_big_batch(jit):
     x, _ = data()
     v = Once().init(jax.random.key(1), x)
     v = {**v, OWG: jax.grad(lambda v: jnp.sum(Once().apply(v, x) ** 2))(v)[OWG]}  # a history
-    twice = jax.grad(lambda v: sum(jnp.sum(y ** 2) for y in Twice().apply(v, x)))
+    twice = jax.grad(lambda v: sum(jnp.sum(y**2) for y in Twice().apply(v, x)))
     got = (jax.jit(twice) if jit else twice)(v)[OWG]
     assert_same(got, jax.grad(lambda v: jnp.sum(Once().apply(v, x) ** 2))(v)[OWG])
 
@@ -155,7 +175,7 @@ def test_one_drop_in_instance_shared_by_two_layers_combines_by_maximum():
     m = Shared()
     v = m.init(jax.random.key(0), x)
     assert list(v[OWG]) == ["shared_dot"]
-    g = jax.grad(lambda v: sum(jnp.sum(y ** 2) for y in m.apply(v, x)))(v)[OWG]["shared_dot"]
+    g = jax.grad(lambda v: sum(jnp.sum(y**2) for y in m.apply(v, x)))(v)[OWG]["shared_dot"]
     p = v["params"]
     alone = [big_batch_grad(xi, p[f"Dense_{i}"]["kernel"]) for i, xi in enumerate((x, x * 3))]
     # Each use alone, with the bias gradient of nn.Dense folded in: compare the histories'
@@ -168,9 +188,11 @@ def test_one_drop_in_instance_shared_by_two_layers_combines_by_maximum():
 
 # ---- invalid scales -------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("bad", [0.0, 1e-40, -2.0, np.nan, np.inf])
 def test_an_invalid_scale_is_refused_at_the_api(bad):
     from qmesh.jax import dbias_quantize, grouped_quantize, quantize
+
     x = jnp.ones((4, 16))
     with pytest.raises(ValueError, match="normal positive finite"):
         quantize(x, bad)
@@ -185,11 +207,12 @@ def test_an_invalid_scale_is_refused_at_the_api(bad):
 
 def test_python_and_numpy_numbers_are_scales_when_exact():
     from qmesh.jax import quantize
+
     x = jnp.ones((4, 16))
     for s in (2, np.int64(2), np.float64(2.0), 2.0):
         assert float(quantize(x, s).scale_inv) == 0.5
     with pytest.raises(ValueError, match="not exactly representable"):
-        quantize(x, 2 ** 24 + 1)
+        quantize(x, 2**24 + 1)
     q = quantize(x, 4)
     assert float(qj.dequantize(q.q, 1)[0, 0]) == 4.0 == float(qj.dequantize(q.q, np.int32(1))[0, 0])
     with pytest.raises(TypeError, match="boolean"):
@@ -200,9 +223,10 @@ def test_python_and_numpy_numbers_are_scales_when_exact():
 def test_an_invalid_scale_inside_a_step_is_never_used(bad):
     x, k = data()
     good = big_batch_grad(x, k)
+
     def loss(s):
         y = dense(x, k, None, s, recipe=R)
-        return jnp.sum(y ** 2), y
+        return jnp.sum(y**2), y
 
     grad = jax.jit(jax.grad(loss, has_aux=True))
     step = lambda s: grad(s)[::-1]  # noqa: E731
@@ -216,13 +240,16 @@ def test_an_invalid_scale_inside_a_step_is_never_used(bad):
     assert_same(new, new_good)
     assert qstats.stats()["invalid_scales"] == 1
     # With no history the previous scale is unknown: 1, as a fresh state.
-    y, _ = step(dict(init_state(R), input_scale=jnp.float32(bad), input_amax_history=jnp.full(4, np.nan)))
+    y, _ = step(
+        dict(init_state(R), input_scale=jnp.float32(bad), input_amax_history=jnp.full(4, np.nan))
+    )
     jax.effects_barrier()
     assert np.all(np.isfinite(np.asarray(y)))
     assert qstats.stats()["invalid_scales"] == 2
 
 
 # ---- a state that is not threaded ---------------------------------------------------------
+
 
 def test_a_state_that_is_not_threaded_is_reported_once():
     x, k = data()
@@ -248,8 +275,11 @@ def test_reporting_is_one_condition_per_layer_and_can_be_switched_off():
     x, k = data()
 
     def traced():  # a new function: a traced one keeps what it was traced with
-        return str(jax.make_jaxpr(jax.grad(
-            lambda s: jnp.sum(dense(x, k, None, s, recipe=R) ** 2)))(init_state(R)))
+        return str(
+            jax.make_jaxpr(jax.grad(lambda s: jnp.sum(dense(x, k, None, s, recipe=R) ** 2)))(
+                init_state(R)
+            )
+        )
 
     on = traced()
     delayed_state.set_reporting(False)

@@ -10,12 +10,19 @@ import types
 
 from qmesh.jax import dense, gemm, layer_norm, recipe, stats
 from qmesh.jax._ffi import built_with_jaxlib
-from qmesh.jax.delayed_state import (combine_state_grads, keep_unused_state, share_state,
-                                     split_state)
+from qmesh.jax.delayed_state import combine_state_grads, keep_unused_state, share_state, split_state
 from qmesh.jax.dense import init_state
 from qmesh.jax.gemm import Epilogue
-from qmesh.jax.quantize import (Quantized, amax, current_scale, dbias_quantize, dequantize,
-                                grouped_quantize, quantize, quantize_current)
+from qmesh.jax.quantize import (
+    Quantized,
+    amax,
+    current_scale,
+    dbias_quantize,
+    dequantize,
+    grouped_quantize,
+    quantize,
+    quantize_current,
+)
 from qmesh.jax.recipe import DelayedScaling, Float8CurrentScaling, Format
 from qmesh.jax.sharding import MeshResource, global_mesh_resource, global_shard_guard
 
@@ -32,9 +39,30 @@ for _module in (dense, gemm, layer_norm, stats):
     sys.modules[_module.__name__].__class__ = _CallableModule
 
 __all__ = [
-    "DelayedScaling", "Epilogue", "Float8CurrentScaling", "Format", "MeshResource", "Quantized",
-    "amax", "built_with_jaxlib", "combine_state_grads", "current_scale", "dbias_quantize",
-    "dense", "dequantize", "gemm", "global_mesh_resource", "global_shard_guard",
-    "grouped_quantize", "init_state", "keep_unused_state", "layer_norm", "quantize",
-    "quantize_current", "recipe", "share_state", "split_state", "stats",
+    "DelayedScaling",
+    "Epilogue",
+    "Float8CurrentScaling",
+    "Format",
+    "MeshResource",
+    "Quantized",
+    "amax",
+    "built_with_jaxlib",
+    "combine_state_grads",
+    "current_scale",
+    "dbias_quantize",
+    "dense",
+    "dequantize",
+    "gemm",
+    "global_mesh_resource",
+    "global_shard_guard",
+    "grouped_quantize",
+    "init_state",
+    "keep_unused_state",
+    "layer_norm",
+    "quantize",
+    "quantize_current",
+    "recipe",
+    "share_state",
+    "split_state",
+    "stats",
 ]

@@ -43,7 +43,8 @@ def check_versions(built_with: str, installed: str) -> None:
     if _minor(built_with) != _minor(installed):
         raise ImportError(
             f"qmesh's JAX handlers were compiled against jaxlib {built_with}, but jaxlib "
-            f"{installed} is installed. Install a jax/jaxlib {'.'.join(built_with.split('.')[:2])}.x, "
+            f"{installed} is installed. Install a jax/jaxlib "
+            f"{'.'.join(built_with.split('.')[:2])}.x, "
             "or rebuild qmesh in this environment: pip install --no-build-isolation "
             "--force-reinstall <qmesh>/python"
         )
@@ -51,7 +52,9 @@ def check_versions(built_with: str, installed: str) -> None:
 
 def library_path() -> pathlib.Path:
     folder = os.environ.get("QMESH_JAX_LIBRARY_DIR")
-    base = pathlib.Path(folder) if folder else pathlib.Path(__file__).resolve().parent.parent / "lib"
+    base = (
+        pathlib.Path(folder) if folder else pathlib.Path(__file__).resolve().parent.parent / "lib"
+    )
     path = base / _LIBRARY_NAME
     if not path.exists():
         raise ImportError(
@@ -75,11 +78,13 @@ has_cuda = bool(library.qmesh_jax_has_cuda())
 built_with_jaxlib = library.qmesh_jax_built_with_jaxlib().decode()
 
 for _symbol, _target in HANDLERS.items():
-    jax.ffi.register_ffi_target(_target, jax.ffi.pycapsule(getattr(library, f"Qmesh{_symbol}Cpu")),
-                                platform="cpu")
+    jax.ffi.register_ffi_target(
+        _target, jax.ffi.pycapsule(getattr(library, f"Qmesh{_symbol}Cpu")), platform="cpu"
+    )
     if has_cuda:
         jax.ffi.register_ffi_target(
-            _target, jax.ffi.pycapsule(getattr(library, f"Qmesh{_symbol}Cuda")), platform="CUDA")
+            _target, jax.ffi.pycapsule(getattr(library, f"Qmesh{_symbol}Cuda")), platform="CUDA"
+        )
 
 
 def cap_cpu_threads() -> int:

@@ -14,7 +14,7 @@ from jax import lax
 
 from qmesh.jax.dense import SAVED_NAME
 
-GEMM_PRIMITIVES = frozenset({"qmesh_gemm", "qmesh_gemm_epilogue_operand"})
+GEMM_PRIMITIVES = frozenset({"qmesh_gemm"})
 
 
 def checkpoint_dots_and_qmesh_gemms(prim, *_, **params) -> bool:

@@ -47,10 +47,10 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
 from qmesh.jax import stats
+from qmesh.jax.common import F32
 from qmesh.jax.scaling import update_delayed_scaling
 
 OPERANDS = ("input", "kernel", "output_grad")
-F32 = jnp.dtype(jnp.float32)
 FLT_MIN = float(np.finfo(np.float32).tiny)
 FLT_MAX = float(np.finfo(np.float32).max)
 # Backward passes a layer may run on a history that never received an amax before its state is
@@ -78,7 +78,8 @@ def check_state(state, where: str) -> None:
         if not (FLT_MIN <= s <= FLT_MAX) and not (s == 0 and not np.any(h)):
             raise ValueError(
                 f"{where}: state {o}_scale is {s!r}; a scale must be a normal positive finite "
-                "float32. Restore the state from a checkpoint or start from init_state(recipe)")
+                "float32. Restore the state from a checkpoint or start from init_state(recipe)"
+            )
 
 
 # ---- per-step scales and the recorded state ---------------------------------------------------
@@ -105,7 +106,10 @@ def _report(site: int, invalid, fresh):
             "without ever holding an amax: the updated state (the gradient of the "
             "_overwrite_with_gradient collection, or of `state` for qmesh.jax.dense) is not "
             "passed to the next step, so the scales stay 1. See docs/flax.md 'State "
-            "semantics'.", RuntimeWarning, stacklevel=2)
+            "semantics'.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
 
 
 _reporting = True
@@ -118,9 +122,10 @@ def reporting() -> bool:
 
 def set_reporting(enabled: bool) -> None:
     """Whether layers called from now on report replaced scales and unthreaded states to
-    qmesh.jax.stats() (default True; a function already traced keeps what it was traced with). Each report is a device-side condition per layer and
-    backward pass; on CUDA, XLA reads such a condition's predicate on the host, so
-    set_reporting(False) removes that synchronisation (and the counting)."""
+    qmesh.jax.stats() (default True; a function already traced keeps what it was traced
+    with). Each report is a device-side condition per layer and backward pass; on CUDA, XLA
+    reads such a condition's predicate on the host, so set_reporting(False) removes that
+    synchronisation (and the counting)."""
     global _reporting
     _reporting = bool(enabled)
 
@@ -130,13 +135,13 @@ def step_scales(state, recipe):
     this step's scales of input, kernel and output gradient from `state` (see the module
     docstring)."""
     history = jnp.stack([jnp.asarray(state[f"{o}_amax_history"], F32) for o in OPERANDS], axis=1)
-    previous = jnp.stack([jnp.reshape(jnp.asarray(state[f"{o}_scale"], F32), ())
-                          for o in OPERANDS])
+    previous = jnp.stack([jnp.reshape(jnp.asarray(state[f"{o}_scale"], F32), ()) for o in OPERANDS])
     base = jnp.where(valid_scale(previous), previous, jnp.float32(1))
     replaced = ~valid_scale(previous) & ~_is_untouched(previous, history)
     fmt = recipe.fp8_format
-    history, scale = update_delayed_scaling(history, base,
-                                            (fmt.fwd_dtype, fmt.fwd_dtype, fmt.bwd_dtype), recipe)
+    history, scale = update_delayed_scaling(
+        history, base, (fmt.fwd_dtype, fmt.fwd_dtype, fmt.bwd_dtype), recipe
+    )
     ok = valid_scale(scale)
     scale = jnp.where(ok, scale, base)
     invalid = jnp.sum(replaced) + jnp.sum(~ok)
@@ -152,8 +157,13 @@ def recorded_state(history, scale, invalid, amaxes, like, report: bool = True):
     if report:
         fresh = jnp.all(history == 0)
         report = functools.partial(_report, next(_sites))
-        lax.cond((invalid > 0) | fresh, lambda i, f: jax.debug.callback(report, i, f),
-                 lambda i, f: None, invalid, fresh)
+        lax.cond(
+            (invalid > 0) | fresh,
+            lambda i, f: jax.debug.callback(report, i, f),
+            lambda i, f: None,
+            invalid,
+            fresh,
+        )
     history = history.at[0].set(amaxes)
     new = {}
     for i, o in enumerate(OPERANDS):
@@ -172,7 +182,7 @@ ad.defjvp(batch_max_p, lambda g, x, like: g, None)
 
 
 def _batch_max_rule(args, dims):
-    (x, like), (dx, dlike) = args, dims
+    (x, _), (dx, dlike) = args, dims
     if dx is None:
         return x, None
     if dlike is None:  # one state for the whole batch: its largest amax
@@ -191,6 +201,7 @@ def batch_max(x, like):
 
 # ---- combining and writing back the state's gradients -----------------------------------------
 
+
 def combine_state_grads(a, b):
     """The gradients of two uses of the same state (e.g. two microbatches of one step),
     combined exactly: the elementwise maximum."""
@@ -200,6 +211,7 @@ def combine_state_grads(a, b):
 def keep_unused_state(new, old):
     """`new` (a state gradient, or a tree of them) with every operand whose gradient is the
     untouched 0 (its layer's output did not reach the loss) replaced by `old`'s."""
+
     def one(n, o):
         out = dict(n)
         for op in OPERANDS:
@@ -217,11 +229,13 @@ def keep_unused_state(new, old):
             return {k: walk(v, o[k]) for k, v in n.items()}
         return n
 
-    return walk(dict(new) if hasattr(new, "items") else new,
-                dict(old) if hasattr(old, "items") else old)
+    return walk(
+        dict(new) if hasattr(new, "items") else new, dict(old) if hasattr(old, "items") else old
+    )
 
 
 # ---- several uses of one state in one step ---------------------------------------------------
+
 
 @jax.custom_vjp
 def split_state(state):
@@ -230,8 +244,9 @@ def split_state(state):
     return state, state
 
 
-split_state.defvjp(lambda state: ((state, state), None),
-                   lambda _, cts: (jax.tree.map(jnp.maximum, *cts),))
+split_state.defvjp(
+    lambda state: ((state, state), None), lambda _, cts: (jax.tree.map(jnp.maximum, *cts),)
+)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
@@ -241,5 +256,7 @@ def share_state(state, n: int):
     return jax.tree.map(lambda a: jnp.broadcast_to(a, (n, *jnp.shape(a))), state)
 
 
-share_state.defvjp(lambda state, n: (share_state(state, n), None),
-                   lambda n, _, ct: (jax.tree.map(lambda a: jnp.max(a, axis=0), ct),))
+share_state.defvjp(
+    lambda state, n: (share_state(state, n), None),
+    lambda n, _, ct: (jax.tree.map(lambda a: jnp.max(a, axis=0), ct),),
+)

@@ -30,30 +30,30 @@ byte per value) right before the GEMMs, as TransformerEngine does.
 
 FP8 needs K and N multiples of 16 on CUDA (cuBLASLt). When FP8 cannot be used the call raises
 with the reason, unless `fallback="bf16"`: then the layer runs in bfloat16 (float32
-accumulation), the state passes through unchanged, and qmesh.jax.stats.stats() counts it.
+accumulation), the state passes through unchanged, and qmesh.jax.stats() counts it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.ad_checkpoint import checkpoint_name
-
 from jax.sharding import PartitionSpec
 
 from qmesh.jax import delayed_state, sharding, stats
-from qmesh.jax.gemm import Epilogue, WIDE_DTYPES, dgelu, gelu, gemm
-from qmesh.jax.quantize import FP8_DTYPES, dbias_quantize, quantize, quantize_current
+from qmesh.jax.common import F32, FP8_DTYPES, WIDE_DTYPES, entry
+from qmesh.jax.gemm import Epilogue, dgelu, gelu, gemm
+from qmesh.jax.quantize import dbias_quantize, quantize, quantize_current
 from qmesh.jax.recipe import DelayedScaling, Float8CurrentScaling, check_recipe
 
 OPERANDS = delayed_state.OPERANDS
 ACTIVATIONS = (None, "gelu")
 FALLBACKS = (None, "bf16")
-F32 = jnp.dtype(jnp.float32)
 
 
 def init_state(recipe) -> dict | None:
@@ -80,13 +80,17 @@ def fp8_unsupported_reason(x_dtype, k: int, n: int, platform: str | None = None)
         return f"dense: x must be float32, bfloat16 or float16 for FP8, not {jnp.dtype(x_dtype)}"
     platform = backend_platform() if platform is None else platform
     if platform in ("cuda", "gpu") and (k % 16 or n % 16):
-        return (f"dense: FP8 on CUDA needs the input features K and output features N to be "
-                f"multiples of 16 (cuBLASLt), got K={k}, N={n}")
+        return (
+            f"dense: FP8 on CUDA needs the input features K and output features N to be "
+            f"multiples of 16 (cuBLASLt), got K={k}, N={n}"
+        )
     return None
 
 
 @dataclasses.dataclass(frozen=True)
-class _Config:
+class Config:
+    """The static part of one dense call (a nondiff argument of its custom_vjp)."""
+
     recipe: DelayedScaling | Float8CurrentScaling
     activation: str | None
     has_bias: bool
@@ -96,25 +100,32 @@ class _Config:
     report: bool = dataclasses.field(default_factory=delayed_state.reporting)
 
 
-def _check_state(state, recipe):
+def check_state(state, recipe):
+    """Raises ValueError unless `state` fits `recipe` (init_state(recipe)'s keys and shapes)."""
     if not isinstance(recipe, DelayedScaling):
         if state is not None:
             raise ValueError(f"dense: {type(recipe).__name__} keeps no state; pass state=None")
         return
     if not isinstance(state, dict):
-        raise ValueError("dense: DelayedScaling needs the state of init_state(recipe) (a dict "
-                         f"of input_/kernel_/output_grad_ amax_history and scale), not "
-                         f"{type(state).__name__}")
+        raise ValueError(
+            "dense: DelayedScaling needs the state of init_state(recipe) (a dict "
+            f"of input_/kernel_/output_grad_ amax_history and scale), not "
+            f"{type(state).__name__}"
+        )
     wanted = [f"{o}_{s}" for o in OPERANDS for s in ("amax_history", "scale")]
     missing, extra = [k for k in wanted if k not in state], sorted(set(state) - set(wanted))
     if missing or extra:
-        raise ValueError(f"dense: the state lacks {missing} and has unknown keys {extra}; "
-                         "start from init_state(recipe)")
+        raise ValueError(
+            f"dense: the state lacks {missing} and has unknown keys {extra}; "
+            "start from init_state(recipe)"
+        )
     for o in OPERANDS:
         h, s = jnp.shape(state[f"{o}_amax_history"]), jnp.shape(state[f"{o}_scale"])
         if h != (recipe.amax_history_len,) or s not in ((), (1,)):
-            raise ValueError(f"dense: state {o}_amax_history must be [{recipe.amax_history_len}] "
-                             f"and {o}_scale a scalar, not {list(h)} and {list(s)}")
+            raise ValueError(
+                f"dense: state {o}_amax_history must be [{recipe.amax_history_len}] "
+                f"and {o}_scale a scalar, not {list(h)} and {list(s)}"
+            )
     delayed_state.check_state(state, "dense")
 
 
@@ -123,16 +134,16 @@ def _pin_rows(q, row_axes):
     they come)."""
     if row_axes is None:
         return q
-    rows = None if not row_axes else row_axes[0] if len(row_axes) == 1 else row_axes
-    return q._replace(q=sharding.constrain(q.q, (rows, PartitionSpec.UNCONSTRAINED)))
+    return q._replace(q=sharding.constrain(q.q, (entry(row_axes), PartitionSpec.UNCONSTRAINED)))
 
 
 def _quantize(x, scale, dtype, recipe):
     """x quantized with `scale` (delayed scaling) or its own amax (current scaling)."""
     if isinstance(recipe, DelayedScaling):
         return quantize(x, scale, dtype)
-    return quantize_current(x, dtype, power_of_two_scales=recipe.power_of_two_scales,
-                            amax_epsilon=recipe.amax_epsilon)
+    return quantize_current(
+        x, dtype, power_of_two_scales=recipe.power_of_two_scales, amax_epsilon=recipe.amax_epsilon
+    )
 
 
 # FP8 residuals are kept as their uint8 bit patterns under this checkpoint name: jax.checkpoint
@@ -142,12 +153,20 @@ def _quantize(x, scale, dtype, recipe):
 SAVED_NAME = "qmesh_fp8_operand"
 
 
-def _saved(q):
-    """(codes, amax, scale_inv) of a Quantized, named for remat; codes come back as FP8."""
+class _Saved(NamedTuple):
+    bits: jax.Array  # the FP8 codes as uint8
+    amax: jax.Array
+    scale_inv: jax.Array
+    codes: jax.Array  # bits as FP8 again
+
+
+def _saved(q) -> _Saved:
+    """The codes, amax and scale_inv of a Quantized, named for remat (codes as their bits)."""
     dtype = q.q.dtype
     bits, amax, scale_inv = checkpoint_name(
-        (lax.bitcast_convert_type(q.q, jnp.uint8), q.amax, q.scale_inv), SAVED_NAME)
-    return bits, amax, scale_inv, lax.bitcast_convert_type(bits, dtype)
+        (lax.bitcast_convert_type(q.q, jnp.uint8), q.amax, q.scale_inv), SAVED_NAME
+    )
+    return _Saved(bits, amax, scale_inv, lax.bitcast_convert_type(bits, dtype))
 
 
 def step_of(state, recipe):
@@ -173,14 +192,27 @@ def _forward(cfg, x, kernel, bias, step, xq=None):
     # (XLA fuses them into one elementwise pass). The host GEMM follows the same rule, so both
     # platforms compute the same function.
     if cfg.has_bias and cfg.out_dtype in (jnp.bfloat16, jnp.float16):
-        out = gemm(xq[3], wq[3], xq[2], wq[2], trans_b=False,
-                   epilogue=Epilogue.BIAS_GELU_AUX if gelu_on else Epilogue.BIAS,
-                   bias=bias.astype(cfg.out_dtype), out_dtype=cfg.out_dtype)
+        out = gemm(
+            xq.codes,
+            wq.codes,
+            xq.scale_inv,
+            wq.scale_inv,
+            trans_b=False,
+            epilogue=Epilogue.BIAS_GELU_AUX if gelu_on else Epilogue.BIAS,
+            bias=bias.astype(cfg.out_dtype),
+            out_dtype=cfg.out_dtype,
+        )
         out, aux = out if gelu_on else (out, None)
     else:
         wide = cfg.has_bias or gelu_on
-        out = gemm(xq[3], wq[3], xq[2], wq[2], trans_b=False,
-                   out_dtype=F32 if wide else cfg.out_dtype)
+        out = gemm(
+            xq.codes,
+            wq.codes,
+            xq.scale_inv,
+            wq.scale_inv,
+            trans_b=False,
+            out_dtype=F32 if wide else cfg.out_dtype,
+        )
         if cfg.has_bias:
             out = out + bias.astype(F32)
         aux = out if gelu_on else None  # the float32 pre-activation
@@ -191,22 +223,57 @@ def _forward(cfg, x, kernel, bias, step, xq=None):
     return y, (xq, wq, aux, lead)
 
 
-def _dense_fwd(cfg, x, kernel, bias, state, xq=None, step=None):
-    """step: this step's step_of(...) when the caller already took it."""
+class Residuals(NamedTuple):
+    """What the forward keeps for the backward. The FP8 codes are kept as their uint8 bit
+    patterns (see SAVED_NAME); the *_like arrays are empty, of the dtypes of x, kernel and
+    bias (None without bias): the dtypes of the gradients."""
+
+    x_bits: jax.Array  # x's codes [M, K]
+    x_scale_inv: jax.Array
+    x_amax: jax.Array
+    kernel_bits: jax.Array  # the kernel's codes [K, N]
+    kernel_scale_inv: jax.Array
+    kernel_amax: jax.Array
+    aux: jax.Array | None  # the pre-activation [M, N] with GELU, else None
+    state: dict | None
+    step: tuple | None  # step_of(state, recipe)
+    x_like: jax.Array
+    kernel_like: jax.Array
+    bias_like: jax.Array | None
+
+
+def forward(cfg, x, kernel, bias, state, xq=None, step=None):
+    """(y, Residuals): the forward pass with the residuals its backward needs. xq: x already
+    quantized as [M, K] (the fused LayerNorm's codes); step: this step's step_of(...) when
+    the caller already took it."""
     if step is None:
         step = step_of(state, cfg.recipe)
     y, (xq, wq, aux, lead) = _forward(cfg, x, kernel, bias, step, xq)
-    res = (xq[0], xq[2], xq[1], wq[0], wq[2], wq[1], aux, (state, step),
-           jnp.zeros((0,), x.dtype), jnp.zeros((0,), kernel.dtype),
-           None if bias is None else jnp.zeros((0,), bias.dtype))
+    res = Residuals(
+        xq.bits,
+        xq.scale_inv,
+        xq.amax,
+        wq.bits,
+        wq.scale_inv,
+        wq.amax,
+        aux,
+        state,
+        step,
+        jnp.zeros((0,), x.dtype),
+        jnp.zeros((0,), kernel.dtype),
+        None if bias is None else jnp.zeros((0,), bias.dtype),
+    )
     return y, res
 
 
-def _dense_bwd(cfg, res, g):
-    x_bits, x_si, x_amax, w_bits, w_si, w_amax, aux, (state, step), x_like, w_like, b_like = res
+def backward(cfg, res: Residuals, g):
+    """(dx, dkernel, dbias, new_state) for the output gradient g [..., N] (dbias None
+    without bias, new_state None without state)."""
     recipe = cfg.recipe
+    step = res.step
     fwd = recipe.fp8_format.fwd_dtype
-    x_q, w_q = (lax.bitcast_convert_type(b, fwd) for b in (x_bits, w_bits))
+    x_q, w_q = (lax.bitcast_convert_type(b, fwd) for b in (res.x_bits, res.kernel_bits))
+    aux = res.aux
     n = g.shape[-1]
     g2 = g.reshape(-1, n)
     if aux is not None:
@@ -226,16 +293,31 @@ def _dense_bwd(cfg, res, g):
     gq = _pin_rows(gq, cfg.row_axes)
     # Both backward GEMMs in the NN form (operands transposed by XLA): the host GEMM is several
     # times faster in it; on CUDA the GEMM takes its TN form and the two transposes cancel.
-    dx = gemm(gq.q, w_q.T, gq.scale_inv, w_si, trans_b=False, out_dtype=x_like.dtype,
-              split_accumulator=True)
-    dw = gemm(x_q.T, gq.q, x_si, gq.scale_inv, trans_b=False, out_dtype=w_like.dtype,
-              split_accumulator=True)
+    dx = gemm(
+        gq.q,
+        w_q.T,
+        gq.scale_inv,
+        res.kernel_scale_inv,
+        trans_b=False,
+        out_dtype=res.x_like.dtype,
+        split_accumulator=True,
+    )
+    dw = gemm(
+        x_q.T,
+        gq.q,
+        res.x_scale_inv,
+        gq.scale_inv,
+        trans_b=False,
+        out_dtype=res.kernel_like.dtype,
+        split_accumulator=True,
+    )
     dx = dx.reshape(*g.shape[:-1], dx.shape[-1])
-    db = None if b_like is None else dbias.astype(b_like.dtype)
+    db = None if res.bias_like is None else dbias.astype(res.bias_like.dtype)
     new_state = None
     if isinstance(recipe, DelayedScaling):
-        new_state = delayed_state.recorded_state(*step, (x_amax, w_amax, gq.amax), state,
-                                                 report=cfg.report)
+        new_state = delayed_state.recorded_state(
+            *step, (res.x_amax, res.kernel_amax, gq.amax), res.state, report=cfg.report
+        )
     return dx, dw, db, new_state
 
 
@@ -244,7 +326,7 @@ def _dense(cfg, x, kernel, bias, state):
     return _forward(cfg, x, kernel, bias, step_of(state, cfg.recipe))[0]
 
 
-_dense.defvjp(_dense_fwd, _dense_bwd)
+_dense.defvjp(forward, backward)
 
 
 @jax.custom_vjp
@@ -267,15 +349,25 @@ def _fallback(x, kernel, bias, activation, out_dtype):
     return y.astype(out_dtype)
 
 
-def dense(x, kernel, bias=None, state=None, *, recipe=None, activation: str | None = None,
-          out_dtype=None, fallback: str | None = None, row_axes: tuple | None = None):
+def dense(
+    x,
+    kernel,
+    bias=None,
+    state=None,
+    *,
+    recipe=None,
+    activation: str | None = None,
+    out_dtype=None,
+    fallback: str | None = None,
+    row_axes: tuple | None = None,
+):
     """act(x @ kernel + bias) with FP8 GEMMs in forward and backward.
 
     x: [..., K] (float32, bfloat16 or float16); kernel: [K, N]; bias: [N] or None; state: the
     delayed-scaling state (init_state(recipe)) or None for Float8CurrentScaling; recipe:
     DelayedScaling() (default) or Float8CurrentScaling(); activation: None or "gelu" (tanh
     approximation); out_dtype: default x's dtype; fallback: None (raise when FP8 cannot be
-    used) or "bf16" (run in bfloat16 then, counted in qmesh.jax.stats.stats()); row_axes: None, or
+    used) or "bf16" (run in bfloat16 then, counted in qmesh.jax.stats()); row_axes: None, or
     the mesh axes (a tuple, () for replicated) the rows of x's and the output gradient's FP8
     codes are constrained to before their GEMMs, under the mesh of the context (no effect
     without one).
@@ -289,19 +381,24 @@ def dense(x, kernel, bias=None, state=None, *, recipe=None, activation: str | No
         raise ValueError(f"dense: fallback must be None or 'bf16', not {fallback!r}")
     x, kernel = jnp.asarray(x), jnp.asarray(kernel)
     if x.ndim < 1 or kernel.ndim != 2 or x.shape[-1] != kernel.shape[0]:
-        raise ValueError(f"dense: x must be [..., K] and kernel [K, N] with the same K, got x "
-                         f"{tuple(x.shape)} and kernel {tuple(kernel.shape)}")
+        raise ValueError(
+            f"dense: x must be [..., K] and kernel [K, N] with the same K, got x "
+            f"{tuple(x.shape)} and kernel {tuple(kernel.shape)}"
+        )
     if bias is not None:
         bias = jnp.asarray(bias)
         if bias.shape != (kernel.shape[1],):
-            raise ValueError(f"dense: bias must be [N] = [{kernel.shape[1]}], not "
-                             f"{list(bias.shape)}")
-    _check_state(state, recipe)
+            raise ValueError(
+                f"dense: bias must be [N] = [{kernel.shape[1]}], not {list(bias.shape)}"
+            )
+    check_state(state, recipe)
     out_dtype = jnp.dtype(x.dtype if out_dtype is None else out_dtype)
     for dtype, what in ((x.dtype, "x"), (kernel.dtype, "kernel"), (out_dtype, "out_dtype")):
         if not jnp.issubdtype(dtype, jnp.floating) or dtype in FP8_DTYPES:
-            raise TypeError(f"dense: {what} must be a floating dtype wider than FP8 (float32, "
-                            f"bfloat16, float16; others run with fallback='bf16'), not {dtype}")
+            raise TypeError(
+                f"dense: {what} must be a floating dtype wider than FP8 (float32, "
+                f"bfloat16, float16; others run with fallback='bf16'), not {dtype}"
+            )
     reason = fp8_unsupported_reason(x.dtype, kernel.shape[0], kernel.shape[1])
     if reason is None and kernel.dtype not in WIDE_DTYPES:
         reason = f"dense: kernel must be float32, bfloat16 or float16 for FP8, not {kernel.dtype}"
@@ -313,5 +410,5 @@ def dense(x, kernel, bias=None, state=None, *, recipe=None, activation: str | No
         return y if state is None else _pass_state(y, state)
     if row_axes is not None:
         row_axes = tuple(row_axes)
-    cfg = _Config(recipe, activation, bias is not None, out_dtype, row_axes)
+    cfg = Config(recipe, activation, bias is not None, out_dtype, row_axes)
     return _dense(cfg, x, kernel, bias, state)

@@ -10,7 +10,8 @@ Operands are both FP8 (float8_e4m3fn / float8_e5m2, not e5m2 x e5m2), each contr
 code * scale_inv, or both one plain dtype (float32, bfloat16, float16). Products accumulate in
 float32; then alpha, the epilogue, and the rounding to `out_dtype`.
 
-Epilogues (`Epilogue`), with their extra operand and extra result:
+Epilogues (`Epilogue`), with their extra operand and extra result (the table EPILOGUES; the
+one primitive takes an empty placeholder where an epilogue has no operand):
   NONE           -                 -
   BIAS           bias [N]          -                  r + bias
   GELU           -                 -                  gelu(r) (tanh approximation)
@@ -39,21 +40,28 @@ from __future__ import annotations
 import ctypes
 import enum
 import functools
-import math
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jax.interpreters import mlir
-from jax.sharding import NamedSharding, PartitionSpec
 
 from qmesh.jax import _ffi, primitive, sharding
-from qmesh.jax.primitive import Op, axes_of, register, spec_of
-
-FP8_DTYPES = (jnp.dtype(jnp.float8_e4m3fn), jnp.dtype(jnp.float8_e5m2))
-WIDE_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
-F32 = jnp.dtype(jnp.float32)
+from qmesh.jax.common import (
+    F32,
+    FP8_DTYPES,
+    WIDE_DTYPES,
+    axes_of,
+    check_scalar,
+    check_wide,
+    divides,
+    entry,
+    named,
+    spec_of,
+)
+from qmesh.jax.primitive import Op, register
 
 # Platforms whose FP8 GEMM takes the TN form only (FP8 operands are transposed into it there).
 TN_PLATFORMS = ("cuda",)
@@ -70,8 +78,25 @@ class Epilogue(enum.IntEnum):
     BIAS_GRAD = 5
 
 
-_EXTRA_INPUT = {Epilogue.BIAS: "bias", Epilogue.BIAS_GELU_AUX: "bias", Epilogue.DGELU: "aux"}
-_EXTRA_OUTPUT = {Epilogue.BIAS_GELU_AUX: "aux", Epilogue.BIAS_GRAD: "dbias"}
+class Extras(NamedTuple):
+    """The extra operand and the extra result of an epilogue ("bias", "aux", "dbias" or None)."""
+
+    operand: str | None
+    result: str | None
+
+
+# What each epilogue takes and returns besides A, B and their scale_inv -> D: the one table that
+# abstract evaluation, the shardings, the Shardy rule and gemm() read.
+EPILOGUES = {
+    Epilogue.NONE: Extras(None, None),
+    Epilogue.BIAS: Extras("bias", None),
+    Epilogue.GELU: Extras(None, None),
+    Epilogue.BIAS_GELU_AUX: Extras("bias", "aux"),
+    Epilogue.DGELU: Extras("aux", None),
+    Epilogue.BIAS_GRAD: Extras(None, "dbias"),
+}
+# The dimensions of each extra operand and result, as factors of D [M, N].
+EXTRA_DIMS = {"bias": "n", "aux": "m n", "dbias": "m"}
 
 
 def _epilogue(value) -> Epilogue:
@@ -79,19 +104,15 @@ def _epilogue(value) -> Epilogue:
         try:
             return Epilogue[value.upper()]
         except KeyError:
-            raise ValueError(f"gemm: unknown epilogue {value!r}; one of "
-                             f"{[e.name for e in Epilogue]}") from None
+            raise ValueError(
+                f"gemm: unknown epilogue {value!r}; one of {[e.name for e in Epilogue]}"
+            ) from None
     try:
         return Epilogue(int(value))
     except (ValueError, TypeError):
-        raise ValueError(f"gemm: epilogue must be a qmesh.jax.Epilogue (0..5), not {value!r}") from None
-
-
-def _wide(dtype, what: str):
-    dtype = jnp.dtype(dtype)
-    if dtype not in WIDE_DTYPES:
-        raise TypeError(f"gemm: {what} must be float32, bfloat16 or float16, not {dtype}")
-    return dtype
+        raise ValueError(
+            f"gemm: epilogue must be a qmesh.jax.Epilogue (0..5), not {value!r}"
+        ) from None
 
 
 def _dims(trans_a: bool, trans_b: bool):
@@ -101,18 +122,24 @@ def _dims(trans_a: bool, trans_b: bool):
 
 def _problem(a, b, trans_a, trans_b):
     """(M, K, N) of the GEMM; raises for ranks or inner dimensions that do not fit."""
-    for x, name, flag, stored in ((a, "a", "trans_a", ("[M, K]", "[K, M]")),
-                                  (b, "b", "trans_b", ("[K, N]", "[N, K]"))):
+    for x, name, flag, stored in (
+        (a, "a", "trans_a", ("[M, K]", "[K, M]")),
+        (b, "b", "trans_b", ("[K, N]", "[N, K]")),
+    ):
         if x.ndim != 2:
             trans = trans_a if name == "a" else trans_b
-            raise ValueError(f"gemm: {name} must be 2-D, {stored[int(trans)]} with {flag}={trans}, "
-                             f"not shape {tuple(x.shape)}")
+            raise ValueError(
+                f"gemm: {name} must be 2-D, {stored[int(trans)]} with {flag}={trans}, "
+                f"not shape {tuple(x.shape)}"
+            )
     (am, ak), (bk, bn) = _dims(trans_a, trans_b)
     m, k, kb, n = a.shape[am], a.shape[ak], b.shape[bk], b.shape[bn]
     if k != kb:
-        raise ValueError(f"gemm: inner dimensions differ: op(a) is [{m}, {k}] (a {tuple(a.shape)}, "
-                         f"trans_a={trans_a}) but op(b) is [{kb}, {n}] (b {tuple(b.shape)}, "
-                         f"trans_b={trans_b})")
+        raise ValueError(
+            f"gemm: inner dimensions differ: op(a) is [{m}, {k}] (a {tuple(a.shape)}, "
+            f"trans_a={trans_a}) but op(b) is [{kb}, {n}] (b {tuple(b.shape)}, "
+            f"trans_b={trans_b})"
+        )
     return m, k, n
 
 
@@ -120,46 +147,68 @@ def _check_operands(a, b, a_scale_inv, b_scale_inv):
     fp8 = (a.dtype in FP8_DTYPES, b.dtype in FP8_DTYPES)
     if any(fp8):
         if not all(fp8):
-            raise TypeError(f"gemm: a and b must both be FP8 or both one plain dtype, got {a.dtype} "
-                            f"and {b.dtype}")
+            raise TypeError(
+                f"gemm: a and b must both be FP8 or both one plain dtype, got {a.dtype} "
+                f"and {b.dtype}"
+            )
         if a.dtype == b.dtype == FP8_DTYPES[1]:
-            raise TypeError("gemm: float8_e5m2 x float8_e5m2 is not supported (cuBLASLt lacks it): "
-                            "use e4m3 x e4m3, e4m3 x e5m2 or e5m2 x e4m3")
+            raise TypeError(
+                "gemm: float8_e5m2 x float8_e5m2 is not supported (cuBLASLt lacks it): "
+                "use e4m3 x e4m3, e4m3 x e5m2 or e5m2 x e4m3"
+            )
         for s, what in ((a_scale_inv, "a_scale_inv"), (b_scale_inv, "b_scale_inv")):
-            if s.dtype != F32 or s.shape != ():
-                raise TypeError(f"gemm: {what} must be a float32 scalar (shape ()), not "
-                                f"{s.dtype}{list(s.shape)}")
+            check_scalar(s, f"gemm: {what}")
     else:
         if a.dtype not in WIDE_DTYPES or a.dtype != b.dtype:
-            raise TypeError(f"gemm: a and b must have the same dtype, one of float32, bfloat16, "
-                            f"float16 (or both be FP8), got {a.dtype} and {b.dtype}")
+            raise TypeError(
+                f"gemm: a and b must have the same dtype, one of float32, bfloat16, "
+                f"float16 (or both be FP8), got {a.dtype} and {b.dtype}"
+            )
 
 
-def _avals(a, b, a_scale_inv, b_scale_inv, extra, *, trans_a, trans_b, epilogue, out_dtype,
-           dbias_dtype, split_accumulator, alpha):
+def _avals(
+    a,
+    b,
+    a_scale_inv,
+    b_scale_inv,
+    extra,
+    *,
+    trans_a,
+    trans_b,
+    epilogue,
+    out_dtype,
+    dbias_dtype,
+    split_accumulator,
+    alpha,
+):
     epilogue = Epilogue(epilogue)
     _check_operands(a, b, a_scale_inv, b_scale_inv)
     m, _, n = _problem(a, b, trans_a, trans_b)
-    out_dtype = _wide(out_dtype, "out_dtype")
-    wanted = _EXTRA_INPUT.get(epilogue)
+    out_dtype = check_wide(out_dtype, "gemm: out_dtype")
+    wanted, result = EPILOGUES[epilogue]
     if (extra is None) != (wanted is None):
-        raise ValueError(f"gemm: epilogue {epilogue.name} "
-                         + (f"needs {wanted}" if wanted else "takes no bias or aux operand"))
+        raise ValueError(
+            f"gemm: epilogue {epilogue.name} "
+            + (f"needs {wanted}" if wanted else "takes no bias or aux operand")
+        )
+    sizes = {"m": m, "n": n}
     outs = [jax.core.ShapedArray((m, n), out_dtype)]
-    if wanted == "bias":
-        _wide(extra.dtype, "bias")
-        if extra.shape != (n,):
-            raise ValueError(f"gemm: bias of epilogue {epilogue.name} must be [N] = [{n}], not "
-                             f"{list(extra.shape)}")
-    elif wanted == "aux":
-        _wide(extra.dtype, "aux")
-        if extra.shape != (m, n):
-            raise ValueError(f"gemm: aux of epilogue DGELU must be [M, N] = [{m}, {n}] like the "
-                             f"output, not {list(extra.shape)}")
-    if epilogue == Epilogue.BIAS_GELU_AUX:
-        outs.append(jax.core.ShapedArray((m, n), extra.dtype))
-    elif epilogue == Epilogue.BIAS_GRAD:
-        outs.append(jax.core.ShapedArray((m,), _wide(dbias_dtype, "dbias_dtype")))
+    if wanted:
+        check_wide(extra.dtype, f"gemm: {wanted}")
+        dims = EXTRA_DIMS[wanted].split()
+        shape = tuple(sizes[d] for d in dims)
+        if extra.shape != shape:
+            like = " like the output" if wanted == "aux" else ""
+            raise ValueError(
+                f"gemm: {wanted} of epilogue {epilogue.name} must be "
+                f"[{', '.join(d.upper() for d in dims)}] = "
+                f"[{', '.join(map(str, shape))}]{like}, not {list(extra.shape)}"
+            )
+    if result:
+        dtype = extra.dtype if result == "aux" else check_wide(dbias_dtype, "gemm: dbias_dtype")
+        outs.append(
+            jax.core.ShapedArray(tuple(sizes[d] for d in EXTRA_DIMS[result].split()), dtype)
+        )
     return tuple(outs)
 
 
@@ -198,8 +247,21 @@ def _finish(r, extra, *, epilogue, out_dtype, aux_dtype=None):
     return r.astype(out_dtype), aux
 
 
-def _reference(a, b, a_scale_inv, b_scale_inv, extra, *, trans_a, trans_b, epilogue, out_dtype,
-               dbias_dtype, alpha, **_):
+def _reference(
+    a,
+    b,
+    a_scale_inv,
+    b_scale_inv,
+    extra,
+    *,
+    trans_a,
+    trans_b,
+    epilogue,
+    out_dtype,
+    dbias_dtype,
+    alpha,
+    **_,
+):
     """The GEMM in plain JAX (used for inputs with no elements)."""
     fa = a.astype(F32) * (a_scale_inv if a.dtype in FP8_DTYPES else 1.0)
     fb = b.astype(F32) * (b_scale_inv if b.dtype in FP8_DTYPES else 1.0)
@@ -215,31 +277,51 @@ def _reference(a, b, a_scale_inv, b_scale_inv, extra, *, trans_a, trans_b, epilo
 
 # ---- the primitives ---------------------------------------------------------------------------
 
-_STATICS = ("trans_a", "trans_b", "epilogue", "out_dtype", "dbias_dtype", "split_accumulator",
-            "alpha")
+_STATICS = (
+    "trans_a",
+    "trans_b",
+    "epilogue",
+    "out_dtype",
+    "dbias_dtype",
+    "split_accumulator",
+    "alpha",
+)
 
 
-def _entry(axes):
-    axes = tuple(axes)
-    return None if not axes else axes[0] if len(axes) == 1 else axes
+def _split(args, epilogue):
+    """(a, b, a_scale_inv, b_scale_inv, extra operand or None) of the outer primitive's five
+    arguments (the fifth is an empty placeholder where the epilogue takes no operand) or of the
+    inner primitive's four or five (only what the handler reads)."""
+    operand = EPILOGUES[Epilogue(epilogue)].operand
+    return (*args[:4], args[4] if operand and len(args) > 4 else None)
 
 
-class _GemmBase(Op):
-    target = "qmesh_gemm"
+def _handler_args(a, b, a_scale_inv, b_scale_inv, extra):
+    """The inner primitive's arguments: the placeholder dropped."""
+    return (a, b, a_scale_inv, b_scale_inv) + (() if extra is None else (extra,))
+
+
+@register
+class Gemm(Op):
+    """(a, b, a_scale_inv, b_scale_inv, bias | aux | placeholder) -> d [, aux | dbias]: the
+    fifth argument is the epilogue's operand (EPILOGUES), else an empty float32 [0]."""
+
+    name, target, num_inputs = "qmesh_gemm", "qmesh_gemm", 5
     static_params = _STATICS
 
     @classmethod
-    def _split(cls, args):
-        return (*args[:4], args[4] if len(args) > 4 else None)
-
-    @classmethod
     def abstract(cls, *avals, **params):
-        return _avals(*cls._split(avals), **params)
+        return _avals(*_split(avals, params["epilogue"]), **params)
 
     @classmethod
     def attributes(cls, *, trans_a, trans_b, epilogue, split_accumulator, alpha, **_):
-        return dict(trans_a=bool(trans_a), trans_b=bool(trans_b), epilogue=np.int32(epilogue),
-                    split_accumulator=bool(split_accumulator), alpha=np.float32(alpha))
+        return dict(
+            trans_a=bool(trans_a),
+            trans_b=bool(trans_b),
+            epilogue=np.int32(epilogue),
+            split_accumulator=bool(split_accumulator),
+            alpha=np.float32(alpha),
+        )
 
     @classmethod
     def is_empty(cls, *avals, **params):
@@ -248,46 +330,57 @@ class _GemmBase(Op):
 
     @classmethod
     def empty(cls, *args, **params):
-        return _reference(*cls._split(args), **params)
+        return _reference(*_split(args, params["epilogue"]), **params)
 
     @classmethod
     def _device_gemm(cls, *args, **params):
-        """The inner primitive; FP8 operands go to CUDA in the TN form."""
+        """The inner primitive on the handler's arguments; FP8 operands go to CUDA in the TN
+        form."""
         a, b = args[:2]
         if a.dtype not in FP8_DTYPES or (not params["trans_a"] and params["trans_b"]):
-            return tuple(_INNER[len(args)].bind(*args, **params))
+            return tuple(cls.inner.bind(*args, **params))
         tn = dict(params, trans_a=False, trans_b=True)
 
         def as_stored(*xs):
-            return tuple(_INNER[len(xs)].bind(*xs, **params))
+            return tuple(cls.inner.bind(*xs, **params))
 
         def as_tn(x, y, *rest):
             x = x.T if params["trans_a"] else x
             y = y if params["trans_b"] else y.T
-            return tuple(_INNER[2 + len(rest)].bind(x, y, *rest, **tn))
+            return tuple(cls.inner.bind(x, y, *rest, **tn))
 
         return lax.platform_dependent(*args, default=as_stored, **{p: as_tn for p in TN_PLATFORMS})
 
     @classmethod
     def local(cls, plan, *args, **params):
+        a, b, a_si, b_si, extra = _split(args, params["epilogue"])
         if not plan:  # K not sharded: the whole GEMM with its epilogue on each device
-            return cls._device_gemm(*args, **params)
+            return cls._device_gemm(*_handler_args(a, b, a_si, b_si, extra), **params)
         k_axes, scatter_axis = plan
-        a, b, a_si, b_si, extra = cls._split(args)
         epilogue = Epilogue(params["epilogue"])
         # The float32 partial product of this device's K-slices (and the partial row sums).
-        inner = dict(params, out_dtype=F32, dbias_dtype=F32,
-                     epilogue=Epilogue.BIAS_GRAD if epilogue == Epilogue.BIAS_GRAD else Epilogue.NONE)
+        inner = dict(
+            params,
+            out_dtype=F32,
+            dbias_dtype=F32,
+            epilogue=Epilogue.BIAS_GRAD if epilogue == Epilogue.BIAS_GRAD else Epilogue.NONE,
+        )
         partial = tuple(cls._device_gemm(a, b, a_si, b_si, **inner))
         summed_axes = tuple(x for x in k_axes if x != scatter_axis)
         summed = lax.psum(partial, summed_axes) if summed_axes else partial
         if scatter_axis:  # sequence parallel: each device keeps its M-slice of the sum
-            summed = tuple(lax.psum_scatter(p, scatter_axis, scatter_dimension=0, tiled=True)
-                           for p in summed)
+            summed = tuple(
+                lax.psum_scatter(p, scatter_axis, scatter_dimension=0, tiled=True) for p in summed
+            )
         if epilogue == Epilogue.BIAS_GRAD:
             return summed[0].astype(params["out_dtype"]), summed[1].astype(params["dbias_dtype"])
-        d, aux = _finish(summed[0], extra, epilogue=epilogue, out_dtype=params["out_dtype"],
-                         aux_dtype=None if extra is None else extra.dtype)
+        d, aux = _finish(
+            summed[0],
+            extra,
+            epilogue=epilogue,
+            out_dtype=params["out_dtype"],
+            aux_dtype=None if extra is None else extra.dtype,
+        )
         return (d,) if aux is None else (d, aux)
 
     @classmethod
@@ -296,67 +389,42 @@ class _GemmBase(Op):
         a, b = arg_infos[:2]
         (am, ak), (bk, bn) = _dims(trans_a, trans_b)
         sa, sb = spec_of(a), spec_of(b)
-        size = dict(zip(mesh.axis_names, mesh.devices.shape))
 
         def usable(axes, dim, taken):
             axes = tuple(x for x in axes if x not in taken)
-            return axes if axes and dim % math.prod(size[x] for x in axes) == 0 else ()
+            return axes if axes and divides(mesh, axes, dim) else ()
 
         m = usable(axes_of(sa[am]), a.shape[am], ())
         n = usable(axes_of(sb[bn]), b.shape[bn], m)
         k = usable(axes_of(sa[ak]) or axes_of(sb[bk]), a.shape[ak], m + n)
         # Sequence parallelism: a K sharded over the tpsp axis is reduce-scattered along M.
         tpsp = sharding.global_mesh_resource().tpsp_resource
-        scatter = tpsp if tpsp in k and a.shape[am] % (math.prod(size[x] for x in m) * size[tpsp]) == 0 else None
+        scatter = tpsp if tpsp in k and divides(mesh, m + (tpsp,), a.shape[am]) else None
         m_out = m + ((scatter,) if scatter else ())
         a_spec = [None, None]
-        a_spec[am], a_spec[ak] = _entry(m), _entry(k)
+        a_spec[am], a_spec[ak] = entry(m), entry(k)
         b_spec = [None, None]
-        b_spec[bk], b_spec[bn] = _entry(k), _entry(n)
-        named = lambda *spec: NamedSharding(mesh, PartitionSpec(*spec))  # noqa: E731
-        args = [named(*a_spec), named(*b_spec), named(), named()]
-        if _EXTRA_INPUT.get(epilogue) == "bias":
-            args.append(named(_entry(n)))
-        elif _EXTRA_INPUT.get(epilogue) == "aux":
-            args.append(named(_entry(m_out), _entry(n)))
-        outs = [named(_entry(m_out), _entry(n))]
-        if epilogue == Epilogue.BIAS_GELU_AUX:
-            outs.append(named(_entry(m_out), _entry(n)))
-        elif epilogue == Epilogue.BIAS_GRAD:
-            outs.append(named(_entry(m_out)))
+        b_spec[bk], b_spec[bn] = entry(k), entry(n)
+        factors = {"m": entry(m_out), "n": entry(n)}
+
+        def extra(name):
+            return named(mesh, *(factors[d] for d in EXTRA_DIMS[name].split()))
+
+        operand, result = EPILOGUES[epilogue]
+        args = [named(mesh, *a_spec), named(mesh, *b_spec), named(mesh), named(mesh)]
+        args.append(extra(operand) if operand else named(mesh))
+        outs = [named(mesh, factors["m"], factors["n"])] + ([extra(result)] if result else [])
         return args, outs, (k, scatter) if k else None
 
     @classmethod
     def sharding_rule(cls, value_types, result_types, *, trans_a, trans_b, epilogue, **params):
         epilogue = Epilogue(epilogue)
+        operand, result = EPILOGUES[epilogue]
         operands = ["k m" if trans_a else "m k", "n k" if trans_b else "k n", "", ""]
-        if _EXTRA_INPUT.get(epilogue) == "bias":
-            operands.append("n")
-        elif _EXTRA_INPUT.get(epilogue) == "aux":
-            operands.append("m n")
-        results = ["m n"]
-        if epilogue == Epilogue.BIAS_GELU_AUX:
-            results.append("m n")
-        elif epilogue == Epilogue.BIAS_GRAD:
-            results.append("m")
+        operands.append(EXTRA_DIMS[operand] if operand else "z")
+        results = ["m n"] + ([EXTRA_DIMS[result]] if result else [])
         return f"{', '.join(operands)} -> {', '.join(results)}", {"reduction_factors": ("k",)}
 
-
-@register
-class Gemm(_GemmBase):
-    """(a, b, a_scale_inv, b_scale_inv) -> d [, aux | dbias]: epilogues without an operand."""
-
-    name, num_inputs = "qmesh_gemm", 4
-
-
-@register
-class GemmWithOperand(_GemmBase):
-    """(a, b, a_scale_inv, b_scale_inv, bias | aux) -> d [, aux]: BIAS, BIAS_GELU_AUX, DGELU."""
-
-    name, num_inputs = "qmesh_gemm_epilogue_operand", 5
-
-
-_INNER = {4: Gemm.inner, 5: GemmWithOperand.inner}
 
 # On CUDA the handler takes cuBLASLt's workspace as one more result, which XLA allocates and
 # this lowering drops: the handler then allocates nothing, and XLA may capture it in a command
@@ -369,20 +437,31 @@ def _lower_with_workspace(op, ctx, *args, **params):
     if op.is_empty(*ctx.avals_in, **params):
         return primitive._lower_inner(op, ctx, *args, **params)
     lowering = jax.ffi.ffi_lowering(op.target)
-    outs = lowering(ctx.replace(avals_out=[*ctx.avals_out, _WORKSPACE]), *args,
-                    **op.attributes(**params))
+    outs = lowering(
+        ctx.replace(avals_out=[*ctx.avals_out, _WORKSPACE]), *args, **op.attributes(**params)
+    )
     return outs[:-1]
 
 
-for _op in (Gemm, GemmWithOperand):
-    mlir.register_lowering(_op.inner, functools.partial(_lower_with_workspace, _op),
-                           platform="cuda")
+mlir.register_lowering(Gemm.inner, functools.partial(_lower_with_workspace, Gemm), platform="cuda")
 
 
-def gemm(a, b, a_scale_inv=None, b_scale_inv=None, *, trans_a: bool = False,
-         trans_b: bool = True, epilogue=Epilogue.NONE, bias=None, aux=None,
-         out_dtype=jnp.float32, split_accumulator: bool = False, alpha: float = 1.0,
-         dbias_dtype=None):
+def gemm(
+    a,
+    b,
+    a_scale_inv=None,
+    b_scale_inv=None,
+    *,
+    trans_a: bool = False,
+    trans_b: bool = True,
+    epilogue=Epilogue.NONE,
+    bias=None,
+    aux=None,
+    out_dtype=jnp.float32,
+    split_accumulator: bool = False,
+    alpha: float = 1.0,
+    dbias_dtype=None,
+):
     """D = epilogue(alpha * op(a) @ op(b)) in `out_dtype` (float32, bfloat16 or float16).
 
     a, b: 2-D, both FP8 with their float32 scalar scale_inv (x ~= code * scale_inv), or both
@@ -401,23 +480,29 @@ def gemm(a, b, a_scale_inv=None, b_scale_inv=None, *, trans_a: bool = False,
     b_scale_inv = one if b_scale_inv is None else jnp.asarray(b_scale_inv)
     if (a.dtype in FP8_DTYPES) and (a_scale_inv is one or b_scale_inv is one):
         raise TypeError("gemm: FP8 operands need a_scale_inv and b_scale_inv (float32 scalars)")
-    wanted = _EXTRA_INPUT.get(epilogue)
+    wanted = EPILOGUES[epilogue].operand
     if wanted != "bias" and bias is not None:
         raise ValueError(f"gemm: bias is given but epilogue {epilogue.name} does not use it")
     if wanted != "aux" and aux is not None:
-        raise ValueError(f"gemm: aux is given but epilogue {epilogue.name} does not take it as an "
-                         "operand (BIAS_GELU_AUX returns it)")
+        raise ValueError(
+            f"gemm: aux is given but epilogue {epilogue.name} does not take it as an "
+            "operand (BIAS_GELU_AUX returns it)"
+        )
     extra = bias if wanted == "bias" else aux if wanted == "aux" else None
     if wanted and extra is None:
         raise ValueError(f"gemm: epilogue {epilogue.name} needs {wanted}")
-    out_dtype = _wide(out_dtype, "out_dtype")
-    params = dict(trans_a=bool(trans_a), trans_b=bool(trans_b), epilogue=epilogue,
-                  out_dtype=out_dtype,
-                  dbias_dtype=_wide(out_dtype if dbias_dtype is None else dbias_dtype,
-                                    "dbias_dtype"),
-                  split_accumulator=bool(split_accumulator), alpha=float(alpha))
-    if extra is None:
-        outs = Gemm.bind(a, b, a_scale_inv, b_scale_inv, **params)
-    else:
-        outs = GemmWithOperand.bind(a, b, a_scale_inv, b_scale_inv, jnp.asarray(extra), **params)
+    out_dtype = check_wide(out_dtype, "gemm: out_dtype")
+    params = dict(
+        trans_a=bool(trans_a),
+        trans_b=bool(trans_b),
+        epilogue=epilogue,
+        out_dtype=out_dtype,
+        dbias_dtype=check_wide(
+            out_dtype if dbias_dtype is None else dbias_dtype, "gemm: dbias_dtype"
+        ),
+        split_accumulator=bool(split_accumulator),
+        alpha=float(alpha),
+    )
+    extra = jnp.zeros((0,), F32) if extra is None else jnp.asarray(extra)
+    outs = Gemm.bind(a, b, a_scale_inv, b_scale_inv, extra, **params)
     return outs[0] if len(outs) == 1 else tuple(outs)

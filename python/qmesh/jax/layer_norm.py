@@ -16,47 +16,52 @@ not divide is replicated (padding rows would enter the sums and the amax).
 from __future__ import annotations
 
 import functools
-import math
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jax.interpreters import mlir
-from jax.sharding import NamedSharding, PartitionSpec
 
 from qmesh.jax import sharding
-from qmesh.jax.primitive import Op, axes_of, register, spec_of
-from qmesh.jax.quantize import Quantized, check_fp8
-
-F32 = jnp.dtype(jnp.float32)
+from qmesh.jax.common import F32, axes_of, check_fp8, check_scalar, divides, entry, named, spec_of
+from qmesh.jax.primitive import Op, register
+from qmesh.jax.quantize import Quantized
 
 
 def _f32(aval, what: str):
     if aval.dtype != F32:
-        raise TypeError(f"layer_norm: {what} must be float32 (qmesh's LayerNorm is float32-only), "
-                        f"not {aval.dtype}")
+        raise TypeError(
+            f"layer_norm: {what} must be float32 (qmesh's LayerNorm is float32-only), "
+            f"not {aval.dtype}"
+        )
 
 
 def _check_x(x, what: str = "x"):
     _f32(x, what)
     if x.ndim < 1:
-        raise ValueError(f"layer_norm: {what} must have at least one dimension (the normalised "
-                         f"one), not shape {tuple(x.shape)}")
+        raise ValueError(
+            f"layer_norm: {what} must have at least one dimension (the normalised "
+            f"one), not shape {tuple(x.shape)}"
+        )
 
 
 def _check_vector(v, x, what: str):
     _f32(v, what)
     if v.shape != (x.shape[-1],):
-        raise ValueError(f"layer_norm: {what} must be [{x.shape[-1]}] (the last dimension of x "
-                         f"{tuple(x.shape)}), not {list(v.shape)}")
+        raise ValueError(
+            f"layer_norm: {what} must be [{x.shape[-1]}] (the last dimension of x "
+            f"{tuple(x.shape)}), not {list(v.shape)}"
+        )
 
 
 def _check_rows(v, x, what: str):
     _f32(v, what)
     if v.shape != tuple(x.shape[:-1]):
-        raise ValueError(f"layer_norm: {what} must have shape {tuple(x.shape[:-1])} (x's rows), "
-                         f"not {tuple(v.shape)}")
+        raise ValueError(
+            f"layer_norm: {what} must have shape {tuple(x.shape[:-1])} (x's rows), "
+            f"not {tuple(v.shape)}"
+        )
 
 
 def _check_eps(eps):
@@ -79,18 +84,12 @@ def _reference_forward(x, gamma, beta, eps):
 def _row_axes(mesh, info, ndim):
     """The mesh axes of each row dimension of an argument, replicated where the axes' device
     count does not divide the dimension."""
-    size = dict(zip(mesh.axis_names, mesh.devices.shape))
     spec = spec_of(info, ndim)
     rows = []
     for d in range(ndim - 1):
         axes = axes_of(spec[d])
-        rows.append(axes if axes and info.shape[d] % math.prod(size[a] for a in axes) == 0 else ())
+        rows.append(axes if axes and divides(mesh, axes, info.shape[d]) else ())
     return rows
-
-
-def _entry(axes):
-    axes = tuple(axes)
-    return None if not axes else axes[0] if len(axes) == 1 else axes
 
 
 def _factors(value_types, index=0):
@@ -125,10 +124,12 @@ class LayerNormForward(Op):
     @classmethod
     def shardings(cls, mesh, arg_infos, *, eps):
         x = arg_infos[0]
-        rows = [_entry(a) for a in _row_axes(mesh, x, x.ndim)]
-        named = lambda *spec: NamedSharding(mesh, PartitionSpec(*spec))  # noqa: E731
-        return ((named(*rows, None), named(), named()),
-                (named(*rows, None), named(*rows), named(*rows)), None)
+        rows = [entry(a) for a in _row_axes(mesh, x, x.ndim)]
+        return (
+            (named(mesh, *rows, None), named(mesh), named(mesh)),
+            (named(mesh, *rows, None), named(mesh, *rows), named(mesh, *rows)),
+            None,
+        )
 
     @classmethod
     def sharding_rule(cls, value_types, result_types, *, eps):
@@ -147,8 +148,9 @@ class LayerNormBackward(Op):
         _check_x(x)
         _f32(dy, "dy")
         if dy.shape != x.shape:
-            raise ValueError(f"layer_norm: dy must have x's shape {tuple(x.shape)}, not "
-                             f"{tuple(dy.shape)}")
+            raise ValueError(
+                f"layer_norm: dy must have x's shape {tuple(x.shape)}, not {tuple(dy.shape)}"
+            )
         _check_vector(gamma, x, "gamma")
         _check_rows(mean, x, "mean")
         _check_rows(rstd, x, "rstd")
@@ -161,8 +163,9 @@ class LayerNormBackward(Op):
         n = max(x.shape[-1], 1)
         xhat = (x - mean[..., None]) * rstd[..., None]
         g = dy * gamma
-        dx = rstd[..., None] * (g - jnp.sum(g, -1, keepdims=True) / n
-                                - xhat * jnp.sum(g * xhat, -1, keepdims=True) / n)
+        dx = rstd[..., None] * (
+            g - jnp.sum(g, -1, keepdims=True) / n - xhat * jnp.sum(g * xhat, -1, keepdims=True) / n
+        )
         return dx, jnp.sum(dy * xhat, axis=rows), jnp.sum(dy, axis=rows)
 
     @classmethod
@@ -176,17 +179,21 @@ class LayerNormBackward(Op):
     def shardings(cls, mesh, arg_infos):
         x = arg_infos[1]
         axes = _row_axes(mesh, x, x.ndim)
-        rows = [_entry(a) for a in axes]
-        named = lambda *spec: NamedSharding(mesh, PartitionSpec(*spec))  # noqa: E731
-        args = (named(*rows, None), named(*rows, None), named(), named(*rows), named(*rows))
-        outs = (named(*rows, None), named(), named())
-        return args, outs, tuple(a for entry in axes for a in entry)
+        rows = [entry(a) for a in axes]
+        args = (
+            named(mesh, *rows, None),
+            named(mesh, *rows, None),
+            named(mesh),
+            named(mesh, *rows),
+            named(mesh, *rows),
+        )
+        outs = (named(mesh, *rows, None), named(mesh), named(mesh))
+        return args, outs, tuple(a for row in axes for a in row)
 
     @classmethod
     def sharding_rule(cls, value_types, result_types):
         r = " ".join(_factors(value_types, 1))
-        return (f"{r} c, {r} c, c, {r}, {r} -> {r} c, c, c",
-                {"need_replication_factors": ("c",)})
+        return (f"{r} c, {r} c, c, {r}, {r} -> {r} c, c, c", {"need_replication_factors": ("c",)})
 
 
 @register
@@ -202,17 +209,24 @@ class LayerNormForwardQuantize(Op):
     @classmethod
     def abstract(cls, x, gamma, beta, scale, *, eps, out_dtype, columnwise):
         y, mean, rstd = LayerNormForward.abstract(x, gamma, beta, eps=eps)
-        if scale.dtype != F32 or scale.shape != ():
-            raise TypeError(f"layer_norm: scale must be a float32 scalar (shape ()), not "
-                            f"{scale.dtype}{list(scale.shape)}")
+        check_scalar(scale, "layer_norm: scale")
         out_dtype = check_fp8(out_dtype)
         if columnwise and x.ndim != 2:
-            raise ValueError(f"layer_norm: the columnwise copy needs a 2-D x, not shape "
-                             f"{tuple(x.shape)}: reshape to [rows, cols] first")
+            raise ValueError(
+                f"layer_norm: the columnwise copy needs a 2-D x, not shape "
+                f"{tuple(x.shape)}: reshape to [rows, cols] first"
+            )
         q_t = (x.shape[1], x.shape[0]) if columnwise else (0,)
         scalar = jax.core.ShapedArray((), F32)
-        return (y, jax.core.ShapedArray(x.shape, out_dtype), jax.core.ShapedArray(q_t, out_dtype),
-                scalar, scalar, mean, rstd)
+        return (
+            y,
+            jax.core.ShapedArray(x.shape, out_dtype),
+            jax.core.ShapedArray(q_t, out_dtype),
+            scalar,
+            scalar,
+            mean,
+            rstd,
+        )
 
     @classmethod
     def attributes(cls, *, eps, **_):
@@ -222,8 +236,15 @@ class LayerNormForwardQuantize(Op):
     def empty(cls, x, gamma, beta, scale, *, eps, out_dtype, columnwise):
         y, mean, rstd = _reference_forward(x, gamma, beta, eps)
         q_t = (x.shape[1], x.shape[0]) if columnwise else (0,)
-        return (y, jnp.zeros(x.shape, out_dtype), jnp.zeros(q_t, out_dtype), jnp.zeros((), F32),
-                1.0 / scale, mean, rstd)
+        return (
+            y,
+            jnp.zeros(x.shape, out_dtype),
+            jnp.zeros(q_t, out_dtype),
+            jnp.zeros((), F32),
+            1.0 / scale,
+            mean,
+            rstd,
+        )
 
     @classmethod
     def local(cls, plan, *args, **params):
@@ -235,20 +256,28 @@ class LayerNormForwardQuantize(Op):
     @classmethod
     def shardings(cls, mesh, arg_infos, *, columnwise, **_):
         x = arg_infos[0]
-        rows = [_entry(a) for a in _row_axes(mesh, x, x.ndim)]
-        named = lambda *spec: NamedSharding(mesh, PartitionSpec(*spec))  # noqa: E731
-        q_t = named(None, rows[0]) if columnwise else named()
-        args = (named(*rows, None), named(), named(), named())
-        outs = (named(*rows, None), named(*rows, None), q_t, named(), named(), named(*rows),
-                named(*rows))
+        rows = [entry(a) for a in _row_axes(mesh, x, x.ndim)]
+        q_t = named(mesh, None, rows[0]) if columnwise else named(mesh)
+        args = (named(mesh, *rows, None), named(mesh), named(mesh), named(mesh))
+        outs = (
+            named(mesh, *rows, None),
+            named(mesh, *rows, None),
+            q_t,
+            named(mesh),
+            named(mesh),
+            named(mesh, *rows),
+            named(mesh, *rows),
+        )
         return args, outs, sharding.amax_axes(mesh)
 
     @classmethod
     def sharding_rule(cls, value_types, result_types, *, columnwise, **_):
         r = " ".join(_factors(value_types))
         q_t = f"c {r}" if columnwise else "z"
-        return (f"{r} c, c, c, -> {r} c, {r} c, {q_t}, , , {r}, {r}",
-                {"need_replication_factors": ("c",)})
+        return (
+            f"{r} c, c, c, -> {r} c, {r} c, {q_t}, , , {r}, {r}",
+            {"need_replication_factors": ("c",)},
+        )
 
 
 def layer_norm_fwd(x, gamma, beta, eps: float = 1e-5):
@@ -262,15 +291,22 @@ def layer_norm_bwd(dy, x, gamma, mean, rstd):
     return tuple(LayerNormBackward.bind(dy, x, gamma, mean, rstd))
 
 
-def layer_norm_fwd_quantize(x, gamma, beta, scale, dtype=jnp.float8_e4m3fn, *,
-                            eps: float = 1e-5, columnwise: bool = False):
+def layer_norm_fwd_quantize(
+    x, gamma, beta, scale, dtype=jnp.float8_e4m3fn, *, eps: float = 1e-5, columnwise: bool = False
+):
     """(y, Quantized, mean, rstd): LayerNorm of x and its FP8 cast with `scale` (delayed
     scaling): q = saturate(round(y * scale)); amax = max|y| over the whole (global) array; with
     columnwise=True (x 2-D) q_t holds the transpose's codes."""
     scale = jnp.asarray(scale)
     y, q, q_t, amax, scale_inv, mean, rstd = LayerNormForwardQuantize.bind(
-        x, gamma, beta, scale, eps=float(eps), out_dtype=check_fp8(dtype),
-        columnwise=bool(columnwise))
+        x,
+        gamma,
+        beta,
+        scale,
+        eps=float(eps),
+        out_dtype=check_fp8(dtype),
+        columnwise=bool(columnwise),
+    )
     return y, Quantized(q, q_t, amax, scale, scale_inv), mean, rstd
 
 

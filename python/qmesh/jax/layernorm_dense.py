@@ -24,18 +24,18 @@ import jax
 import jax.numpy as jnp
 
 from qmesh.jax import dense as _dense
+from qmesh.jax.common import F32
 from qmesh.jax.layer_norm import layer_norm_bwd, layer_norm_fwd_quantize
 from qmesh.jax.recipe import DelayedScaling
-
-F32 = jnp.dtype(jnp.float32)
 
 
 def _fwd(cfg, eps, x, gamma, beta, kernel, bias, state):
     h = x.shape[-1]
     step = _dense.step_of(state, cfg.recipe)
     ln, xq, mean, rstd = layer_norm_fwd_quantize(
-        x.reshape(-1, h), gamma, beta, step[1][0], cfg.recipe.fp8_format.fwd_dtype, eps=eps)
-    y, dense_res = _dense._dense_fwd(cfg, ln, kernel, bias, state, xq, step)
+        x.reshape(-1, h), gamma, beta, step[1][0], cfg.recipe.fp8_format.fwd_dtype, eps=eps
+    )
+    y, dense_res = _dense.forward(cfg, ln, kernel, bias, state, xq, step)
     y = y.reshape(*x.shape[:-1], y.shape[-1])
     return (y, ln.reshape(x.shape)), (dense_res, x.reshape(-1, h), gamma, mean, rstd)
 
@@ -43,7 +43,7 @@ def _fwd(cfg, eps, x, gamma, beta, kernel, bias, state):
 def _bwd(cfg, eps, res, cts):
     dense_res, x2, gamma, mean, rstd = res
     g, g_ln = cts
-    d_ln, dw, db, new_state = _dense._dense_bwd(cfg, dense_res, g.reshape(-1, g.shape[-1]))
+    d_ln, dw, db, new_state = _dense.backward(cfg, dense_res, g.reshape(-1, g.shape[-1]))
     d_ln = d_ln.astype(F32) + g_ln.reshape(d_ln.shape).astype(F32)
     dx, dgamma, dbeta = layer_norm_bwd(d_ln, x2, gamma, mean, rstd)
     return dx.reshape(g_ln.shape), dgamma, dbeta, dw, db, new_state
@@ -57,35 +57,60 @@ def _layernorm_dense(cfg, eps, x, gamma, beta, kernel, bias, state):
 _layernorm_dense.defvjp(_fwd, _bwd)
 
 
-def layernorm_dense(x, gamma, beta, kernel, bias=None, state=None, *, recipe,
-                    eps: float = 1e-6, activation: str | None = None,
-                    row_axes: tuple | None = None):
+def layernorm_dense(
+    x,
+    gamma,
+    beta,
+    kernel,
+    bias=None,
+    state=None,
+    *,
+    recipe,
+    eps: float = 1e-6,
+    activation: str | None = None,
+    row_axes: tuple | None = None,
+):
     """(act(layer_norm(x) @ kernel + bias), layer_norm(x)) with the norm and the FP8 cast of
     its output fused. x: float32 [..., H]; gamma, beta: float32 [H]; kernel: float32 [H, N];
     bias: [N] or None; state: init_state(recipe); recipe: a DelayedScaling; activation: None
     or "gelu"; row_axes: as dense(). Differentiate with respect to `state` to get the updated
     state."""
     if not isinstance(recipe, DelayedScaling):
-        raise TypeError(f"layernorm_dense: the fused LayerNorm+cast takes a DelayedScaling "
-                        f"recipe (the scale comes from the state), not {type(recipe).__name__}")
+        raise TypeError(
+            f"layernorm_dense: the fused LayerNorm+cast takes a DelayedScaling "
+            f"recipe (the scale comes from the state), not {type(recipe).__name__}"
+        )
     if activation not in _dense.ACTIVATIONS:
-        raise ValueError(f"layernorm_dense: activation must be one of {_dense.ACTIVATIONS}, "
-                         f"not {activation!r}")
+        raise ValueError(
+            f"layernorm_dense: activation must be one of {_dense.ACTIVATIONS}, not {activation!r}"
+        )
     x, kernel = jnp.asarray(x), jnp.asarray(kernel)
     for a, what in ((x, "x"), (kernel, "kernel")):
         if a.dtype != F32:
             raise TypeError(f"layernorm_dense: {what} must be float32, not {a.dtype}")
     if kernel.ndim != 2 or x.ndim < 1 or x.shape[-1] != kernel.shape[0]:
-        raise ValueError(f"layernorm_dense: x must be [..., H] and kernel [H, N] with the same "
-                         f"H, got x {tuple(x.shape)} and kernel {tuple(kernel.shape)}")
+        raise ValueError(
+            f"layernorm_dense: x must be [..., H] and kernel [H, N] with the same "
+            f"H, got x {tuple(x.shape)} and kernel {tuple(kernel.shape)}"
+        )
     reason = _dense.fp8_unsupported_reason(x.dtype, kernel.shape[0], kernel.shape[1])
     if reason is not None:
         raise ValueError(reason)
     if bias is not None and jnp.shape(bias) != (kernel.shape[1],):
-        raise ValueError(f"layernorm_dense: bias must be [N] = [{kernel.shape[1]}], not "
-                         f"{list(jnp.shape(bias))}")
-    _dense._check_state(state, recipe)
-    cfg = _dense._Config(recipe, activation, bias is not None, F32,
-                         None if row_axes is None else tuple(row_axes))
-    return _layernorm_dense(cfg, float(eps), x, jnp.asarray(gamma), jnp.asarray(beta), kernel,
-                            None if bias is None else jnp.asarray(bias, F32), state)
+        raise ValueError(
+            f"layernorm_dense: bias must be [N] = [{kernel.shape[1]}], not {list(jnp.shape(bias))}"
+        )
+    _dense.check_state(state, recipe)
+    cfg = _dense.Config(
+        recipe, activation, bias is not None, F32, None if row_axes is None else tuple(row_axes)
+    )
+    return _layernorm_dense(
+        cfg,
+        float(eps),
+        x,
+        jnp.asarray(gamma),
+        jnp.asarray(beta),
+        kernel,
+        None if bias is None else jnp.asarray(bias, F32),
+        state,
+    )

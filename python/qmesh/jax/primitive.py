@@ -16,22 +16,19 @@ An op is a subclass of `Op` registered with `@register`; see quantize.py for exa
 from __future__ import annotations
 
 import functools
-import math
 
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax._src import dispatch
+from jax._src.dispatch import apply_primitive
+from jax._src.sharding_impls import ShardingContext
 from jax.experimental.custom_partitioning import custom_partitioning
 from jax.extend.core import Primitive
 from jax.interpreters import batching, mlir
-from jax.sharding import NamedSharding, PartitionSpec
-
-from jax._src.sharding_impls import ShardingContext
 
 from qmesh.jax import _ffi, sharding
-
-from jax._src import dispatch
-from jax._src.dispatch import apply_primitive
+from qmesh.jax.common import named
 
 
 class Op:
@@ -74,7 +71,7 @@ class Op:
     def shardings(cls, mesh, arg_infos, **params):
         """(argument shardings, result shardings, plan for `local`) for the shardings the
         arguments arrive with. Default: everything replicated, plan None."""
-        replicated = NamedSharding(mesh, PartitionSpec())
+        replicated = named(mesh)
         outs = cls.abstract(*[jax.core.ShapedArray(a.shape, a.dtype) for a in arg_infos], **params)
         return [replicated] * len(arg_infos), [replicated] * len(outs), None
 
@@ -96,29 +93,6 @@ class Op:
         return cls.outer.bind(*args, **params, resource=sharding.global_mesh_resource())
 
 
-def spec_of(info, ndim: int | None = None) -> tuple:
-    """The PartitionSpec of an argument as a tuple with one entry per dimension."""
-    ndim = len(info.shape) if ndim is None else ndim
-    spec = tuple(getattr(info.sharding, "spec", ()) or ())
-    return spec + (None,) * (ndim - len(spec))
-
-
-def even_spec(mesh, info, ndim: int | None = None) -> tuple:
-    """spec_of(info) with every dimension whose mesh axes do not divide its size replicated:
-    XLA pads such shards, and an op must not read the padding as data."""
-    size = dict(zip(mesh.axis_names, mesh.devices.shape))
-    spec = spec_of(info, ndim)
-    return tuple(None if e is not None and info.shape[d] % math.prod(size[a] for a in axes_of(e))
-                 else e for d, e in enumerate(spec))
-
-
-def axes_of(entry) -> tuple[str, ...]:
-    """The mesh axes one PartitionSpec entry names (None, 'dp' or ('dp', 'tp'))."""
-    if entry is None:
-        return ()
-    return tuple(entry) if isinstance(entry, (tuple, list)) else (entry,)
-
-
 _threads_capped = False
 
 
@@ -128,7 +102,9 @@ def _lower_inner(op, ctx, *args, **params):
         _ffi.cap_cpu_threads()
         _threads_capped = True
     if op.is_empty(*ctx.avals_in, **params):
-        return mlir.lower_fun(functools.partial(op.empty, **params), multiple_results=True)(ctx, *args)
+        return mlir.lower_fun(functools.partial(op.empty, **params), multiple_results=True)(
+            ctx, *args
+        )
     lowering = jax.ffi.ffi_lowering(op.target, operand_output_aliases=dict(op.output_aliases))
     return lowering(ctx, *args, **op.attributes(**params))
 
@@ -148,8 +124,15 @@ def _batch_by_map(op, args, dims, **params):
 
     outs = lax.map(one, moved) if size else None
     if outs is None:  # an empty batch: shapes from the abstract evaluation
-        avals = op.abstract(*[jax.core.ShapedArray(jnp.moveaxis(a, d, 0).shape[1:] if d is not None else a.shape, a.dtype)
-                              for a, d in zip(args, dims)], **{k: v for k, v in params.items() if k != "resource"})
+        avals = op.abstract(
+            *[
+                jax.core.ShapedArray(
+                    jnp.moveaxis(a, d, 0).shape[1:] if d is not None else a.shape, a.dtype
+                )
+                for a, d in zip(args, dims)
+            ],
+            **{k: v for k, v in params.items() if k != "resource"},
+        )
         outs = tuple(jnp.zeros((0,) + a.shape, a.dtype) for a in avals)
     return outs, (0,) * len(outs)
 
@@ -206,8 +189,9 @@ def register(op: type[Op]) -> type[Op]:
         *static, _mesh, value_types, result_types = static_and_more
         return op.sharding_rule(value_types, result_types, **strip(dict(zip(statics, static))))
 
-    partitioned.def_partition(partition=partition, infer_sharding_from_operands=infer,
-                              sharding_rule=rule)
+    partitioned.def_partition(
+        partition=partition, infer_sharding_from_operands=infer, sharding_rule=rule
+    )
 
     outer = Primitive(op.name)
     outer.multiple_results = True

@@ -20,37 +20,21 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.sharding import NamedSharding, PartitionSpec
 
 from qmesh.jax import sharding
-from qmesh.jax.primitive import Op, axes_of, even_spec, register
+from qmesh.jax.common import (
+    F32,
+    FP8_DTYPES,
+    axes_of,
+    check_fp8,
+    check_scalar,
+    check_wide,
+    even_spec,
+    named,
+)
+from qmesh.jax.primitive import Op, register
 
-FP8_DTYPES = (jnp.dtype(jnp.float8_e4m3fn), jnp.dtype(jnp.float8_e5m2))
-WIDE_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
 _DTYPE_CODE = {FP8_DTYPES[0]: 3, FP8_DTYPES[1]: 4}  # qmesh's DType values
-F32 = jnp.dtype(jnp.float32)
-
-
-def fp8_max(dtype) -> float:
-    """The largest finite value of an FP8 dtype (448 for E4M3, 57344 for E5M2)."""
-    return float(jnp.finfo(check_fp8(dtype)).max)
-
-
-def check_fp8(dtype):
-    dtype = jnp.dtype(dtype)
-    if dtype not in FP8_DTYPES:
-        raise TypeError(f"the FP8 dtype must be float8_e4m3fn or float8_e5m2, not {dtype}")
-    return dtype
-
-
-def check_wide(aval, what: str):
-    if aval.dtype not in WIDE_DTYPES:
-        raise TypeError(f"{what} must be float32, bfloat16 or float16, not {aval.dtype}")
-
-
-def check_scalar(aval, what: str):
-    if aval.dtype != F32 or aval.shape != ():
-        raise TypeError(f"{what} must be a float32 scalar (shape ()), not {aval.dtype}{list(aval.shape)}")
 
 
 def _matrix(shape) -> tuple[int, int]:
@@ -60,11 +44,13 @@ def _matrix(shape) -> tuple[int, int]:
 
 def _codes_avals(x, out_dtype, columnwise):
     """The FP8 outputs of quantizing x: codes shaped like x, and the columnwise copy."""
-    check_wide(x, "x")
+    check_wide(x.dtype, "x")
     out_dtype = check_fp8(out_dtype)
     if columnwise and x.ndim != 2:
-        raise ValueError(f"the columnwise copy needs a 2-D input, not shape {x.shape}: "
-                         "reshape to [rows, cols] first")
+        raise ValueError(
+            f"the columnwise copy needs a 2-D input, not shape {x.shape}: "
+            "reshape to [rows, cols] first"
+        )
     q_t = (x.shape[1], x.shape[0]) if columnwise else (0,)
     return jax.core.ShapedArray(x.shape, out_dtype), jax.core.ShapedArray(q_t, out_dtype)
 
@@ -77,9 +63,9 @@ def _codes_shardings(mesh, x_info, columnwise):
     """Shardings of (x, codes, columnwise copy) for x's sharding (dimensions the mesh does not
     divide evenly replicated)."""
     spec = even_spec(mesh, x_info)
-    q = NamedSharding(mesh, PartitionSpec(*spec))
-    q_t = NamedSharding(mesh, PartitionSpec(spec[1], spec[0]) if columnwise else PartitionSpec())
-    return NamedSharding(mesh, PartitionSpec(*spec)), q, q_t
+    q = named(mesh, *spec)
+    q_t = named(mesh, spec[1], spec[0]) if columnwise else named(mesh)
+    return named(mesh, *spec), q, q_t
 
 
 def _codes_rule(columnwise):
@@ -101,8 +87,12 @@ class Quantize(Op):
     @classmethod
     def empty(cls, x, scale, *, out_dtype, columnwise):
         q, q_t = _codes_avals(x, out_dtype, columnwise)
-        return (jnp.zeros(q.shape, q.dtype), jnp.zeros(q_t.shape, q_t.dtype), jnp.zeros((), F32),
-                1.0 / scale)
+        return (
+            jnp.zeros(q.shape, q.dtype),
+            jnp.zeros(q_t.shape, q_t.dtype),
+            jnp.zeros((), F32),
+            1.0 / scale,
+        )
 
     @classmethod
     def local(cls, plan, x, scale, **params):
@@ -112,7 +102,7 @@ class Quantize(Op):
     @classmethod
     def shardings(cls, mesh, arg_infos, *, out_dtype, columnwise):
         x, q, q_t = _codes_shardings(mesh, arg_infos[0], columnwise)
-        rep = NamedSharding(mesh, PartitionSpec())
+        rep = named(mesh)
         return (x, rep), (q, q_t, rep, rep), sharding.amax_axes(mesh)
 
     @classmethod
@@ -129,7 +119,7 @@ class Amax(Op):
 
     @classmethod
     def abstract(cls, x):
-        check_wide(x, "x")
+        check_wide(x.dtype, "x")
         return (_scalar(),)
 
     @classmethod
@@ -143,8 +133,8 @@ class Amax(Op):
 
     @classmethod
     def shardings(cls, mesh, arg_infos):
-        x = NamedSharding(mesh, PartitionSpec(*even_spec(mesh, arg_infos[0])))
-        return (x,), (NamedSharding(mesh, PartitionSpec()),), sharding.amax_axes(mesh)
+        x = named(mesh, *even_spec(mesh, arg_infos[0]))
+        return (x,), (named(mesh),), sharding.amax_axes(mesh)
 
     @classmethod
     def sharding_rule(cls, value_types, result_types):
@@ -167,9 +157,11 @@ class CurrentScale(Op):
 
     @classmethod
     def attributes(cls, *, fp8_dtype, power_of_two_scales, amax_epsilon):
-        return dict(fp8_dtype=np.int32(_DTYPE_CODE[check_fp8(fp8_dtype)]),
-                    power_of_two_scales=bool(power_of_two_scales),
-                    amax_epsilon=np.float32(amax_epsilon))
+        return dict(
+            fp8_dtype=np.int32(_DTYPE_CODE[check_fp8(fp8_dtype)]),
+            power_of_two_scales=bool(power_of_two_scales),
+            amax_epsilon=np.float32(amax_epsilon),
+        )
 
     @classmethod
     def empty(cls, amax, **params):
@@ -201,17 +193,21 @@ class CurrentQuantize(Op):
         (amax,) = Amax.inner.bind(x)
         if plan:
             amax = lax.pmax(amax, plan)
-        (scale,) = CurrentScale.inner.bind(amax, fp8_dtype=out_dtype,
-                                           power_of_two_scales=power_of_two_scales,
-                                           amax_epsilon=amax_epsilon)
-        q, q_t, _, scale_inv = Quantize.inner.bind(x, scale, out_dtype=out_dtype,
-                                                   columnwise=columnwise)
+        (scale,) = CurrentScale.inner.bind(
+            amax,
+            fp8_dtype=out_dtype,
+            power_of_two_scales=power_of_two_scales,
+            amax_epsilon=amax_epsilon,
+        )
+        q, q_t, _, scale_inv = Quantize.inner.bind(
+            x, scale, out_dtype=out_dtype, columnwise=columnwise
+        )
         return q, q_t, amax, scale, scale_inv
 
     @classmethod
     def shardings(cls, mesh, arg_infos, *, out_dtype, columnwise, **scaling):
         x, q, q_t = _codes_shardings(mesh, arg_infos[0], columnwise)
-        rep = NamedSharding(mesh, PartitionSpec())
+        rep = named(mesh)
         return (x,), (q, q_t, rep, rep, rep), sharding.amax_axes(mesh)
 
     @classmethod
@@ -232,7 +228,7 @@ class Dequantize(Op):
         check_fp8(q.dtype)
         check_scalar(scale_inv, "scale_inv")
         out = jax.core.ShapedArray(q.shape, out_dtype)
-        check_wide(out, "out_dtype")
+        check_wide(out.dtype, "out_dtype")
         return (out,)
 
     @classmethod
@@ -241,8 +237,8 @@ class Dequantize(Op):
 
     @classmethod
     def shardings(cls, mesh, arg_infos, *, out_dtype):
-        q = NamedSharding(mesh, PartitionSpec(*even_spec(mesh, arg_infos[0])))
-        return (q, NamedSharding(mesh, PartitionSpec())), (q,), None
+        q = named(mesh, *even_spec(mesh, arg_infos[0]))
+        return (q, named(mesh)), (q,), None
 
     @classmethod
     def sharding_rule(cls, value_types, result_types, **params):
@@ -262,8 +258,12 @@ class DbiasQuantize(Op):
         check_scalar(scale, "scale")
         if g.ndim < 1:
             raise ValueError("g must have at least one dimension (its last is the bias's)")
-        return (*_codes_avals(g, out_dtype, columnwise), _scalar(), _scalar(),
-                jax.core.ShapedArray((g.shape[-1],), F32))
+        return (
+            *_codes_avals(g, out_dtype, columnwise),
+            _scalar(),
+            _scalar(),
+            jax.core.ShapedArray((g.shape[-1],), F32),
+        )
 
     @classmethod
     def empty(cls, g, scale, **params):
@@ -285,8 +285,8 @@ class DbiasQuantize(Op):
         g, q, q_t = _codes_shardings(mesh, arg_infos[0], columnwise)
         spec = even_spec(mesh, arg_infos[0])
         rows = tuple(a for entry in spec[:-1] for a in axes_of(entry))
-        rep = NamedSharding(mesh, PartitionSpec())
-        dbias = NamedSharding(mesh, PartitionSpec(spec[-1]))
+        rep = named(mesh)
+        dbias = named(mesh, spec[-1])
         return (g, rep), (q, q_t, rep, rep, dbias), (sharding.amax_axes(mesh), rows)
 
     @classmethod
@@ -307,22 +307,32 @@ class GroupedQuantize(Op):
 
     @classmethod
     def abstract(cls, x, group_sizes, scales, *, out_dtype, columnwise):
-        check_wide(x, "x")
+        check_wide(x.dtype, "x")
         if x.ndim != 2:
             raise ValueError(f"grouped quantize takes x as [rows, cols], not shape {x.shape}")
         if group_sizes.dtype != jnp.int32 or group_sizes.ndim != 1:
-            raise TypeError(f"group_sizes must be int32 [G], not {group_sizes.dtype}{list(group_sizes.shape)}")
+            raise TypeError(
+                f"group_sizes must be int32 [G], not {group_sizes.dtype}{list(group_sizes.shape)}"
+            )
         if scales.dtype != F32 or scales.shape != group_sizes.shape:
-            raise TypeError(f"scales must be float32 {list(group_sizes.shape)} (one per group), "
-                            f"not {scales.dtype}{list(scales.shape)}")
+            raise TypeError(
+                f"scales must be float32 {list(group_sizes.shape)} (one per group), "
+                f"not {scales.dtype}{list(scales.shape)}"
+            )
         out_dtype = check_fp8(out_dtype)
         if group_sizes.shape == (0,) and x.shape[0] > 0:
-            raise ValueError(f"grouped quantize: no groups for {x.shape[0]} rows; group_sizes "
-                             "must cover every row of x")
+            raise ValueError(
+                f"grouped quantize: no groups for {x.shape[0]} rows; group_sizes "
+                "must cover every row of x"
+            )
         g = group_sizes.shape
         q_t = (x.size,) if columnwise else (0,)
-        return (jax.core.ShapedArray(x.shape, out_dtype), jax.core.ShapedArray(q_t, out_dtype),
-                jax.core.ShapedArray(g, F32), jax.core.ShapedArray(g, F32))
+        return (
+            jax.core.ShapedArray(x.shape, out_dtype),
+            jax.core.ShapedArray(q_t, out_dtype),
+            jax.core.ShapedArray(g, F32),
+            jax.core.ShapedArray(g, F32),
+        )
 
     @classmethod
     def is_empty(cls, x, group_sizes, scales, **params):
@@ -331,8 +341,12 @@ class GroupedQuantize(Op):
     @classmethod
     def empty(cls, x, group_sizes, scales, *, out_dtype, columnwise):
         q_t = (x.size,) if columnwise else (0,)
-        return (jnp.zeros(x.shape, out_dtype), jnp.zeros(q_t, out_dtype),
-                jnp.zeros(scales.shape, F32), 1.0 / scales)
+        return (
+            jnp.zeros(x.shape, out_dtype),
+            jnp.zeros(q_t, out_dtype),
+            jnp.zeros(scales.shape, F32),
+            1.0 / scales,
+        )
 
     @classmethod
     def sharding_rule(cls, value_types, result_types, **params):
@@ -349,9 +363,11 @@ def check_scale_values(scale, what: str = "scale"):
     tiny, big = np.finfo(np.float32).tiny, np.finfo(np.float32).max
     bad = values[~((values >= tiny) & (values <= big))]
     if bad.size:
-        raise ValueError(f"{what} must be a normal positive finite float32 (at least {tiny}), "
-                         f"got {bad.reshape(-1)[0]!r}: compute it with current_scale(amax) or "
-                         "keep the previous scale")
+        raise ValueError(
+            f"{what} must be a normal positive finite float32 (at least {tiny}), "
+            f"got {bad.reshape(-1)[0]!r}: compute it with current_scale(amax) or "
+            "keep the previous scale"
+        )
     return scale
 
 
@@ -388,17 +404,28 @@ def quantize(x, scale, dtype=jnp.float8_e4m3fn, *, columnwise: bool = False) -> 
     the whole (global) array. With columnwise=True, x must be 2-D and q_t is its transpose's
     codes. The scale must be a normal positive finite float32 (checked when concrete)."""
     scale = _as_f32_scale(scale)
-    q, q_t, amax, scale_inv = Quantize.bind(x, scale, out_dtype=check_fp8(dtype),
-                                            columnwise=bool(columnwise))
+    q, q_t, amax, scale_inv = Quantize.bind(
+        x, scale, out_dtype=check_fp8(dtype), columnwise=bool(columnwise)
+    )
     return Quantized(q, q_t, amax, scale, scale_inv)
 
 
-def quantize_current(x, dtype=jnp.float8_e4m3fn, *, columnwise: bool = False,
-                     power_of_two_scales: bool = False, amax_epsilon: float = 0.0) -> Quantized:
+def quantize_current(
+    x,
+    dtype=jnp.float8_e4m3fn,
+    *,
+    columnwise: bool = False,
+    power_of_two_scales: bool = False,
+    amax_epsilon: float = 0.0,
+) -> Quantized:
     """Current scaling: the scale comes from max|x| of the whole (global) array."""
     q, q_t, amax, scale, scale_inv = CurrentQuantize.bind(
-        x, out_dtype=check_fp8(dtype), columnwise=bool(columnwise),
-        power_of_two_scales=bool(power_of_two_scales), amax_epsilon=float(amax_epsilon))
+        x,
+        out_dtype=check_fp8(dtype),
+        columnwise=bool(columnwise),
+        power_of_two_scales=bool(power_of_two_scales),
+        amax_epsilon=float(amax_epsilon),
+    )
     return Quantized(q, q_t, amax, scale, scale_inv)
 
 
@@ -407,13 +434,17 @@ def amax(x) -> jax.Array:
     return Amax.bind(x)[0]
 
 
-def current_scale(amax, dtype=jnp.float8_e4m3fn, *, power_of_two_scales: bool = False,
-                  amax_epsilon: float = 0.0) -> jax.Array:
+def current_scale(
+    amax, dtype=jnp.float8_e4m3fn, *, power_of_two_scales: bool = False, amax_epsilon: float = 0.0
+) -> jax.Array:
     """The current-scaling scale of each float32 amax: fp8_max / max(amax, amax_epsilon); 1 for
     a zero, infinite or NaN amax; at most FLT_MAX; optionally rounded down to a power of 2."""
-    return CurrentScale.bind(jnp.asarray(amax, jnp.float32), fp8_dtype=check_fp8(dtype),
-                             power_of_two_scales=bool(power_of_two_scales),
-                             amax_epsilon=float(amax_epsilon))[0]
+    return CurrentScale.bind(
+        jnp.asarray(amax, jnp.float32),
+        fp8_dtype=check_fp8(dtype),
+        power_of_two_scales=bool(power_of_two_scales),
+        amax_epsilon=float(amax_epsilon),
+    )[0]
 
 
 def dequantize(q, scale_inv, dtype=jnp.float32) -> jax.Array:
@@ -425,16 +456,19 @@ def dbias_quantize(g, scale, dtype=jnp.float8_e5m2, *, columnwise: bool = False)
     """(Quantized gradient, dbias): quantizes g with `scale` and returns the float32 sum of g
     over all but its last dimension (summed over the mesh axes that shard those rows)."""
     scale = _as_f32_scale(scale)
-    q, q_t, amax_, scale_inv, dbias = DbiasQuantize.bind(g, scale, out_dtype=check_fp8(dtype),
-                                                         columnwise=bool(columnwise))
+    q, q_t, amax_, scale_inv, dbias = DbiasQuantize.bind(
+        g, scale, out_dtype=check_fp8(dtype), columnwise=bool(columnwise)
+    )
     return Quantized(q, q_t, amax_, scale, scale_inv), dbias
 
 
-def grouped_quantize(x, group_sizes, scales, dtype=jnp.float8_e4m3fn, *,
-                     columnwise: bool = False) -> Quantized:
+def grouped_quantize(
+    x, group_sizes, scales, dtype=jnp.float8_e4m3fn, *, columnwise: bool = False
+) -> Quantized:
     """Quantizes the row groups of x [rows, cols] (group g: the next group_sizes[g] rows) each
     with scales[g]; amax and scale_inv have one entry per group."""
     scales = check_scale_values(jnp.asarray(scales), "scales")
     q, q_t, amax_, scale_inv = GroupedQuantize.bind(
-        x, jnp.asarray(group_sizes), scales, out_dtype=check_fp8(dtype), columnwise=bool(columnwise))
+        x, jnp.asarray(group_sizes), scales, out_dtype=check_fp8(dtype), columnwise=bool(columnwise)
+    )
     return Quantized(q, q_t, amax_, scales, scale_inv)

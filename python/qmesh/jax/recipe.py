@@ -66,17 +66,23 @@ class DelayedScaling:
 
     def __post_init__(self):
         if not isinstance(self.fp8_format, Format):
-            raise TypeError(f"fp8_format must be a qmesh.jax.recipe.Format, not {self.fp8_format!r}")
+            raise TypeError(
+                f"fp8_format must be a qmesh.jax.recipe.Format, not {self.fp8_format!r}"
+            )
         object.__setattr__(self, "margin", _number(self.margin, "margin"))
-        object.__setattr__(self, "amax_history_len",
-                           _integer(self.amax_history_len, "amax_history_len"))
+        object.__setattr__(
+            self, "amax_history_len", _integer(self.amax_history_len, "amax_history_len")
+        )
         if not (self.margin >= 0 and self.margin != float("inf")):
             raise ValueError(f"margin must be finite and >= 0, not {self.margin}")
         if not 1 <= self.amax_history_len <= 65536:
-            raise ValueError(f"amax_history_len must be an int in [1, 65536], not {self.amax_history_len!r}")
+            raise ValueError(
+                f"amax_history_len must be an int in [1, 65536], not {self.amax_history_len!r}"
+            )
         if self.amax_compute_algo not in ("max", "most_recent"):
             raise ValueError(
-                f"amax_compute_algo must be 'max' or 'most_recent', not {self.amax_compute_algo!r}")
+                f"amax_compute_algo must be 'max' or 'most_recent', not {self.amax_compute_algo!r}"
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,9 +95,12 @@ class Float8CurrentScaling:
 
     def __post_init__(self):
         if not isinstance(self.fp8_format, Format):
-            raise TypeError(f"fp8_format must be a qmesh.jax.recipe.Format, not {self.fp8_format!r}")
-        object.__setattr__(self, "power_of_two_scales",
-                           _flag(self.power_of_two_scales, "power_of_two_scales"))
+            raise TypeError(
+                f"fp8_format must be a qmesh.jax.recipe.Format, not {self.fp8_format!r}"
+            )
+        object.__setattr__(
+            self, "power_of_two_scales", _flag(self.power_of_two_scales, "power_of_two_scales")
+        )
         object.__setattr__(self, "amax_epsilon", _number(self.amax_epsilon, "amax_epsilon"))
         if not self.amax_epsilon >= 0:
             raise ValueError(f"amax_epsilon must be >= 0, not {self.amax_epsilon}")
@@ -105,4 +114,5 @@ def check_recipe(recipe) -> None:
     if not isinstance(recipe, (DelayedScaling, Float8CurrentScaling)):
         raise TypeError(
             "recipe must be qmesh.jax.recipe.DelayedScaling() or Float8CurrentScaling(), "
-            f"not {type(recipe).__name__}")
+            f"not {type(recipe).__name__}"
+        )

@@ -30,8 +30,11 @@ class MeshResource:
     pp_resource: str | None = None
 
     def axes(self) -> dict[str, str]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if getattr(self, f.name) is not None}
+        return {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if getattr(self, f.name) is not None
+        }
 
 
 _state = threading.local()
@@ -52,7 +55,9 @@ def global_mesh_resource() -> MeshResource:
 def global_shard_guard(resource: MeshResource):
     """Makes `resource` the MeshResource of qmesh's sharding rules inside the block."""
     if not isinstance(resource, MeshResource):
-        raise TypeError(f"global_shard_guard takes a qmesh.jax.MeshResource, not {type(resource).__name__}")
+        raise TypeError(
+            f"global_shard_guard takes a qmesh.jax.MeshResource, not {type(resource).__name__}"
+        )
     previous = getattr(_state, "resource", None)
     _state.resource = resource
     try:
@@ -73,9 +78,11 @@ def check_mesh_resource(mesh, resource: MeshResource | None = None) -> None:
         return
     for role, axis in resource.axes().items():
         if axis not in mesh.axis_names:
-            raise ValueError(f"MeshResource.{role} is {axis!r}, but the mesh has only the axes "
-                             f"{tuple(mesh.axis_names)}: name one of them (or None) in the "
-                             "MeshResource of global_shard_guard")
+            raise ValueError(
+                f"MeshResource.{role} is {axis!r}, but the mesh has only the axes "
+                f"{tuple(mesh.axis_names)}: name one of them (or None) in the "
+                "MeshResource of global_shard_guard"
+            )
 
 
 def check_resource_for(*args) -> None:
@@ -108,8 +115,10 @@ def check_auto_axes(*args) -> None:
         if any(t == AxisType.Explicit for t in types):
             raise ValueError(
                 "qmesh primitives need a mesh whose axes are Auto: make it with "
-                "jax.make_mesh(shape, names, axis_types=(jax.sharding.AxisType.Auto,) * len(names)) "
-                f"(this argument is typed on a mesh with axis types {tuple(types)})")
+                "jax.make_mesh(shape, names, "
+                "axis_types=(jax.sharding.AxisType.Auto,) * len(names)) "
+                f"(this argument is typed on a mesh with axis types {tuple(types)})"
+            )
 
 
 def constrain(x, spec):
@@ -122,8 +131,12 @@ def constrain(x, spec):
     if mesh.empty:
         return x
     types = dict(zip(mesh.axis_names, mesh.axis_types))
-    named = [a for e in spec if e is not None and e is not PartitionSpec.UNCONSTRAINED
-             for a in (e if isinstance(e, tuple) else (e,))]
+    named = [
+        a
+        for e in spec
+        if e is not None and e is not PartitionSpec.UNCONSTRAINED
+        for a in (e if isinstance(e, tuple) else (e,))
+    ]
     if any(types.get(a) != AxisType.Auto for a in named):
         return x
     if not isinstance(x, jax.core.Tracer):  # eager: place the array on the concrete mesh

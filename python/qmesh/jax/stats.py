@@ -1,5 +1,5 @@
 """Counters of what qmesh's JAX ops did instead of the plain FP8 path, read with
-`qmesh.jax.stats.stats()`:
+`qmesh.jax.stats()` and cleared with `qmesh.jax.stats.reset_stats()`:
 
 - fallbacks: calls that ran in bfloat16 because the user opted in (`fallback="bf16"`; without
   that opt-in such a call raises with the reason), counted at trace time;
@@ -36,7 +36,7 @@ def count(event: str, n: int = 1) -> None:
 
 def stats() -> dict:
     """{"fallbacks": total, "fallback_reasons": {reason: count}, "invalid_scales": n,
-    "unthreaded_states": n} since the last reset_stats()."""
+    "unthreaded_states": n} since the last reset_stats(). Called as qmesh.jax.stats()."""
     with _lock:
         out = {"fallbacks": sum(_fallbacks.values()), "fallback_reasons": dict(_fallbacks)}
         out.update({e: _events[e] for e in EVENTS})

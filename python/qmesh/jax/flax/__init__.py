@@ -3,9 +3,18 @@ TransformerEngine-style modules. See docs/flax.md."""
 
 from qmesh.jax.flax.dot_general import make_dot_general_cls
 from qmesh.jax.flax.fp8_info import fp8_meta, saturation
-from qmesh.jax.flax.module import (DenseGeneral, LayerNormDenseGeneral, LayerNormMLP, Softmax,
-                                   logical_axis_rules)
+from qmesh.jax.flax.module import DenseGeneral, LayerNormDenseGeneral, LayerNormMLP, Softmax
+from qmesh.jax.flax.sharding import logical_axis_rules
 from qmesh.jax.flax.train_state import TrainState
 
-__all__ = ["DenseGeneral", "LayerNormDenseGeneral", "LayerNormMLP", "Softmax", "TrainState",
-           "fp8_meta", "logical_axis_rules", "make_dot_general_cls", "saturation"]
+__all__ = [
+    "DenseGeneral",
+    "LayerNormDenseGeneral",
+    "LayerNormMLP",
+    "Softmax",
+    "TrainState",
+    "fp8_meta",
+    "logical_axis_rules",
+    "make_dot_general_cls",
+    "saturation",
+]

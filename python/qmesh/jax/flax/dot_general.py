@@ -21,10 +21,9 @@ import jax
 import jax.numpy as jnp
 from flax.linen.fp8_ops import OVERWRITE_WITH_GRADIENT
 
-from qmesh.jax.dense import FALLBACKS, OPERANDS, dense
 from qmesh.jax.delayed_state import split_state
+from qmesh.jax.dense import FALLBACKS, OPERANDS, dense
 from qmesh.jax.recipe import DelayedScaling, check_recipe
-
 
 # Per root scope (one init/apply): the unused half of the last split of each GEMM's state, for
 # a module called more than once (see fp8_state).
@@ -44,10 +43,12 @@ def fp8_state(module: nn.Module, recipe, prefix: str = "") -> dict | None:
     for name in OPERANDS:
         h = f"{name}_amax_history"
         s = f"{name}_scale"
-        state[h] = module.variable(OVERWRITE_WITH_GRADIENT, prefix + h, jnp.zeros,
-                                   (recipe.amax_history_len,), jnp.float32).value
-        state[s] = module.variable(OVERWRITE_WITH_GRADIENT, prefix + s, jnp.ones, (),
-                                   jnp.float32).value
+        state[h] = module.variable(
+            OVERWRITE_WITH_GRADIENT, prefix + h, jnp.zeros, (recipe.amax_history_len,), jnp.float32
+        ).value
+        state[s] = module.variable(
+            OVERWRITE_WITH_GRADIENT, prefix + s, jnp.ones, (), jnp.float32
+        ).value
     first = state["input_scale"]
     if not isinstance(first, jax.core.Tracer):  # not traced: nothing to differentiate
         return state
@@ -65,8 +66,10 @@ def _as_matrix(lhs, rhs, dimension_numbers):
     output shape (lhs free dims, then rhs free dims)."""
     (lc, rc), (lb, rb) = dimension_numbers
     if lb or rb:
-        raise ValueError("qmesh's dot_general takes no batch dimensions (got "
-                         f"{dimension_numbers}); use it for Dense/DenseGeneral kernels")
+        raise ValueError(
+            "qmesh's dot_general takes no batch dimensions (got "
+            f"{dimension_numbers}); use it for Dense/DenseGeneral kernels"
+        )
     lc = [d % lhs.ndim for d in lc]
     rc = [d % rhs.ndim for d in rc]
     lfree = [d for d in range(lhs.ndim) if d not in lc]
@@ -78,9 +81,11 @@ def _as_matrix(lhs, rhs, dimension_numbers):
     return x, w, out_shape
 
 
-_MIXUP = ("qmesh's dot_general module: give nn.Dense the class as "
-          "dot_general_cls=make_dot_general_cls(recipe), or an instance as "
-          "dot_general=make_dot_general_cls(recipe)()")
+_MIXUP = (
+    "qmesh's dot_general module: give nn.Dense the class as "
+    "dot_general_cls=make_dot_general_cls(recipe), or an instance as "
+    "dot_general=make_dot_general_cls(recipe)()"
+)
 
 
 def make_dot_general_cls(recipe, fallback: str | None = None):
@@ -101,15 +106,27 @@ def make_dot_general_cls(recipe, fallback: str | None = None):
             return super().__new__(cls)
 
         @nn.compact
-        def __call__(self, lhs=None, rhs=None, dimension_numbers=None, precision=None,
-                     preferred_element_type=None):
+        def __call__(
+            self,
+            lhs=None,
+            rhs=None,
+            dimension_numbers=None,
+            precision=None,
+            preferred_element_type=None,
+        ):
             if lhs is None or rhs is None or dimension_numbers is None:
                 raise TypeError(_MIXUP + " (an instance was passed as dot_general_cls=)")
             x, w, out_shape = _as_matrix(jnp.asarray(lhs), jnp.asarray(rhs), dimension_numbers)
             out_dtype = preferred_element_type or jnp.result_type(lhs.dtype, rhs.dtype)
-            y = dense(x, w.astype(x.dtype) if w.dtype != x.dtype else w, None,
-                      fp8_state(self, recipe), recipe=recipe, out_dtype=out_dtype,
-                      fallback=fallback)
+            y = dense(
+                x,
+                w.astype(x.dtype) if w.dtype != x.dtype else w,
+                None,
+                fp8_state(self, recipe),
+                recipe=recipe,
+                out_dtype=out_dtype,
+                fallback=fallback,
+            )
             return y.reshape(out_shape)
 
     QmeshDotGeneral.recipe = recipe

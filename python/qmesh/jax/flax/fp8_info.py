@@ -7,8 +7,8 @@ import jax
 import jax.numpy as jnp
 from flax.linen.fp8_ops import OVERWRITE_WITH_GRADIENT
 
+from qmesh.jax.common import check_fp8, fp8_max
 from qmesh.jax.dense import OPERANDS
-from qmesh.jax.quantize import check_fp8, fp8_max
 
 
 def fp8_meta(variables) -> dict:
@@ -41,5 +41,7 @@ def saturation(x, scale, dtype=jnp.float8_e4m3fn) -> dict:
     y = jnp.abs(jnp.asarray(x, jnp.float32)) * jnp.asarray(scale, jnp.float32)
     tiny = float(jnp.finfo(dtype).smallest_subnormal)
     n = max(y.size, 1)
-    return {"saturated": float(jnp.sum(y > fp8_max(dtype)) / n),
-            "flushed": float(jnp.sum((y > 0) & (y <= tiny / 2)) / n)}
+    return {
+        "saturated": float(jnp.sum(y > fp8_max(dtype)) / n),
+        "flushed": float(jnp.sum((y > 0) & (y <= tiny / 2)) / n),
+    }

@@ -1,15 +1,18 @@
 """TransformerEngine-style Flax modules on qmesh's FP8 dense op: DenseGeneral,
-LayerNormDenseGeneral, LayerNormMLP and Softmax, with LoRA on the dense modules.
+LayerNormDenseGeneral, LayerNormMLP and Softmax, with LoRA on the dense modules. The
+quantized modules derive from QuantizedModule (the fields and the dense computation they
+share) and the mixins Norm and LoRA; the fields these add are keyword-only.
 
 Names and arguments follow TransformerEngine's Flax modules. `recipe` picks the FP8 recipe
 (qmesh.jax.recipe.DelayedScaling() or Float8CurrentScaling()); None runs the layer unquantised
 in `dtype` (the baseline). DelayedScaling state lives in the `_overwrite_with_gradient`
 collection (see dot_general.py).
 
-Sharding: parameters carry logical axis names (kernel_axes, bias_axes, ...);
-`logical_axis_rules(resource)` maps them onto the mesh axes of a MeshResource: column parallel
-for fc1/QKV ("mlp", "joined_kv", "heads" -> tp), row parallel for fc2/projections (their input
-dimension). qmesh's primitives sum what a sharded contracting dimension leaves partial.
+Sharding (the policy is in sharding.py): parameters carry logical axis names (kernel_axes,
+bias_axes, ...); `logical_axis_rules(resource)` maps them onto the mesh axes of a
+MeshResource: column parallel for fc1/QKV ("mlp", "joined_kv", "heads" -> tp), row parallel
+for fc2/projections (their input dimension). qmesh's primitives sum what a sharded
+contracting dimension leaves partial.
 
 Activations: under a mesh in context (jax.set_mesh) and a MeshResource naming tp or tpsp, the
 LayerNorm modules constrain their activations the TransformerEngine way (logical axes, mapped
@@ -23,6 +26,7 @@ all-reduced. Without a mesh in context, or without tp/tpsp, nothing is constrain
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, Callable
 
@@ -33,167 +37,34 @@ from jax import lax
 
 from qmesh.jax.dense import FALLBACKS, dense, fp8_unsupported_reason
 from qmesh.jax.flax.dot_general import fp8_state
+from qmesh.jax.flax.sharding import (
+    DOT_1_INPUT_AXES,
+    HIDDEN_AXES,
+    SEQ_AXES,
+    activation_spec,
+    check_divisible,
+    constrain_activation,
+    rows_of,
+    token_layout,
+)
 from qmesh.jax.gemm import gelu
 from qmesh.jax.layer_norm import layer_norm
 from qmesh.jax.layernorm_dense import layernorm_dense
 from qmesh.jax.recipe import DelayedScaling, check_recipe
-from qmesh.jax.sharding import (MeshResource, check_mesh_resource, constrain,
-                                 global_mesh_resource)
+from qmesh.jax.sharding import constrain
 
 ACTIVATIONS: dict[str, Callable] = {
-    "gelu": gelu, "relu": jax.nn.relu, "silu": jax.nn.silu, "linear": lambda x: x,
+    "gelu": gelu,
+    "relu": jax.nn.relu,
+    "silu": jax.nn.silu,
+    "linear": lambda x: x,
 }
 NORMS = ("layernorm", "rmsnorm")
-# TransformerEngine's activation layout for [batch, seq, hidden] inputs (logical axes).
-SEQ_AXES = ("batch", "seq", "embed")
-DOT_1_INPUT_AXES = ("batch", None, "embed")
-HIDDEN_AXES = ("batch", None, "mlp")
 SOFTMAX_TYPES = ("scaled", "scaled_masked", "scaled_upper_triang_masked")
-
-
-def logical_axis_rules(resource: MeshResource | None = None) -> tuple:
-    """Flax logical axis rules for the modules' parameter axes under `resource` (default: the
-    MeshResource of the current global_shard_guard)."""
-    r = resource or global_mesh_resource()
-    tp = r.tp_resource
-    return (("batch", r.dp_resource), ("embed", None), ("act", None), ("mlp", tp),
-            ("heads", tp), ("joined_kv", tp), ("kv", None), ("seq", r.tpsp_resource))
 
 
 def _tuple(v) -> tuple:
     return tuple(v) if isinstance(v, (tuple, list)) else (v,)
-
-
-def _check_divisible(size: int, axes: tuple, what: str) -> None:
-    """Raises ValueError when a parameter dimension mapped to the tp axis does not divide."""
-    mesh = jax.sharding.get_abstract_mesh()
-    tp = global_mesh_resource().tp_resource
-    if mesh.empty or tp is None or tp not in mesh.axis_names:
-        return
-    if any(a in ("mlp", "heads", "joined_kv") for a in axes) and size % mesh.shape[tp]:
-        raise ValueError(f"{what} = {size} is not divisible by the tensor-parallel size "
-                         f"{mesh.shape[tp]} (mesh axis {tp!r})")
-
-
-def _activation_spec(axes, default: tuple, ndim: int, what: str):
-    """The mesh axes (one entry per dimension) an activation is constrained to, or None for
-    no constraint. `axes` None means `default` for an activation of its rank (none otherwise);
-    () means no constraint. Nothing is constrained unless the MeshResource in force names tp
-    or tpsp."""
-    resource = global_mesh_resource()
-    if resource.tp_resource is None and resource.tpsp_resource is None:
-        return None
-    mesh = jax.sharding.get_abstract_mesh()
-    if mesh.empty or any(t != jax.sharding.AxisType.Auto for t in mesh.axis_types):
-        return None  # no mesh in context, or inside shard_map: nothing to constrain
-    check_mesh_resource(mesh, resource)
-    if axes is None:
-        if ndim != len(default):
-            return None
-        axes = default
-    axes = tuple(axes)
-    if not axes:
-        return None
-    if len(axes) != ndim:
-        raise ValueError(f"{what}: {len(axes)} logical axes {axes} for a {ndim}-D activation")
-    return tuple(nn.logical_to_mesh_axes(axes, logical_axis_rules(resource)))
-
-
-def _constrain(x, spec):
-    return x if spec is None else constrain(x, spec)
-
-
-def _entry(axes: tuple):
-    return None if not axes else axes[0] if len(axes) == 1 else axes
-
-
-def _layout(inputs, seq, *specs, in_spec=()):
-    """(x, (seq, *specs), leave): the input in the layout the module computes in, the
-    activation specs for that layout, and the function that takes a result back to the
-    input's layout. The input is constrained to in_spec (default: seq).
-
-    Sequence parallel ([batch, seq, ...] activations whose seq dimension seq shards): the
-    tokens are flattened in the order (batch shard, seq, batch within the shard), so that the
-    2-D token dimension is sharded over the batch axes and then the seq axes in contiguous
-    blocks: the layout in which gathering the seq axes gives each device its batch shard's
-    rows, and the row-parallel GEMM's reduce-scatter along rows (gemm.py) gives back exactly
-    the sequence shards. Going in and out only reshapes and transposes locally. Otherwise x is
-    the (constrained) input and leave is the identity."""
-    in_spec = seq if in_spec == () else in_spec
-    if seq is None or inputs.ndim < 3 or seq[1] is None:
-        return _constrain(inputs, in_spec), (seq, *specs), lambda y: y
-    mesh = jax.sharding.get_abstract_mesh()
-    size = lambda e: math.prod(mesh.shape[a] for a in _tuple(e)) if e is not None else 1  # noqa: E731
-    b, n = inputs.shape[:2]
-    g = size(seq[0])
-    if b % g or n % size(seq[1]):
-        raise ValueError(f"sequence parallelism: the batch ({b}) must be divisible by {g} "
-                         f"(mesh axes {seq[0]!r}) and the sequence ({n}) by {size(seq[1])} "
-                         f"(mesh axes {seq[1]!r})")
-
-    def tokens(spec):
-        return None if spec is None else (
-            _entry(tuple(a for e in spec[:2] if e is not None for a in _tuple(e))), *spec[2:])
-
-    def leave(y):
-        y = y.reshape(g, n, b // g, *y.shape[1:]).swapaxes(1, 2)
-        return y.reshape(b, n, *y.shape[3:])
-
-    rest = inputs.shape[2:]
-    x = _constrain(inputs, in_spec).reshape(g, b // g, n, *rest).swapaxes(1, 2)
-    x = x.reshape(b * n, *rest)
-    return x, tuple(tokens(sp) for sp in (seq, *specs)), leave
-
-
-def _row_axes(spec) -> tuple | None:
-    """The mesh axes of the rows (every dimension but the last) of an activation spec."""
-    if spec is None:
-        return None
-    return tuple(a for e in spec[:-1] if e is not None for a in _tuple(e))
-
-
-def _param(module, name, init, shape, dtype, axes):
-    if axes:
-        if len(axes) != len(shape):
-            raise ValueError(f"{name}: {len(axes)} logical axes {axes} for a {len(shape)}-D "
-                             f"parameter of shape {shape}")
-        init = nn.with_logical_partitioning(init, axes)
-    return module.param(name, init, shape, dtype)
-
-
-def _check_common(module):
-    if module.recipe is not None:
-        check_recipe(module.recipe)
-    if module.fallback not in FALLBACKS:
-        raise ValueError(f"fallback must be None or 'bf16', not {module.fallback!r}")
-
-
-def _matmul(module, x, kernel, bias, prefix="", activation=None, input_spec=None):
-    """act(x @ kernel + bias) for x [..., K] and kernel [K, N]: the FP8 dense op, or plain
-    math in x's dtype when the module has no recipe. input_spec: the mesh axes x's rows are
-    gathered to in front of the GEMM (the FP8 codes in FP8 mode), None for as they come."""
-    if module.recipe is None:
-        if input_spec is not None:
-            x = constrain(x, (*input_spec[:-1], jax.sharding.PartitionSpec.UNCONSTRAINED))
-        y = jnp.matmul(x, kernel.astype(x.dtype), preferred_element_type=jnp.float32)
-        y = y + (0 if bias is None else bias.astype(jnp.float32))
-        return (gelu(y) if activation == "gelu" else y).astype(x.dtype)
-    return dense(x, kernel.astype(x.dtype), None if bias is None else bias.astype(x.dtype),
-                 fp8_state(module, module.recipe, prefix), recipe=module.recipe,
-                 activation=activation, fallback=module.fallback,
-                 row_axes=_row_axes(input_spec))
-
-
-def _lora(module, x, k: int, n: int, prefix=""):
-    """The low-rank adapter's contribution (x @ A) @ B * alpha / r (B starts at zero)."""
-    r = module.low_rank_adaptation_dim
-    if r <= 0:
-        raise ValueError(f"low_rank_adaptation_dim must be > 0 with LoRA enabled, not {r}")
-    a = module.param(prefix + "lora_a_kernel", nn.initializers.variance_scaling(
-        1.0, "fan_in", "truncated_normal"), (k, r), module.dtype)
-    b = module.param(prefix + "lora_b_kernel", nn.initializers.zeros, (r, n), module.dtype)
-    scale = (module.low_rank_adaptation_alpha / r) if module.low_rank_adaptation_alpha else 1.0
-    return (x @ a.astype(x.dtype)) @ b.astype(x.dtype) * jnp.asarray(scale, x.dtype)
 
 
 def _normalize_axes(axis, ndim: int) -> tuple:
@@ -202,60 +73,238 @@ def _normalize_axes(axis, ndim: int) -> tuple:
     axes = _tuple(axis)
     bad = [a for a in axes if not -ndim <= a < ndim]
     if bad:
-        raise ValueError(f"axis {bad[0]} is out of range for a {ndim}-D input (allowed: "
-                         f"{-ndim}..{ndim - 1})")
+        raise ValueError(
+            f"axis {bad[0]} is out of range for a {ndim}-D input (allowed: {-ndim}..{ndim - 1})"
+        )
     axes = tuple(a % ndim for a in axes)
     if len(set(axes)) != len(axes):
         raise ValueError(f"axis {axis!r} names a dimension twice")
     return axes
 
 
-def _dense_general(module, x, features: tuple, axis: tuple, prefix="", activation=None,
-                   kernel_axes=(), bias_axes=(), input_spec=None):
-    """The DenseGeneral computation shared by the modules: contracts `axis` of x with a kernel
-    (*x.shape[axis], *features); returns [...rest of x, *features]. input_spec: x's
-    activation spec (one entry per dimension) whose rows (the dimensions not contracted) the
-    GEMM's input is gathered to (see _matmul), or None."""
-    axis = tuple(a % x.ndim for a in axis)
-    rest = [d for d in range(x.ndim) if d not in axis]
-    in_shape = tuple(x.shape[a] for a in axis)
-    k = math.prod(in_shape)
-    kernel, bias = _dense_params(module, in_shape, features, prefix, kernel_axes, bias_axes)
-    lora = getattr(module, "enable_low_rank_adaptation", False)
-    x2 = jnp.transpose(x, rest + list(axis)).reshape(*(x.shape[d] for d in rest), k)
-    rows_spec = None if input_spec is None else (*(input_spec[d] for d in rest), None)
-    y = _matmul(module, x2.astype(module.dtype), kernel, bias, prefix, activation, rows_spec)
-    if lora:
-        if activation is not None:
-            raise ValueError("LoRA is applied before the activation: use activation=None")
-        y = y + _lora(module, x2.astype(module.dtype), k, kernel.shape[1], prefix)
-    return y.reshape(*(x.shape[d] for d in rest), *features)
+class QuantizedModule(nn.Module):
+    """The fields and the dense computation every quantized module shares (keyword-only):
+    kernel_init / bias_init (default: variance scaling, zeros), dtype (of the parameters and
+    the computation), recipe (None: unquantised, the baseline), fallback (None or "bf16", as
+    dense())."""
+
+    _: dataclasses.KW_ONLY
+    kernel_init: Callable | None = None
+    bias_init: Callable = nn.initializers.zeros
+    dtype: Any = jnp.float32
+    recipe: Any = None
+    fallback: str | None = None
+
+    @property
+    def lora_enabled(self) -> bool:
+        """Whether a low-rank adapter runs beside the (then frozen) kernel (see LoRA)."""
+        return False
+
+    def _check_config(self):
+        if self.recipe is not None:
+            check_recipe(self.recipe)
+        if self.fallback not in FALLBACKS:
+            raise ValueError(f"fallback must be None or 'bf16', not {self.fallback!r}")
+
+    def _param(self, name, init, shape, dtype, axes):
+        """The parameter `name`, partitioned by its logical axes (one per dimension, or ())."""
+        if axes:
+            if len(axes) != len(shape):
+                raise ValueError(
+                    f"{name}: {len(axes)} logical axes {axes} for a {len(shape)}-D "
+                    f"parameter of shape {shape}"
+                )
+            init = nn.with_logical_partitioning(init, axes)
+        return self.param(name, init, shape, dtype)
+
+    def _matmul(self, x, kernel, bias, prefix="", activation=None, input_spec=None):
+        """act(x @ kernel + bias) for x [..., K] and kernel [K, N]: the FP8 dense op, or plain
+        math in x's dtype when the module has no recipe. input_spec: the mesh axes x's rows
+        are gathered to in front of the GEMM (the FP8 codes in FP8 mode), None for as they
+        come."""
+        if self.recipe is None:
+            if input_spec is not None:
+                x = constrain(x, (*input_spec[:-1], jax.sharding.PartitionSpec.UNCONSTRAINED))
+            y = jnp.matmul(x, kernel.astype(x.dtype), preferred_element_type=jnp.float32)
+            y = y + (0 if bias is None else bias.astype(jnp.float32))
+            return (gelu(y) if activation == "gelu" else y).astype(x.dtype)
+        return dense(
+            x,
+            kernel.astype(x.dtype),
+            None if bias is None else bias.astype(x.dtype),
+            fp8_state(self, self.recipe, prefix),
+            recipe=self.recipe,
+            activation=activation,
+            fallback=self.fallback,
+            row_axes=rows_of(input_spec),
+        )
+
+    def _dense_general(
+        self,
+        x,
+        features: tuple,
+        axis: tuple,
+        prefix="",
+        activation=None,
+        kernel_axes=(),
+        bias_axes=(),
+        input_spec=None,
+    ):
+        """The DenseGeneral computation shared by the modules: contracts `axis` of x with a
+        kernel (*x.shape[axis], *features); returns [...rest of x, *features]. input_spec: x's
+        activation spec (one entry per dimension) whose rows (the dimensions not contracted)
+        the GEMM's input is gathered to (see _matmul), or None."""
+        axis = tuple(a % x.ndim for a in axis)
+        rest = [d for d in range(x.ndim) if d not in axis]
+        in_shape = tuple(x.shape[a] for a in axis)
+        k = math.prod(in_shape)
+        kernel, bias = self._dense_params(in_shape, features, prefix, kernel_axes, bias_axes)
+        x2 = jnp.transpose(x, rest + list(axis)).reshape(*(x.shape[d] for d in rest), k)
+        rows_spec = None if input_spec is None else (*(input_spec[d] for d in rest), None)
+        y = self._matmul(x2.astype(self.dtype), kernel, bias, prefix, activation, rows_spec)
+        if self.lora_enabled:
+            if activation is not None:
+                raise ValueError("LoRA is applied before the activation: use activation=None")
+            y = y + self._lora(x2.astype(self.dtype), k, kernel.shape[1], prefix)
+        return y.reshape(*(x.shape[d] for d in rest), *features)
+
+    def _dense_params(self, in_shape: tuple, features: tuple, prefix, kernel_axes, bias_axes):
+        """The kernel (*in_shape, *features) as [K, N] and the bias [N] (or None) of a dense
+        computation; both frozen (stop_gradient) when the module has LoRA enabled."""
+        k, n = math.prod(in_shape), math.prod(features)
+        for size, ax in zip(features, kernel_axes[len(in_shape) :]):
+            check_divisible(size, (ax,), f"{prefix or ''}features")
+        init = self.kernel_init or nn.initializers.variance_scaling(
+            1.0,
+            "fan_in",
+            "truncated_normal",
+            in_axis=tuple(range(len(in_shape))),
+            out_axis=tuple(range(len(in_shape), len(in_shape) + len(features))),
+        )
+        kernel = self._param(
+            prefix + "kernel", init, in_shape + features, self.dtype, tuple(kernel_axes)
+        )
+        bias = None
+        if self.use_bias:
+            bias = self._param(
+                prefix + "bias", self.bias_init, features, self.dtype, tuple(bias_axes)
+            ).reshape(n)
+        kernel = kernel.reshape(k, n)
+        if self.lora_enabled:
+            # the base layer is frozen: only the adapter receives gradients
+            kernel = lax.stop_gradient(kernel)
+            bias = None if bias is None else lax.stop_gradient(bias)
+        return kernel, bias
 
 
-def _dense_params(module, in_shape: tuple, features: tuple, prefix, kernel_axes, bias_axes):
-    """The kernel (*in_shape, *features) as [K, N] and the bias [N] (or None) of a dense
-    computation; both frozen (stop_gradient) when the module has LoRA enabled."""
-    k, n = math.prod(in_shape), math.prod(features)
-    for size, ax in zip(features, kernel_axes[len(in_shape):]):
-        _check_divisible(size, (ax,), f"{prefix or ''}features")
-    init = module.kernel_init or nn.initializers.variance_scaling(
-        1.0, "fan_in", "truncated_normal", in_axis=tuple(range(len(in_shape))),
-        out_axis=tuple(range(len(in_shape), len(in_shape) + len(features))))
-    kernel = _param(module, prefix + "kernel", init, in_shape + features, module.dtype,
-                    tuple(kernel_axes))
-    bias = None
-    if module.use_bias:
-        bias = _param(module, prefix + "bias", module.bias_init, features, module.dtype,
-                      tuple(bias_axes)).reshape(n)
-    kernel = kernel.reshape(k, n)
-    if getattr(module, "enable_low_rank_adaptation", False):
-        # the base layer is frozen: only the adapter receives gradients
-        kernel = lax.stop_gradient(kernel)
-        bias = None if bias is None else lax.stop_gradient(bias)
-    return kernel, bias
+class LoRA(nn.Module):
+    """Mixin: a low-rank adapter beside a dense module's kernel (keyword-only fields):
+    enable_low_rank_adaptation, low_rank_adaptation_dim (r), low_rank_adaptation_alpha (the
+    contribution is scaled by alpha / r; None: 1)."""
+
+    _: dataclasses.KW_ONLY
+    enable_low_rank_adaptation: bool = False
+    low_rank_adaptation_dim: int = 32
+    low_rank_adaptation_alpha: float | None = None
+
+    @property
+    def lora_enabled(self) -> bool:
+        return self.enable_low_rank_adaptation
+
+    def _lora(self, x, k: int, n: int, prefix=""):
+        """The low-rank adapter's contribution (x @ A) @ B * alpha / r (B starts at zero)."""
+        r = self.low_rank_adaptation_dim
+        if r <= 0:
+            raise ValueError(f"low_rank_adaptation_dim must be > 0 with LoRA enabled, not {r}")
+        a = self.param(
+            prefix + "lora_a_kernel",
+            nn.initializers.variance_scaling(1.0, "fan_in", "truncated_normal"),
+            (k, r),
+            self.dtype,
+        )
+        b = self.param(prefix + "lora_b_kernel", nn.initializers.zeros, (r, n), self.dtype)
+        scale = (self.low_rank_adaptation_alpha / r) if self.low_rank_adaptation_alpha else 1.0
+        return (x @ a.astype(x.dtype)) @ b.astype(x.dtype) * jnp.asarray(scale, x.dtype)
 
 
-class DenseGeneral(nn.Module):
+class Norm(nn.Module):
+    """Mixin: LayerNorm or RMSNorm in front of the first GEMM (keyword-only fields):
+    layernorm_type ("layernorm" or "rmsnorm"), epsilon, zero_centered_gamma (gamma stored as
+    gamma - 1), scale_init / scale_axes, ln_bias_init / ln_bias_axes (LayerNorm's beta),
+    return_layernorm_output."""
+
+    _: dataclasses.KW_ONLY
+    layernorm_type: str = "layernorm"
+    epsilon: float = 1e-6
+    zero_centered_gamma: bool = False
+    scale_init: Callable | None = None
+    scale_axes: tuple = ("embed",)
+    ln_bias_init: Callable = nn.initializers.zeros
+    ln_bias_axes: tuple = ("embed",)
+    return_layernorm_output: bool = False
+
+    def _norm_params(self, h: int):
+        """(gamma, beta): the scale (+ 1 with zero_centered_gamma) and, for LayerNorm,
+        ln_bias (None for RMSNorm), float32 [h]."""
+        if self.layernorm_type not in NORMS:
+            raise ValueError(f"layernorm_type must be one of {NORMS}, not {self.layernorm_type!r}")
+        zc = self.zero_centered_gamma
+        scale_init = self.scale_init or (nn.initializers.zeros if zc else nn.initializers.ones)
+        gamma = self._param("scale", scale_init, (h,), jnp.float32, tuple(self.scale_axes))
+        gamma = gamma + 1.0 if zc else gamma
+        beta = None
+        if self.layernorm_type == "layernorm":
+            beta = self._param(
+                "ln_bias", self.ln_bias_init, (h,), jnp.float32, tuple(self.ln_bias_axes)
+            )
+        return gamma, beta
+
+    def _norm(self, x, params):
+        """LayerNorm (qmesh's float32 op) or RMSNorm of x over the last dimension with
+        params = _norm_params(...)."""
+        gamma, beta = params
+        xf = x.astype(jnp.float32)
+        if beta is not None:
+            y = layer_norm(xf, gamma, beta, self.epsilon)
+        else:
+            y = xf * lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + self.epsilon) * gamma
+        return y.astype(x.dtype)
+
+    def _fuses_norm(self, x, n: int) -> bool:
+        """Whether LayerNorm and the FP8 cast of its output run as one op in front of the first
+        GEMM (layernorm_dense): DelayedScaling, LayerNorm, float32 input and module dtype, no
+        LoRA, and a GEMM FP8 can take."""
+        return (
+            isinstance(self.recipe, DelayedScaling)
+            and self.layernorm_type == "layernorm"
+            and x.dtype == jnp.float32
+            and jnp.dtype(self.dtype) == jnp.float32
+            and not self.lora_enabled
+            and fp8_unsupported_reason(x.dtype, x.shape[-1], n) is None
+        )
+
+    def _norm_dense(self, x, seq_spec, dot_spec, kernel, bias, prefix="", activation=None):
+        """(act(norm(x) @ kernel + bias) [..., N], norm(x)): fused where _fuses_norm says so,
+        else the norm, then _matmul."""
+        params = self._norm_params(x.shape[-1])
+        if self._fuses_norm(x, kernel.shape[1]):
+            y, ln = layernorm_dense(
+                x,
+                *params,
+                kernel,
+                bias,
+                fp8_state(self, self.recipe, prefix),
+                recipe=self.recipe,
+                eps=self.epsilon,
+                activation=activation,
+                row_axes=rows_of(dot_spec),
+            )
+            return y, constrain_activation(ln, seq_spec)
+        ln = constrain_activation(self._norm(x, params), seq_spec)
+        return self._matmul(ln.astype(self.dtype), kernel, bias, prefix, activation, dot_spec), ln
+
+
+class DenseGeneral(LoRA, QuantizedModule):
     """y = x . kernel (+ bias) over `axis` of x; kernel shape (*x.shape[axis], *features).
 
     input_axes / output_axes: logical axes of the input / output activations (one per
@@ -267,140 +316,77 @@ class DenseGeneral(nn.Module):
     features: int | tuple
     axis: int | tuple = -1
     use_bias: bool = True
-    kernel_init: Callable | None = None
-    bias_init: Callable = nn.initializers.zeros
     kernel_axes: tuple = ()
     bias_axes: tuple = ()
-    dtype: Any = jnp.float32
-    recipe: Any = None
-    fallback: str | None = None
-    enable_low_rank_adaptation: bool = False
-    low_rank_adaptation_dim: int = 32
-    low_rank_adaptation_alpha: float | None = None
     input_axes: tuple = ()
     output_axes: tuple = ()
 
     @nn.compact
     def __call__(self, inputs):
-        _check_common(self)
+        self._check_config()
         features, nd = _tuple(self.features), inputs.ndim
         axis = _normalize_axes(self.axis, nd)
-        in_spec = _activation_spec(self.input_axes, (), nd, "input_axes")
-        out_spec = _activation_spec(self.output_axes, (), nd - len(axis) + len(features),
-                                    "output_axes")
-        # A sequence-sharded output of [batch, seq, ...] rows: the token layout of _layout.
+        in_spec = activation_spec(self.input_axes, (), nd, "input_axes")
+        out_spec = activation_spec(
+            self.output_axes, (), nd - len(axis) + len(features), "output_axes"
+        )
+        # A sequence-sharded output of [batch, seq, ...] rows: the token layout of token_layout.
         sp = out_spec if min(axis) >= 2 else None
-        x, (_, in_t, out_t), leave = _layout(inputs, sp, in_spec, sp, in_spec=in_spec)
-        y = _dense_general(self, x, features, tuple(a - nd for a in axis),
-                           kernel_axes=self.kernel_axes, bias_axes=self.bias_axes,
-                           input_spec=in_t)
-        return _constrain(leave(_constrain(y, out_t)), out_spec)
+        x, (_, in_t, out_t), leave = token_layout(inputs, sp, in_spec, sp, in_spec=in_spec)
+        y = self._dense_general(
+            x,
+            features,
+            tuple(a - nd for a in axis),
+            kernel_axes=self.kernel_axes,
+            bias_axes=self.bias_axes,
+            input_spec=in_t,
+        )
+        return constrain_activation(leave(constrain_activation(y, out_t)), out_spec)
 
 
-def _norm_params(module, h: int):
-    """(gamma, beta): the module's scale (+ 1 with zero_centered_gamma) and, for LayerNorm,
-    ln_bias (None for RMSNorm), float32 [h]."""
-    if module.layernorm_type not in NORMS:
-        raise ValueError(f"layernorm_type must be one of {NORMS}, not {module.layernorm_type!r}")
-    zc = module.zero_centered_gamma
-    scale_init = module.scale_init or (nn.initializers.zeros if zc else nn.initializers.ones)
-    gamma = _param(module, "scale", scale_init, (h,), jnp.float32, tuple(module.scale_axes))
-    gamma = gamma + 1.0 if zc else gamma
-    beta = None
-    if module.layernorm_type == "layernorm":
-        beta = _param(module, "ln_bias", module.ln_bias_init, (h,), jnp.float32,
-                      tuple(module.ln_bias_axes))
-    return gamma, beta
-
-
-def _norm(module, x, params):
-    """LayerNorm (qmesh's float32 op) or RMSNorm of x over the last dimension with
-    params = _norm_params(...)."""
-    gamma, beta = params
-    xf = x.astype(jnp.float32)
-    if beta is not None:
-        y = layer_norm(xf, gamma, beta, module.epsilon)
-    else:
-        y = xf * lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + module.epsilon) * gamma
-    return y.astype(x.dtype)
-
-
-def _fuses_norm(module, x, n: int) -> bool:
-    """Whether LayerNorm and the FP8 cast of its output run as one op in front of the first
-    GEMM (layernorm_dense): DelayedScaling, LayerNorm, float32 input and module dtype, no LoRA,
-    and a GEMM FP8 can take."""
-    return (isinstance(module.recipe, DelayedScaling) and module.layernorm_type == "layernorm"
-            and x.dtype == jnp.float32 and jnp.dtype(module.dtype) == jnp.float32
-            and not getattr(module, "enable_low_rank_adaptation", False)
-            and fp8_unsupported_reason(x.dtype, x.shape[-1], n) is None)
-
-
-def _norm_dense(module, x, seq_spec, dot_spec, kernel, bias, prefix="", activation=None):
-    """(act(norm(x) @ kernel + bias) [..., N], norm(x)): fused where _fuses_norm says so,
-    else the norm, then _matmul."""
-    params = _norm_params(module, x.shape[-1])
-    if _fuses_norm(module, x, kernel.shape[1]):
-        y, ln = layernorm_dense(x, *params, kernel, bias, fp8_state(module, module.recipe, prefix),
-                                recipe=module.recipe, eps=module.epsilon, activation=activation,
-                                row_axes=_row_axes(dot_spec))
-        return y, _constrain(ln, seq_spec)
-    ln = _constrain(_norm(module, x, params), seq_spec)
-    return _matmul(module, ln.astype(module.dtype), kernel, bias, prefix, activation,
-                   dot_spec), ln
-
-
-class LayerNormDenseGeneral(nn.Module):
+class LayerNormDenseGeneral(Norm, LoRA, QuantizedModule):
     """norm(x) . kernel (+ bias): LayerNorm or RMSNorm in front of a DenseGeneral over the last
     dimension. Returns (y, normalised x or None). layernorm_input_axes (input and LayerNorm
     output; default ("batch", "seq", "embed")) and dot_input_axes (the GEMM's gathered input;
     ("batch", None, "embed")) constrain the activations as in LayerNormMLP."""
 
     features: int | tuple
-    layernorm_type: str = "layernorm"
-    epsilon: float = 1e-6
-    zero_centered_gamma: bool = False
-    scale_init: Callable | None = None
-    scale_axes: tuple = ("embed",)
-    ln_bias_init: Callable = nn.initializers.zeros
-    ln_bias_axes: tuple = ("embed",)
-    return_layernorm_output: bool = False
     use_bias: bool = False
-    kernel_init: Callable | None = None
-    bias_init: Callable = nn.initializers.zeros
     kernel_axes: tuple = ()
     bias_axes: tuple = ()
-    dtype: Any = jnp.float32
-    recipe: Any = None
-    fallback: str | None = None
-    enable_low_rank_adaptation: bool = False
-    low_rank_adaptation_dim: int = 32
-    low_rank_adaptation_alpha: float | None = None
     layernorm_input_axes: tuple | None = None
     dot_input_axes: tuple | None = None
 
     @nn.compact
     def __call__(self, inputs):
-        _check_common(self)
-        seq = _activation_spec(self.layernorm_input_axes, SEQ_AXES, inputs.ndim,
-                               "layernorm_input_axes")
-        dot = _activation_spec(self.dot_input_axes, DOT_1_INPUT_AXES, inputs.ndim,
-                               "dot_input_axes")
-        x, (seq_t, dot), leave = _layout(inputs, seq, dot)
+        self._check_config()
+        seq = activation_spec(
+            self.layernorm_input_axes, SEQ_AXES, inputs.ndim, "layernorm_input_axes"
+        )
+        dot = activation_spec(self.dot_input_axes, DOT_1_INPUT_AXES, inputs.ndim, "dot_input_axes")
+        x, (seq_t, dot), leave = token_layout(inputs, seq, dot)
         features = _tuple(self.features)
-        if self.enable_low_rank_adaptation:
-            ln = _constrain(_norm(self, x, _norm_params(self, x.shape[-1])), seq_t)
-            y = _dense_general(self, ln, features, (-1,), kernel_axes=self.kernel_axes,
-                               bias_axes=self.bias_axes, input_spec=dot)
+        if self.lora_enabled:
+            ln = constrain_activation(self._norm(x, self._norm_params(x.shape[-1])), seq_t)
+            y = self._dense_general(
+                ln,
+                features,
+                (-1,),
+                kernel_axes=self.kernel_axes,
+                bias_axes=self.bias_axes,
+                input_spec=dot,
+            )
         else:
-            kernel, bias = _dense_params(self, (x.shape[-1],), features, "", self.kernel_axes,
-                                         self.bias_axes)
-            y, ln = _norm_dense(self, x, seq_t, dot, kernel, bias)
+            kernel, bias = self._dense_params(
+                (x.shape[-1],), features, "", self.kernel_axes, self.bias_axes
+            )
+            y, ln = self._norm_dense(x, seq_t, dot, kernel, bias)
             y = y.reshape(*x.shape[:-1], *features)
-        ln = _constrain(leave(ln), seq) if self.return_layernorm_output else None
+        ln = constrain_activation(leave(ln), seq) if self.return_layernorm_output else None
         return leave(y), ln
 
 
-class LayerNormMLP(nn.Module):
+class LayerNormMLP(Norm, QuantizedModule):
     """norm -> fc1 -> activation -> fc2. activations: ("gelu",), ("relu",), ("silu",), or a
     gated pair such as ("silu", "linear") (SwiGLU) / ("gelu", "linear") (GeGLU): fc1 then has
     one output block per entry and the blocks are multiplied. fc1 is column parallel ("mlp"
@@ -414,17 +400,7 @@ class LayerNormMLP(nn.Module):
 
     intermediate_dim: int = 2048
     activations: tuple = ("gelu",)
-    layernorm_type: str = "layernorm"
-    epsilon: float = 1e-6
-    zero_centered_gamma: bool = False
-    scale_init: Callable | None = None
-    scale_axes: tuple = ("embed",)
-    ln_bias_init: Callable = nn.initializers.zeros
-    ln_bias_axes: tuple = ("embed",)
-    return_layernorm_output: bool = False
     use_bias: bool = True
-    kernel_init: Callable | None = None
-    bias_init: Callable = nn.initializers.zeros
     kernel_axes_1: tuple = ("embed", "act", "mlp")
     kernel_axes_2: tuple = ("mlp", "embed")
     bias_axes_1: tuple = ("act", "mlp")
@@ -432,49 +408,57 @@ class LayerNormMLP(nn.Module):
     layernorm_input_axes: tuple | None = None
     dot_1_input_axes: tuple | None = None
     dot_2_input_axes: tuple | None = None
-    dtype: Any = jnp.float32
-    recipe: Any = None
-    fallback: str | None = None
 
     @nn.compact
     def __call__(self, inputs):
-        _check_common(self)
+        self._check_config()
         acts = _tuple(self.activations)
         if not 1 <= len(acts) <= 2 or any(a not in ACTIVATIONS for a in acts):
-            raise ValueError(f"activations must be one or two of {sorted(ACTIVATIONS)}, not "
-                             f"{self.activations!r}")
-        _check_divisible(self.intermediate_dim, ("mlp",), "intermediate_dim")
+            raise ValueError(
+                f"activations must be one or two of {sorted(ACTIVATIONS)}, not {self.activations!r}"
+            )
+        check_divisible(self.intermediate_dim, ("mlp",), "intermediate_dim")
         nd = inputs.ndim
-        seq = _activation_spec(self.layernorm_input_axes, SEQ_AXES, nd, "layernorm_input_axes")
-        dot1 = _activation_spec(self.dot_1_input_axes, DOT_1_INPUT_AXES, nd, "dot_1_input_axes")
-        dot2 = _activation_spec(self.dot_2_input_axes, HIDDEN_AXES, nd, "dot_2_input_axes")
-        x, (seq_t, dot1, dot2), leave = _layout(inputs, seq, dot1, dot2)
+        seq = activation_spec(self.layernorm_input_axes, SEQ_AXES, nd, "layernorm_input_axes")
+        dot1 = activation_spec(self.dot_1_input_axes, DOT_1_INPUT_AXES, nd, "dot_1_input_axes")
+        dot2 = activation_spec(self.dot_2_input_axes, HIDDEN_AXES, nd, "dot_2_input_axes")
+        x, (seq_t, dot1, dot2), leave = token_layout(inputs, seq, dot1, dot2)
         h, i, n_act = inputs.shape[-1], self.intermediate_dim, len(acts)
         init = self.kernel_init or nn.initializers.variance_scaling(
-            1.0, "fan_in", "truncated_normal", in_axis=0, out_axis=(1, 2))
-        k1 = _param(self, "wi_kernel", init, (h, n_act, i), self.dtype, tuple(self.kernel_axes_1))
-        b1 = (_param(self, "wi_bias", self.bias_init, (n_act, i), self.dtype,
-                     tuple(self.bias_axes_1)) if self.use_bias else None)
+            1.0, "fan_in", "truncated_normal", in_axis=0, out_axis=(1, 2)
+        )
+        k1 = self._param("wi_kernel", init, (h, n_act, i), self.dtype, tuple(self.kernel_axes_1))
+        b1 = (
+            self._param("wi_bias", self.bias_init, (n_act, i), self.dtype, tuple(self.bias_axes_1))
+            if self.use_bias
+            else None
+        )
         # [h, i, n_act] flattened keeps the "mlp" sharding on the major factor of i * n_act.
         k1 = jnp.transpose(k1, (0, 2, 1)).reshape(h, i * n_act)
         b1 = None if b1 is None else b1.T.reshape(i * n_act)
         fused = acts == ("gelu",) and b1 is not None  # bias + GELU in the GEMM's epilogue
-        z, ln = _norm_dense(self, x, seq_t, dot1, k1, b1, "wi_", "gelu" if fused else None)
+        z, ln = self._norm_dense(x, seq_t, dot1, k1, b1, "wi_", "gelu" if fused else None)
         z = z.reshape(*z.shape[:-1], i, n_act)
         if not fused:
-            z = ACTIVATIONS[acts[0]](z[..., 0]) * (ACTIVATIONS[acts[1]](z[..., 1]) if n_act == 2
-                                                   else 1)
+            z = ACTIVATIONS[acts[0]](z[..., 0]) * (
+                ACTIVATIONS[acts[1]](z[..., 1]) if n_act == 2 else 1
+            )
         else:
             z = z[..., 0]
-        init2 = self.kernel_init or nn.initializers.variance_scaling(1.0, "fan_in",
-                                                                     "truncated_normal")
-        k2 = _param(self, "wo_kernel", init2, (i, h), self.dtype, tuple(self.kernel_axes_2))
-        b2 = (_param(self, "wo_bias", self.bias_init, (h,), self.dtype, tuple(self.bias_axes_2))
-              if self.use_bias else None)
-        z = _constrain(z, dot2)
-        y = _constrain(_matmul(self, z.astype(self.dtype), k2, b2, "wo_", input_spec=dot2), seq_t)
-        y = _constrain(leave(y), seq)
-        ln = _constrain(leave(ln), seq) if self.return_layernorm_output else None
+        init2 = self.kernel_init or nn.initializers.variance_scaling(
+            1.0, "fan_in", "truncated_normal"
+        )
+        k2 = self._param("wo_kernel", init2, (i, h), self.dtype, tuple(self.kernel_axes_2))
+        b2 = (
+            self._param("wo_bias", self.bias_init, (h,), self.dtype, tuple(self.bias_axes_2))
+            if self.use_bias
+            else None
+        )
+        z = constrain_activation(z, dot2)
+        y = self._matmul(z.astype(self.dtype), k2, b2, "wo_", input_spec=dot2)
+        y = constrain_activation(y, seq_t)
+        y = constrain_activation(leave(y), seq)
+        ln = constrain_activation(leave(ln), seq) if self.return_layernorm_output else None
         return y, ln
 
 
@@ -489,8 +473,9 @@ class Softmax(nn.Module):
     @nn.compact
     def __call__(self, inputs, mask=None, bias=None):
         if self.softmax_type not in SOFTMAX_TYPES:
-            raise ValueError(f"softmax_type must be one of {SOFTMAX_TYPES}, not "
-                             f"{self.softmax_type!r}")
+            raise ValueError(
+                f"softmax_type must be one of {SOFTMAX_TYPES}, not {self.softmax_type!r}"
+            )
         x = inputs.astype(jnp.float32) * self.scale_factor
         if bias is not None:
             x = x + bias.astype(jnp.float32)

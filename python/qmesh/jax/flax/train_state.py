@@ -22,7 +22,8 @@ class TrainState(train_state.TrainState):
 
     def apply_gradients(self, *, grads, **kwargs):
         if OVERWRITE_WITH_GRADIENT in grads:
-            kept = keep_unused_state(grads[OVERWRITE_WITH_GRADIENT],
-                                     self.params[OVERWRITE_WITH_GRADIENT])
+            kept = keep_unused_state(
+                grads[OVERWRITE_WITH_GRADIENT], self.params[OVERWRITE_WITH_GRADIENT]
+            )
             grads = {**grads, OVERWRITE_WITH_GRADIENT: kept}
         return super().apply_gradients(grads=grads, **kwargs)
