@@ -29,13 +29,16 @@ def line_plot(path: str, curves: dict, width: int = 640, height: int = 400, log_
         return
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     fig, ax = plt.subplots(figsize=(width / 100, height / 100), dpi=100)
     for k, (name, pts) in enumerate(points.items()):
         ax.plot([x for x, _ in pts], [y for _, y in pts], label=name,
                 color=[c / 255 for c in COLORS[k % len(COLORS)]])
-    if log_y:
+    if log_y:  # a log scale with plain numbers (2.5, not 2.5 x 10^0) at its ticks
         ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     if title:
