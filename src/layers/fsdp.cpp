@@ -118,9 +118,9 @@ class FsdpReduceWork : public Work {
     finish(dp_->timeout());
     return true;
   }
-  bool block_until(Clock::time_point deadline) override {
-    if (reduce_) reduce_->wait(time_left(deadline));
-    finish(time_left(deadline));
+  bool block_until(const Deadline& deadline) override {
+    if (reduce_) reduce_->wait(deadline.left());
+    finish(deadline.left());
     return true;
   }
 
