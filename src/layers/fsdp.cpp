@@ -3,10 +3,10 @@
 #include <cstring>
 #include <vector>
 
+#include "qmesh/comm/ordered_reduce.h"
 #include "qmesh/comm/stream_ordered.h"
 #include "qmesh/copy.h"
 #include "qmesh/error.h"
-#include "qmesh/train/ordered_reduce.h"
 
 namespace qmesh {
 

@@ -5,9 +5,9 @@
 #include <map>
 
 #include "qmesh/comm/deadline.h"
+#include "qmesh/comm/ordered_reduce.h"
 #include "qmesh/copy.h"
 #include "qmesh/error.h"
-#include "qmesh/train/ordered_reduce.h"
 
 namespace qmesh {
 

@@ -1,4 +1,4 @@
-#include "qmesh/train/ordered_reduce.h"
+#include "qmesh/comm/ordered_reduce.h"
 
 #include <algorithm>
 #include <chrono>
