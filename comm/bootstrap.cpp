@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "qmesh/comm/communicator.h"
+#include "qmesh/comm/deadline.h"
 #include "qmesh/error.h"
 #include "timeout_text.h"
 
@@ -17,18 +18,11 @@ namespace qmesh {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 void check_key(const std::string& key) {
   const bool ok = !key.empty() && std::all_of(key.begin(), key.end(), [](char c) {
     return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
   });
   QMESH_CHECK(ok, "store key '", key, "' must be non-empty and made of [A-Za-z0-9._-]");
-}
-
-std::chrono::milliseconds remaining(Clock::time_point deadline) {
-  return std::max(std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()),
-                  std::chrono::milliseconds(0));
 }
 
 }  // namespace
@@ -65,7 +59,7 @@ void FileStore::set(const std::string& key, const std::string& value) {
 std::string FileStore::get(const std::string& key, std::chrono::milliseconds timeout) {
   check_key(key);
   const auto path = dir_ / key;
-  const auto deadline = Clock::now() + timeout;
+  const Deadline deadline(timeout);
   auto pause = std::chrono::microseconds(100);
   for (;;) {
     std::ifstream in(path, std::ios::binary);
@@ -74,8 +68,8 @@ std::string FileStore::get(const std::string& key, std::chrono::milliseconds tim
       value << in.rdbuf();
       return value.str();
     }
-    QMESH_CHECK(Clock::now() < deadline, "file store key '", key, "' did not appear in '",
-                dir_.string(), "' within ", timeout.count(),
+    QMESH_CHECK(!deadline.passed(), "file store key '", key, "' did not appear in '", dir_.string(),
+                "' within ", timeout.count(),
                 " ms: a rank did not publish it (is every rank using this directory?)");
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::microseconds(20000));
@@ -103,13 +97,13 @@ StoreBootstrap::StoreBootstrap(std::shared_ptr<Store> store, int rank, int size,
 
 std::vector<std::string> StoreBootstrap::all_gather(const std::string& mine,
                                                     std::chrono::milliseconds timeout) {
-  const auto deadline = Clock::now() + timeout;
+  const Deadline deadline(timeout);
   const std::string round = prefix_ + "." + std::to_string(round_++) + ".";
   store_->set(round + std::to_string(rank_), mine);
   std::vector<std::string> all(size_);
   for (int r = 0; r < size_; ++r) {
     try {
-      all[r] = store_->get(round + std::to_string(r), remaining(deadline));
+      all[r] = store_->get(round + std::to_string(r), deadline.left());
     } catch (const Error& e) {  // Store::get throws when the key has not appeared in time
       QMESH_THROW("bootstrap all_gather (rank ", rank_, " of ", size_,
                   "): ", comm_detail::never_joined_text({r}, "all_gather"), " (", e.message(), ")");
@@ -132,7 +126,7 @@ class CommBootstrap : public Bootstrap {
 
   std::vector<std::string> all_gather(const std::string& mine,
                                       std::chrono::milliseconds timeout) override {
-    const auto deadline = Clock::now() + timeout;
+    const Deadline deadline(timeout);
     const int n = size();
     QMESH_CHECK(mine.size() < (1u << 30), "bootstrap value of ", mine.size(),
                 " bytes is too large (limit 1 GiB)");
@@ -141,7 +135,7 @@ class CommBootstrap : public Bootstrap {
     comm_
         ->all_gather_async(TensorView(&length, DType::kInt32, Shape{1}),
                            TensorView(lengths.data(), DType::kInt32, Shape{n}))
-        ->wait(remaining(deadline));
+        ->wait(deadline.left());
     const int64_t words = (*std::max_element(lengths.begin(), lengths.end()) + 3) / 4 + 1;
     std::vector<int32_t> padded(words, 0);
     std::copy(mine.begin(), mine.end(), reinterpret_cast<char*>(padded.data()));
@@ -149,7 +143,7 @@ class CommBootstrap : public Bootstrap {
     comm_
         ->all_gather_async(TensorView(padded.data(), DType::kInt32, Shape{words}),
                            TensorView(gathered.data(), DType::kInt32, Shape{words * n}))
-        ->wait(remaining(deadline));
+        ->wait(deadline.left());
     std::vector<std::string> all(n);
     for (int r = 0; r < n; ++r) {
       all[r].assign(reinterpret_cast<const char*>(gathered.data() + r * words), lengths[r]);

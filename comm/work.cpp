@@ -123,7 +123,7 @@ bool Work::test() {
 }
 
 void Work::wait(std::chrono::milliseconds timeout) {
-  const auto deadline = Clock::now() + timeout;
+  const Deadline deadline(timeout);
   if (test()) return;
   std::optional<std::string> blame;
   try {
@@ -144,13 +144,12 @@ void Work::wait(std::chrono::milliseconds timeout) {
 
 void Work::wait() { wait(timeout_); }
 
-bool Work::block_until(Clock::time_point deadline) {
+bool Work::block_until(const Deadline& deadline) {
   // Yield while the wait is young (latency); sleep once it is long (oversubscribed nodes).
   const auto patient = Clock::now() + std::chrono::milliseconds(20);
   while (!poll()) {
-    const auto now = Clock::now();
-    if (now >= deadline) return false;
-    if (now < patient) {
+    if (deadline.passed()) return false;
+    if (Clock::now() < patient) {
       std::this_thread::yield();
     } else {
       std::this_thread::sleep_for(std::chrono::microseconds(100));
@@ -179,11 +178,6 @@ void Work::drop_unfinished() noexcept {
 
 std::string Work::timeout_text(std::chrono::milliseconds timeout) const {
   return comm_detail::timeout_text(what_, timeout, source_);
-}
-
-std::chrono::milliseconds Work::time_left(Clock::time_point deadline) {
-  return std::max(std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()),
-                  std::chrono::milliseconds(0));
 }
 
 std::string_view reduce_op_name(ReduceOp op) {

@@ -19,7 +19,6 @@ target_sources(qmesh PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/train/grad_sync.cpp
   ${CMAKE_CURRENT_LIST_DIR}/train/loss.cpp
   ${CMAKE_CURRENT_LIST_DIR}/train/optimizer.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/train/ordered_reduce.cpp
   ${CMAKE_CURRENT_LIST_DIR}/train/teacher.cpp)
 if(QMESH_WITH_CUDA)
   target_sources(qmesh PRIVATE ${CMAKE_CURRENT_LIST_DIR}/cuda/layer_ops.cu

@@ -20,20 +20,15 @@ TensorView slice(const TensorView& t, int64_t begin, int64_t count) {
   return TensorView(base, t.dtype, Shape{count}, t.device);
 }
 
-std::chrono::milliseconds remaining(const RingContext& ctx) {
-  const auto left = std::chrono::ceil<std::chrono::milliseconds>(ctx.deadline - Clock::now());
-  return std::max(left, std::chrono::milliseconds(0));
-}
-
 // Waits for one transfer of a ring step with `peer`; on timeout the error names that peer
 // (and the ranks that never joined, where the backend knows them).
 void wait_for(const RingContext& ctx, Work& work, bool receiving, int peer,
               std::string_view where) {
   const auto start = Clock::now();
   try {
-    work.wait(remaining(ctx));
+    work.wait(ctx.deadline.left());
   } catch (const Error& e) {
-    if (Clock::now() < ctx.deadline) {
+    if (!ctx.deadline.passed()) {
       QMESH_THROW(ctx.what, " failed in ", where, " (",
                   receiving ? "receiving from " : "sending to ",
                   comm_detail::peer_ranks({peer}, ctx.world_ranks), "): ", e.what());

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "qmesh/comm/communicator.h"
+#include "qmesh/comm/deadline.h"
 #include "qmesh/export.h"
 
 namespace qmesh::algorithms {
@@ -24,7 +25,7 @@ struct RingContext {
   int rank = 0;
   int size = 1;
   int tag = 0;
-  std::chrono::steady_clock::time_point deadline;
+  Deadline deadline;
   std::chrono::milliseconds timeout{};  // the limit `deadline` came from (for messages)
   TimeoutSource timeout_source = TimeoutSource::kEnvironment;  // where it was set
   std::string_view

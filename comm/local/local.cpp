@@ -286,7 +286,7 @@ class LocalComm : public Communicator, public OneSided {
     const std::string name(op);
     const auto limit = timeout();
     const auto source = timeout_source();
-    const auto deadline = Clock::now() + limit;
+    const Deadline deadline(limit);
     World* world = world_.get();
     const int ctx = ctx_ + 1;
     const uint64_t seq = world->join(ctx, rank_, size_);

@@ -65,11 +65,11 @@ void World::post_recv(int ctx, int src, int dst, int tag, Posted recv) {
   match(send, recv);
 }
 
-bool World::wait_until(std::unique_lock<std::mutex>& lock, Clock::time_point deadline,
+bool World::wait_until(std::unique_lock<std::mutex>& lock, const Deadline& deadline,
                        const std::function<bool()>& done, const std::string& what) {
   while (!done()) {
     if (aborted_) QMESH_THROW(what, " failed: the local world was aborted: ", abort_reason_);
-    if (cv.wait_until(lock, deadline) == std::cv_status::timeout && !done() && !aborted_)
+    if (cv.wait_until(lock, deadline.at()) == std::cv_status::timeout && !done() && !aborted_)
       return false;
   }
   return true;
@@ -87,7 +87,7 @@ std::string timeout_blame(const World::Blame& blame, TimeoutSource source) {
 void World::wait(std::unique_lock<std::mutex>& lock, std::chrono::milliseconds timeout,
                  TimeoutSource source, const std::function<bool()>& done, const std::string& what,
                  const Blame& blame) {
-  if (wait_until(lock, Clock::now() + timeout, done, what)) return;
+  if (wait_until(lock, Deadline(timeout), done, what)) return;
   QMESH_THROW(comm_detail::timeout_text(what, timeout, source), ": ", timeout_blame(blame, source));
 }
 
@@ -164,7 +164,7 @@ bool World::cancel_locked(const std::shared_ptr<OpState>& state, std::exception_
 LocalWork::~LocalWork() {
   drop_unfinished();
   std::unique_lock lock(world_->mu);
-  world_->cv.wait_until(lock, Clock::now() + timeout(), [this] { return state_->done; });
+  world_->cv.wait_until(lock, Deadline(timeout()).at(), [this] { return state_->done; });
 }
 
 bool LocalWork::finished_locked() const {
@@ -177,7 +177,7 @@ bool LocalWork::poll() {
   return finished_locked();
 }
 
-bool LocalWork::block_until(Clock::time_point deadline) {
+bool LocalWork::block_until(const Deadline& deadline) {
   std::unique_lock lock(world_->mu);
   try {
     world_->wait_until(

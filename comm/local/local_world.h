@@ -52,7 +52,7 @@ class World : public std::enable_shared_from_this<World> {
 
   // Blocks (lock held) until done() or the deadline; returns done(). Throws, naming `what`,
   // the abort reason when the world is aborted.
-  bool wait_until(std::unique_lock<std::mutex>& lock, Clock::time_point deadline,
+  bool wait_until(std::unique_lock<std::mutex>& lock, const Deadline& deadline,
                   const std::function<bool()>& done, const std::string& what);
 
   // wait_until() for `timeout`, which throws on timeout: "<what> timed out after ...: " and
@@ -125,7 +125,7 @@ class LocalWork : public Work {
 
  protected:
   bool poll() override;
-  bool block_until(Clock::time_point deadline) override;
+  bool block_until(const Deadline& deadline) override;
   std::optional<std::string> on_timeout(std::chrono::milliseconds timeout) override;
   bool withdraw() override;
 

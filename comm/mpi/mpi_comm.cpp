@@ -16,6 +16,7 @@
 #include "mpi/bounded_call.h"
 #include "mpi/check.h"
 #include "mpi/progress_thread.h"
+#include "qmesh/comm/deadline.h"
 #include "qmesh/comm/mpi.h"
 #include "qmesh/logging.h"
 #include "timeout_text.h"
@@ -24,8 +25,6 @@ namespace qmesh {
 
 namespace mpi {
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 // An MPI communicator handle and, once a wait on it has timed out, why it is unusable: the
 // timed-out operation can be neither completed nor cancelled. `roll_tag` (above the users'
@@ -97,8 +96,8 @@ std::string roll_call(MPI_Comm comm, int rank, int size, int tag, std::string_vi
   std::vector<bool> answered(static_cast<size_t>(size), false);
   answered[static_cast<size_t>(rank)] = true;
   int missing = size - 1;
-  const auto deadline = Clock::now() + grace;
-  while (missing > 0 && Clock::now() < deadline) {
+  const Deadline deadline(grace);
+  while (missing > 0 && !deadline.passed()) {
     int flag = 0;
     MPI_Status status;
     if (MPI_Iprobe(MPI_ANY_SOURCE, tag, comm, &flag, &status) != MPI_SUCCESS) break;
@@ -196,10 +195,10 @@ class MpiWork : public Work {
     if (!cancellable_) return Cancel::kNotCancellable;
     MPI_Status status;
     QMESH_CHECK_MPI(MPI_Cancel(&request_));
-    const auto deadline = Clock::now() + std::chrono::seconds(1);
+    const Deadline deadline(std::chrono::seconds(1));
     for (int finished = 0; !finished;) {
       QMESH_CHECK_MPI(MPI_Test(&request_, &finished, &status));
-      if (!finished && Clock::now() >= deadline) return Cancel::kNotCancellable;
+      if (!finished && deadline.passed()) return Cancel::kNotCancellable;
       if (!finished) std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
     progress_.release();
@@ -281,11 +280,6 @@ MPI_Op reduce_op(DType dtype, ReduceOp op) {
       return MPI_MIN;
   }
   QMESH_THROW("invalid ReduceOp value ", static_cast<int>(op));
-}
-
-std::chrono::milliseconds remaining(Clock::time_point deadline) {
-  return std::max(std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()),
-                  std::chrono::milliseconds(0));
 }
 
 class MpiComm : public Communicator {
@@ -403,7 +397,7 @@ class MpiComm : public Communicator {
     // MPI_Comm_split has no nonblocking form: first make sure, with a bounded wait, that
     // every rank has arrived, so that the blocking call can hardly wait for a dead one; a
     // rank that dies or freezes just after the guard ends the process (bounded_call).
-    const auto deadline = Clock::now() + timeout();
+    const Deadline deadline(timeout());
     guard_all_arrived(deadline);
     MPI_Comm out = MPI_COMM_NULL;
     bounded_call("MPI_Comm_split", bounded_call_limit(), [&] {
@@ -414,7 +408,7 @@ class MpiComm : public Communicator {
   }
 
   std::vector<int> host_ids() override {
-    const auto deadline = Clock::now() + timeout();
+    const Deadline deadline(timeout());
     guard_all_arrived(deadline);
     MPI_Comm node = MPI_COMM_NULL;
     bounded_call("MPI_Comm_split_type", bounded_call_limit(), [&] {
@@ -425,10 +419,10 @@ class MpiComm : public Communicator {
     // A host is named by its lowest rank in this communicator.
     int32_t leader = rank_;
     TensorView leader_view(&leader, DType::kInt32, Shape{1});
-    node_comm->all_reduce_async(leader_view, ReduceOp::kMin, {})->wait(remaining(deadline));
+    node_comm->all_reduce_async(leader_view, ReduceOp::kMin, {})->wait(deadline.left());
     std::vector<int32_t> leaders(size_);
     all_gather_async(leader_view, TensorView(leaders.data(), DType::kInt32, Shape{size_}), {})
-        ->wait(remaining(deadline));
+        ->wait(deadline.left());
     std::vector<std::string> names;
     for (int32_t l : leaders) names.push_back(std::to_string(l));
     return number_hosts(names);
@@ -457,7 +451,7 @@ class MpiComm : public Communicator {
   }
 
   // Bounded wait until every rank has arrived, before a blocking MPI call.
-  void guard_all_arrived(Clock::time_point deadline) { barrier_async()->wait(remaining(deadline)); }
+  void guard_all_arrived(const Deadline& deadline) { barrier_async()->wait(deadline.left()); }
 
   std::shared_ptr<CommState> state_;
   int rank_ = 0;
@@ -478,11 +472,11 @@ std::shared_ptr<Communicator> make_mpi_world() {
   MPI_Request request = MPI_REQUEST_NULL;
   QMESH_CHECK_MPI(MPI_Comm_idup(MPI_COMM_WORLD, &dup, &request));
   const auto timeout = comm_timeout();
-  const auto deadline = mpi::Clock::now() + timeout;
+  const Deadline deadline(timeout);
   for (int done = 0;;) {
     QMESH_CHECK_MPI(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
     if (done) break;
-    if (mpi::Clock::now() >= deadline) {
+    if (deadline.passed()) {
       comm_detail::record_failure();
       // The roll call of a timed-out collective, over MPI_COMM_WORLD itself (point-to-point
       // works beside the unfinished duplicate): the ranks that never joined are named.

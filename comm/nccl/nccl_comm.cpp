@@ -18,8 +18,6 @@
 namespace qmesh {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 // NCCL reduces these dtypes natively (bf16/fp16 accumulate in fp32 per step).
 ncclDataType_t reduction_type(DType dtype) {
   switch (dtype) {
@@ -66,8 +64,8 @@ class Handle {
     if (aborted_) return;
     const DeviceGuard scope(device_, std::nothrow);
     ncclResult_t state = ncclCommFinalize(comm_);
-    const Clock::time_point deadline = Clock::now() + comm_timeout();
-    while (state == ncclInProgress && Clock::now() <= deadline) {
+    const Deadline deadline(comm_timeout());
+    while (state == ncclInProgress && !deadline.passed()) {
       std::this_thread::yield();
       if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess) state = ncclInternalError;
     }
@@ -130,10 +128,10 @@ class Handle {
 
   // Waits (bounded) until non-blocking setup of the last call has finished; `source` says
   // where the deadline's timeout was set.
-  void settle(const std::string& what, Clock::time_point deadline,
+  void settle(const std::string& what, const Deadline& deadline,
               TimeoutSource source = TimeoutSource::kEnvironment) {
     while (poll_async(what)) {
-      if (Clock::now() > deadline) {
+      if (deadline.passed()) {
         const std::string reason =
             detail::concat(what, " did not finish its setup in time; a peer may be missing (",
                            comm_detail::timeout_name(source), ")");
@@ -205,7 +203,7 @@ class NcclComm final : public Communicator {
 
   // A communicator over a new ncclComm_t once its setup has finished (bounded).
   static std::shared_ptr<NcclComm> settled(ncclComm_t comm, int device, const std::string& what,
-                                           Clock::time_point deadline,
+                                           const Deadline& deadline,
                                            TimeoutSource source = TimeoutSource::kEnvironment) {
     auto handle = std::make_shared<Handle>(comm, device);
     handle->settle(what, deadline, source);
@@ -286,7 +284,7 @@ class NcclComm final : public Communicator {
 
   std::shared_ptr<Communicator> split(int color, int key) override {
     DeviceGuard scope(handle_->usable_device());
-    const Clock::time_point deadline = Clock::now() + timeout();
+    const Deadline deadline(timeout());
     // On the heap: NCCL's background job writes the new communicator after ncclCommSplit
     // returns; if settling times out, that write may still come, so the slot is leaked.
     auto child = std::make_unique<ncclComm_t>(nullptr);
@@ -336,7 +334,7 @@ class NcclComm final : public Communicator {
           what(std::move(what_)),
           scope(comm_.handle_->usable_device()) {}
     WorkHandle work() {
-      comm.handle_->settle(what, Clock::now() + comm.timeout(), comm.timeout_source());
+      comm.handle_->settle(what, Deadline(comm.timeout()), comm.timeout_source());
       return std::make_unique<NcclWork>(comm, comm.handle_, stream, what);
     }
     NcclComm& comm;
@@ -388,7 +386,7 @@ std::shared_ptr<Communicator> make_nccl_world(Bootstrap& bootstrap) {
   config.blocking = 0;
   ncclComm_t comm = nullptr;
   QMESH_CHECK_NCCL(ncclCommInitRankConfig(&comm, bootstrap.size(), id, bootstrap.rank(), &config));
-  return NcclComm::settled(comm, device, "nccl initialization", Clock::now() + comm_timeout());
+  return NcclComm::settled(comm, device, "nccl initialization", Deadline(comm_timeout()));
 }
 
 }  // namespace qmesh

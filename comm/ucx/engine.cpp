@@ -322,13 +322,12 @@ unsigned Engine::progress() {
   return events + static_cast<unsigned>(steps.size());
 }
 
-bool Engine::wait_until(const std::function<bool()>& done, Clock::time_point deadline) {
+bool Engine::wait_until(const std::function<bool()>& done, const Deadline& deadline) {
   const Clock::time_point spin_until = Clock::now() + kSpinTime;
   while (!done()) {
-    const Clock::time_point now = Clock::now();
-    if (now >= deadline) return false;
+    if (deadline.passed()) return false;
     if (progress() > 0) continue;
-    if (now < spin_until) {
+    if (Clock::now() < spin_until) {
       std::this_thread::yield();
     } else {
       std::this_thread::sleep_for(kWaitSleep);

@@ -32,6 +32,8 @@
 #include <thread>
 #include <vector>
 
+#include "qmesh/comm/deadline.h"
+
 namespace qmesh::ucx_detail {
 
 using Clock = std::chrono::steady_clock;
@@ -118,7 +120,7 @@ class Engine {
   // One ucp_worker_progress plus the deferred steps it produced; returns the event count.
   unsigned progress();
   // Progresses until done() or the deadline; false on timeout.
-  bool wait_until(const std::function<bool()>& done, Clock::time_point deadline);
+  bool wait_until(const std::function<bool()>& done, const Deadline& deadline);
 
  private:
   void progress_loop();

@@ -66,7 +66,7 @@ class UcxWork : public Work {
     return finished();
   }
 
-  bool block_until(Clock::time_point deadline) override {
+  bool block_until(const Deadline& deadline) override {
     engine_.wait_until([this] { return op_->is_done(); }, deadline);
     return finished();
   }
@@ -74,7 +74,7 @@ class UcxWork : public Work {
   std::optional<std::string> on_timeout(std::chrono::milliseconds timeout) override {
     if (ring_) {
       engine_.wait_until([this] { return op_->is_done() || op_->noted.load(); },
-                         Clock::now() + std::min(timeout, kRingReportGrace));
+                         Deadline(std::min(timeout, kRingReportGrace)));
       if (!op_->is_done() && op_->noted.load(std::memory_order_acquire))
         QMESH_THROW(op_->timeout_note);
     }
@@ -262,7 +262,7 @@ class UcxWindow : public Window {
     std::atomic_ref<uint64_t> arrived(counter_);
     const bool done = engine_->wait_until(
         [&] { return arrived.load(std::memory_order_acquire) - consumed_ >= count; },
-        Clock::now() + timeout);
+        Deadline(timeout));
     if (!done) {
       QMESH_THROW(comm_detail::timeout_text("ucx wait_puts", timeout, TimeoutSource::kEnvironment),
                   ": ", arrived.load() - consumed_, " of ", count,
@@ -428,7 +428,7 @@ class UcxComm final : public Communicator,
     auto op = std::make_shared<Op>(what);
     const int tag = static_cast<int>(next_tag_++ & static_cast<uint32_t>(kMaxTag));
     const Limit limit = limit_of(*this);
-    const Clock::time_point deadline = Clock::now() + limit.timeout;
+    const Deadline deadline(limit.timeout);
     Engine* engine = engine_.get();
     engine_->submit([engine, op, fn, tag, limit, deadline, name = std::string(name), rank = rank_,
                      size = size_]() {

@@ -14,7 +14,7 @@ class TimedWork : public qmesh::Work {
 
  protected:
   bool poll() override { return inner_->test(); }
-  bool block_until(Clock::time_point deadline) override {
+  bool block_until(const qmesh::Deadline& deadline) override {
     const auto start = Clock::now();
     struct Add {  // also when wait throws
       Clock::time_point start;
@@ -23,7 +23,7 @@ class TimedWork : public qmesh::Work {
         total += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
       }
     } add{start, *waited_ns_};
-    inner_->wait(time_left(deadline));
+    inner_->wait(deadline.left());
     return true;
   }
 

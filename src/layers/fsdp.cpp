@@ -3,10 +3,10 @@
 #include <cstring>
 #include <vector>
 
+#include "qmesh/comm/ordered_reduce.h"
 #include "qmesh/comm/stream_ordered.h"
 #include "qmesh/copy.h"
 #include "qmesh/error.h"
-#include "qmesh/train/ordered_reduce.h"
 
 namespace qmesh {
 
@@ -118,9 +118,9 @@ class FsdpReduceWork : public Work {
     finish(dp_->timeout());
     return true;
   }
-  bool block_until(Clock::time_point deadline) override {
-    if (reduce_) reduce_->wait(time_left(deadline));
-    finish(time_left(deadline));
+  bool block_until(const Deadline& deadline) override {
+    if (reduce_) reduce_->wait(deadline.left());
+    finish(deadline.left());
     return true;
   }
 

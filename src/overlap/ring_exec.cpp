@@ -80,7 +80,7 @@ RingExec::RingExec(Communicator& comm, Device device, const CollectiveGemmStream
       device_(device),
       streams_(streams),
       what_(detail::concat(op, " (rank ", comm.rank(), " of ", comm.size(), ")")),
-      deadline_(Clock::now() + comm.timeout()) {}
+      deadline_(comm.timeout()) {}
 
 RingExec::~RingExec() {
   if (!cuda_) return;
@@ -143,9 +143,8 @@ WorkHandle RingExec::all_gather_async(const TensorView& in, const TensorView& ou
 void RingExec::wait(WorkHandle& work, int step, std::string_view what) {
   if (!work) return;
   untrack(work.get());
-  const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline_ - Clock::now());
   try {
-    work->wait(std::max(left, std::chrono::milliseconds(0)));
+    work->wait(deadline_.left());
   } catch (const Error& e) {
     work.reset();
     abandon();

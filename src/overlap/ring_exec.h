@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "qmesh/comm/communicator.h"
+#include "qmesh/comm/deadline.h"
 #include "qmesh/device.h"
 #include "qmesh/ops/gemm.h"
 #include "qmesh/overlap/collective_gemm.h"
@@ -144,7 +145,6 @@ class RingExec {
   void copy_scalars(const QuantizedTensorView& from, const QuantizedTensorView& to);
 
  private:
-  using Clock = std::chrono::steady_clock;
   WorkHandle track(WorkHandle work);
   void untrack(const Work* work);
   Mark mark(Stream stream);
@@ -155,7 +155,7 @@ class RingExec {
   Device device_;
   CollectiveGemmStreams streams_;
   std::string what_;
-  Clock::time_point deadline_;
+  Deadline deadline_;
   std::deque<Tensor> host_scratch_;
   std::vector<void*> device_scratch_;
   std::vector<void*> events_;

@@ -4,9 +4,10 @@
 #include <chrono>
 #include <map>
 
+#include "qmesh/comm/deadline.h"
+#include "qmesh/comm/ordered_reduce.h"
 #include "qmesh/copy.h"
 #include "qmesh/error.h"
-#include "qmesh/train/ordered_reduce.h"
 
 namespace qmesh {
 
@@ -120,7 +121,7 @@ void GradSync::ready(const std::vector<Parameter*>& params) {
 
 void GradSync::finish() {
   // One deadline for the step's reduction, whatever the number of buckets.
-  const auto deadline = std::chrono::steady_clock::now() + impl_->dp->timeout();
+  const Deadline deadline(impl_->dp->timeout());
   for (Bucket& b : impl_->buckets) {
     if (b.work == nullptr) {
       std::string missing;
@@ -131,9 +132,7 @@ void GradSync::finish() {
                   "layer's backward, before finish()");
     }
     try {
-      b.work->wait(std::max(
-          std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()),
-          std::chrono::milliseconds(0)));
+      b.work->wait(deadline.left());
     } catch (const Error&) {
       impl_->abandon();
       throw;

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include "qmesh/comm/deadline.h"
 #include "qmesh/export.h"
 
 namespace qmesh {
@@ -73,7 +74,7 @@ class QMESH_API Work {
   TimeoutSource timeout_source() const { return source_; }
 
  protected:
-  using Clock = std::chrono::steady_clock;
+  using Clock = Deadline::Clock;
 
   Work(std::string what, std::chrono::milliseconds timeout, TimeoutSource source);
   // With the timeout (and its source) of `issuer`, the communicator the operation runs on.
@@ -86,7 +87,7 @@ class QMESH_API Work {
   // Blocks until the operation completes (true) or `deadline` passes (false); throws the
   // operation's error. The default polls, yielding for the first 20 ms and then sleeping
   // 100 us between polls (leaving the cores to other ranks on an oversubscribed node).
-  virtual bool block_until(Clock::time_point deadline);
+  virtual bool block_until(const Deadline& deadline);
 
   // Called once when a wait of `timeout` has passed its deadline: cancels what can be
   // cancelled and returns what follows "timed out after <s> s (...): " in the error, naming
@@ -107,10 +108,6 @@ class QMESH_API Work {
 
   // "<what> timed out after <s> s (<source>)": the opening of every timeout error.
   std::string timeout_text(std::chrono::milliseconds timeout) const;
-
-  // What is left until `deadline` (zero once it has passed): for works made of other works,
-  // whose block_until() waits for each in turn.
-  static std::chrono::milliseconds time_left(Clock::time_point deadline);
 
  private:
   [[noreturn]] void fail(std::exception_ptr error);  // records the failure and rethrows it

@@ -10,7 +10,7 @@
 //
 // Data-parallel ranks: the ranks that differ only along the dp and fsdp axes, numbered by
 // world rank (data_rank()); each processes its own slice of the global batch. On the host the
-// gradients are summed in data-rank order (train/ordered_reduce.h), so dp = N, fsdp = N and
+// gradients are summed in data-rank order (comm/ordered_reduce.h), so dp = N, fsdp = N and
 // every dp × fsdp = N give bit-identical training when GradSync also sums in rank order.
 #pragma once
 

@@ -18,7 +18,7 @@
 namespace qmesh {
 
 // How a bucket's sum is formed: the backend's all-reduce (asynchronous), or on host
-// gradients summed in rank order (train/ordered_reduce.h; blocking, launched when the bucket
+// gradients summed in rank order (comm/ordered_reduce.h; blocking, launched when the bucket
 // is complete), bit-identical to the FSDP layers' gradient reduce-scatter.
 enum class GradSyncOrder { kBackend, kRankOrder };
 

@@ -1,6 +1,7 @@
-// Fully sharded data parallelism: the rank-ordered reductions, the shard layout, and training
-// that is bit-identical for dp = 4, fsdp = 4 and dp = 2 x fsdp = 2 (tp 1 and 2; fp32, bf16
-// and both FP8 recipes; sizes that fsdp does not divide), on the local backend.
+// Fully sharded data parallelism: the shard layout, and training that is bit-identical for
+// dp = 4, fsdp = 4 and dp = 2 x fsdp = 2 (tp 1 and 2; fp32, bf16 and both FP8 recipes; sizes
+// that fsdp does not divide), on the local backend. The rank-ordered reductions it relies on
+// are tested in tests/unit/comm/ordered_reduce_test.cpp.
 #include "qmesh/layers/fsdp.h"
 
 #include <gtest/gtest.h>
@@ -23,7 +24,6 @@
 #include "qmesh/train/grad_sync.h"
 #include "qmesh/train/loss.h"
 #include "qmesh/train/optimizer.h"
-#include "qmesh/train/ordered_reduce.h"
 
 namespace qmesh {
 namespace {
@@ -39,34 +39,6 @@ float rank_order_sum(int ranks, int64_t i) {
   float sum = value_of(0, i);
   for (int r = 1; r < ranks; ++r) sum += value_of(r, i);
   return sum;
-}
-
-TEST(OrderedReduce, ReduceScatterAndAllReduceSumInRankOrder) {
-  const int n = 4;
-  for (int64_t total : {int64_t(3), int64_t(4), int64_t(37), int64_t(400)}) {
-    run_local_ranks(n, [&](Communicator& comm) {
-      Tensor buf(DType::kFloat32, Shape{total});
-      for (int64_t i = 0; i < total; ++i) buf.data_as<float>()[i] = value_of(comm.rank(), i);
-      if (total % n == 0) {
-        Tensor out(DType::kFloat32, Shape{total / n});
-        ordered_reduce_scatter(comm, buf, out);
-        for (int64_t i = 0; i < total / n; ++i)
-          ASSERT_EQ(out.data_as<float>()[i], rank_order_sum(n, comm.rank() * (total / n) + i));
-      }
-      ordered_all_reduce(comm, buf);
-      for (int64_t i = 0; i < total; ++i)
-        ASSERT_EQ(buf.data_as<float>()[i], rank_order_sum(n, i)) << "total " << total;
-    });
-  }
-}
-
-TEST(OrderedReduce, BadInputIsAClearError) {
-  run_local_ranks(2, [&](Communicator& comm) {
-    Tensor in(DType::kFloat32, Shape{6}), out(DType::kFloat32, Shape{2});
-    EXPECT_QMESH_ERROR(ordered_reduce_scatter(comm, in, out), "");
-    Tensor bf(DType::kBFloat16, Shape{4});
-    EXPECT_QMESH_ERROR(ordered_all_reduce(comm, bf), "");
-  });
 }
 
 // One mesh layout of the data-parallel ranks (dp x fsdp) and tp.

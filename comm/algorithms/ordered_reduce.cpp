@@ -1,4 +1,4 @@
-#include "qmesh/train/ordered_reduce.h"
+#include "qmesh/comm/ordered_reduce.h"
 
 #include <algorithm>
 #include <chrono>
@@ -62,8 +62,8 @@ class ChunkReduction : public Work {
     return true;
   }
 
-  bool block_until(Clock::time_point deadline) override {
-    for (WorkHandle& w : works_) w->wait(time_left(deadline));
+  bool block_until(const Deadline& deadline) override {
+    for (WorkHandle& w : works_) w->wait(deadline.left());
     finish();
     return true;
   }
