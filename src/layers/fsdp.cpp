@@ -20,11 +20,6 @@ int axis_position(const Mesh& mesh, const std::string& name) {
   return -1;
 }
 
-TensorView flat(const TensorView& t, int64_t begin, int64_t count) {
-  auto* base = static_cast<char*>(t.data) + begin * int64_t(dtype_size(t.dtype));
-  return TensorView(base, t.dtype, Shape{count}, t.device);
-}
-
 }  // namespace
 
 FsdpGroup::FsdpGroup(const Mesh& mesh) {
@@ -78,8 +73,8 @@ WorkHandle FsdpGroup::all_gather_async(const TensorView& shard, const TensorView
     copy_bytes_async(full.data, full.device, shard.data, shard.device, shard.nbytes(), stream);
     return nullptr;
   }
-  WorkHandle work =
-      fsdp_->all_gather_async(flat(shard, 0, shard.numel()), flat(full, 0, full.numel()), stream);
+  WorkHandle work = fsdp_->all_gather_async(shard.slice(0, Shape{shard.numel()}),
+                                            full.slice(0, Shape{full.numel()}), stream);
   // NCCL with CUDA buffers: ordered on `stream`, nothing for the host to wait for (dropping
   // the handle does not block).
   if (completes_in_stream_order(*fsdp_, full)) return nullptr;
@@ -144,20 +139,20 @@ WorkHandle FsdpGroup::reduce_scatter_async(const TensorView& full, const TensorV
               " elements do not make ", f, " shards of ", s, " (a multiple of dp=", d, ")");
   // Data rank c = (dp coordinate, fsdp coordinate) owns piece (its dp coordinate) of the
   // shard of its fsdp coordinate. Arrange the pieces in data-rank order.
-  auto work = std::make_unique<FsdpReduceWork>(*data_, dp_, flat(shard, 0, s), stream);
+  auto work = std::make_unique<FsdpReduceWork>(*data_, dp_, shard.slice(0, Shape{s}), stream);
   const int64_t piece = s / d;
-  TensorView in = flat(full, 0, full.numel());
+  TensorView in = full.slice(0, Shape{full.numel()});
   if (dp_outer_ && d > 1 && f > 1) {
     const TensorView arranged =
         work->keep(Tensor(DType::kFloat32, Shape{full.numel()}, full.device));
     for (int64_t di = 0; di < d; ++di)
       for (int64_t fi = 0; fi < f; ++fi)
-        copy_bytes_async(flat(arranged, (di * f + fi) * piece, piece).data, full.device,
-                         flat(full, fi * s + di * piece, piece).data, full.device,
+        copy_bytes_async(arranged.slice((di * f + fi) * piece, Shape{piece}).data, full.device,
+                         full.slice(fi * s + di * piece, Shape{piece}).data, full.device,
                          size_t(piece) * 4, stream);
     in = arranged;
   }
-  TensorView target = flat(shard, 0, s);
+  TensorView target = shard.slice(0, Shape{s});
   if (d > 1) {
     target = work->keep(Tensor(DType::kFloat32, Shape{piece}, full.device));
     work->gather_piece(target);
