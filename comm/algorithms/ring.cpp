@@ -23,9 +23,9 @@ void wait_for(const RingContext& ctx, Work& work, bool receiving, int peer,
     work.wait(ctx.deadline.left());
   } catch (const Error& e) {
     if (!ctx.deadline.passed()) {
-      QMESH_THROW(ctx.what, " failed in ", where, " (",
-                  receiving ? "receiving from " : "sending to ",
-                  comm_detail::peer_ranks({peer}, ctx.world_ranks), "): ", e.what());
+      QMESH_THROW_KIND(e.kind(), ctx.what, " failed in ", where, " (",
+                       receiving ? "receiving from " : "sending to ",
+                       comm_detail::peer_ranks({peer}, ctx.world_ranks), "): ", e.what());
     }
     std::string blame = comm_detail::ring_wait_text(
         receiving, peer, where, std::chrono::ceil<std::chrono::milliseconds>(Clock::now() - start),
@@ -36,7 +36,7 @@ void wait_for(const RingContext& ctx, Work& work, bool receiving, int peer,
     const std::string message =
         comm_detail::timeout_text(ctx.what, ctx.timeout, ctx.timeout_source) + ": " + blame;
     if (ctx.on_timeout) ctx.on_timeout(message);
-    QMESH_THROW(message);
+    QMESH_THROW_KIND(ErrorKind::kTimeout, message);
   }
 }
 

@@ -141,7 +141,7 @@ void RingExec::wait(WorkHandle& work, int step, std::string_view what) {
   } catch (const Error& e) {
     work.reset();
     abandon();
-    QMESH_THROW(what_, " failed at step ", step, " (", what, "): ", e.what());
+    QMESH_THROW_KIND(e.kind(), what_, " failed at step ", step, " (", what, "): ", e.what());
   }
   work.reset();
 }

@@ -94,6 +94,26 @@ TEST(Work, TimeoutErrorNamesTheOperationTheLimitAndThePeer) {
   EXPECT_EQ(script.timeouts, 1);
 }
 
+TEST(Work, ATimeoutIsAnErrorOfKindTimeoutAndAnOperationsErrorKeepsItsKind) {
+  Script script;
+  ScriptedWork work(script, milliseconds(10));
+  try {
+    work.wait();
+    ADD_FAILURE() << "nothing thrown";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kTimeout);
+  }
+  Script failing;
+  failing.fail_on_poll = true;
+  ScriptedWork failed(failing, milliseconds(5000));
+  try {
+    failed.wait();
+    ADD_FAILURE() << "nothing thrown";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);  // QMESH_THROW's
+  }
+}
+
 TEST(Work, ATimeoutSetInCodeIsNamedAsSuch) {
   Script script;
   ScriptedWork work(script, milliseconds(5000), TimeoutSource::kCommunicator);
