@@ -33,7 +33,13 @@ def _fwd(cfg, eps, x, gamma, beta, kernel, bias, state):
     h = x.shape[-1]
     step = _dense.step_of(state, cfg.recipe)
     ln, xq, mean, rstd = layer_norm_fwd_quantize(
-        x.reshape(-1, h), gamma, beta, step[1][0], cfg.recipe.fp8_format.fwd_dtype, eps=eps
+        x.reshape(-1, h),
+        gamma,
+        beta,
+        step[1][0],
+        cfg.recipe.fp8_format.fwd_dtype,
+        eps=eps,
+        columnwise=_dense.tokens_columnwise(cfg),
     )
     y, dense_res = _dense.forward(cfg, ln, kernel, bias, state, xq, step)
     y = y.reshape(*x.shape[:-1], y.shape[-1])
