@@ -291,19 +291,13 @@ def backward(cfg, res: Residuals, g):
     """(dx, dkernel, dbias, new_state) for the output gradient g [..., N] (dbias None
     without bias, new_state None without state)."""
     recipe = cfg.recipe
-    step = res.step
-    fwd = recipe.fp8_format.fwd_dtype
-    x_kept, w_q = (lax.bitcast_convert_type(b, fwd) for b in (res.x_bits, res.kernel_bits))
+    g2 = g.reshape(-1, g.shape[-1])
+    if res.aux is not None:
+        g2 = (g2.astype(F32) * dgelu(res.aux.astype(F32))).astype(g.dtype)
+    bwd, scale = recipe.fp8_format.bwd_dtype, grad_scale(res)
     columnwise = tokens_columnwise(cfg)
-    aux = res.aux
-    n = g.shape[-1]
-    g2 = g.reshape(-1, n)
-    if aux is not None:
-        g2 = (g2.astype(F32) * dgelu(aux.astype(F32))).astype(g.dtype)
-    bwd = recipe.fp8_format.bwd_dtype
     dbias = None
     if isinstance(recipe, DelayedScaling):
-        scale = step[1][2]
         if cfg.has_bias:
             gq, dbias = dbias_quantize(g2, scale, bwd, columnwise=columnwise)
         else:
@@ -312,11 +306,27 @@ def backward(cfg, res: Residuals, g):
         gq = _quantize(g2, None, bwd, recipe, columnwise)
         if cfg.has_bias:
             dbias = jnp.sum(g2.astype(F32), axis=0)
+    dx, dw, db, new_state = backward_quantized(cfg, res, gq, dbias)
+    return dx.reshape(*g.shape[:-1], dx.shape[-1]), dw, db, new_state
+
+
+def grad_scale(res: Residuals):
+    """This step's scale of the output gradient's cast (delayed scaling), else None."""
+    return None if res.step is None else res.step[1][2]
+
+
+def backward_quantized(cfg, res: Residuals, gq, dbias):
+    """(dx [M, K], dkernel, dbias, new_state) from the output gradient already cast: gq its
+    Quantized codes [M, N] (with grad_scale(res) under delayed scaling, and the columnwise
+    copy when tokens_columnwise(cfg)), dbias its column sums (None without bias)."""
+    recipe = cfg.recipe
+    fwd = recipe.fp8_format.fwd_dtype
+    x_kept, w_q = (lax.bitcast_convert_type(b, fwd) for b in (res.x_bits, res.kernel_bits))
     gq = _pin_rows(gq, cfg.row_axes)
     # TN form: dgrad reads g's codes [M, N] and the kernel's codes [K, N]; wgrad x's and g's
     # columnwise copies [K, M] and [N, M] (the gathered codes transposed, see
     # tokens_columnwise).
-    x_t, g_t = (x_kept, gq.q_t) if columnwise else (x_kept.T, gq.q.T)
+    x_t, g_t = (x_kept, gq.q_t) if tokens_columnwise(cfg) else (x_kept.T, gq.q.T)
     dx = gemm(
         gq.q,
         w_q,
@@ -333,12 +343,11 @@ def backward(cfg, res: Residuals, g):
         out_dtype=res.kernel_like.dtype,
         split_accumulator=True,
     )
-    dx = dx.reshape(*g.shape[:-1], dx.shape[-1])
     db = None if res.bias_like is None else dbias.astype(res.bias_like.dtype)
     new_state = None
     if isinstance(recipe, DelayedScaling):
         new_state = delayed_state.recorded_state(
-            *step, (res.x_amax, res.kernel_amax, gq.amax), res.state, report=cfg.report
+            *res.step, (res.x_amax, res.kernel_amax, gq.amax), res.state, report=cfg.report
         )
     return dx, dw, db, new_state
 
