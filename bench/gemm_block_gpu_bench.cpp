@@ -13,14 +13,15 @@
 //   usage: gemm_block_gpu_bench [--iters N] [--json FILE] (--help)
 #include <cuda_runtime_api.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench_util.h"
+#include "cuda_timing.h"
 #include "qmesh/block_quantized_tensor.h"
 #include "qmesh/cuda_check.h"
 #include "qmesh/device.h"
@@ -44,24 +45,11 @@ struct Outcome {
   double median_ms = 0;
 };
 
-// Median milliseconds per launch of an initialized GEMM on the legacy default stream.
+// Median milliseconds per launch of an initialized GEMM on the legacy default stream, after 3
+// warm-up launches.
 double median_ms(qmesh::Gemm& op, int iters) {
   for (int i = 0; i < 3; ++i) op.run({});
-  std::vector<cudaEvent_t> events(size_t(iters) + 1);
-  for (auto& e : events) QMESH_CHECK_CUDA(cudaEventCreate(&e));
-  QMESH_CHECK_CUDA(cudaEventRecord(events[0], nullptr));
-  for (int i = 0; i < iters; ++i) {
-    op.run({});
-    QMESH_CHECK_CUDA(cudaEventRecord(events[size_t(i) + 1], nullptr));
-  }
-  QMESH_CHECK_CUDA(cudaEventSynchronize(events.back()));
-  std::vector<float> ms(static_cast<size_t>(iters));
-  for (int i = 0; i < iters; ++i)
-    QMESH_CHECK_CUDA(
-        cudaEventElapsedTime(&ms[size_t(i)], events[size_t(i)], events[size_t(i) + 1]));
-  for (auto& e : events) cudaEventDestroy(e);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  return qmesh::bench::median_launch_ms(iters, nullptr, [&] { op.run({}); });
 }
 
 // Asks can_implement, then initializes and times the GEMM; every refusal is an outcome.
@@ -164,15 +152,7 @@ int main(int argc, char** argv) try {
         "  --iters: timed launches per case (default 10)\n"
         "  --json:  also write the JSON object to FILE\n");
   };
-  qmesh::bench::for_each_option(argc, argv, usage,
-                                [&](const std::string& arg, const std::string& value) {
-                                  if (arg == "--iters")
-                                    iters = qmesh::bench::positive(arg, value);
-                                  else if (arg == "--json")
-                                    json_path = value;
-                                  else
-                                    QMESH_THROW("unknown option ", arg, " (see --help)");
-                                });
+  qmesh::bench::iters_and_json_options(argc, argv, usage, iters, json_path);
   if (qmesh::cuda_device_count() == 0) {
     std::printf("no GPU: gemm_block_gpu_bench needs a CUDA device; nothing was probed\n");
     return 0;

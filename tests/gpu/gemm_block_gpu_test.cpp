@@ -83,21 +83,14 @@ void run_form(const Form& f, DType d_dtype, uint32_t seed) {
   const BlockOperand a(f.a_dtype, f.a_block, f.a_rows, f.a_cols, seed, false);
   const BlockOperand b(kE4, f.b_block, f.b_rows, f.b_cols, seed + 1, false);
   Tensor d_host(d_dtype, Shape{f.m, f.n}, Device::host());
-  GemmArgs host;
-  host.a = a.operand();
-  host.b = b.operand();
-  host.trans_a = f.ta;
-  host.trans_b = f.tb;
+  GemmArgs host = block_args(a.tensor, b.tensor, d_host.view(), f.ta, f.tb);
   host.accumulation = f.accumulation;
-  host.d = d_host.view();
   gemm(host);
 
   const BlockQuantizedTensor a_dev = to_device(a.tensor, dev), b_dev = to_device(b.tensor, dev);
   Tensor d_dev(d_dtype, Shape{f.m, f.n}, dev), d_planned(d_dtype, Shape{f.m, f.n}, dev);
-  GemmArgs args = host;
-  args.a = GemmOperand::fp8_block(a_dev.view());
-  args.b = GemmOperand::fp8_block(b_dev.view());
-  args.d = d_dev.view();
+  GemmArgs args = block_args(a_dev, b_dev, d_dev.view(), f.ta, f.tb);
+  args.accumulation = f.accumulation;
   const Status supported = Gemm::can_implement(args);
   ASSERT_TRUE(supported) << supported.reason();
   gemm(args);  // the blocking copies below order after it on the legacy default stream

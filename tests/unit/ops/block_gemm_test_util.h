@@ -101,6 +101,20 @@ struct BlockOperand {
   GemmOperand operand() const { return GemmOperand::fp8_block(tensor.view()); }
 };
 
+// The arguments of D = op(A) · op(B) over block-scaled operands (views of tensors the caller
+// keeps alive).
+inline GemmArgs block_args(const BlockQuantizedTensor& a, const BlockQuantizedTensor& b,
+                           const TensorView& d, GemmTranspose ta = GemmTranspose::kNo,
+                           GemmTranspose tb = GemmTranspose::kYes) {
+  GemmArgs g;
+  g.a = GemmOperand::fp8_block(a.view());
+  g.b = GemmOperand::fp8_block(b.view());
+  g.trans_a = ta;
+  g.trans_b = tb;
+  g.d = d;
+  return g;
+}
+
 // op(A) [M, K] as the GEMM reads it: from A's rowwise copy when A is stored [M, K] (kNo),
 // else from its columnwise copy [M, K].
 inline std::vector<double> op_a_values(const BlockOperand& a, GemmTranspose ta) {

@@ -72,12 +72,7 @@ void run_form(const FormCase& c, uint32_t seed) {
   const BlockOperand a(f.a_dtype, f.a_block, f.a_rows, f.a_cols, seed, c.pow2_scales);
   const BlockOperand b(f.b_dtype, f.b_block, f.b_rows, f.b_cols, seed + 1, c.pow2_scales);
   Tensor d(c.d, Shape{f.m, f.n}, Device::host());
-  GemmArgs g;
-  g.a = a.operand();
-  g.b = b.operand();
-  g.trans_a = f.ta;
-  g.trans_b = f.tb;
-  g.d = d.view();
+  GemmArgs g = block_args(a.tensor, b.tensor, d.view(), f.ta, f.tb);
   g.alpha = 0.75f;
   gemm(g);
   const std::vector<double> ref =
@@ -114,13 +109,7 @@ TEST(BlockGemm, OneBlockScaleMovesOnlyItsBlock) {
     else
       BlockOperand::store(copy, a.tensor.data_t(), a.tensor.scale_inv_t());
     Tensor d(kF32, Shape{f.m, f.n}, Device::host());
-    GemmArgs g;
-    g.a = a.operand();
-    g.b = b.operand();
-    g.trans_a = f.ta;
-    g.trans_b = f.tb;
-    g.d = d.view();
-    gemm(g);
+    gemm(block_args(a.tensor, b.tensor, d.view(), f.ta, f.tb));
     const std::vector<double> ref =
         block_reference(op_a_values(a, f.ta), op_bt_values(b, f.tb), f.m, f.n, f.k, 1.0);
     EXPECT_LT(relative_error(host_values(d), ref), tolerance(kF32));
@@ -137,10 +126,7 @@ TEST(BlockGemm, BiasAndAccumulate) {
   std::vector<double> bias_v(size_t(f.n)), d_old(size_t(f.m * f.n));
   for (int64_t j = 0; j < f.n; ++j) bias.data_as<float>()[j] = float(bias_v[size_t(j)] = j - 20);
   for (int64_t i = 0; i < f.m * f.n; ++i) d.data_as<float>()[i] = float(d_old[size_t(i)] = i % 7);
-  GemmArgs g;
-  g.a = a.operand();
-  g.b = b.operand();
-  g.d = d.view();
+  GemmArgs g = block_args(a.tensor, b.tensor, d.view());
   g.epilogue = GemmEpilogue::kBias;
   g.bias = bias.view();
   g.output = GemmOutputMode::kAccumulate;
@@ -184,22 +170,15 @@ TEST(BlockGemmErrors, MissingColumnwiseCopyOnTheHostToo) {
   const BlockOperand dy(f.a_dtype, f.a_block, f.a_rows, f.a_cols, 1);
   const BlockOperand w(f.b_dtype, f.b_block, f.b_rows, f.b_cols, 2, false, false);
   Tensor d(kF32, Shape{f.m, f.n}, Device::host());
-  GemmArgs g;
-  g.a = dy.operand();
-  g.b = w.operand();
-  g.trans_b = f.tb;
-  g.d = d.view();
-  expect_refused(g, "b has none: quantize it with a columnwise copy");
+  expect_refused(block_args(dy.tensor, w.tensor, d.view(), f.ta, f.tb),
+                 "b has none: quantize it with a columnwise copy");
 }
 
 TEST(BlockGemmErrors, BadScaleShape) {
   const BlockOperand x(kE4, k1D, 32, 256, 1);
   const BlockOperand w(kE4, k2D, 16, 256, 2);
   Tensor d(kF32, Shape{32, 16}, Device::host());
-  GemmArgs g;
-  g.a = x.operand();
-  g.b = w.operand();
-  g.d = d.view();
+  GemmArgs g = block_args(x.tensor, w.tensor, d.view());
   EXPECT_TRUE(Gemm::can_implement(g).ok()) << Gemm::can_implement(g).reason();
   // 1x128 blocks of [32, 256] need scales [2, 32]; [1, 32] covers only the first 128 columns.
   g.a.block.scale_inv.shape = Shape{1, 32};
@@ -247,11 +226,8 @@ TEST(BlockGemmErrors, CublasLtRulesCheckedBeforeTheDevice) {
   const BlockOperand x(kE4, k2D, 36, 128, 1);
   const BlockOperand w(kE4, k2D, 32, 128, 2);
   Tensor d(kF32, Shape{36, 32}, Device::host());
-  GemmArgs g;
-  g.a = x.operand();
-  g.b = w.operand();
-  g.d = d.view();
-  EXPECT_TRUE(Gemm::can_implement(g).ok()) << Gemm::can_implement(g).reason();
+  const Status s = Gemm::can_implement(block_args(x.tensor, w.tensor, d.view()));
+  EXPECT_TRUE(s.ok()) << s.reason();
 }
 
 }  // namespace
