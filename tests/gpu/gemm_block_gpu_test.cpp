@@ -6,7 +6,9 @@
 // without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -50,30 +52,34 @@ struct Form {
   BlockShape a_block, b_block;
   DType a_dtype;
   GemmTranspose ta, tb;
-  GemmAccumulation accumulation;  // the layers' choice: fast for fprop, split for the others
+  GemmAccumulation accumulation;
   int64_t a_rows, a_cols, b_rows, b_cols, m, n;
 };
 
 // The three layer GEMMs over tokens T, input features IN, output features OUT (as in
-// gemm_block_test.cpp).
+// gemm_block_test.cpp). Split accumulation, the one mode known to be offered with block
+// scales (TransformerEngine uses only it; PyTorch refuses fast accumulation with them): fast
+// accumulation is probed by bench/gemm_block_gpu_bench.
 std::vector<Form> layer_forms(int64_t t, int64_t in, int64_t out) {
   using enum GemmTranspose;
   using enum GemmAccumulation;
   return {
-      {"fprop 1Dx2D", k1D, k2D, kE4, kNo, kYes, kFast, t, in, out, in, t, out},
+      {"fprop 1Dx2D", k1D, k2D, kE4, kNo, kYes, kSplit, t, in, out, in, t, out},
       {"dgrad 1Dx2D", k1D, k2D, kE5, kNo, kNo, kSplit, t, out, out, in, t, in},
       {"wgrad 1Dx1D", k1D, k1D, kE5, kYes, kNo, kSplit, t, out, t, in, out, in},
   };
 }
 
-// cuBLASLt multiplies each 128-long partial sum of code products (exact products, fp32 sums)
-// by the two blocks' scale_inv and accumulates those in fp32; the host dequantizes every
-// element to fp32 first and accumulates the products in fp32. Both round differently only at
-// fp32's level (relative ~1e-6 over these K), then D is stored in its dtype, where one
-// rounding step apart is possible: 2 · D's unit roundoff. Fast accumulation keeps about 14
-// mantissa bits inside each 128-long block: 1e-3 more.
+// cuBLASLt multiplies each 128-long partial sum of code products by the two blocks'
+// scale_inv and accumulates those in fp32; the host dequantizes every element to fp32 first
+// and accumulates the products in fp32. The difference is Hopper's FP8 accumulator inside each
+// partial sum: with split accumulation the per-tensor FP8 GEMM measured ~1e-4 against the host
+// (docs/benchmarks/gpu-h100.md), hence 4 · 2^-14 as in gemm_gpu_test.cpp; fast accumulation
+// keeps fewer bits (1e-2). D's own rounding may then differ by one step: 2 · its unit
+// roundoff.
 double gpu_tolerance(DType d, GemmAccumulation acc) {
-  return 2 * output_tolerance(d) + (acc == GemmAccumulation::kFast ? 1e-3 : 1e-5);
+  return std::max(2 * output_tolerance(d),
+                  acc == GemmAccumulation::kFast ? 1e-2 : std::ldexp(4.0, -14));
 }
 
 void run_form(const Form& f, DType d_dtype, uint32_t seed) {
