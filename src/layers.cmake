@@ -1,7 +1,6 @@
 # Layers (fp32 activations on the host or a CUDA device; GEMMs through qmesh::gemm), the layer
 # ops they run between GEMMs (LayerNorm, bias, GELU backward, add, bf16 cast) and training
-# utilities (gradient sync, optimizers, the MSE loss, training checkpoints, the examples' synthetic
-# teacher task).
+# utilities (gradient sync, optimizers, the MSE loss, training checkpoints).
 target_sources(qmesh PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/layers/dense.cpp
   ${CMAKE_CURRENT_LIST_DIR}/layers/fp8_stats.cpp
@@ -18,8 +17,7 @@ target_sources(qmesh PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/train/checkpoint.cpp
   ${CMAKE_CURRENT_LIST_DIR}/train/grad_sync.cpp
   ${CMAKE_CURRENT_LIST_DIR}/train/loss.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/train/optimizer.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/train/teacher.cpp)
+  ${CMAKE_CURRENT_LIST_DIR}/train/optimizer.cpp)
 if(QMESH_WITH_CUDA)
   target_sources(qmesh PRIVATE ${CMAKE_CURRENT_LIST_DIR}/cuda/layer_ops.cu
     ${CMAKE_CURRENT_LIST_DIR}/cuda/loss.cu)
