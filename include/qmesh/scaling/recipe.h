@@ -1,4 +1,4 @@
-// FP8 scaling recipes: plain structs that say how scales are chosen (docs/design/scaling.md).
+// FP8 scaling recipes: plain structs that say how scales are chosen (docs/design/fp8_scaling.md).
 #pragma once
 
 #include <cstdint>
