@@ -1,5 +1,6 @@
 #include "teacher_c.h"
 
+#include <cmath>
 #include <cstdio>
 #include <exception>
 #include <memory>
@@ -49,7 +50,10 @@ int example_teacher_batch(const example_teacher* teacher, int64_t step, int64_t 
 }
 
 double example_teacher_mean_predictor_loss(const example_teacher* teacher) {
-  return teacher->task.mean_predictor_loss();
+  return reporting(__func__, std::nan(""), [&] {
+    QMESH_CHECK(teacher, "the teacher must not be NULL");
+    return teacher->task.mean_predictor_loss();
+  });
 }
 
 }  // extern "C"

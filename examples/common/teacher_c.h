@@ -19,7 +19,8 @@ void example_teacher_destroy(example_teacher* teacher);
  * [first, first + tokens) of `step`. 0 on success; -1 on failure, with the reason on stderr. */
 int example_teacher_batch(const example_teacher* teacher, int64_t step, int64_t first,
                           int64_t tokens, float* x, float* t);
-/* The loss of predicting each target feature's mean (the baseline to beat). */
+/* The loss of predicting each target feature's mean (the baseline to beat); NaN on failure,
+ * with the reason on stderr. */
 double example_teacher_mean_predictor_loss(const example_teacher* teacher);
 
 #ifdef __cplusplus
