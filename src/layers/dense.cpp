@@ -54,6 +54,15 @@ struct Dense::Impl {
     QMESH_CHECK(
         opt.parallelism != DenseParallelism::kRow || opt.activation == DenseActivation::kNone, name,
         ": a row-parallel layer cannot fuse GELU (its output is a partial sum)");
+    QMESH_CHECK(opt.output_dtype == DType::kFloat32 || opt.output_dtype == DType::kBFloat16, name,
+                ": output_dtype must be fp32 or bf16, got ", dtype_name(opt.output_dtype));
+    QMESH_CHECK(context.recipe() != Recipe::kFp32 || opt.output_dtype == DType::kFloat32, name,
+                ": the fp32 recipe's GEMMs write fp32 (cuBLASLt has no fp32 x fp32 -> bf16 GEMM); "
+                "set output_dtype fp32");
+    QMESH_CHECK(opt.parallelism != DenseParallelism::kRow || opt.output_dtype == DType::kFloat32,
+                name,
+                ": a row-parallel layer's output is reduced over tp in fp32; set output_dtype "
+                "fp32");
     QMESH_CHECK(opt.bias || opt.activation == DenseActivation::kNone, name,
                 ": GELU is fused with the bias; enable the bias");
     QMESH_CHECK(
@@ -117,6 +126,13 @@ struct Dense::Impl {
 
   bool fsdp() const { return ctx.fsdp().enabled(); }
 
+  // t: an activation (fp32 or bf16) on the context's device.
+  void check_activation(const TensorView& t, const std::string& what) const {
+    QMESH_CHECK(t.dtype == DType::kFloat32 || t.dtype == DType::kBFloat16, what,
+                " must be fp32 or bf16, got ", dtype_name(t.dtype));
+    check_device(t, ctx.device(), what);
+  }
+
   // FSDP: gathers this layer's weight for a pass (unless prefetched or kept; the next
   // FsdpOptions::prefetch layers' gathers start meanwhile) and returns the [out, in] operand
   // (FP8: one scale on every rank, so only the codes travel; columnwise copy made here).
@@ -164,8 +180,11 @@ struct Dense::Impl {
   bool columnwise() const { return x_in.device.is_cuda(); }
 
   TensorView forward(const TensorView& x) {
-    check_dtype(x, DType::kFloat32, name + " input");
-    check_device(x, ctx.device(), name + " input");
+    check_activation(x, name + " input");
+    QMESH_CHECK(!column() || x.dtype == DType::kFloat32, name,
+                ": a column-parallel layer takes an fp32 input (its gradient is reduced over tp "
+                "in fp32), got ",
+                dtype_name(x.dtype));
     QMESH_CHECK(x.shape.cols() == in_local, name, ": input must have ", in_local,
                 " features (last dimension), got shape ", x.shape.str());
     x_in = x;
@@ -191,15 +210,15 @@ struct Dense::Impl {
     args.trans_b = GemmTranspose::kYes;  // y = x · Wᵀ
     const int64_t out_rows = row() && sp() ? tokens / tp->size() : tokens;
     const TensorView out =
-        ensure_tensor(y, DType::kFloat32, with_rows(out_rows, out_local), x.device);
+        ensure_tensor(y, options.output_dtype, with_rows(out_rows, out_local), x.device);
     args.d = out;
     if (options.bias && !row()) {
-      args.bias = epilogue_bias(args.a.is_quantized());
+      args.bias = epilogue_bias(args.a.is_quantized(), out.dtype);
       args.epilogue = GemmEpilogue::kBias;
     }
     if (gelu_here()) {  // saves the pre-activation
       args.epilogue = GemmEpilogue::kBiasGeluAux;
-      args.aux = ensure_tensor(pre_activation, DType::kFloat32, out.shape, x.device);
+      args.aux = ensure_tensor(pre_activation, out.dtype, out.shape, x.device);
     }
     args.accumulation = GemmAccumulation::kFast;
     if (column() && sp()) {
@@ -229,8 +248,11 @@ struct Dense::Impl {
 
   TensorView backward(const TensorView& dy_in) {
     QMESH_CHECK(!x_in.empty(), name, ": backward called before forward");
-    check_dtype(dy_in, DType::kFloat32, name + " output gradient");
-    check_device(dy_in, ctx.device(), name + " output gradient");
+    check_activation(dy_in, name + " output gradient");
+    QMESH_CHECK(options.activation == DenseActivation::kNone || dy_in.dtype == y.dtype(), name,
+                ": GELU's backward reads the ", dtype_name(y.dtype()),
+                " pre-activation with the output gradient; pass a gradient of that dtype, got ",
+                dtype_name(dy_in.dtype));
     const Shape x_shape = with_rows(tokens, in_local);  // x as the GEMMs saw it
     if (fsdp()) last_w = gathered_weight(false);
     const TensorView dx_out = backward_unsharded(dy_in, x_shape);
@@ -264,7 +286,7 @@ struct Dense::Impl {
         x_full = gather_buffer().get(last_x, tokens, columnwise());
         regathered.emplace(*tp, rowwise(last_x), rowwise(x_full), streams());
       }
-      dgrad.d = ensure_tensor(dx, DType::kFloat32, x_in.shape, x_in.device);
+      dgrad.d = ensure_tensor(dx, x_in.dtype, x_in.shape, x_in.device);
       gemm_reduce_scatter(*tp, dgrad, overlap, streams());
       if (regathered) {
         regathered->finish();
@@ -274,7 +296,7 @@ struct Dense::Impl {
       return dgrad.d;
     }
     run_wgrad(dy_op, last_x);
-    dgrad.d = ensure_tensor(dx, DType::kFloat32, x_shape, x_in.device);
+    dgrad.d = ensure_tensor(dx, x_in.dtype, x_shape, x_in.device);
     gemm(dgrad, ctx.stream());
     // Column parallel: every tp rank holds a partial dx over the full input features.
     if (column() && tp->size() > 1)
@@ -299,7 +321,7 @@ struct Dense::Impl {
       bias_grad(sums, fusion.dbias, ctx.stream());  // rank 0's sums plus the others' in rank order
     }
     const GemmOperand dy_gathered = dy_gather.get(dgrad.a, tokens, columnwise());
-    dgrad.d = ensure_tensor(dx, DType::kFloat32, x_shape, x_in.device);
+    dgrad.d = ensure_tensor(dx, x_in.dtype, x_shape, x_in.device);
     all_gather_gemm(*tp, dgrad, rowwise(dy_gathered), overlap, streams());
     fill_columnwise(dy_gathered);
     run_wgrad(dy_gathered, last_x);
@@ -308,10 +330,10 @@ struct Dense::Impl {
 
   // The bias as the forward GEMM's epilogue reads it (detail::forward_bias_dtype): the fp32
   // bias (bias_value(): under FSDP the gathered one), or a bf16 copy of it made now for FP8
-  // operands.
-  TensorView epilogue_bias(bool fp8_operands) {
+  // operands or a bf16 output.
+  TensorView epilogue_bias(bool fp8_operands, DType out_dtype) {
     const TensorView b32 = bias_value();
-    if (detail::forward_bias_dtype(fp8_operands) == DType::kFloat32) return b32;
+    if (detail::forward_bias_dtype(fp8_operands, out_dtype) == DType::kFloat32) return b32;
     const TensorView b16 = ensure_tensor(bias_bf16, DType::kBFloat16, b32.shape, b32.device);
     convert_to_bf16(b32, b16, ctx.stream());
     return b16;

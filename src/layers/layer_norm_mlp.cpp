@@ -10,6 +10,8 @@ namespace {
 
 // Under FP8 GELU runs inside the casts around it: fc1's output is the pre-activation, fc2's
 // input cast applies GELU, and fc1's dy cast applies GELU's backward with the bias gradient.
+// fc1's output, and with it fc2's input and input gradient (the [T, ffn] tensors), are in the
+// context's activation_dtype; fc2's output stays fp32 (reduced over tp, then the residual).
 DenseGeluSplit gelu_split(const LayerContext& ctx, DenseGeluSplit side) {
   return ctx.is_fp8() ? side : DenseGeluSplit::kNone;
 }
@@ -28,7 +30,7 @@ LayerNormMLP::LayerNormMLP(std::string name, int64_t hidden, int64_t ffn,
       fc1_(name + ".fc1", hidden, ffn,
            DenseOptions{DenseParallelism::kColumn, options.sequence_parallel, true,
                         DenseActivation::kGelu, options.overlap, options.gathered_input,
-                        gelu_split(ctx, DenseGeluSplit::kProducer)},
+                        gelu_split(ctx, DenseGeluSplit::kProducer), ctx.activation_dtype()},
            ctx, seed * 2 + 1),
       fc2_(name + ".fc2", ffn, hidden,
            DenseOptions{DenseParallelism::kRow, options.sequence_parallel, true,

@@ -130,6 +130,43 @@ TEST_F(LayersGpu, ElementwiseOpsMatchTheHost) {
   expect_close(ggrad, grad, 0.0, "dgelu");
 }
 
+// bf16 activations: GELU, its backward and the bias add read and write bf16 with the host's
+// bits (fp32 math as written in cpu/gelu.h, round to nearest even); widening is exact.
+TEST_F(LayersGpu, Bf16ActivationOpsAreBitIdentical) {
+  OwnStream s;
+  const Shape shape{37, 129};
+  auto narrow = [&](const TensorView& t) {
+    Tensor out(DType::kBFloat16, t.shape);
+    convert_to_bf16(t, out);
+    return out;
+  };
+  const Tensor pre = narrow(random_tensor(shape, 11, -6.0f, 6.0f));
+  const Tensor dy = narrow(random_tensor(shape, 12));
+  const Tensor bias = random_tensor(Shape{shape.cols()}, 13);
+  Tensor act(DType::kBFloat16, shape), grad(DType::kFloat32, shape), wide(DType::kFloat32, shape);
+  Tensor y = narrow(random_tensor(shape, 14));
+  gelu(pre, act);
+  dgelu(dy, pre, grad);
+  convert_to_fp32(pre, wide);
+  const Tensor gpre = to_gpu(pre), gdy = to_gpu(dy), gbias = to_gpu(bias);
+  Tensor gact(DType::kBFloat16, shape, kGpu), ggrad(DType::kFloat32, shape, kGpu);
+  Tensor gwide(DType::kFloat32, shape, kGpu), gy = to_gpu(y);
+  gelu(gpre, gact, s.stream());
+  dgelu(gdy, gpre, ggrad, s.stream());
+  convert_to_fp32(gpre, gwide, s.stream());
+  add_bias(y, bias);
+  add_bias(gy, gbias, s.stream());
+  s.sync();
+  auto same_bits = [](const TensorView& gpu, const TensorView& host, const char* what) {
+    const Tensor got = to_host(gpu);
+    EXPECT_EQ(std::memcmp(got.data(), host.data, host.nbytes()), 0) << what;
+  };
+  same_bits(gact, act, "gelu");
+  same_bits(ggrad, grad, "dgelu");
+  same_bits(gwide, wide, "convert_to_fp32");
+  same_bits(gy, y, "add_bias");
+}
+
 TEST_F(LayersGpu, Bf16ConversionIsBitIdentical) {
   OwnStream s;
   Tensor x = random_tensor(Shape{1000}, 10, -1e4f, 1e4f);
