@@ -12,9 +12,10 @@ namespace qmesh::detail::cuda {
 void layer_norm_forward(int device, const float* x, const float* gamma, const float* beta,
                         float eps, float* y, float* mean, float* rstd, int64_t rows, int64_t cols,
                         Stream stream);
+// residual: null, or added to dx (ops/layer_norm.h).
 void layer_norm_backward(int device, const float* dy, const float* x, const float* gamma,
-                         const float* mean, const float* rstd, float* dx, float* dgamma,
-                         float* dbeta, int64_t rows, int64_t cols, Stream stream);
+                         const float* mean, const float* rstd, const float* residual, float* dx,
+                         float* dgamma, float* dbeta, int64_t rows, int64_t cols, Stream stream);
 // out[c] = sum_r g[r, c].
 void column_sums(int device, const float* g, float* out, int64_t rows, int64_t cols, Stream stream);
 // Activations (y, x, dy, pre) are fp32, or bf16 where their flag says so.

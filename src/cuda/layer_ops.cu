@@ -74,7 +74,7 @@ __global__ void __launch_bounds__(kThreads)
 
 __global__ void __launch_bounds__(kThreads)
     layer_norm_dx_kernel(const float* dy, const float* x, const float* gamma, const float* mean,
-                         const float* rstd, float* dx, int64_t cols) {
+                         const float* rstd, const float* residual, float* dx, int64_t cols) {
   __shared__ float scratch[kWarps];
   const int64_t row = blockIdx.x;
   const float* xr = x + row * cols;
@@ -92,7 +92,9 @@ __global__ void __launch_bounds__(kThreads)
   float* dxr = dx + row * cols;
   for (int64_t c = threadIdx.x; c < cols; c += kThreads) {
     const float xhat = (xr[c] - m) * r;
-    dxr[c] = r * (dyr[c] * gamma[c] - inv_n * sum_dxhat - xhat * inv_n * sum_dxhat_xhat);
+    const float d = r * (dyr[c] * gamma[c] - inv_n * sum_dxhat - xhat * inv_n * sum_dxhat_xhat);
+    // The residual add rounded on its own (no FMA with the product): the host's bits.
+    dxr[c] = residual != nullptr ? __fadd_rn(residual[row * cols + c], d) : d;
   }
 }
 
@@ -242,12 +244,12 @@ void layer_norm_forward(int device, const float* x, const float* gamma, const fl
 }
 
 void layer_norm_backward(int device, const float* dy, const float* x, const float* gamma,
-                         const float* mean, const float* rstd, float* dx, float* dgamma,
-                         float* dbeta, int64_t rows, int64_t cols, Stream stream) {
+                         const float* mean, const float* rstd, const float* residual, float* dx,
+                         float* dgamma, float* dbeta, int64_t rows, int64_t cols, Stream stream) {
   const DeviceGuard guard(device);
   if (rows > 0) {
     layer_norm_dx_kernel<<<static_cast<unsigned>(rows), kThreads, 0, native(stream)>>>(
-        dy, x, gamma, mean, rstd, dx, cols);
+        dy, x, gamma, mean, rstd, residual, dx, cols);
     QMESH_CHECK_CUDA(cudaGetLastError());
   }
   column_sums_impl(dy, x, mean, rstd, dbeta, dgamma, rows, cols, stream);

@@ -47,10 +47,9 @@ TensorView LayerNormMLP::forward(const TensorView& x) {
 }
 
 TensorView LayerNormMLP::backward(const TensorView& dy) {
-  const TensorView d_norm = norm_.backward(fc1_.backward(fc2_.backward(dy)));
-  const TensorView dx = ensure_tensor(dx_, DType::kFloat32, dy.shape, dy.device);
-  add(dy, d_norm, dx, ctx_.stream());  // the residual path
-  return dx;
+  check_dtype(dy, DType::kFloat32, "LayerNormMLP output gradient");
+  // LayerNorm's dx with the residual path's dy added in its pass.
+  return norm_.backward(fc1_.backward(fc2_.backward(dy)), dy);
 }
 
 std::vector<Parameter*> LayerNormMLP::parameters() {

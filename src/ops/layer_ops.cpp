@@ -117,12 +117,19 @@ void layer_norm_forward(const TensorView& x, const TensorView& gamma, const Tens
 
 void layer_norm_backward(const TensorView& dy, const TensorView& x, const TensorView& gamma,
                          const TensorView& mean, const TensorView& rstd, const TensorView& dx,
-                         const TensorView& dgamma, const TensorView& dbeta, Stream stream) {
+                         const TensorView& dgamma, const TensorView& dbeta, Stream stream,
+                         const TensorView& residual) {
   check_fp32(x, x.device, "layer_norm_backward input");
   const int64_t rows = x.shape.rows(), cols = x.shape.cols();
   check_args("layer_norm_backward", x.device, x.shape,
              {{dy, "output gradient"}, {dx, "input gradient"}});
   QMESH_CHECK(dx.data != dy.data, "layer_norm_backward: dx must not alias dy");
+  if (!residual.empty()) {
+    check_args("layer_norm_backward", x.device, x.shape, {{residual, "residual gradient"}});
+    QMESH_CHECK(residual.data != dx.data && residual.data != dy.data,
+                "layer_norm_backward: the residual gradient must not alias dx or dy");
+  }
+  const float* res = residual.empty() ? nullptr : residual.data_as<float>();
   check_args("layer_norm_backward", x.device, Shape{cols},
              {{gamma, "gamma"}, {dgamma, "dgamma"}, {dbeta, "dbeta"}});
   check_args("layer_norm_backward", x.device, Shape{rows}, {{mean, "mean"}, {rstd, "rstd"}});
@@ -158,10 +165,12 @@ void layer_norm_backward(const TensorView& dy, const TensorView& x, const Tensor
             const float xhat = (xr[c] - m) * s;
             dxr[c] = s * (dyr[c] * g[c] - inv_n * sum_dxhat - xhat * inv_n * sum_dxhat_xhat);
           }
+          if (res != nullptr)
+            for (int64_t c = 0; c < cols; ++c) dxr[c] = res[r * cols + c] + dxr[c];
         }
       },
       [&](auto device) {
-        detail::cuda::layer_norm_backward(device, pdy, px, g, mu, rs, pdx, dg, db, rows, cols,
+        detail::cuda::layer_norm_backward(device, pdy, px, g, mu, rs, res, pdx, dg, db, rows, cols,
                                           stream);
       });
 }

@@ -89,6 +89,27 @@ TEST_F(LayersGpu, LayerNormMatchesTheHost) {
   expect_close(gpu.dbeta, host.dbeta, 1e-4, "dbeta");
 }
 
+// The residual gradient added in the dx pass on the device: the bits of the device's own
+// separate add, and the host's result within LayerNorm's tolerance.
+TEST_F(LayersGpu, LayerNormBackwardAddsTheResidualAsTheSeparateAdd) {
+  OwnStream s;
+  const LayerNormRun host(300, 1000), gpu(300, 1000, kGpu, s.stream());
+  const Tensor residual = random_tensor(host.x.shape(), 41);
+  Tensor want = clone(host.dx, Device::host());
+  add(residual, want, want);
+  const Tensor gres = to_gpu(residual), gx = to_gpu(host.x), ggamma = to_gpu(host.gamma),
+               gdy = to_gpu(host.dy);
+  Tensor gdx(DType::kFloat32, host.x.shape(), kGpu), gsum(DType::kFloat32, host.x.shape(), kGpu);
+  Tensor gdg(DType::kFloat32, host.gamma.shape(), kGpu),
+      gdb(DType::kFloat32, host.gamma.shape(), kGpu);
+  layer_norm_backward(gdy, gx, ggamma, gpu.mean, gpu.rstd, gdx, gdg, gdb, s.stream(), gres);
+  add(gres, gpu.dx, gsum, s.stream());
+  s.sync();
+  const Tensor fused = to_host(gdx), separate = to_host(gsum);
+  EXPECT_EQ(std::memcmp(fused.data(), separate.data(), fused.nbytes()), 0);
+  expect_close(gdx, want, 1e-4, "dx + residual");
+}
+
 TEST_F(LayersGpu, BiasOpsMatchTheHost) {
   OwnStream s;
   const int64_t rows = 600, cols = 300;

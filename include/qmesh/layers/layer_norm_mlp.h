@@ -47,7 +47,7 @@ class QMESH_API LayerNormMLP {
   LayerContext& ctx_;
   LayerNorm norm_;
   Dense fc1_, fc2_;
-  Tensor y_, dx_;
+  Tensor y_;
 };
 
 // LayerNorm followed by a column-parallel dense layer (as in front of attention's QKV

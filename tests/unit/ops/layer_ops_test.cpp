@@ -102,6 +102,32 @@ TEST(LayerOps, LayerNormForwardAndBackwardMatchFloat64) {
   expect_close(run.dbeta, edb, 1e-5);
 }
 
+// The residual gradient added in LayerNorm backward's dx pass: the bits of the separate add.
+TEST(LayerOps, LayerNormBackwardAddsTheResidualAsTheSeparateAdd) {
+  const int64_t rows = 9, cols = 70;
+  const Tensor x = random_tensor(Shape{rows, cols}, 31), dy = random_tensor(Shape{rows, cols}, 32);
+  const Tensor gamma = random_tensor(Shape{cols}, 33), beta = random_tensor(Shape{cols}, 34);
+  const Tensor residual = random_tensor(Shape{rows, cols}, 35);
+  Tensor y(DType::kFloat32, x.shape()), mean(DType::kFloat32, Shape{rows}),
+      rstd(DType::kFloat32, Shape{rows});
+  layer_norm_forward(x, gamma, beta, 1e-5f, y, mean, rstd);
+  Tensor dx(DType::kFloat32, x.shape()), fused(DType::kFloat32, x.shape()),
+      dgamma(DType::kFloat32, Shape{cols}), dbeta(DType::kFloat32, Shape{cols}),
+      fused_dgamma(DType::kFloat32, Shape{cols}), fused_dbeta(DType::kFloat32, Shape{cols});
+  layer_norm_backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta);
+  add(residual, dx, dx);
+  layer_norm_backward(dy, x, gamma, mean, rstd, fused, fused_dgamma, fused_dbeta, {}, residual);
+  EXPECT_EQ(std::memcmp(fused.data(), dx.data(), dx.nbytes()), 0);
+  EXPECT_EQ(std::memcmp(fused_dgamma.data(), dgamma.data(), dgamma.nbytes()), 0);
+  EXPECT_EQ(std::memcmp(fused_dbeta.data(), dbeta.data(), dbeta.nbytes()), 0);
+  EXPECT_QMESH_ERROR(layer_norm_backward(dy, x, gamma, mean, rstd, fused, fused_dgamma, fused_dbeta,
+                                         {}, Tensor(DType::kFloat32, Shape{rows})),
+                     "residual gradient");
+  EXPECT_QMESH_ERROR(
+      layer_norm_backward(dy, x, gamma, mean, rstd, fused, fused_dgamma, fused_dbeta, {}, fused),
+      "must not alias");
+}
+
 TEST(LayerOps, BiasGradAndAddBiasMatchFloat64) {
   const int64_t rows = 300, cols = 7;
   const Tensor g = random_tensor(Shape{rows, cols}, 5);
