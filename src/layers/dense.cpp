@@ -11,7 +11,9 @@
 #include "layers/gather_buffer.h"
 #include "layers/operand_cast.h"
 #include "qmesh/comm/stream_ordered.h"
+#include "qmesh/copy.h"
 #include "qmesh/error.h"
+#include "qmesh/ops/add.h"
 #include "qmesh/ops/bias.h"
 #include "qmesh/ops/convert.h"
 #include "qmesh/ops/gelu.h"
@@ -179,7 +181,7 @@ struct Dense::Impl {
   // The CUDA FP8 GEMM is TN-only: backward needs the transposed copies there.
   bool columnwise() const { return x_in.device.is_cuda(); }
 
-  TensorView forward(const TensorView& x) {
+  TensorView forward(const TensorView& x, const TensorView& residual) {
     check_activation(x, name + " input");
     QMESH_CHECK(!column() || x.dtype == DType::kFloat32, name,
                 ": a column-parallel layer takes an fp32 input (its gradient is reduced over tp "
@@ -221,7 +223,14 @@ struct Dense::Impl {
       args.aux = ensure_tensor(pre_activation, out.dtype, out.shape, x.device);
     }
     args.accumulation = GemmAccumulation::kFast;
-    if (column() && sp()) {
+    check_residual(residual, out);
+    const bool residual_fused = residual_in_gemm(args, residual);
+    if (residual_fused) {  // D = residual, then D += x · Wᵀ + b
+      copy_bytes_async(out.data, out.device, residual.data, residual.device, out.nbytes(),
+                       ctx.stream());
+      gemm(args, ctx.stream());
+      ran_epilogue = options.bias ? DenseEpilogue::kFused : DenseEpilogue::kNone;
+    } else if (column() && sp()) {
       gemm_with_epilogue(args, x.shape.rows(), [&](const GemmArgs& a) {
         all_gather_gemm(*tp, a, rowwise(x_gathered), overlap, streams());
       });
@@ -235,10 +244,11 @@ struct Dense::Impl {
         all_reduce_in_stream_order(*tp, out, ReduceOp::kSum, ctx.stream());
     }
     // Row parallel: the partial products are summed over tp; add the (replicated) bias.
-    if (row()) {
+    if (row() && !residual_fused) {
       if (options.bias) add_bias(out, bias_value(), ctx.stream());
       ran_epilogue = options.bias ? DenseEpilogue::kSeparate : DenseEpilogue::kNone;
     }
+    if (!residual.empty() && !residual_fused) add(residual, out, out, ctx.stream());
     if (fsdp() && !ctx.fsdp_options().keep_gathered) {
       sharding.release();
       w_full_t.reset();
@@ -326,6 +336,40 @@ struct Dense::Impl {
     fill_columnwise(dy_gathered);
     run_wgrad(dy_gathered, last_x);
     return dgrad.d;
+  }
+
+  // A residual added to the output: fp32, shaped like it, on the context's device, and not
+  // with GELU (which would apply before it).
+  void check_residual(const TensorView& residual, const TensorView& out) const {
+    if (residual.empty()) return;
+    QMESH_CHECK(options.activation == DenseActivation::kNone, name,
+                ": a residual is added to the output of a layer without GELU");
+    QMESH_CHECK(out.dtype == DType::kFloat32, name,
+                ": a residual is added to an fp32 output; set output_dtype fp32");
+    check_dtype(residual, DType::kFloat32, name + " residual");
+    check_device(residual, ctx.device(), name + " residual");
+    check_shape(residual, out.shape, name + " residual");
+  }
+
+  // Turns `args` into y = residual + x · Wᵀ + b in one GEMM where it can: D's old value is the
+  // residual (GemmOutputMode::kAccumulate) and the bias is in the epilogue. Only without a
+  // reduction over tp (tp = 1, no sequence parallelism: a partial sum is reduced before the
+  // residual is added) and where the backend offers it (asked once per token count); false
+  // otherwise, `args` unchanged.
+  bool residual_in_gemm(GemmArgs& args, const TensorView& residual) {
+    if (residual.empty() || sp() || tp->size() != 1) return false;
+    GemmArgs fused = args;
+    fused.output = GemmOutputMode::kAccumulate;
+    if (options.bias) {
+      fused.bias = epilogue_bias(fused.a.is_quantized(), fused.d.dtype);
+      fused.epilogue = GemmEpilogue::kBias;
+    }
+    if (residual_checked_for != tokens) {
+      residual_fusable = Gemm::can_implement(fused).ok();
+      residual_checked_for = tokens;
+    }
+    if (residual_fusable) args = fused;
+    return residual_fusable;
   }
 
   // The bias as the forward GEMM's epilogue reads it (detail::forward_bias_dtype): the fp32
@@ -432,6 +476,8 @@ struct Dense::Impl {
   int64_t epilogue_checked_for = -1;                  // the token count `epilogue` was chosen for
   DenseEpilogue epilogue = DenseEpilogue::kNone;      // what the forward GEMM runs
   DenseEpilogue ran_epilogue = DenseEpilogue::kNone;  // what the last forward ran
+  int64_t residual_checked_for = -1;  // the token count `residual_fusable` was asked for
+  bool residual_fusable = false;      // the residual and bias fit in the forward GEMM
   Tensor y, pre_activation, bias_sums, dx, bias_bf16;
   int64_t backward_step = -1;  // ctx.steps() when backward last ran (-1: never)
   // FSDP: forward's cast shard and the gathered weight's columnwise copy; the gathers
@@ -450,9 +496,9 @@ Dense::Dense(std::string name, int64_t in_features, int64_t out_features, DenseO
 Dense::~Dense() = default;
 Dense::Dense(Dense&&) noexcept = default;
 
-TensorView Dense::forward(const TensorView& x) {
+TensorView Dense::forward(const TensorView& x, const TensorView& residual) {
   impl_->ctx.check_forward(impl_->backward_step, impl_->name);
-  return impl_->forward(x);
+  return impl_->forward(x, residual);
 }
 TensorView Dense::backward(const TensorView& dy) {
   const TensorView dx = impl_->backward(dy);

@@ -1,8 +1,6 @@
 #include "qmesh/layers/layer_norm_mlp.h"
 
-#include "layers/activation_buffer.h"
 #include "qmesh/error.h"
-#include "qmesh/ops/add.h"
 
 namespace qmesh {
 
@@ -25,8 +23,7 @@ std::vector<Parameter*> concat(std::vector<Parameter*> a, const std::vector<Para
 
 LayerNormMLP::LayerNormMLP(std::string name, int64_t hidden, int64_t ffn,
                            LayerNormMLPOptions options, LayerContext& ctx, uint64_t seed)
-    : ctx_(ctx),
-      norm_(name + ".ln", hidden, options.layer_norm_eps, ctx, options.sequence_parallel),
+    : norm_(name + ".ln", hidden, options.layer_norm_eps, ctx, options.sequence_parallel),
       fc1_(name + ".fc1", hidden, ffn,
            DenseOptions{DenseParallelism::kColumn, options.sequence_parallel, true,
                         DenseActivation::kGelu, options.overlap, options.gathered_input,
@@ -39,11 +36,8 @@ LayerNormMLP::LayerNormMLP(std::string name, int64_t hidden, int64_t ffn,
            ctx, seed * 2 + 2) {}
 
 TensorView LayerNormMLP::forward(const TensorView& x) {
-  const TensorView out = fc2_.forward(fc1_.forward(norm_.forward(x)));
-  check_shape(out, x.shape, "LayerNormMLP output");
-  const TensorView y = ensure_tensor(y_, DType::kFloat32, x.shape, x.device);
-  add(x, out, y, ctx_.stream());
-  return y;
+  // fc2 adds the residual: in its GEMM at tp = 1 (with its bias), else after the reduction.
+  return fc2_.forward(fc1_.forward(norm_.forward(x)), x);
 }
 
 TensorView LayerNormMLP::backward(const TensorView& dy) {

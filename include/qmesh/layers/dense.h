@@ -113,7 +113,12 @@ class QMESH_API Dense {
   // x: fp32 or bf16 (kColumn: fp32) on the context's device, [tokens, in_local] (see the
   // sharding table). Returns y (output_dtype), owned by the layer and valid until the next
   // forward. x must stay alive and unchanged until backward.
-  TensorView forward(const TensorView& x);
+  // With `residual` (fp32, shaped like y, on the context's device; only without GELU and with
+  // an fp32 output): y = x · Wᵀ + b + residual. At tp = 1 without sequence parallelism, where
+  // the backend offers it, one GEMM does it all (D = the residual, accumulated, the bias in the
+  // epilogue: forward_epilogue() kFused); otherwise the bias and the residual are separate
+  // passes after the reduction over tp.
+  TensorView forward(const TensorView& x, const TensorView& residual = {});
   // dy: gradient of the loss w.r.t. forward's output (after GELU for kGelu), shaped like it;
   // fp32 or bf16 (with GELU: y's dtype). Writes weight.grad and bias.grad; returns dx (owned by
   // the layer) shaped like x, of x's dtype.

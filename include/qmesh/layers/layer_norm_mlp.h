@@ -44,10 +44,8 @@ class QMESH_API LayerNormMLP {
   std::vector<Parameter*> parameters();
 
  private:
-  LayerContext& ctx_;
   LayerNorm norm_;
   Dense fc1_, fc2_;
-  Tensor y_;
 };
 
 // LayerNorm followed by a column-parallel dense layer (as in front of attention's QKV
