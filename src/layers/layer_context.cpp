@@ -16,6 +16,19 @@ LayerContext::LayerContext(const Mesh& mesh, Recipe recipe, LayerContextOptions 
   QMESH_CHECK(options_.fsdp.prefetch >= 0,
               "FsdpOptions::prefetch must be >= 0 (layers gathered ahead), got ",
               options_.fsdp.prefetch);
+  QMESH_CHECK(!options_.activation_dtype || *options_.activation_dtype == DType::kFloat32 ||
+                  *options_.activation_dtype == DType::kBFloat16,
+              "LayerContextOptions::activation_dtype must be fp32 or bf16 (or unset for the "
+              "recipe's default), got ",
+              dtype_name(options_.activation_dtype.value_or(DType::kFloat32)));
+  QMESH_CHECK(recipe != Recipe::kFp32 || activation_dtype() == DType::kFloat32,
+              "LayerContextOptions::activation_dtype: the fp32 recipe keeps fp32 activations (its "
+              "GEMMs write fp32 only); leave it unset or fp32");
+}
+
+DType LayerContext::activation_dtype() const {
+  if (options_.activation_dtype) return *options_.activation_dtype;
+  return recipe_ == Recipe::kFp32 ? DType::kFloat32 : DType::kBFloat16;
 }
 
 LayerContext::~LayerContext() = default;

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -40,6 +41,10 @@ struct LayerContextOptions {
   FsdpOptions fsdp{};                // fully sharded data parallelism (prefetch >= 0)
   Fp8Stats* fp8_stats = nullptr;     // collector of FP8 precision statistics (null: none;
                                      // not owned, it must outlive the layers)
+  // The dtype of the activations that blocks keep between their GEMMs (LayerNormMLP's
+  // pre-activation and hidden gradient): fp32 or bf16 (not under kFp32, whose GEMMs write
+  // fp32). Unset: bf16 under the BF16 and FP8 recipes, fp32 under kFp32 (the reference).
+  std::optional<DType> activation_dtype = std::nullopt;
 };
 
 class QMESH_API LayerContext {
@@ -66,6 +71,8 @@ class QMESH_API LayerContext {
   bool is_fp8() const { return recipe_ == Recipe::kFp8Delayed || recipe_ == Recipe::kFp8Current; }
   const Float8CurrentScaling& current_scaling() const { return options_.current; }
   const DelayedScaling& delayed_scaling() const { return options_.delayed; }
+  // LayerContextOptions::activation_dtype, or the recipe's default when unset.
+  DType activation_dtype() const;
   // FP8 dtype of an operand of this role under the active recipe's format.
   DType fp8_dtype(OperandRole role) const;
   // The default collective-GEMM schedule (docs/design/overlap.md).
