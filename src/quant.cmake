@@ -1,9 +1,11 @@
 # FP8 quantization and scaling: ops (amax, quantize, cast_transpose, dbias_quantize, grouped
-# quantize, dequantize), recipes, scaling state with its fused update, the global amax
-# reduction and the scaling-state checkpoint.
+# quantize, dequantize, the block-scaled casts), recipes, scaling state with its fused
+# update, the global amax reduction and the scaling-state checkpoint.
 target_sources(qmesh PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/cpu/block_cast.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cpu/cast.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cpu/cpu_threads.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/ops/block_quantize.cpp
   ${CMAKE_CURRENT_LIST_DIR}/ops/cast_ops.cpp
   ${CMAKE_CURRENT_LIST_DIR}/scaling/amax_reducer.cpp
   ${CMAKE_CURRENT_LIST_DIR}/scaling/checkpoint.cpp
@@ -22,6 +24,7 @@ if(QMESH_WITH_CUDA)
   set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
   set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
   target_sources(qmesh PRIVATE
+    ${CMAKE_CURRENT_LIST_DIR}/cuda/block_cast.cu
     ${CMAKE_CURRENT_LIST_DIR}/cuda/cast.cu
     ${CMAKE_CURRENT_LIST_DIR}/cuda/device_scalar.cpp
     ${CMAKE_CURRENT_LIST_DIR}/cuda/stream_scratch.cpp
