@@ -59,27 +59,37 @@ float scale_of(const BlockCastJob& job, uint32_t amax_bits) {
   return current_scale(std::bit_cast<float>(amax_bits), job.fp8, job.scaling);
 }
 
-// Codes and scales of tile (rb, cb) in both layouts.
+// Encodes `lines` lines of a tile into out (row stride out_ld): line i holds the `len` values
+// v[i * line_step + j * elem_step]. Its scale is `tile_scale` when line_scale_inv is null
+// (128x128 tiles), else that of amax[i], whose 1 / scale goes to line_scale_inv[i].
+template <class Encode>
+void encode_lines(const BlockCastJob& job, const float* v, int64_t lines, int64_t len,
+                  int64_t line_step, int64_t elem_step, const uint32_t* amax, float tile_scale,
+                  uint8_t* out, int64_t out_ld, float* line_scale_inv) {
+  for (int64_t i = 0; i < lines; ++i) {
+    const float s = line_scale_inv ? scale_of(job, amax[i]) : tile_scale;
+    for (int64_t j = 0; j < len; ++j)
+      out[i * out_ld + j] = Encode::apply(v[i * line_step + j * elem_step] * s);
+    if (line_scale_inv) line_scale_inv[i] = 1.0f / s;
+  }
+}
+
+// Codes and scales of tile (rb, cb) in both layouts: the rows of the tile are lines of
+// data, its columns lines of data_t.
 template <class Encode>
 void encode_tile(const BlockCastJob& job, int64_t rb, int64_t cb, const Tile& t) {
   const int64_t r0 = rb * kB, c0 = cb * kB;
   const bool tiles = job.block == BlockShape::k128x128;
   const float tile_scale =
       tiles ? scale_of(job, *std::max_element(t.row_amax, t.row_amax + kB)) : 0.0f;
-  for (int64_t r = 0; r < t.h; ++r) {
-    const float s = tiles ? tile_scale : scale_of(job, t.row_amax[r]);
-    uint8_t* out = job.out + (r0 + r) * job.cols + c0;
-    for (int64_t c = 0; c < t.w; ++c) out[c] = Encode::apply(t.v[r * kB + c] * s);
-    if (!tiles) job.scale_inv[cb * job.scale_ld + r0 + r] = 1.0f / s;
-  }
+  encode_lines<Encode>(job, t.v.data(), t.h, t.w, kB, 1, t.row_amax, tile_scale,
+                       job.out + r0 * job.cols + c0, job.cols,
+                       tiles ? nullptr : job.scale_inv + cb * job.scale_ld + r0);
   if (tiles) job.scale_inv[rb * job.scale_ld + cb] = 1.0f / tile_scale;
   if (!job.out_t) return;
-  for (int64_t c = 0; c < t.w; ++c) {
-    const float s = tiles ? tile_scale : scale_of(job, t.col_amax[c]);
-    uint8_t* out = job.out_t + (c0 + c) * job.rows + r0;
-    for (int64_t r = 0; r < t.h; ++r) out[r] = Encode::apply(t.v[r * kB + c] * s);
-    if (!tiles) job.scale_inv_t[rb * job.scale_t_ld + c0 + c] = 1.0f / s;
-  }
+  encode_lines<Encode>(job, t.v.data(), t.w, t.h, 1, kB, t.col_amax, tile_scale,
+                       job.out_t + c0 * job.rows + r0, job.rows,
+                       tiles ? nullptr : job.scale_inv_t + rb * job.scale_t_ld + c0);
   if (tiles) job.scale_inv_t[cb * job.scale_t_ld + rb] = 1.0f / tile_scale;
 }
 

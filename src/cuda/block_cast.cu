@@ -46,34 +46,25 @@ static_assert(kGroups == kBlockRowGroups && kWarps == kBlockGroupPairs,
               "the dbias order of ops/block_cast_job.h");
 
 struct BlockParams {
-  const void* in;
-  int64_t rows;
-  int64_t cols;
-  uint8_t* out;
-  float* scale_inv;
-  int64_t scale_ld;
-  uint8_t* out_t;  // null: no columnwise copy
-  float* scale_inv_t;
-  int64_t scale_t_ld;
+  BlockCastJob job;
   float* partials;  // null: no dbias; else fp32 [row_tiles, cols]: each tile's column sums
   float fp8_max;
-  float epsilon;
-  bool power_of_two;
   bool vec_in;     // 16-byte loads legal: in 16-byte aligned, cols % 8 == 0
   bool vec_out;    // 8-byte rowwise stores legal: out 8-byte aligned, cols % 8 == 0
   bool vec_out_t;  // 16-byte columnwise stores legal: out_t 16-byte aligned, rows % 16 == 0
 };
 
 __device__ __forceinline__ float block_scale(const BlockParams& p, uint32_t amax_bits) {
-  return current_scale_rule(__uint_as_float(amax_bits), p.fp8_max, p.power_of_two, p.epsilon);
+  return current_scale_rule(__uint_as_float(amax_bits), p.fp8_max,
+                            p.job.scaling.power_of_two_scales, p.job.scaling.amax_epsilon);
 }
 
 // The 8 values of row r, columns c.. (0 past the edges).
 template <class T>
 __device__ __forceinline__ void load_row(const BlockParams& p, int64_t r, int64_t c,
                                          float (&v)[kVec]) {
-  const T* in = static_cast<const T*>(p.in) + r * p.cols;
-  if (p.vec_in && r < p.rows && c + kVec <= p.cols) {
+  const T* in = static_cast<const T*>(p.job.in) + r * p.job.cols;
+  if (p.vec_in && r < p.job.rows && c + kVec <= p.job.cols) {
     alignas(16) T raw[kVec];
     const uint4* src = reinterpret_cast<const uint4*>(in + c);
 #pragma unroll
@@ -83,7 +74,7 @@ __device__ __forceinline__ void load_row(const BlockParams& p, int64_t r, int64_
   } else {
 #pragma unroll
     for (int k = 0; k < kVec; ++k)
-      v[k] = r < p.rows && c + k < p.cols ? load_float(in[c + k]) : 0.0f;
+      v[k] = r < p.job.rows && c + k < p.job.cols ? load_float(in[c + k]) : 0.0f;
   }
 }
 
@@ -108,7 +99,7 @@ __global__ void __launch_bounds__(kThreads) block_cast_kernel(BlockParams p) {
   __shared__ float col_sum_w[kWarps][kB];
   __shared__ float col_scale[kB];
   __shared__ uint32_t tile_amax_w[kB / 32];
-  const int64_t col_tiles = (p.cols + kB - 1) / kB;
+  const int64_t col_tiles = (p.job.cols + kB - 1) / kB;
   const int64_t rb = blockIdx.x / col_tiles, cb = blockIdx.x % col_tiles;
   const int64_t r0 = rb * kB, c0 = cb * kB;
   const int lane16 = threadIdx.x % kLanes, group = threadIdx.x / kLanes;
@@ -161,13 +152,14 @@ __global__ void __launch_bounds__(kThreads) block_cast_kernel(BlockParams p) {
     } else {
       const float s = block_scale(p, m);
       col_scale[tc] = s;
-      if (p.out_t && c0 + tc < p.cols) p.scale_inv_t[rb * p.scale_t_ld + c0 + tc] = 1.0f / s;
+      if (p.job.out_t && c0 + tc < p.job.cols)
+        p.job.scale_inv_t[rb * p.job.scale_t_ld + c0 + tc] = 1.0f / s;
     }
-    if (p.partials && c0 + tc < p.cols) {
+    if (p.partials && c0 + tc < p.job.cols) {
       float s = 0.0f;
 #pragma unroll
       for (int w = 0; w < kWarps; ++w) s += col_sum_w[w][tc];
-      p.partials[rb * p.cols + c0 + tc] = s;
+      p.partials[rb * p.job.cols + c0 + tc] = s;
     }
   }
   __syncthreads();
@@ -179,8 +171,8 @@ __global__ void __launch_bounds__(kThreads) block_cast_kernel(BlockParams p) {
     for (int w = 0; w < kB / 32; ++w) m = max(m, tile_amax_w[w]);
     tile_scale = block_scale(p, m);
     if (threadIdx.x == 0) {
-      p.scale_inv[rb * p.scale_ld + cb] = 1.0f / tile_scale;
-      if (p.out_t) p.scale_inv_t[cb * p.scale_t_ld + rb] = 1.0f / tile_scale;
+      p.job.scale_inv[rb * p.job.scale_ld + cb] = 1.0f / tile_scale;
+      if (p.job.out_t) p.job.scale_inv_t[cb * p.job.scale_t_ld + rb] = 1.0f / tile_scale;
     }
   }
 
@@ -198,29 +190,29 @@ __global__ void __launch_bounds__(kThreads) block_cast_kernel(BlockParams p) {
     for (int k = 0; k < kVec; ++k) row_s[k] = s;
     alignas(8) uint8_t codes[kVec];
     encode<kFmt>(v[i], row_s, codes);
-    if (r < p.rows) {
-      uint8_t* out = p.out + r * p.cols;
-      if (p.vec_out && c + kVec <= p.cols) {
+    if (r < p.job.rows) {
+      uint8_t* out = p.job.out + r * p.job.cols;
+      if (p.vec_out && c + kVec <= p.job.cols) {
         *reinterpret_cast<uint2*>(out + c) = *reinterpret_cast<const uint2*>(codes);
       } else {
 #pragma unroll
         for (int k = 0; k < kVec; ++k)
-          if (c + k < p.cols) out[c + k] = codes[k];
+          if (c + k < p.job.cols) out[c + k] = codes[k];
       }
-      if (!kTiles && lane16 == 0) p.scale_inv[cb * p.scale_ld + r] = 1.0f / s;
+      if (!kTiles && lane16 == 0) p.job.scale_inv[cb * p.job.scale_ld + r] = 1.0f / s;
     }
-    if (p.out_t) {
+    if (p.job.out_t) {
       if constexpr (!kTiles) encode<kFmt>(v[i], col_s, codes);
       *reinterpret_cast<uint2*>(&codes_t[tr][lane16 * kVec]) = *reinterpret_cast<uint2*>(codes);
     }
   }
-  if (!p.out_t) return;
+  if (!p.job.out_t) return;
   __syncthreads();
 
   // Columnwise row c0 + tc holds tile column tc: bytes of tile rows chunk * 16...
   const int tc = threadIdx.x % kB;
-  if (c0 + tc >= p.cols) return;
-  uint8_t* out_t = p.out_t + (c0 + tc) * p.rows;
+  if (c0 + tc >= p.job.cols) return;
+  uint8_t* out_t = p.job.out_t + (c0 + tc) * p.job.rows;
 #pragma unroll
   for (int j = 0; j < kChunksPerThread; ++j) {
     const int tr = (threadIdx.x / kB * kChunksPerThread + j) * kChunk;
@@ -228,24 +220,14 @@ __global__ void __launch_bounds__(kThreads) block_cast_kernel(BlockParams p) {
 #pragma unroll
     for (int k = 0; k < kChunk; ++k) col[k] = codes_t[tr + k][tc];
     const int64_t r = r0 + tr;
-    if (p.vec_out_t && r + kChunk <= p.rows) {
+    if (p.vec_out_t && r + kChunk <= p.job.rows) {
       *reinterpret_cast<uint4*>(out_t + r) = *reinterpret_cast<const uint4*>(col);
     } else {
 #pragma unroll
       for (int k = 0; k < kChunk; ++k)
-        if (r + k < p.rows) out_t[r + k] = col[k];
+        if (r + k < p.job.rows) out_t[r + k] = col[k];
     }
   }
-}
-
-// dbias[c] = ((0 + partials[0, c]) + partials[1, c]) + ... over the row tiles.
-__global__ void sum_partials_kernel(const float* partials, int64_t row_tiles, int64_t cols,
-                                    float* dbias) {
-  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= cols) return;
-  float s = 0.0f;
-  for (int64_t t = 0; t < row_tiles; ++t) s += partials[t * cols + c];
-  dbias[c] = s;
 }
 
 template <class T, __nv_fp8_interpretation_t kFmt>
@@ -272,18 +254,8 @@ void block_cast(int device, const BlockCastJob& job, Stream stream) {
   QMESH_CHECK(tiles < (int64_t{1} << 31), "block cast of a [", job.rows, ", ", job.cols,
               "] tensor needs ", tiles, " tiles, more than one CUDA launch holds");
   BlockParams p{};
-  p.in = job.in;
-  p.rows = job.rows;
-  p.cols = job.cols;
-  p.out = job.out;
-  p.scale_inv = job.scale_inv;
-  p.scale_ld = job.scale_ld;
-  p.out_t = job.out_t;
-  p.scale_inv_t = job.scale_inv_t;
-  p.scale_t_ld = job.scale_t_ld;
+  p.job = job;
   p.fp8_max = fp8_max(job.fp8);
-  p.epsilon = job.scaling.amax_epsilon;
-  p.power_of_two = job.scaling.power_of_two_scales;
   p.vec_in = aligned16(job.in) && job.cols % kVec == 0;
   p.vec_out = aligned8(job.out) && job.cols % kVec == 0;
   p.vec_out_t = job.out_t && aligned16(job.out_t) && job.rows % kChunk == 0;
@@ -297,11 +269,7 @@ void block_cast(int device, const BlockCastJob& job, Stream stream) {
     kernel<<<static_cast<unsigned>(tiles), kThreads, 0, s>>>(p);
   });
   QMESH_CHECK_CUDA(cudaGetLastError());
-  if (p.partials) {
-    const auto blocks = static_cast<unsigned>((job.cols + kThreads - 1) / kThreads);
-    sum_partials_kernel<<<blocks, kThreads, 0, s>>>(p.partials, row_tiles, job.cols, job.dbias);
-    QMESH_CHECK_CUDA(cudaGetLastError());
-  }
+  if (p.partials) sum_tile_partials(p.partials, row_tiles, job.cols, job.dbias, s);
 }
 
 void block_dequantize(int device, const uint8_t* in, DType fp8, BlockShape block,

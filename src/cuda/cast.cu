@@ -283,7 +283,7 @@ __global__ void __launch_bounds__(kThreads) cast_tiled_kernel(TileParams p) {
   if (blockIdx.x == 0 && threadIdx.x == 0) *p.scale_inv = 1.0f / scale;
 }
 
-// dbias[c] = sum of partials[t, c] over row tiles t, in tile order (deterministic).
+// dbias[c] = ((0 + partials[0, c]) + partials[1, c]) + ... over the row tiles (deterministic).
 __global__ void sum_partials_kernel(const float* partials, int64_t row_tiles, int64_t cols,
                                     float* dbias) {
   const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -403,15 +403,17 @@ void cast_tiled(const CastSpec& spec, const CastJob& job, cudaStream_t stream) {
     kernel<<<grid, kThreads, 0, stream>>>(p);
   });
   QMESH_CHECK_CUDA(cudaGetLastError());
-  if (p.partials) {
-    const auto col_blocks = static_cast<unsigned>((job.cols + kThreads - 1) / kThreads);
-    sum_partials_kernel<<<col_blocks, kThreads, 0, stream>>>(p.partials, row_tiles, job.cols,
-                                                             job.dbias);
-    QMESH_CHECK_CUDA(cudaGetLastError());
-  }
+  if (p.partials) sum_tile_partials(p.partials, row_tiles, job.cols, job.dbias, stream);
 }
 
 }  // namespace
+
+void sum_tile_partials(const float* partials, int64_t row_tiles, int64_t cols, float* dbias,
+                       cudaStream_t stream) {
+  const auto blocks = static_cast<unsigned>((cols + kThreads - 1) / kThreads);
+  sum_partials_kernel<<<blocks, kThreads, 0, stream>>>(partials, row_tiles, cols, dbias);
+  QMESH_CHECK_CUDA(cudaGetLastError());
+}
 
 void cast(int device, const CastSpec& spec, std::span<const CastJob> jobs, Stream stream) {
   const DeviceGuard guard(device);

@@ -1,6 +1,6 @@
-// Device-side element access shared by the CUDA cast kernels (cuda/cast.cu,
-// cuda/block_cast.cu): widening loads, rounding stores, and the host dispatch that picks the
-// kernel instance for an input dtype and FP8 format.
+// Element access shared by the CUDA cast kernels (cuda/cast.cu, cuda/block_cast.cu):
+// widening loads, rounding stores, the host dispatch that picks the kernel instance for an
+// input dtype and FP8 format, and the deterministic sum of per-tile column sums.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -61,6 +61,12 @@ template <__nv_fp8_interpretation_t kFmt>
 __device__ __forceinline__ float decode_fp8(uint8_t code) {
   return __half2float(__half(__nv_cvt_fp8_to_halfraw(code, kFmt)));
 }
+
+// dbias[c] = ((0 + partials[0, c]) + partials[1, c]) + ... for fp32 partial column sums
+// [row_tiles, cols] (one row per tile row of a cast kernel): deterministic. Enqueued on
+// `stream` on the current device (defined in cuda/cast.cu).
+void sum_tile_partials(const float* partials, int64_t row_tiles, int64_t cols, float* dbias,
+                       cudaStream_t stream);
 
 inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
