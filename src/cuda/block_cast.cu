@@ -4,7 +4,8 @@
 // One thread block of 256 threads per 128 x 128 tile of x (every 1x128 block, 128x1 block of
 // the columnwise copy and 128x128 tile lies inside one tile). Thread (group = tid / 16,
 // lane16 = tid % 16) holds the 8 columns lane16 * 8.. of tile rows group, group + 16, ...,
-// group + 112 in registers (64 values), read with 16-byte loads: one pass over x.
+// group + 112 in registers (64 values, 16-bit inputs kept 16-bit), read with 16-byte loads:
+// one pass over x.
 //   - row amax: the 16 threads of a row are one half-warp: four xor shuffles;
 //   - column amax (and column sums): per thread over its 8 rows, one shuffle joins the two
 //     groups of a warp, shared memory the 8 warps;
@@ -59,41 +60,38 @@ __device__ __forceinline__ float block_scale(const BlockParams& p, uint32_t amax
                             p.job.scaling.power_of_two_scales, p.job.scaling.amax_epsilon);
 }
 
-// The 8 values of row r, columns c.. (0 past the edges).
+// The 8 elements of row r, columns c.. as stored (0 past the edges): 16-bit inputs stay
+// 16-bit in registers until they are used.
 template <class T>
-__device__ __forceinline__ void load_row(const BlockParams& p, int64_t r, int64_t c,
-                                         float (&v)[kVec]) {
+__device__ __forceinline__ void load_row(const BlockParams& p, int64_t r, int64_t c, T (&v)[kVec]) {
   const T* in = static_cast<const T*>(p.job.in) + r * p.job.cols;
   if (p.vec_in && r < p.job.rows && c + kVec <= p.job.cols) {
-    alignas(16) T raw[kVec];
     const uint4* src = reinterpret_cast<const uint4*>(in + c);
 #pragma unroll
-    for (int k = 0; k < int(kVec * sizeof(T) / 16); ++k) reinterpret_cast<uint4*>(raw)[k] = src[k];
-#pragma unroll
-    for (int k = 0; k < kVec; ++k) v[k] = load_float(raw[k]);
+    for (int k = 0; k < int(kVec * sizeof(T) / 16); ++k) reinterpret_cast<uint4*>(v)[k] = src[k];
   } else {
 #pragma unroll
-    for (int k = 0; k < kVec; ++k)
-      v[k] = r < p.job.rows && c + k < p.job.cols ? load_float(in[c + k]) : 0.0f;
+    for (int k = 0; k < kVec; ++k) v[k] = r < p.job.rows && c + k < p.job.cols ? in[c + k] : T{};
   }
 }
 
 // codes[k] = encode(v[k] * scale[k]), two values per conversion instruction (each converted as
 // __nv_cvt_float_to_fp8 would, saturating, round to nearest even).
-template <__nv_fp8_interpretation_t kFmt>
-__device__ __forceinline__ void encode(const float (&v)[kVec], const float (&scale)[kVec],
+template <__nv_fp8_interpretation_t kFmt, class T>
+__device__ __forceinline__ void encode(const T (&v)[kVec], const float (&scale)[kVec],
                                        uint8_t (&codes)[kVec]) {
 #pragma unroll
   for (int k = 0; k < kVec; k += 2) {
     const __nv_fp8x2_storage_t pair = __nv_cvt_float2_to_fp8x2(
-        make_float2(v[k] * scale[k], v[k + 1] * scale[k + 1]), __NV_SATFINITE, kFmt);
+        make_float2(load_float(v[k]) * scale[k], load_float(v[k + 1]) * scale[k + 1]),
+        __NV_SATFINITE, kFmt);
     codes[k] = static_cast<uint8_t>(pair & 0xFF);
     codes[k + 1] = static_cast<uint8_t>(pair >> 8);
   }
 }
 
 template <class T, __nv_fp8_interpretation_t kFmt, bool kTiles>
-__global__ void __launch_bounds__(kThreads) block_cast_kernel(BlockParams p) {
+__global__ void __launch_bounds__(kThreads, 2) block_cast_kernel(BlockParams p) {
   __shared__ alignas(16) uint8_t codes_t[kB][kB];  // columnwise codes, [tile row][tile column]
   __shared__ uint32_t col_amax_w[kWarps][kB];
   __shared__ float col_sum_w[kWarps][kB];
@@ -106,7 +104,7 @@ __global__ void __launch_bounds__(kThreads) block_cast_kernel(BlockParams p) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t c = c0 + lane16 * kVec;
 
-  float v[kPasses][kVec];
+  alignas(16) T v[kPasses][kVec];
   uint32_t row_amax[kPasses];
   uint32_t col_amax[kVec] = {};
 #pragma unroll
@@ -116,8 +114,9 @@ __global__ void __launch_bounds__(kThreads) block_cast_kernel(BlockParams p) {
     uint32_t m = 0;
 #pragma unroll
     for (int k = 0; k < kVec; ++k) {
-      m = max(m, abs_bits(v[i][k]));
-      col_amax[k] = max(col_amax[k], abs_bits(v[i][k]));
+      const uint32_t a = abs_bits(load_float(v[i][k]));
+      m = max(m, a);
+      col_amax[k] = max(col_amax[k], a);
     }
 #pragma unroll
     for (int off = 1; off < kLanes; off *= 2) m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, off));
@@ -133,7 +132,7 @@ __global__ void __launch_bounds__(kThreads) block_cast_kernel(BlockParams p) {
     for (int k = 0; k < kVec; ++k) {
       float s = 0.0f;
 #pragma unroll
-      for (int i = 0; i < kPasses; ++i) s += v[i][k];
+      for (int i = 0; i < kPasses; ++i) s += load_float(v[i][k]);
       s += __shfl_xor_sync(0xFFFFFFFFu, s, 16);
       if (lane < kLanes) col_sum_w[warp][lane16 * kVec + k] = s;
     }
