@@ -11,7 +11,8 @@
 #   build   configures and builds the GPU tests and benchmarks in build-gpu (minutes; a
 #           build-gpu already built, e.g. carried to the machine, is only brought up to date)
 #   tests   runs the GPU test programs (those matching TEST_REGEX if given), 180 s each at most
-#   bench   runs the GPU benchmarks, 240 s each at most
+#   bench   runs the GPU benchmarks (those whose name matches TEST_REGEX if given), 240 s each
+#           at most
 #   profile Nsight Compute (ncu): LaunchStats, Occupancy and MemoryWorkloadAnalysis of the
 #           cast_transpose kernel at 8192 x 8192 (bf16 and fp32 -> e4m3), and the GEMM vs
 #           non-GEMM time of one LayerNormMLP step per recipe (skipped without ncu)
@@ -175,11 +176,13 @@ if has_step bench; then
   # Every GPU benchmark program writes a table to stdout and JSON next to it: dense_gpu_bench
   # (LayerNormMLP: BF16, FP8 delayed, FP8 current), quant_gpu_bench (the casts against the copy
   # bandwidth), gemm_epilogue_gpu_bench (what cuBLASLt offers for the FP8 first GEMM),
+  # gemm_block_gpu_bench (which block-scaled FP8 GEMMs run, against BF16; about a minute),
   # gemm_gpu_bench, cgemm_gpu_bench (collective GEMMs); the first ones matter most.
-  for name in dense_gpu_bench quant_gpu_bench gemm_epilogue_gpu_bench gemm_gpu_bench \
-    cgemm_gpu_bench; do
+  for name in dense_gpu_bench quant_gpu_bench gemm_epilogue_gpu_bench gemm_block_gpu_bench \
+    gemm_gpu_bench cgemm_gpu_bench; do
     b=build-gpu/bench/$name
     [ -x "$b" ] || continue
+    [[ -z "$test_regex" || $name =~ $test_regex ]] || continue
     limit=$(bounded 240 60)  # 60 s for the profile
     if [ "$limit" -lt 20 ]; then
       echo "=== $name: SKIPPED (time budget spent)"
