@@ -7,27 +7,6 @@
 
 namespace qmesh {
 
-namespace {
-constexpr std::pair<Recipe, std::string_view> kRecipeNames[] = {
-    {Recipe::kFp32, "fp32"},
-    {Recipe::kBf16, "bf16"},
-    {Recipe::kFp8Delayed, "delayed"},
-    {Recipe::kFp8Current, "current"},
-};
-}  // namespace
-
-std::string_view recipe_name(Recipe recipe) {
-  for (auto [r, name] : kRecipeNames)
-    if (r == recipe) return name;
-  QMESH_THROW("unknown recipe value ", static_cast<int>(recipe));
-}
-
-Recipe parse_recipe(std::string_view name) {
-  for (auto [r, n] : kRecipeNames)
-    if (n == name) return r;
-  QMESH_THROW("unknown recipe '", name, "' (expected one of fp32, bf16, delayed, current)");
-}
-
 LayerContext::LayerContext(const Mesh& mesh, Recipe recipe, LayerContextOptions options)
     : mesh_(mesh), recipe_(recipe), options_(options), fsdp_(mesh_) {
   require_device(options_.placement.device);

@@ -1,12 +1,20 @@
 #include "qmesh/scaling/recipe.h"
 
 #include <cmath>
+#include <utility>
 
 #include "qmesh/error.h"
 
 namespace qmesh {
 
 namespace {
+
+constexpr std::pair<Recipe, std::string_view> kRecipeNames[] = {
+    {Recipe::kFp32, "fp32"},
+    {Recipe::kBf16, "bf16"},
+    {Recipe::kFp8Delayed, "delayed"},
+    {Recipe::kFp8Current, "current"},
+};
 
 void check_format(Fp8Format format) {
   QMESH_CHECK(format == Fp8Format::kHybrid || format == Fp8Format::kE4M3,
@@ -30,6 +38,18 @@ void check_split_accumulator(const MMParams& mm, const char* field) {
 }
 
 }  // namespace
+
+std::string_view recipe_name(Recipe recipe) {
+  for (auto [r, name] : kRecipeNames)
+    if (r == recipe) return name;
+  QMESH_THROW("unknown recipe value ", static_cast<int>(recipe));
+}
+
+Recipe parse_recipe(std::string_view name) {
+  for (auto [r, n] : kRecipeNames)
+    if (n == name) return r;
+  QMESH_THROW("unknown recipe '", name, "' (expected one of fp32, bf16, delayed, current)");
+}
 
 DType fp8_dtype(Fp8Format format, OperandRole role) {
   check_format(format);

@@ -29,18 +29,6 @@ class GatherBuffer;  // internal (src/layers/gather_buffer.h)
 class Fp8Stats;      // qmesh/layers/fp8_stats.h
 class FsdpPrefetch;  // internal (src/layers/fsdp_prefetch.h)
 
-enum class Recipe {
-  kFp32,        // fp32 GEMM operands (the reference in tests)
-  kBf16,        // operands rounded to bf16, fp32 accumulation: the high-precision baseline
-  kFp8Delayed,  // FP8 operands, delayed scaling (scales from the amax history)
-  kFp8Current,  // FP8 operands, current scaling (each tensor scaled by its own amax)
-};
-
-// "fp32", "bf16", "delayed", "current" (the training example's --recipe values).
-QMESH_API std::string_view recipe_name(Recipe recipe);
-// Inverse of recipe_name; Error listing the accepted names.
-QMESH_API Recipe parse_recipe(std::string_view name);
-
 // Everything a LayerContext is configured with besides its mesh and recipe, fixed at
 // construction (each layer reads it once, when it is built).
 struct LayerContextOptions {

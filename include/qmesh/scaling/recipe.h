@@ -1,12 +1,27 @@
-// FP8 scaling recipes: plain structs that say how scales are chosen (docs/design/scaling.md).
+// FP8 scaling recipes: plain structs that say how scales are chosen (docs/design/fp8_scaling.md).
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 #include "qmesh/dtype.h"
 #include "qmesh/export.h"
 
 namespace qmesh {
+
+// Which precision a model's GEMMs run in (LayerContext's recipe); the structs below configure
+// the two FP8 ones.
+enum class Recipe {
+  kFp32,        // fp32 GEMM operands (the reference in tests)
+  kBf16,        // operands rounded to bf16, fp32 accumulation: the high-precision baseline
+  kFp8Delayed,  // FP8 operands, delayed scaling (scales from the amax history)
+  kFp8Current,  // FP8 operands, current scaling (each tensor scaled by its own amax)
+};
+
+// "fp32", "bf16", "delayed", "current" (the training example's --recipe values).
+QMESH_API std::string_view recipe_name(Recipe recipe);
+// Inverse of recipe_name; Error listing the accepted names.
+QMESH_API Recipe parse_recipe(std::string_view name);
 
 // Which FP8 formats a recipe uses.
 enum class Fp8Format : uint8_t {

@@ -15,7 +15,7 @@ along K (the TN form): no FP8 data is transposed.
 
 Delayed scaling state (a dict, Flax's names): input_/kernel_/output_grad_ amax_history
 (float32 [amax_history_len]) and _scale (float32 scalars). The forward takes this step's scales
-from the state by qmesh's delayed-scaling rule (docs/design/scaling.md); the backward records
+from the state by qmesh's delayed-scaling rule (docs/design/fp8_scaling.md); the backward records
 this step's amaxes, and the new state comes back as the *gradient* of the state: Flax's
 `_overwrite_with_gradient` collection (TrainState replaces the state by its gradient). Without
 a backward pass the state does not change. How uses combine (vmap, sharing, microbatches) and
