@@ -1,5 +1,7 @@
-# src/cpu: libqmesh's host backend (casts, GELU, GEMMs over OpenBLAS, the thread pool).
+# src/cpu: libqmesh's host backend (casts, block-scaled casts, GELU, GEMMs over OpenBLAS,
+# the thread pool).
 target_sources(qmesh PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/block_cast.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cast.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cpu_threads.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gelu.cpp

@@ -5,6 +5,7 @@
 set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
 set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
 target_sources(qmesh PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/block_cast.cu
   ${CMAKE_CURRENT_LIST_DIR}/cast.cu
   ${CMAKE_CURRENT_LIST_DIR}/device_scalar.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gemm_algo_cache.cpp
