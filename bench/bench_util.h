@@ -53,6 +53,22 @@ inline int positive(const std::string& arg, const std::string& value) {
   return static_cast<int>(v);
 }
 
+// The options of the benchmarks that take only "--iters N" (>= 1) and "--json FILE": sets
+// `iters` and `json_path`, leaving the defaults for options not given (for_each_option's
+// --help and errors).
+inline void iters_and_json_options(int argc, char** argv,
+                                   const std::function<void(const char*)>& usage, int& iters,
+                                   std::string& json_path) {
+  for_each_option(argc, argv, usage, [&](const std::string& arg, const std::string& value) {
+    if (arg == "--iters")
+      iters = positive(arg, value);
+    else if (arg == "--json")
+      json_path = value;
+    else
+      QMESH_THROW("unknown option ", arg, " (see --help)");
+  });
+}
+
 // The slowest rank's median time in seconds of `fn` over `iters` runs, each started after
 // a barrier, after `warmup` untimed runs. Collective over `comm`.
 inline double slowest_median(Communicator& comm, int iters, int warmup,

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "bench_util.h"
+#include "cuda_timing.h"
 #include "qmesh/cuda_check.h"
 #include "qmesh/device.h"
 #include "qmesh/error.h"
@@ -188,23 +189,10 @@ Result probe(cublasLtHandle_t lt, const Case& c, int64_t m, int64_t n, int64_t k
   for (int i = 0; i < 3 && s == CUBLAS_STATUS_SUCCESS; ++i) s = launch();
   if (s == CUBLAS_STATUS_SUCCESS && cudaStreamSynchronize(stream) != cudaSuccess)
     s = CUBLAS_STATUS_EXECUTION_FAILED;
-  if (s == CUBLAS_STATUS_SUCCESS) {
-    std::vector<cudaEvent_t> events(size_t(iters) + 1);
-    for (auto& e : events) QMESH_CHECK_CUDA(cudaEventCreate(&e));
-    QMESH_CHECK_CUDA(cudaEventRecord(events[0], stream));
-    for (int i = 0; i < iters && s == CUBLAS_STATUS_SUCCESS; ++i) {
-      s = launch();
-      QMESH_CHECK_CUDA(cudaEventRecord(events[size_t(i) + 1], stream));
-    }
-    QMESH_CHECK_CUDA(cudaEventSynchronize(events.back()));
-    std::vector<float> ms(static_cast<size_t>(iters));
-    for (int i = 0; i < iters; ++i)
-      QMESH_CHECK_CUDA(
-          cudaEventElapsedTime(&ms[size_t(i)], events[size_t(i)], events[size_t(i) + 1]));
-    for (auto& e : events) cudaEventDestroy(e);
-    std::sort(ms.begin(), ms.end());
-    r.median_ms = ms[ms.size() / 2];
-  }
+  if (s == CUBLAS_STATUS_SUCCESS)
+    r.median_ms = qmesh::bench::median_launch_ms(iters, stream, [&] {
+      if (s == CUBLAS_STATUS_SUCCESS) s = launch();
+    });
   r.offered = s == CUBLAS_STATUS_SUCCESS;
   if (!r.offered) r.status = status_name(s);
   (void)cudaGetLastError();  // a refused launch leaves no sticky error, but be sure

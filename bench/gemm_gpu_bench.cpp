@@ -125,15 +125,7 @@ int main(int argc, char** argv) try {
         "  --iters: timed runs per GEMM (default 50; 10 warm-up runs precede them)\n"
         "  --json:  also write the JSON object to FILE\n");
   };
-  qmesh::bench::for_each_option(argc, argv, usage,
-                                [&](const std::string& arg, const std::string& value) {
-                                  if (arg == "--iters")
-                                    iters = qmesh::bench::positive(arg, value);
-                                  else if (arg == "--json")
-                                    json_path = value;
-                                  else
-                                    QMESH_THROW("unknown option ", arg, " (see --help)");
-                                });
+  qmesh::bench::iters_and_json_options(argc, argv, usage, iters, json_path);
   if (qmesh::cuda_device_count() == 0) {
     std::printf("no GPU: gemm_gpu_bench needs a CUDA device; nothing was measured\n");
     return 0;

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "qmesh/comm/mesh.h"
 #include "qmesh/copy.h"
@@ -15,11 +16,13 @@ namespace bench {
 
 class MlpStep {
  public:
-  // `world`: a one-rank communicator carrying buffers of placement.device.
+  // `world`: a one-rank communicator carrying buffers of placement.device. activation_dtype:
+  // LayerContextOptions::activation_dtype (unset: the recipe's default).
   MlpStep(std::shared_ptr<qmesh::Communicator> world, qmesh::Recipe recipe, int64_t tokens,
-          int64_t hidden, int64_t ffn, qmesh::Placement placement)
+          int64_t hidden, int64_t ffn, qmesh::Placement placement,
+          std::optional<qmesh::DType> activation_dtype = std::nullopt)
       : mesh_(std::move(world), {{"dp", 1}, {"tp", 1}}),
-        ctx_(mesh_, recipe, {.placement = placement}),
+        ctx_(mesh_, recipe, {.placement = placement, .activation_dtype = activation_dtype}),
         block_("mlp", hidden, ffn, {}, ctx_, 1) {
     qmesh::Tensor x(qmesh::DType::kFloat32, qmesh::Shape{tokens, hidden}), dy(x.dtype(), x.shape());
     for (int64_t i = 0; i < x.numel(); ++i) {

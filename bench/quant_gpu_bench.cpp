@@ -1,7 +1,8 @@
 // GPU throughput of the fused casts against the measured device-to-device copy bandwidth
 // (bytes read + written in both cases; target >= 90 % of the copy): cast_transpose + amax from
 // bf16 and fp32 to e4m3 and e5m2, and the GELU-fused casts of the LayerNormMLP step
-// (gelu_cast_transpose, dgelu_dbias_cast_transpose); and the latency of the fused
+// (gelu_cast_transpose, dgelu_dbias_cast_transpose), the block-scaled casts with their
+// columnwise copy (block_quantize, 1x128 and 128x128 blocks); and the latency of the fused
 // delayed-scaling update of 1000 tensors x history 1024. Prints a table, then one JSON object
 // (also to --json FILE). --case NAME runs only the casts whose name contains NAME, once each
 // after one warm-up (for a profiler: ncu). Without a GPU it says "no GPU" and exits 0.
@@ -13,10 +14,12 @@
 #include <vector>
 
 #include "bench_util.h"
+#include "qmesh/block_quantized_tensor.h"
 #include "qmesh/copy.h"
 #include "qmesh/cuda_check.h"
 #include "qmesh/device.h"
 #include "qmesh/ops/activation_cast.h"
+#include "qmesh/ops/block_quantize.h"
 #include "qmesh/ops/cast_transpose.h"
 #include "qmesh/scaling/scaling_states.h"
 
@@ -48,7 +51,7 @@ double time_ms(Fn&& fn, int iters) {
   return ms / iters;
 }
 
-enum class Kind { kCastTranspose, kGelu, kDgelu };
+enum class Kind { kCastTranspose, kGelu, kDgelu, kBlock1x128, kBlock128x128 };
 
 struct Case {
   const char* name;
@@ -74,6 +77,12 @@ const Case kCases[] = {
      8192, 16384},
     {"dgelu_dbias_cast_transpose fp32->e5m2 8192x16384", Kind::kDgelu, DType::kFloat32,
      DType::kFloat8E5M2, 8192, 16384},
+    {"block_quantize 1x128 bf16->e4m3 8192x8192", Kind::kBlock1x128, DType::kBFloat16,
+     DType::kFloat8E4M3, 8192, 8192},
+    {"block_quantize 1x128 fp32->e4m3 8192x8192", Kind::kBlock1x128, DType::kFloat32,
+     DType::kFloat8E4M3, 8192, 8192},
+    {"block_quantize 128x128 bf16->e4m3 8192x8192", Kind::kBlock128x128, DType::kBFloat16,
+     DType::kFloat8E4M3, 8192, 8192},
 };
 
 struct Row {
@@ -89,8 +98,9 @@ int main(int argc, char** argv) try {
     std::printf(
         "usage: quant_gpu_bench [--json FILE] [--case NAME]\n"
         "  the fused casts' throughput (cast_transpose bf16/fp32 -> e4m3/e5m2, the GELU-fused\n"
-        "  casts) against the D2D copy bandwidth, and the fused delayed-scaling update of 1000\n"
-        "  tensors x history 1024, on GPU 0\n"
+        "  casts, block_quantize with 1x128 and 128x128 blocks) against the D2D copy\n"
+        "  bandwidth, and the fused delayed-scaling update of 1000 tensors x history 1024,\n"
+        "  on GPU 0\n"
         "  --json: also write the JSON object to FILE\n"
         "  --case: only the casts whose name contains NAME (e.g. 'bf16->e4m3 8192x8192'), one\n"
         "          warm-up and one timed launch each: for profiling with ncu\n");
@@ -122,6 +132,13 @@ int main(int argc, char** argv) try {
       QMESH_CHECK_CUDA(cudaMemset(x.data(), 0x3F, x.nbytes()));  // bf16 0x3F3F ~ 0.75
       QMESH_CHECK_CUDA(cudaMemset(pre.data(), 0x3E, pre.nbytes()));
       qmesh::QuantizedTensor q(c.fp8, shape, gpu, true);
+      const bool tiles = c.kind == Kind::kBlock128x128;
+      const bool blocks = tiles || c.kind == Kind::kBlock1x128;
+      qmesh::BlockQuantizedTensor bq;
+      if (blocks)
+        bq = qmesh::BlockQuantizedTensor(
+            c.fp8, shape, tiles ? qmesh::BlockShape::k128x128 : qmesh::BlockShape::k1x128, gpu,
+            true);
       const auto cast = [&] {
         switch (c.kind) {
           case Kind::kCastTranspose:
@@ -130,12 +147,19 @@ int main(int argc, char** argv) try {
             return qmesh::gelu_cast_transpose(x, q.view());
           case Kind::kDgelu:
             return qmesh::dgelu_dbias_cast_transpose(x, pre, q.view(), dbias);
+          case Kind::kBlock1x128:
+          case Kind::kBlock128x128:
+            return qmesh::block_quantize(x, bq.view(), qmesh::QParams{});
         }
       };
       const double ms = time_ms(cast, iters);
       const double reads = c.kind == Kind::kDgelu ? 2.0 : 1.0;
+      // Block scales: one fp32 per 128 elements in each layout (1x128), negligible (128x128).
+      const double scales =
+          blocks ? double(bq.scale_inv().nbytes() + bq.scale_inv_t().nbytes()) : 0.0;
       const double bytes =
-          double(c.rows) * double(c.cols) * (reads * double(qmesh::dtype_size(c.in)) + 2.0);
+          double(c.rows) * double(c.cols) * (reads * double(qmesh::dtype_size(c.in)) + 2.0) +
+          scales;
       const double gbps = bytes / (ms * 1e6);
       rows.push_back({&c, ms * 1e3, gbps, copy_gbps > 0 ? gbps / copy_gbps : 0.0});
     }

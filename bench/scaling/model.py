@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """An analytic step-time model for data x tensor (x fsdp, x pipeline) parallel training.
 
-Two uses (docs/scaling.md):
+Two uses (docs/scaling_runs.md):
   * train_mlp on a namespace cluster (bench/scaling/run_scaling.py): calibrated by measured
     single-rank compute speed and measured all-reduce latency and bandwidth, it predicts the
     step time at other node counts, checked against measurements;
@@ -44,7 +44,8 @@ class Hardware:
 
 # Published H100 SXM figures: 989 TFLOP/s BF16 and 1979 TFLOP/s FP8 dense, NVLink 4 at
 # 450 GB/s per direction, one 400 Gb/s InfiniBand NIC per GPU. The efficiencies and overlaps
-# are assumptions of the model (docs/scaling.md), not fitted to the figures it is compared with.
+# are assumptions of the model (docs/scaling_runs.md), not fitted to the figures it is
+# compared with.
 H100 = Hardware("H100 SXM, NVLink 450 GB/s, 400 Gb/s IB per GPU", 989e12, 1979e12,
                 gemm_efficiency=0.70, attention_efficiency=0.45, other_fraction=0.15, intra_bw=450e9, inter_bw=50e9,
                 latency=8e-6, devices_per_node=8, dp_overlap=0.8, tp_overlap=0.6)

@@ -1,8 +1,8 @@
 /* c_trainer: trains the train_mlp model (a stack of LayerNormMLP blocks, data x tensor
- * parallel, FP8 or BF16 GEMMs, on the synthetic teacher task) through qmesh's C API only,
- * one MPI rank per process, on the CPU. With the same options it makes the same library
- * calls in the same order as train_mlp, so both end with bitwise the same parameters (the
- * "parameter checksums" lines agree). See --help and docs/c_api.md. */
+ * parallel, FP8 or BF16 GEMMs, on the examples' synthetic teacher task, teacher_c.h) through
+ * qmesh's C API only, one MPI rank per process, on the CPU. With the same options it makes
+ * the same library calls in the same order as train_mlp, so both end with bitwise the same
+ * parameters (the "parameter checksums" lines agree). See --help and docs/c_api.md. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "qmesh/c_api.h"
+#include "teacher_c.h"
 
 typedef struct options {
   int dp, tp, layers, steps, amax_history, sequence_parallel, regather_input, log_every;
@@ -259,8 +260,8 @@ static int run(const options* o, qmesh_world* world) {
   }
   qmesh_grad_sync* sync = NULL;
   CHECK(qmesh_grad_sync_create(mesh, "dp", params, nparams, 4u << 20, NULL, &sync));
-  qmesh_teacher* teacher = NULL;
-  CHECK(qmesh_teacher_create(o->hidden, o->seed, &teacher));
+  example_teacher* teacher = example_teacher_create(o->hidden, o->seed);
+  if (!teacher) exit(1); /* the reason is on stderr */
 
   /* What a checkpoint holds besides the context, the parameters and the optimizer state
    * (qmesh_checkpoint_save_training saves them all): the run's configuration, with
@@ -300,8 +301,7 @@ static int run(const options* o, qmesh_world* world) {
   const char* loss_axes[2] = {"dp", "tp"};
   const int loss_naxes = o->sequence_parallel ? 2 : 1; /* replicated outputs: over dp only */
 
-  double baseline = 0;
-  CHECK(qmesh_teacher_mean_predictor_loss(teacher, &baseline));
+  const double baseline = example_teacher_mean_predictor_loss(teacher);
   if (rank == 0) {
     printf("%s\n", qmesh_build_info());
     printf(
@@ -326,7 +326,7 @@ static int run(const options* o, qmesh_world* world) {
   const qmesh_tensor loss_sum = qmesh_host_tensor(&sum_sq, QMESH_FLOAT64, 1, &one);
   double loss = 0;
   for (int step = start + 1; step <= o->steps; ++step) {
-    CHECK(qmesh_teacher_batch(teacher, step, first, &x, &t));
+    if (example_teacher_batch(teacher, step, first, tokens, xs, ts) != 0) exit(1);
     qmesh_tensor y = x;
     for (int l = 0; l < o->layers; ++l) CHECK(qmesh_layernorm_mlp_forward(blocks[l], &y, &y));
     CHECK(qmesh_mse_loss(&y, &t, global_count, &dy, &loss_sum, NULL));
@@ -373,7 +373,7 @@ static int run(const options* o, qmesh_world* world) {
   free(dys);
   free(ts);
   free(xs);
-  CHECK(qmesh_teacher_destroy(teacher));
+  example_teacher_destroy(teacher);
   CHECK(qmesh_grad_sync_destroy(sync));
   CHECK(qmesh_optimizer_destroy(opt));
   free(params);

@@ -29,8 +29,8 @@
 #include "qmesh/train/grad_sync.h"
 #include "qmesh/train/loss.h"
 #include "qmesh/train/optimizer.h"
-#include "qmesh/train/teacher.h"
 #include "qmesh/version.h"
+#include "teacher.h"
 #include "timed_comm.h"
 #if QMESH_WITH_NCCL
 #include <cuda_runtime_api.h>
@@ -251,7 +251,7 @@ int run(const Options& o, const NodeLayout& node,
   qmesh::GradSync sync(
       fsdp.data_group(), replicated(params), 4u << 20, stream,
       o.rank_order ? qmesh::GradSyncOrder::kRankOrder : qmesh::GradSyncOrder::kBackend);
-  qmesh::TeacherTask task(o.hidden, o.seed);
+  examples::TeacherTask task(o.hidden, o.seed);
 
   // Tokens of this rank: its dp rank's batch, sliced over tp under sequence parallelism.
   const int64_t dp_tokens = o.batch * o.seq;

@@ -476,23 +476,6 @@ QMESH_C_EXPORT qmesh_status qmesh_checkpoint_load_training(
     qmesh_parameter* const* params, int nparams, qmesh_optimizer* opt,
     const qmesh_named_tensor* extra, int nextra, int* loaded_step);
 
-/* ---- the synthetic teacher task of the training examples ---------------------------- */
-
-/* Targets t = tanh(x·Aᵀ)·Bᵀ of a fixed random teacher, inputs x ~ N(0, 1); token i of step s
- * is a pure function of (seed, s, i). */
-typedef struct qmesh_teacher qmesh_teacher;
-
-QMESH_C_EXPORT qmesh_status qmesh_teacher_create(int64_t hidden, uint64_t seed,
-                                                 qmesh_teacher** teacher);
-QMESH_C_EXPORT qmesh_status qmesh_teacher_destroy(qmesh_teacher* teacher);
-/* Fills x and t (fp32 host [tokens, hidden]) with tokens [first, first + tokens) of step. */
-QMESH_C_EXPORT qmesh_status qmesh_teacher_batch(const qmesh_teacher* teacher, int64_t step,
-                                                int64_t first, const qmesh_tensor* x,
-                                                const qmesh_tensor* t);
-/* The loss of predicting each target feature's mean (the baseline to beat). */
-QMESH_C_EXPORT qmesh_status qmesh_teacher_mean_predictor_loss(const qmesh_teacher* teacher,
-                                                              double* loss);
-
 #ifdef __cplusplus
 }
 #endif

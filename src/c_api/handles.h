@@ -12,7 +12,6 @@
 #include "qmesh/layers/layer_norm_mlp.h"
 #include "qmesh/train/grad_sync.h"
 #include "qmesh/train/optimizer.h"
-#include "qmesh/train/teacher.h"
 
 // Members are destroyed in reverse order: `keep_alive` (what the transport needs, e.g. the
 // MPI session) outlives the communicators.
@@ -48,10 +47,6 @@ struct qmesh_optimizer {
   std::unique_ptr<qmesh::Optimizer> optimizer;
   // Its state() (names and tensors), taken once: the names qmesh_optimizer_state hands out.
   std::vector<std::pair<std::string, qmesh::Tensor*>> state;
-};
-
-struct qmesh_teacher {
-  std::unique_ptr<qmesh::TeacherTask> task;
 };
 
 namespace qmesh::capi {

@@ -1,4 +1,4 @@
-// The C API's training utilities: the MSE loss, gradient sync, optimizers, the teacher task.
+// The C API's training utilities: the MSE loss, gradient sync, optimizers.
 #include <string>
 
 #include "boundary.h"
@@ -128,32 +128,6 @@ qmesh_status qmesh_optimizer_step(qmesh_optimizer* opt) {
 
 qmesh_status qmesh_optimizer_set_lr(qmesh_optimizer* opt, float lr) {
   return guard(__func__, [&] { require(opt, "opt")->optimizer->set_lr(lr); });
-}
-
-qmesh_status qmesh_teacher_create(int64_t hidden, uint64_t seed, qmesh_teacher** teacher) {
-  return guard(__func__, [&] {
-    require(teacher, "teacher");
-    auto out = std::make_unique<qmesh_teacher>();
-    out->task = std::make_unique<qmesh::TeacherTask>(hidden, seed);
-    *teacher = out.release();
-  });
-}
-
-qmesh_status qmesh_teacher_destroy(qmesh_teacher* teacher) {
-  return guard(__func__, [&] { delete teacher; });
-}
-
-qmesh_status qmesh_teacher_batch(const qmesh_teacher* teacher, int64_t step, int64_t first,
-                                 const qmesh_tensor* x, const qmesh_tensor* t) {
-  return guard(__func__, [&] {
-    require(teacher, "teacher")->task->batch(step, first, to_view(x, "x"), to_view(t, "t"));
-  });
-}
-
-qmesh_status qmesh_teacher_mean_predictor_loss(const qmesh_teacher* teacher, double* loss) {
-  return guard(__func__, [&] {
-    *require(loss, "loss") = require(teacher, "teacher")->task->mean_predictor_loss();
-  });
 }
 
 }  // extern "C"

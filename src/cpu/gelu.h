@@ -3,7 +3,7 @@
 // a polynomial exp so that row loops vectorize. Every operation is rounded as written: on the
 // device through __fmul_rn / __fadd_rn / __fdiv_rn, which nvcc never contracts into a fused
 // multiply-add; on the host the translation unit that must match the device bit for bit
-// (cpu/cast.cpp) is compiled with -ffp-contract=off (src/quant.cmake).
+// (cpu/cast.cpp) is compiled with -ffp-contract=off (src/cpu/sources.cmake).
 #pragma once
 
 #include <cstdint>

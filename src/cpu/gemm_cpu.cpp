@@ -7,7 +7,8 @@
 //     epilogue pass over the block's rows
 // Products of FP8 codes are exact in fp32, so folding both scale_inv into alpha changes only
 // the rounding of one multiplication, as on the GPU, where cuBLASLt applies the scales in
-// its epilogue too.
+// its epilogue too. Block-scaled operands (whose scales differ along K) are dequantized
+// instead: every element widened to code · its block's scale_inv in fp32.
 #include "cpu/gemm_cpu.h"
 
 #include <algorithm>
@@ -118,8 +119,19 @@ struct Panel {
   int64_t ld;
 };
 
+// Columns [c0, c0 + nc) of row r of a block-scaled operand, dequantized: code · scale_inv of
+// each element's block.
+void dequantize_row(const GemmMatrix& m, int64_t r, int64_t c0, int64_t nc, float* out) {
+  const auto* codes = static_cast<const uint8_t*>(m.data) + size_t(r) * size_t(m.cols);
+  for (int64_t c = c0; c < c0 + nc;) {
+    const int64_t end = std::min(c0 + nc, (c / kScaleBlock + 1) * kScaleBlock);
+    fp8_to_fp32(codes + c, out + (c - c0), size_t(end - c), m.dtype, m.block_scale_inv(r, c));
+    c = end;
+  }
+}
+
 // Rows [r0, r0 + nr) × columns [c0, c0 + nc) of a stored operand: in place when it is fp32,
-// else widened into `scratch` (nr × nc).
+// else widened (block-scaled: dequantized) into `scratch` (nr × nc).
 Panel load_block(const GemmMatrix& m, int64_t r0, int64_t nr, int64_t c0, int64_t nc,
                  float* scratch) {
   const size_t esize = dtype_size(m.dtype);
@@ -127,14 +139,22 @@ Panel load_block(const GemmMatrix& m, int64_t r0, int64_t nr, int64_t c0, int64_
   if (m.dtype == DType::kFloat32)
     return {reinterpret_cast<const float*>(base) + r0 * m.cols + c0, m.cols};
   cpu::parallel_for(nr, row_grain(nc), [&](int64_t begin, int64_t end, int) {
-    for (int64_t r = begin; r < end; ++r)
-      widen(base + (size_t(r0 + r) * size_t(m.cols) + size_t(c0)) * esize, m.dtype,
-            scratch + r * nc, size_t(nc));
+    for (int64_t r = begin; r < end; ++r) {
+      if (m.block_scaled())
+        dequantize_row(m, r0 + r, c0, nc, scratch + r * nc);
+      else
+        widen(base + (size_t(r0 + r) * size_t(m.cols) + size_t(c0)) * esize, m.dtype,
+              scratch + r * nc, size_t(nc));
+    }
   });
   return {scratch, nc};
 }
 
-float host_scale_inv(const GemmMatrix& m) { return m.scale_inv ? *m.scale_inv : 1.0f; }
+// The per-tensor factor folded into alpha (1 for plain and block-scaled operands, whose
+// panels are dequantized).
+float host_scale_inv(const GemmMatrix& m) {
+  return m.scale_inv && !m.block_scaled() ? *m.scale_inv : 1.0f;
+}
 
 void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, Panel a,
            Panel b, float beta, float* c, int64_t ldc) {

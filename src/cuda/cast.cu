@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "cuda/cast.h"
+#include "cuda/cast_elements.cuh"
 #include "cuda/device_scalar.h"
 #include "cuda/stream_scratch.h"
 #include "ops/cast_activation.h"
@@ -55,28 +56,6 @@ static_assert(kRowsPerThread == 2, "the column sums add a thread's two rows");
 static_assert(kTileRows == (kThreads / kTileCols) * 2 * kVec,
               "the transposed phase writes 2 x 16 bytes per thread");
 
-template <class T>
-__device__ __forceinline__ float load_float(T x);
-template <>
-__device__ __forceinline__ float load_float<float>(float x) {
-  return x;
-}
-// The two 16-bit inputs are told apart by a tag type, both stored as uint16_t.
-struct Bf16 {
-  uint16_t bits;
-};
-struct Fp16 {
-  uint16_t bits;
-};
-template <>
-__device__ __forceinline__ float load_float<Bf16>(Bf16 x) {
-  return __uint_as_float(uint32_t(x.bits) << 16);
-}
-template <>
-__device__ __forceinline__ float load_float<Fp16>(Fp16 x) {
-  return __half2float(__ushort_as_half(x.bits));
-}
-
 // codes[k] = encode(v[k] * scale), two values per conversion instruction (the same
 // round-to-nearest-even saturating conversion as the one-value form, element by element).
 template <__nv_fp8_interpretation_t kFmt>
@@ -90,10 +69,6 @@ __device__ __forceinline__ void encode_vec(const float (&v)[kVec], float scale,
     codes[k + 1] = static_cast<uint8_t>(pair >> 8);
   }
 }
-
-__device__ __forceinline__ uint32_t abs_bits(float x) { return __float_as_uint(x) & 0x7FFFFFFFu; }
-
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // Loads kVec elements starting at in[i] (n elements in all) as floats; out-of-range
 // elements read as 0, which changes neither amax nor column sums.
@@ -308,7 +283,7 @@ __global__ void __launch_bounds__(kThreads) cast_tiled_kernel(TileParams p) {
   if (blockIdx.x == 0 && threadIdx.x == 0) *p.scale_inv = 1.0f / scale;
 }
 
-// dbias[c] = sum of partials[t, c] over row tiles t, in tile order (deterministic).
+// dbias[c] = ((0 + partials[0, c]) + partials[1, c]) + ... over the row tiles (deterministic).
 __global__ void sum_partials_kernel(const float* partials, int64_t row_tiles, int64_t cols,
                                     float* dbias) {
   const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -322,73 +297,26 @@ __global__ void zero_scalar_kernel(float* amax) { *amax = 0.0f; }
 
 // ---- dequantize ----------------------------------------------------------------------------
 
-template <class T>
-__device__ __forceinline__ void store_float(T* out, float x);
-template <>
-__device__ __forceinline__ void store_float<float>(float* out, float x) {
-  *out = x;
-}
-template <>
-__device__ __forceinline__ void store_float<Bf16>(Bf16* out, float x) {
-  out->bits = __bfloat16_as_ushort(__float2bfloat16_rn(x));
-}
-template <>
-__device__ __forceinline__ void store_float<Fp16>(Fp16* out, float x) {
-  out->bits = __half_as_ushort(__float2half_rn(x));
-}
-
 template <class T, __nv_fp8_interpretation_t kFmt>
 __global__ void dequantize_kernel(const uint8_t* in, const float* scale_inv, T* out, int64_t n) {
   const float s = *scale_inv;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
-    const float x = __half2float(__half(__nv_cvt_fp8_to_halfraw(in[i], kFmt)));
-    store_float(out + i, x * s);
+    store_float(out + i, decode_fp8<kFmt>(in[i]) * s);
   }
 }
 
 // ---- dispatch ------------------------------------------------------------------------------
-
-template <class T>
-struct TypeTag {
-  using type = T;
-};
-template <__nv_fp8_interpretation_t kFmt>
-struct FmtTag {
-  static constexpr __nv_fp8_interpretation_t value = kFmt;
-};
 
 template <CastActivation kAct>
 struct ActTag {
   static constexpr CastActivation value = kAct;
 };
 
-// Calls f(TypeTag<T>, FmtTag<fmt>) for the dtype pair.
-template <class F>
-void dispatch(DType wide, DType fp8, F&& f) {
-  auto with_type = [&](auto type) {
-    if (fp8 == DType::kFloat8E5M2)
-      f(type, FmtTag<__NV_E5M2>{});
-    else
-      f(type, FmtTag<__NV_E4M3>{});
-  };
-  switch (wide) {
-    case DType::kFloat32:
-      return with_type(TypeTag<float>{});
-    case DType::kBFloat16:
-      return with_type(TypeTag<Bf16>{});
-    case DType::kFloat16:
-      return with_type(TypeTag<Fp16>{});
-    default:
-      QMESH_THROW_KIND(ErrorKind::kUnsupported, "CUDA cast: unsupported wide dtype ",
-                       dtype_name(wide));
-  }
-}
-
 // Calls f(TypeTag<T>, FmtTag<fmt>, ActTag<act>) for the cast's spec.
 template <class F>
 void dispatch(const CastSpec& spec, F&& f) {
-  dispatch(spec.in_dtype, spec.fp8, [&](auto type, auto fmt) {
+  dispatch_dtypes(spec.in_dtype, spec.fp8, [&](auto type, auto fmt) {
     switch (spec.activation) {
       case CastActivation::kNone:
         return f(type, fmt, ActTag<CastActivation::kNone>{});
@@ -475,15 +403,17 @@ void cast_tiled(const CastSpec& spec, const CastJob& job, cudaStream_t stream) {
     kernel<<<grid, kThreads, 0, stream>>>(p);
   });
   QMESH_CHECK_CUDA(cudaGetLastError());
-  if (p.partials) {
-    const auto col_blocks = static_cast<unsigned>((job.cols + kThreads - 1) / kThreads);
-    sum_partials_kernel<<<col_blocks, kThreads, 0, stream>>>(p.partials, row_tiles, job.cols,
-                                                             job.dbias);
-    QMESH_CHECK_CUDA(cudaGetLastError());
-  }
+  if (p.partials) sum_tile_partials(p.partials, row_tiles, job.cols, job.dbias, stream);
 }
 
 }  // namespace
+
+void sum_tile_partials(const float* partials, int64_t row_tiles, int64_t cols, float* dbias,
+                       cudaStream_t stream) {
+  const auto blocks = static_cast<unsigned>((cols + kThreads - 1) / kThreads);
+  sum_partials_kernel<<<blocks, kThreads, 0, stream>>>(partials, row_tiles, cols, dbias);
+  QMESH_CHECK_CUDA(cudaGetLastError());
+}
 
 void cast(int device, const CastSpec& spec, std::span<const CastJob> jobs, Stream stream) {
   const DeviceGuard guard(device);
@@ -513,7 +443,7 @@ void dequantize(int device, const uint8_t* in, DType fp8, const float* scale_inv
   require_device_scalar(scale_inv, device, "the dequantize input's scale_inv");
   if (n == 0) return;  // a grid of size 0 is an error
   auto s = static_cast<cudaStream_t>(stream.handle);
-  dispatch(out_dtype, fp8, [&](auto type, auto fmt) {
+  dispatch_dtypes(out_dtype, fp8, [&](auto type, auto fmt) {
     using T = typename decltype(type)::type;
     const auto kernel = dequantize_kernel<T, decltype(fmt)::value>;
     const auto blocks = static_cast<unsigned>(

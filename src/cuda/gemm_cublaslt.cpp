@@ -67,6 +67,20 @@ cudaDataType_t cuda_type(DType t) {
   }
 }
 
+// cuBLASLt's scale mode of an operand (qmesh's block layouts are cuBLASLt's: see
+// qmesh/block_quantized_tensor.h).
+int32_t cublaslt_scale_mode(GemmScaling s) {
+  switch (s) {
+    case GemmScaling::kTensor:
+      return CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+    case GemmScaling::kBlock1x128:
+      return CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    case GemmScaling::kBlock128x128:
+      return CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+  }
+  QMESH_THROW("invalid GemmScaling ", int(s));
+}
+
 cublasLtEpilogue_t cublaslt_epilogue(GemmEpilogue e) {
   switch (e) {
     case GemmEpilogue::kNone:
@@ -237,6 +251,10 @@ struct CublasLtGemm::Impl {
     if (c.fp8_inputs())
       set_attr(desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM,
                int8_t(c.accumulation == GemmAccumulation::kFast ? 1 : 0));
+    if (c.block_scaled()) {  // A' is our B and B' our A: their scale modes swap with them
+      set_attr(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, cublaslt_scale_mode(c.b.scaling));
+      set_attr(desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, cublaslt_scale_mode(c.a.scaling));
+    }
     set_attr(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, uint32_t(cublaslt_epilogue(c.epilogue)));
     // Bias and aux types default to D's; FP8 GEMMs name theirs (canonicalize checked that
     // plain GEMMs use D's).
@@ -263,7 +281,8 @@ struct CublasLtGemm::Impl {
   void set_pointers() {
     staged.clear();
     if (c.fp8_inputs()) {
-      // A' is our B and B' our A.
+      // A' is our B and B' our A. Block scale tensors are 16-byte aligned (canonicalize
+      // checks it), so only per-tensor scalars are ever staged.
       set_scalar(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, const_cast<float*>(c.b.scale_inv));
       set_scalar(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, const_cast<float*>(c.a.scale_inv));
     }

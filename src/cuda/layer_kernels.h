@@ -12,16 +12,21 @@ namespace qmesh::detail::cuda {
 void layer_norm_forward(int device, const float* x, const float* gamma, const float* beta,
                         float eps, float* y, float* mean, float* rstd, int64_t rows, int64_t cols,
                         Stream stream);
+// residual: null, or added to dx (ops/layer_norm.h).
 void layer_norm_backward(int device, const float* dy, const float* x, const float* gamma,
-                         const float* mean, const float* rstd, float* dx, float* dgamma,
-                         float* dbeta, int64_t rows, int64_t cols, Stream stream);
+                         const float* mean, const float* rstd, const float* residual, float* dx,
+                         float* dgamma, float* dbeta, int64_t rows, int64_t cols, Stream stream);
 // out[c] = sum_r g[r, c].
 void column_sums(int device, const float* g, float* out, int64_t rows, int64_t cols, Stream stream);
-void add_bias(int device, float* y, const float* bias, int64_t rows, int64_t cols, Stream stream);
-void gelu(int device, const float* x, float* y, int64_t n, Stream stream);
-void dgelu(int device, const float* dy, const float* pre, float* dx, int64_t n, Stream stream);
+// Activations (y, x, dy, pre) are fp32, or bf16 where their flag says so.
+void add_bias(int device, void* y, bool y_bf16, const float* bias, int64_t rows, int64_t cols,
+              Stream stream);
+void gelu(int device, const void* x, bool x_bf16, void* y, bool y_bf16, int64_t n, Stream stream);
+void dgelu(int device, const void* dy, const void* pre, bool in_bf16, float* dx, int64_t n,
+           Stream stream);
 void add(int device, const float* a, const float* b, float* out, int64_t n, Stream stream);
 void convert_to_bf16(int device, const float* in, uint16_t* out, int64_t n, Stream stream);
+void convert_to_fp32(int device, const uint16_t* in, float* out, int64_t n, Stream stream);
 // out [cols, rows] = in [rows, cols]^T, elements of `bytes` (1, 2, 4 or 8) bytes.
 void transpose(int device, const void* in, void* out, int64_t rows, int64_t cols, int bytes,
                Stream stream);

@@ -1,4 +1,5 @@
-// CUDA kernels of the layer ops and the optimizers: fp32 math, one launch per call,
+// CUDA kernels of the layer ops and the optimizers: fp32 math (bias add, GELU and its backward
+// also read or write bf16 activations), one launch per call,
 // asynchronous on the caller's stream.
 //
 // LayerNorm: one block per row; the row's sums are block reductions (warp shuffles, then
@@ -8,6 +9,7 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cpu/gelu.h"
 #include "cuda/block_sum.h"
@@ -72,7 +74,7 @@ __global__ void __launch_bounds__(kThreads)
 
 __global__ void __launch_bounds__(kThreads)
     layer_norm_dx_kernel(const float* dy, const float* x, const float* gamma, const float* mean,
-                         const float* rstd, float* dx, int64_t cols) {
+                         const float* rstd, const float* residual, float* dx, int64_t cols) {
   __shared__ float scratch[kWarps];
   const int64_t row = blockIdx.x;
   const float* xr = x + row * cols;
@@ -90,7 +92,9 @@ __global__ void __launch_bounds__(kThreads)
   float* dxr = dx + row * cols;
   for (int64_t c = threadIdx.x; c < cols; c += kThreads) {
     const float xhat = (xr[c] - m) * r;
-    dxr[c] = r * (dyr[c] * gamma[c] - inv_n * sum_dxhat - xhat * inv_n * sum_dxhat_xhat);
+    const float d = r * (dyr[c] * gamma[c] - inv_n * sum_dxhat - xhat * inv_n * sum_dxhat_xhat);
+    // The residual add rounded on its own (no FMA with the product): the host's bits.
+    dxr[c] = residual != nullptr ? __fadd_rn(residual[row * cols + c], d) : d;
   }
 }
 
@@ -155,20 +159,43 @@ void column_sums_impl(const float* g, const float* x, const float* mean, const f
   }
 }
 
-__global__ void add_bias_kernel(float* y, const float* bias, int64_t n, int64_t cols) {
+// Activations are fp32 or bf16 (converted to nearest even on store); the math is fp32.
+__device__ float load(const float* p, int64_t i) { return p[i]; }
+__device__ float load(const __nv_bfloat16* p, int64_t i) { return __bfloat162float(p[i]); }
+__device__ void store(float* p, int64_t i, float v) { p[i] = v; }
+__device__ void store(__nv_bfloat16* p, int64_t i, float v) { p[i] = __float2bfloat16_rn(v); }
+
+template <class Y>
+__global__ void add_bias_kernel(Y* y, const float* bias, int64_t n, int64_t cols) {
   const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
-  if (i < n) y[i] += bias[i % cols];
+  if (i < n) store(y, i, load(y, i) + bias[i % cols]);
 }
 
 // GELU and its backward as the host computes them (cpu/gelu.h): the same bits.
-__global__ void gelu_kernel(const float* x, float* y, int64_t n) {
+template <class X, class Y>
+__global__ void gelu_kernel(const X* x, Y* y, int64_t n) {
   const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
-  if (i < n) y[i] = ::qmesh::gelu(x[i]);
+  if (i < n) store(y, i, ::qmesh::gelu(load(x, i)));
 }
 
-__global__ void dgelu_kernel(const float* dy, const float* pre, float* dx, int64_t n) {
+template <class X>
+__global__ void dgelu_kernel(const X* dy, const X* pre, float* dx, int64_t n) {
   const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
-  if (i < n) dx[i] = __fmul_rn(dy[i], ::qmesh::dgelu(pre[i]));
+  if (i < n) dx[i] = __fmul_rn(load(dy, i), ::qmesh::dgelu(load(pre, i)));
+}
+
+__global__ void widen_bf16_kernel(const __nv_bfloat16* in, float* out, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (i < n) out[i] = __bfloat162float(in[i]);
+}
+
+// Calls f with a null pointer of the activation type (bf16 or fp32).
+template <class F>
+void with_activation_type(bool bf16, F&& f) {
+  if (bf16)
+    f(static_cast<__nv_bfloat16*>(nullptr));
+  else
+    f(static_cast<float*>(nullptr));
 }
 
 __global__ void add_kernel(const float* a, const float* b, float* out, int64_t n) {
@@ -217,12 +244,12 @@ void layer_norm_forward(int device, const float* x, const float* gamma, const fl
 }
 
 void layer_norm_backward(int device, const float* dy, const float* x, const float* gamma,
-                         const float* mean, const float* rstd, float* dx, float* dgamma,
-                         float* dbeta, int64_t rows, int64_t cols, Stream stream) {
+                         const float* mean, const float* rstd, const float* residual, float* dx,
+                         float* dgamma, float* dbeta, int64_t rows, int64_t cols, Stream stream) {
   const DeviceGuard guard(device);
   if (rows > 0) {
     layer_norm_dx_kernel<<<static_cast<unsigned>(rows), kThreads, 0, native(stream)>>>(
-        dy, x, gamma, mean, rstd, dx, cols);
+        dy, x, gamma, mean, rstd, residual, dx, cols);
     QMESH_CHECK_CUDA(cudaGetLastError());
   }
   column_sums_impl(dy, x, mean, rstd, dbeta, dgamma, rows, cols, stream);
@@ -234,25 +261,41 @@ void column_sums(int device, const float* g, float* out, int64_t rows, int64_t c
   column_sums_impl(g, nullptr, nullptr, nullptr, out, nullptr, rows, cols, stream);
 }
 
-void add_bias(int device, float* y, const float* bias, int64_t rows, int64_t cols, Stream stream) {
+void add_bias(int device, void* y, bool y_bf16, const float* bias, int64_t rows, int64_t cols,
+              Stream stream) {
   const DeviceGuard guard(device);
   if (rows * cols == 0) return;
-  add_bias_kernel<<<blocks_for(rows * cols), kThreads, 0, native(stream)>>>(y, bias, rows * cols,
-                                                                            cols);
+  with_activation_type(y_bf16, [&](auto* tag) {
+    using Y = std::remove_pointer_t<decltype(tag)>;
+    add_bias_kernel<<<blocks_for(rows * cols), kThreads, 0, native(stream)>>>(
+        static_cast<Y*>(y), bias, rows * cols, cols);
+  });
   QMESH_CHECK_CUDA(cudaGetLastError());
 }
 
-void gelu(int device, const float* x, float* y, int64_t n, Stream stream) {
+void gelu(int device, const void* x, bool x_bf16, void* y, bool y_bf16, int64_t n, Stream stream) {
   const DeviceGuard guard(device);
   if (n == 0) return;
-  gelu_kernel<<<blocks_for(n), kThreads, 0, native(stream)>>>(x, y, n);
+  with_activation_type(x_bf16, [&](auto* x_tag) {
+    with_activation_type(y_bf16, [&](auto* y_tag) {
+      using X = std::remove_pointer_t<decltype(x_tag)>;
+      using Y = std::remove_pointer_t<decltype(y_tag)>;
+      gelu_kernel<<<blocks_for(n), kThreads, 0, native(stream)>>>(static_cast<const X*>(x),
+                                                                  static_cast<Y*>(y), n);
+    });
+  });
   QMESH_CHECK_CUDA(cudaGetLastError());
 }
 
-void dgelu(int device, const float* dy, const float* pre, float* dx, int64_t n, Stream stream) {
+void dgelu(int device, const void* dy, const void* pre, bool in_bf16, float* dx, int64_t n,
+           Stream stream) {
   const DeviceGuard guard(device);
   if (n == 0) return;
-  dgelu_kernel<<<blocks_for(n), kThreads, 0, native(stream)>>>(dy, pre, dx, n);
+  with_activation_type(in_bf16, [&](auto* tag) {
+    using X = std::remove_pointer_t<decltype(tag)>;
+    dgelu_kernel<<<blocks_for(n), kThreads, 0, native(stream)>>>(static_cast<const X*>(dy),
+                                                                 static_cast<const X*>(pre), dx, n);
+  });
   QMESH_CHECK_CUDA(cudaGetLastError());
 }
 
@@ -303,6 +346,14 @@ void convert_to_bf16(int device, const float* in, uint16_t* out, int64_t n, Stre
   if (n == 0) return;
   bf16_kernel<<<blocks_for(n), kThreads, 0, native(stream)>>>(
       in, reinterpret_cast<__nv_bfloat16*>(out), n);
+  QMESH_CHECK_CUDA(cudaGetLastError());
+}
+
+void convert_to_fp32(int device, const uint16_t* in, float* out, int64_t n, Stream stream) {
+  const DeviceGuard guard(device);
+  if (n == 0) return;
+  widen_bf16_kernel<<<blocks_for(n), kThreads, 0, native(stream)>>>(
+      reinterpret_cast<const __nv_bfloat16*>(in), out, n);
   QMESH_CHECK_CUDA(cudaGetLastError());
 }
 

@@ -1,5 +1,6 @@
 // XLA FFI handlers of the quantization ops: quantize (rowwise, optionally with the columnwise
-// copy), amax, the current-scaling scale, dequantize, dbias + quantize and grouped quantize.
+// copy), amax, the current-scaling scale, dequantize, dbias + quantize, grouped quantize, and
+// the casts fused with GELU's forward and backward (ops/activation_cast.h).
 // Each calls the qmesh op of the same name on the buffers XLA hands over (no copies).
 //
 // Operands that XLA gives as arrays of any rank are read as the row-major 2-D view
@@ -13,6 +14,7 @@
 #include "ffi/ffi_support.h"
 #include "qmesh/copy.h"
 #include "qmesh/fp8.h"
+#include "qmesh/ops/activation_cast.h"
 #include "qmesh/ops/amax.h"
 #include "qmesh/ops/cast_transpose.h"
 #include "qmesh/ops/dbias_quantize.h"
@@ -132,6 +134,50 @@ void dbias_quantize_impl(const Where& w, AnyBuffer g, AnyBuffer scale, Result<An
   require_dtype(*dbias, {DType::kFloat32}, "dbias");
   require_count(*dbias, input.shape.cols(), "dbias ([cols] of g)");
   dbias_quantize(input, out, view(dbias, w, "dbias"), w.stream);
+}
+
+// pre -> the codes of gelu(pre) (and q_t) with the given scale: op gelu_cast_transpose.
+void gelu_quantize_impl(const Where& w, AnyBuffer pre, AnyBuffer scale, Result<AnyBuffer> q,
+                        Result<AnyBuffer> q_t, Result<AnyBuffer> amax,
+                        Result<AnyBuffer> scale_inv) {
+  const TensorView input = wide_input(pre, w, "pre");
+  gelu_cast_transpose(input, fp8_output(w, input.shape, scale, q, q_t, amax, scale_inv), w.stream);
+}
+
+// max|gelu(pre)| -> amax (fp32 scalar).
+void gelu_amax_impl(const Where& w, AnyBuffer pre, Result<AnyBuffer> out) {
+  gelu_amax(wide_input(pre, w, "pre"),
+            TensorView(scalar(out, "amax"), DType::kFloat32, Shape{1}, w.device), w.stream);
+}
+
+// The pre-activation, read as dh's [rows, cols] view (same dtype and element count as dh).
+TensorView pre_activation(const AnyBuffer& pre, const TensorView& dh, const Where& w) {
+  const TensorView p = wide_input(pre, w, "pre");
+  QMESH_CHECK(p.dtype == dh.dtype && p.numel() == dh.numel(),
+              "pre (the saved pre-activation) must have dh's dtype and shape: dh is ",
+              dtype_name(dh.dtype), " with ", dh.numel(), " elements, pre ", dtype_name(p.dtype),
+              " with ", p.numel());
+  return TensorView(p.data, p.dtype, dh.shape, w.device);
+}
+
+// (dh, pre) -> the codes of g = dh * gelu'(pre) (and q_t) with the given scale, and
+// dbias[c] = sum over rows of g[r, c]: op dgelu_dbias_cast_transpose.
+void dgelu_dbias_quantize_impl(const Where& w, AnyBuffer dh, AnyBuffer pre, AnyBuffer scale,
+                               Result<AnyBuffer> q, Result<AnyBuffer> q_t, Result<AnyBuffer> amax,
+                               Result<AnyBuffer> scale_inv, Result<AnyBuffer> dbias) {
+  const TensorView grad = wide_input(dh, w, "dh");
+  const QuantizedTensorView out = fp8_output(w, grad.shape, scale, q, q_t, amax, scale_inv);
+  require_dtype(*dbias, {DType::kFloat32}, "dbias");
+  require_count(*dbias, grad.shape.cols(), "dbias ([cols] of dh)");
+  dgelu_dbias_cast_transpose(grad, pre_activation(pre, grad, w), out, view(dbias, w, "dbias"),
+                             w.stream);
+}
+
+// max|dh * gelu'(pre)| -> amax (fp32 scalar).
+void dgelu_amax_impl(const Where& w, AnyBuffer dh, AnyBuffer pre, Result<AnyBuffer> out) {
+  const TensorView grad = wide_input(dh, w, "dh");
+  dgelu_amax(grad, pre_activation(pre, grad, w),
+             TensorView(scalar(out, "amax"), DType::kFloat32, Shape{1}, w.device), w.stream);
 }
 
 // The groups' row counts as host integers (a device operand is copied, stream-ordered, and
@@ -258,3 +304,30 @@ QMESH_FFI_HANDLER(QmeshGroupedQuantize, qmesh::ffi::grouped_quantize_impl,
                       .Ret<AnyBuffer>()    // q_t
                       .Ret<AnyBuffer>()    // amax
                       .Ret<AnyBuffer>());  // scale_inv
+
+QMESH_FFI_HANDLER(QmeshGeluQuantize, qmesh::ffi::gelu_quantize_impl,
+                  .Arg<AnyBuffer>()        // pre
+                      .Arg<AnyBuffer>()    // scale
+                      .Ret<AnyBuffer>()    // q
+                      .Ret<AnyBuffer>()    // q_t
+                      .Ret<AnyBuffer>()    // amax
+                      .Ret<AnyBuffer>());  // scale_inv
+
+QMESH_FFI_HANDLER(QmeshGeluAmax, qmesh::ffi::gelu_amax_impl,
+                  .Arg<AnyBuffer>()        // pre
+                      .Ret<AnyBuffer>());  // amax
+
+QMESH_FFI_HANDLER(QmeshDgeluDbiasQuantize, qmesh::ffi::dgelu_dbias_quantize_impl,
+                  .Arg<AnyBuffer>()        // dh
+                      .Arg<AnyBuffer>()    // pre
+                      .Arg<AnyBuffer>()    // scale
+                      .Ret<AnyBuffer>()    // q
+                      .Ret<AnyBuffer>()    // q_t
+                      .Ret<AnyBuffer>()    // amax
+                      .Ret<AnyBuffer>()    // scale_inv
+                      .Ret<AnyBuffer>());  // dbias
+
+QMESH_FFI_HANDLER(QmeshDgeluAmax, qmesh::ffi::dgelu_amax_impl,
+                  .Arg<AnyBuffer>()        // dh
+                      .Arg<AnyBuffer>()    // pre
+                      .Ret<AnyBuffer>());  // amax

@@ -11,7 +11,9 @@
 #include "layers/gather_buffer.h"
 #include "layers/operand_cast.h"
 #include "qmesh/comm/stream_ordered.h"
+#include "qmesh/copy.h"
 #include "qmesh/error.h"
+#include "qmesh/ops/add.h"
 #include "qmesh/ops/bias.h"
 #include "qmesh/ops/convert.h"
 #include "qmesh/ops/gelu.h"
@@ -50,6 +52,15 @@ struct Dense::Impl {
     QMESH_CHECK(
         opt.parallelism != DenseParallelism::kRow || opt.activation == DenseActivation::kNone, name,
         ": a row-parallel layer cannot fuse GELU (its output is a partial sum)");
+    QMESH_CHECK(opt.output_dtype == DType::kFloat32 || opt.output_dtype == DType::kBFloat16, name,
+                ": output_dtype must be fp32 or bf16, got ", dtype_name(opt.output_dtype));
+    QMESH_CHECK(context.recipe() != Recipe::kFp32 || opt.output_dtype == DType::kFloat32, name,
+                ": the fp32 recipe's GEMMs write fp32 (cuBLASLt has no fp32 x fp32 -> bf16 GEMM); "
+                "set output_dtype fp32");
+    QMESH_CHECK(opt.parallelism != DenseParallelism::kRow || opt.output_dtype == DType::kFloat32,
+                name,
+                ": a row-parallel layer's output is reduced over tp in fp32; set output_dtype "
+                "fp32");
     QMESH_CHECK(opt.bias || opt.activation == DenseActivation::kNone, name,
                 ": GELU is fused with the bias; enable the bias");
     QMESH_CHECK(
@@ -113,6 +124,13 @@ struct Dense::Impl {
 
   bool fsdp() const { return ctx.fsdp().enabled(); }
 
+  // t: an activation (fp32 or bf16) on the context's device.
+  void check_activation(const TensorView& t, const std::string& what) const {
+    QMESH_CHECK(t.dtype == DType::kFloat32 || t.dtype == DType::kBFloat16, what,
+                " must be fp32 or bf16, got ", dtype_name(t.dtype));
+    check_device(t, ctx.device(), what);
+  }
+
   // FSDP: gathers this layer's weight for a pass (unless prefetched or kept; the next
   // FsdpOptions::prefetch layers' gathers start meanwhile) and returns the [out, in] operand
   // (FP8: one scale on every rank, so only the codes travel; columnwise copy made here).
@@ -159,9 +177,12 @@ struct Dense::Impl {
   // The CUDA FP8 GEMM is TN-only: backward needs the transposed copies there.
   bool columnwise() const { return x_in.device.is_cuda(); }
 
-  TensorView forward(const TensorView& x) {
-    check_dtype(x, DType::kFloat32, name + " input");
-    check_device(x, ctx.device(), name + " input");
+  TensorView forward(const TensorView& x, const TensorView& residual) {
+    check_activation(x, name + " input");
+    QMESH_CHECK(!column() || x.dtype == DType::kFloat32, name,
+                ": a column-parallel layer takes an fp32 input (its gradient is reduced over tp "
+                "in fp32), got ",
+                dtype_name(x.dtype));
     QMESH_CHECK(x.shape.cols() == in_local, name, ": input must have ", in_local,
                 " features (last dimension), got shape ", x.shape.str());
     x_in = x;
@@ -187,18 +208,25 @@ struct Dense::Impl {
     args.trans_b = GemmTranspose::kYes;  // y = x · Wᵀ
     const int64_t out_rows = row() && sp() ? tokens / tp->size() : tokens;
     const TensorView out =
-        ensure_tensor(y, DType::kFloat32, with_rows(out_rows, out_local), x.device);
+        ensure_tensor(y, options.output_dtype, with_rows(out_rows, out_local), x.device);
     args.d = out;
     if (options.bias && !row()) {
-      args.bias = epilogue_bias(args.a.is_quantized());
+      args.bias = epilogue_bias(args.a.is_quantized(), out.dtype);
       args.epilogue = GemmEpilogue::kBias;
     }
     if (gelu_here()) {  // saves the pre-activation
       args.epilogue = GemmEpilogue::kBiasGeluAux;
-      args.aux = ensure_tensor(pre_activation, DType::kFloat32, out.shape, x.device);
+      args.aux = ensure_tensor(pre_activation, out.dtype, out.shape, x.device);
     }
     args.accumulation = GemmAccumulation::kFast;
-    if (column() && sp()) {
+    check_residual(residual, out);
+    const bool residual_fused = residual_in_gemm(args, residual);
+    if (residual_fused) {  // D = residual, then D += x · Wᵀ + b
+      copy_bytes_async(out.data, out.device, residual.data, residual.device, out.nbytes(),
+                       ctx.stream());
+      gemm(args, ctx.stream());
+      ran_epilogue = options.bias ? DenseEpilogue::kFused : DenseEpilogue::kNone;
+    } else if (column() && sp()) {
       gemm_with_epilogue(args, x.shape.rows(), [&](const GemmArgs& a) {
         all_gather_gemm(*tp, a, rowwise(x_gathered), overlap, streams());
       });
@@ -212,10 +240,11 @@ struct Dense::Impl {
         all_reduce_in_stream_order(*tp, out, ReduceOp::kSum, ctx.stream());
     }
     // Row parallel: the partial products are summed over tp; add the (replicated) bias.
-    if (row()) {
+    if (row() && !residual_fused) {
       if (options.bias) add_bias(out, bias_value(), ctx.stream());
       ran_epilogue = options.bias ? DenseEpilogue::kSeparate : DenseEpilogue::kNone;
     }
+    if (!residual.empty() && !residual_fused) add(residual, out, out, ctx.stream());
     if (fsdp() && !ctx.fsdp_options().keep_gathered) {
       sharding.release();
       w_full_t.reset();
@@ -225,8 +254,11 @@ struct Dense::Impl {
 
   TensorView backward(const TensorView& dy_in) {
     QMESH_CHECK(!x_in.empty(), name, ": backward called before forward");
-    check_dtype(dy_in, DType::kFloat32, name + " output gradient");
-    check_device(dy_in, ctx.device(), name + " output gradient");
+    check_activation(dy_in, name + " output gradient");
+    QMESH_CHECK(options.activation == DenseActivation::kNone || dy_in.dtype == y.dtype(), name,
+                ": GELU's backward reads the ", dtype_name(y.dtype()),
+                " pre-activation with the output gradient; pass a gradient of that dtype, got ",
+                dtype_name(dy_in.dtype));
     const Shape x_shape = with_rows(tokens, in_local);  // x as the GEMMs saw it
     if (fsdp()) last_w = gathered_weight(false);
     const TensorView dx_out = backward_unsharded(dy_in, x_shape);
@@ -260,7 +292,7 @@ struct Dense::Impl {
         x_full = gather_buffer().get(last_x, tokens, columnwise());
         regathered.emplace(*tp, rowwise(last_x), rowwise(x_full), streams());
       }
-      dgrad.d = ensure_tensor(dx, DType::kFloat32, x_in.shape, x_in.device);
+      dgrad.d = ensure_tensor(dx, x_in.dtype, x_in.shape, x_in.device);
       gemm_reduce_scatter(*tp, dgrad, overlap, streams());
       if (regathered) {
         regathered->finish();
@@ -270,7 +302,7 @@ struct Dense::Impl {
       return dgrad.d;
     }
     run_wgrad(dy_op, last_x);
-    dgrad.d = ensure_tensor(dx, DType::kFloat32, x_shape, x_in.device);
+    dgrad.d = ensure_tensor(dx, x_in.dtype, x_shape, x_in.device);
     gemm(dgrad, ctx.stream());
     // Column parallel: every tp rank holds a partial dx over the full input features.
     if (column() && tp->size() > 1)
@@ -295,19 +327,53 @@ struct Dense::Impl {
       bias_grad(sums, fusion.dbias, ctx.stream());  // rank 0's sums plus the others' in rank order
     }
     const GemmOperand dy_gathered = dy_gather.get(dgrad.a, tokens, columnwise());
-    dgrad.d = ensure_tensor(dx, DType::kFloat32, x_shape, x_in.device);
+    dgrad.d = ensure_tensor(dx, x_in.dtype, x_shape, x_in.device);
     all_gather_gemm(*tp, dgrad, rowwise(dy_gathered), overlap, streams());
     fill_columnwise(dy_gathered);
     run_wgrad(dy_gathered, last_x);
     return dgrad.d;
   }
 
+  // A residual added to the output: fp32, shaped like it, on the context's device, and not
+  // with GELU (which would apply before it).
+  void check_residual(const TensorView& residual, const TensorView& out) const {
+    if (residual.empty()) return;
+    QMESH_CHECK(options.activation == DenseActivation::kNone, name,
+                ": a residual is added to the output of a layer without GELU");
+    QMESH_CHECK(out.dtype == DType::kFloat32, name,
+                ": a residual is added to an fp32 output; set output_dtype fp32");
+    check_dtype(residual, DType::kFloat32, name + " residual");
+    check_device(residual, ctx.device(), name + " residual");
+    check_shape(residual, out.shape, name + " residual");
+  }
+
+  // Turns `args` into y = residual + x · Wᵀ + b in one GEMM where it can: D's old value is the
+  // residual (GemmOutputMode::kAccumulate) and the bias is in the epilogue. Only without a
+  // reduction over tp (tp = 1, no sequence parallelism: a partial sum is reduced before the
+  // residual is added) and where the backend offers it (asked once per token count); false
+  // otherwise, `args` unchanged.
+  bool residual_in_gemm(GemmArgs& args, const TensorView& residual) {
+    if (residual.empty() || sp() || tp->size() != 1) return false;
+    GemmArgs fused = args;
+    fused.output = GemmOutputMode::kAccumulate;
+    if (options.bias) {
+      fused.bias = epilogue_bias(fused.a.is_quantized(), fused.d.dtype);
+      fused.epilogue = GemmEpilogue::kBias;
+    }
+    if (residual_checked_for != tokens) {
+      residual_fusable = Gemm::can_implement(fused).ok();
+      residual_checked_for = tokens;
+    }
+    if (residual_fusable) args = fused;
+    return residual_fusable;
+  }
+
   // The bias as the forward GEMM's epilogue reads it (detail::forward_bias_dtype): the fp32
   // bias (bias_value(): under FSDP the gathered one), or a bf16 copy of it made now for FP8
-  // operands.
-  TensorView epilogue_bias(bool fp8_operands) {
+  // operands or a bf16 output.
+  TensorView epilogue_bias(bool fp8_operands, DType out_dtype) {
     const TensorView b32 = bias_value();
-    if (detail::forward_bias_dtype(fp8_operands) == DType::kFloat32) return b32;
+    if (detail::forward_bias_dtype(fp8_operands, out_dtype) == DType::kFloat32) return b32;
     const TensorView b16 = ensure_tensor(bias_bf16, DType::kBFloat16, b32.shape, b32.device);
     convert_to_bf16(b32, b16, ctx.stream());
     return b16;
@@ -406,6 +472,8 @@ struct Dense::Impl {
   int64_t epilogue_checked_for = -1;                  // the token count `epilogue` was chosen for
   DenseEpilogue epilogue = DenseEpilogue::kNone;      // what the forward GEMM runs
   DenseEpilogue ran_epilogue = DenseEpilogue::kNone;  // what the last forward ran
+  int64_t residual_checked_for = -1;  // the token count `residual_fusable` was asked for
+  bool residual_fusable = false;      // the residual and bias fit in the forward GEMM
   Tensor y, pre_activation, bias_sums, dx, bias_bf16;
   int64_t backward_step = -1;  // ctx.steps() when backward last ran (-1: never)
   // FSDP: forward's cast shard and the gathered weight's columnwise copy; the gathers
@@ -424,9 +492,9 @@ Dense::Dense(std::string name, int64_t in_features, int64_t out_features, DenseO
 Dense::~Dense() = default;
 Dense::Dense(Dense&&) noexcept = default;
 
-TensorView Dense::forward(const TensorView& x) {
+TensorView Dense::forward(const TensorView& x, const TensorView& residual) {
   impl_->ctx.check_forward(impl_->backward_step, impl_->name);
-  return impl_->forward(x);
+  return impl_->forward(x, residual);
 }
 TensorView Dense::backward(const TensorView& dy) {
   const TensorView dx = impl_->backward(dy);

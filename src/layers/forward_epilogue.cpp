@@ -2,8 +2,8 @@
 
 namespace qmesh::detail {
 
-DType forward_bias_dtype(bool fp8_operands) {
-  return fp8_operands ? DType::kBFloat16 : DType::kFloat32;
+DType forward_bias_dtype(bool fp8_operands, DType d_dtype) {
+  return fp8_operands ? DType::kBFloat16 : d_dtype;
 }
 
 GemmArgs bias_only(const GemmArgs& args) {

@@ -7,27 +7,6 @@
 
 namespace qmesh {
 
-namespace {
-constexpr std::pair<Recipe, std::string_view> kRecipeNames[] = {
-    {Recipe::kFp32, "fp32"},
-    {Recipe::kBf16, "bf16"},
-    {Recipe::kFp8Delayed, "delayed"},
-    {Recipe::kFp8Current, "current"},
-};
-}  // namespace
-
-std::string_view recipe_name(Recipe recipe) {
-  for (auto [r, name] : kRecipeNames)
-    if (r == recipe) return name;
-  QMESH_THROW("unknown recipe value ", static_cast<int>(recipe));
-}
-
-Recipe parse_recipe(std::string_view name) {
-  for (auto [r, n] : kRecipeNames)
-    if (n == name) return r;
-  QMESH_THROW("unknown recipe '", name, "' (expected one of fp32, bf16, delayed, current)");
-}
-
 LayerContext::LayerContext(const Mesh& mesh, Recipe recipe, LayerContextOptions options)
     : mesh_(mesh), recipe_(recipe), options_(options), fsdp_(mesh_) {
   require_device(options_.placement.device);
@@ -37,6 +16,19 @@ LayerContext::LayerContext(const Mesh& mesh, Recipe recipe, LayerContextOptions 
   QMESH_CHECK(options_.fsdp.prefetch >= 0,
               "FsdpOptions::prefetch must be >= 0 (layers gathered ahead), got ",
               options_.fsdp.prefetch);
+  QMESH_CHECK(!options_.activation_dtype || *options_.activation_dtype == DType::kFloat32 ||
+                  *options_.activation_dtype == DType::kBFloat16,
+              "LayerContextOptions::activation_dtype must be fp32 or bf16 (or unset for the "
+              "recipe's default), got ",
+              dtype_name(options_.activation_dtype.value_or(DType::kFloat32)));
+  QMESH_CHECK(recipe != Recipe::kFp32 || activation_dtype() == DType::kFloat32,
+              "LayerContextOptions::activation_dtype: the fp32 recipe keeps fp32 activations (its "
+              "GEMMs write fp32 only); leave it unset or fp32");
+}
+
+DType LayerContext::activation_dtype() const {
+  if (options_.activation_dtype) return *options_.activation_dtype;
+  return recipe_ == Recipe::kFp32 ? DType::kFloat32 : DType::kBFloat16;
 }
 
 LayerContext::~LayerContext() = default;

@@ -71,7 +71,7 @@ struct LayerNorm::Impl {
     return y.view();
   }
 
-  TensorView backward(const TensorView& dy) {
+  TensorView backward(const TensorView& dy, const TensorView& residual) {
     QMESH_CHECK(!x.empty(), gamma.name, ": backward called before forward");
     check_dtype(dy, DType::kFloat32, "LayerNorm output gradient");
     check_device(dy, placement.device, "LayerNorm output gradient");
@@ -80,7 +80,7 @@ struct LayerNorm::Impl {
     const TensorView dgamma = grad_target(gamma), dbeta = grad_target(beta);
     layer_norm_backward(dy, x, value(gamma, 0), mean, rstd,
                         ensure_tensor(dx, DType::kFloat32, x.shape, placement.device), dgamma,
-                        dbeta, placement.stream);
+                        dbeta, placement.stream, residual);
     if (sp)  // partial sums over the tp ranks' tokens
       for (const TensorView& g : {dgamma, dbeta})
         all_reduce_in_stream_order(*tp, g, ReduceOp::kSum, placement.stream);
@@ -109,7 +109,9 @@ LayerNorm::~LayerNorm() = default;
 LayerNorm::LayerNorm(LayerNorm&&) noexcept = default;
 
 TensorView LayerNorm::forward(const TensorView& x) { return impl_->forward(x); }
-TensorView LayerNorm::backward(const TensorView& dy) { return impl_->backward(dy); }
+TensorView LayerNorm::backward(const TensorView& dy, const TensorView& residual) {
+  return impl_->backward(dy, residual);
+}
 std::vector<Parameter*> LayerNorm::parameters() { return {&impl_->gamma, &impl_->beta}; }
 int64_t LayerNorm::hidden() const { return impl_->hidden; }
 

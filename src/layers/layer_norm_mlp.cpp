@@ -1,8 +1,6 @@
 #include "qmesh/layers/layer_norm_mlp.h"
 
-#include "layers/activation_buffer.h"
 #include "qmesh/error.h"
-#include "qmesh/ops/add.h"
 
 namespace qmesh {
 
@@ -10,6 +8,8 @@ namespace {
 
 // Under FP8 GELU runs inside the casts around it: fc1's output is the pre-activation, fc2's
 // input cast applies GELU, and fc1's dy cast applies GELU's backward with the bias gradient.
+// fc1's output, and with it fc2's input and input gradient (the [T, ffn] tensors), are in the
+// context's activation_dtype; fc2's output stays fp32 (reduced over tp, then the residual).
 DenseGeluSplit gelu_split(const LayerContext& ctx, DenseGeluSplit side) {
   return ctx.is_fp8() ? side : DenseGeluSplit::kNone;
 }
@@ -23,12 +23,11 @@ std::vector<Parameter*> concat(std::vector<Parameter*> a, const std::vector<Para
 
 LayerNormMLP::LayerNormMLP(std::string name, int64_t hidden, int64_t ffn,
                            LayerNormMLPOptions options, LayerContext& ctx, uint64_t seed)
-    : ctx_(ctx),
-      norm_(name + ".ln", hidden, options.layer_norm_eps, ctx, options.sequence_parallel),
+    : norm_(name + ".ln", hidden, options.layer_norm_eps, ctx, options.sequence_parallel),
       fc1_(name + ".fc1", hidden, ffn,
            DenseOptions{DenseParallelism::kColumn, options.sequence_parallel, true,
                         DenseActivation::kGelu, options.overlap, options.gathered_input,
-                        gelu_split(ctx, DenseGeluSplit::kProducer)},
+                        gelu_split(ctx, DenseGeluSplit::kProducer), ctx.activation_dtype()},
            ctx, seed * 2 + 1),
       fc2_(name + ".fc2", ffn, hidden,
            DenseOptions{DenseParallelism::kRow, options.sequence_parallel, true,
@@ -37,18 +36,14 @@ LayerNormMLP::LayerNormMLP(std::string name, int64_t hidden, int64_t ffn,
            ctx, seed * 2 + 2) {}
 
 TensorView LayerNormMLP::forward(const TensorView& x) {
-  const TensorView out = fc2_.forward(fc1_.forward(norm_.forward(x)));
-  check_shape(out, x.shape, "LayerNormMLP output");
-  const TensorView y = ensure_tensor(y_, DType::kFloat32, x.shape, x.device);
-  add(x, out, y, ctx_.stream());
-  return y;
+  // fc2 adds the residual: in its GEMM at tp = 1 (with its bias), else after the reduction.
+  return fc2_.forward(fc1_.forward(norm_.forward(x)), x);
 }
 
 TensorView LayerNormMLP::backward(const TensorView& dy) {
-  const TensorView d_norm = norm_.backward(fc1_.backward(fc2_.backward(dy)));
-  const TensorView dx = ensure_tensor(dx_, DType::kFloat32, dy.shape, dy.device);
-  add(dy, d_norm, dx, ctx_.stream());  // the residual path
-  return dx;
+  check_dtype(dy, DType::kFloat32, "LayerNormMLP output gradient");
+  // LayerNorm's dx with the residual path's dy added in its pass.
+  return norm_.backward(fc1_.backward(fc2_.backward(dy)), dy);
 }
 
 std::vector<Parameter*> LayerNormMLP::parameters() {

@@ -21,15 +21,19 @@ OperandCast::OperandCast(LayerContext& ctx, OperandRole role) : ctx_(ctx), role_
   if (ctx.is_fp8() && ctx.fp8_stats()) stats_id_ = ctx.fp8_stats()->add(role);
 }
 
-TensorView OperandCast::apply_separately(const TensorView& x, const CastFusion& fusion) {
+TensorView OperandCast::apply_separately(const TensorView& x, const CastFusion& fusion,
+                                         bool want_fp32) {
   const Stream stream = ctx_.stream();
   TensorView v = x;
-  if (fusion.kind != CastFusion::Kind::kNone) {
+  if (fusion.kind != CastFusion::Kind::kNone ||
+      (x.dtype != DType::kFloat32 && (want_fp32 || !fusion.dbias.empty()))) {
     v = ensure_tensor(activated_, DType::kFloat32, x.shape, x.device);
     if (fusion.kind == CastFusion::Kind::kGelu)
       gelu(x, v, stream);
-    else
+    else if (fusion.kind == CastFusion::Kind::kDgelu)
       dgelu(x, fusion.pre, v, stream);
+    else
+      convert_to_fp32(x, v, stream);
   }
   if (!fusion.dbias.empty()) bias_grad(v, fusion.dbias, stream);
   return v;
@@ -52,25 +56,27 @@ void OperandCast::quantize_fused(const TensorView& x, const CastFusion& fusion, 
 
 GemmOperand OperandCast::cast(const TensorView& x_in, bool columnwise,
                               const CastFusion& fusion_in) {
-  check_dtype(x_in, DType::kFloat32, "layer operand");
+  QMESH_CHECK(x_in.dtype == DType::kFloat32 || x_in.dtype == DType::kBFloat16,
+              "layer operand: must be fp32 or bf16, got ", dtype_name(x_in.dtype));
   check_device(x_in, ctx_.device(), "layer operand");
   QMESH_CHECK(fusion_in.kind != CastFusion::Kind::kGelu || fusion_in.dbias.empty(),
               "OperandCast: a bias gradient is summed over a gradient, not over GELU's output");
   QMESH_CHECK(fusion_in.kind != CastFusion::Kind::kDgelu || !fusion_in.dbias.empty(),
               "OperandCast: GELU's backward is fused with the bias gradient; pass dbias");
   const Stream stream = ctx_.stream();
-  // Without FP8, or with FP8 statistics (which compare the operand with its codes), the
-  // fusion runs as separate passes and the cast sees f(x).
+  // Without FP8, or with FP8 statistics (which compare the operand with its codes in fp32),
+  // the fusion runs as separate passes and the cast sees f(x).
   TensorView x = x_in;
   CastFusion fusion = fusion_in;
   if (!ctx_.is_fp8() || stats_id_ >= 0) {
-    x = apply_separately(x_in, fusion_in);
+    x = apply_separately(x_in, fusion_in, ctx_.recipe() == Recipe::kFp32 || stats_id_ >= 0);
     fusion = CastFusion{};
   }
   switch (ctx_.recipe()) {
     case Recipe::kFp32:
       return GemmOperand::plain(x);
     case Recipe::kBf16: {
+      if (x.dtype == DType::kBFloat16) return GemmOperand::plain(x);  // a bf16 activation
       if (!bf16_.data() || !(bf16_.shape() == x.shape))
         bf16_ = Tensor(DType::kBFloat16, x.shape, x.device);
       convert_to_bf16(x, bf16_, stream);

@@ -19,7 +19,7 @@ namespace qmesh {
 
 // What OperandCast::cast does to its input x first: the operand is f(x) with
 //   kNone: f(x) = x;   kGelu: gelu(x);   kDgelu: x · gelu'(pre) (x the gradient w.r.t. GELU's
-//   output, pre the fp32 pre-activation GELU saw, shaped like x),
+//   output, pre the pre-activation GELU saw, shaped like x and of x's dtype),
 // and if dbias is set (fp32 [cols]; required with kDgelu, not allowed with kGelu) it receives
 // the column sums of f(x).
 struct CastFusion {
@@ -33,14 +33,15 @@ class OperandCast {
   // Registers the operand's scaling state with ctx when the recipe is FP8.
   OperandCast(LayerContext& ctx, OperandRole role);
 
-  // x: fp32, any 2-D shape. `columnwise` also makes the transposed FP8 copy (what the CUDA
-  // GEMM needs for non-TN layouts).
+  // x: fp32 or bf16 (an activation kept in bf16: the BF16 recipe uses it as it is), any 2-D
+  // shape. f(x) is computed in fp32. `columnwise` also makes the transposed FP8 copy (what
+  // the CUDA GEMM needs for non-TN layouts).
   GemmOperand cast(const TensorView& x, bool columnwise, const CastFusion& fusion = {});
 
  private:
-  // f(x) of `fusion` in fp32 (owned; x itself for kNone), and its column sums into
-  // fusion.dbias: the fusion as separate passes.
-  TensorView apply_separately(const TensorView& x, const CastFusion& fusion);
+  // f(x) of `fusion` (owned, fp32; x itself for kNone when x is fp32 or `want_fp32` is
+  // false), and its column sums into fusion.dbias: the fusion as separate passes.
+  TensorView apply_separately(const TensorView& x, const CastFusion& fusion, bool want_fp32);
   // The FP8 cast of f(x) into q, fused.
   void quantize_fused(const TensorView& x, const CastFusion& fusion, bool columnwise,
                       const QuantizedTensorView& q);

@@ -22,6 +22,12 @@ GemmOperand GemmOperand::fp8(const QuantizedTensorView& q) {
   return op;
 }
 
+GemmOperand GemmOperand::fp8_block(const BlockQuantizedTensorView& q) {
+  GemmOperand op;
+  op.block = q;
+  return op;
+}
+
 const char* gemm_epilogue_name(GemmEpilogue e) {
   switch (e) {
     case GemmEpilogue::kNone:

@@ -22,6 +22,8 @@ GemmProblem gemm_problem(const CanonicalGemm& c) {
   p.cm = c.cm;
   p.a = c.b.dtype;
   p.b = c.a.dtype;
+  p.a_scaling = c.b.scaling;
+  p.b_scaling = c.a.scaling;
   p.d = c.d_dtype;
   p.beta = c.beta;
   p.epilogue = c.epilogue;
@@ -45,10 +47,10 @@ std::string gemm_algo_key(const CanonicalGemm& c, std::string_view device_name,
   return concat(device_name, "|cublasLt ", library_version, "|m", p.cm.m, " n", p.cm.n, " k",
                 p.cm.k, "|", p.cm.trans_a ? 'T' : 'N', p.cm.trans_b ? 'T' : 'N', " lda", p.cm.lda,
                 " ldb", p.cm.ldb, "|", dtype_name(p.a), "x", dtype_name(p.b), "->", dtype_name(p.d),
-                "|beta", p.beta, "|epi", int(p.epilogue), " bias ", dtype_name(p.bias), " aux ",
-                dtype_name(p.aux), "|fast", int(p.accumulation), "|amax", p.amax_d ? 1 : 0,
-                "|align", align[0], " ", align[1], " ", align[2], " ", align[3], " bias", align[4],
-                " aux", align[5]);
+                "|scale", int(p.a_scaling), "x", int(p.b_scaling), "|beta", p.beta, "|epi",
+                int(p.epilogue), " bias ", dtype_name(p.bias), " aux ", dtype_name(p.aux), "|fast",
+                int(p.accumulation), "|amax", p.amax_d ? 1 : 0, "|align", align[0], " ", align[1],
+                " ", align[2], " ", align[3], " bias", align[4], " aux", align[5]);
 }
 
 }  // namespace qmesh::detail

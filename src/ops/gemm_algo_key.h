@@ -27,9 +27,11 @@ QMESH_API std::array<uint32_t, 4> gemm_operand_alignments(const CanonicalGemm& c
 // descriptors hold. GEMMs with equal problems share one plan; only the pointers differ.
 struct QMESH_API GemmProblem {
   int device = 0;
-  ColumnMajorGemm cm;         // shapes, transposes, leading dimensions
-  DType a = DType::kFloat32;  // cuBLASLt's A' (our B)
-  DType b = DType::kFloat32;  // cuBLASLt's B' (our A)
+  ColumnMajorGemm cm;                            // shapes, transposes, leading dimensions
+  DType a = DType::kFloat32;                     // cuBLASLt's A' (our B)
+  DType b = DType::kFloat32;                     // cuBLASLt's B' (our A)
+  GemmScaling a_scaling = GemmScaling::kTensor;  // A' scale mode (our B's)
+  GemmScaling b_scaling = GemmScaling::kTensor;  // B' scale mode (our A's)
   DType d = DType::kFloat32;
   float beta = 0.0f;
   GemmEpilogue epilogue = GemmEpilogue::kNone;
@@ -48,9 +50,9 @@ struct QMESH_API GemmProblem {
 // The problem of `c` on its device.
 QMESH_API GemmProblem gemm_problem(const CanonicalGemm& c);
 
-// One tab-free line: device name, library version, shapes, layouts, dtypes, beta, epilogue
-// with bias and aux dtypes, accumulation, whether amax of D is requested, and the alignments
-// of A', B', C, D, bias and aux: gemm_problem(c) but the device index and the staging.
+// One tab-free line: device name, library version, shapes, layouts, dtypes, scale modes, beta,
+// epilogue with bias and aux dtypes, accumulation, whether amax of D is requested, and the
+// alignments of A', B', C, D, bias and aux: gemm_problem(c) but the device index and the staging.
 QMESH_API std::string gemm_algo_key(const CanonicalGemm& c, std::string_view device_name,
                                     size_t library_version);
 

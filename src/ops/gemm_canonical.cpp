@@ -17,29 +17,50 @@ bool is_plain_gemm_dtype(DType t) {
 const char* transpose_name(GemmTranspose t) { return t == GemmTranspose::kNo ? "kNo" : "kYes"; }
 
 void check_operand_form(const GemmOperand& op, const char* what) {
-  const bool has_plain = !op.tensor.empty();
-  QMESH_CHECK(has_plain != op.is_quantized(), "GemmArgs.", what,
-              " must hold exactly one of a plain tensor or a quantized tensor (build it with "
-              "GemmOperand::plain or GemmOperand::fp8); it holds ",
-              has_plain ? "both" : "neither");
+  const int forms = int(!op.tensor.empty()) + int(op.is_quantized()) + int(op.is_block_scaled());
+  QMESH_CHECK(forms == 1, "GemmArgs.", what,
+              " must hold exactly one of a plain tensor, a quantized tensor or a block-quantized "
+              "tensor (build it with GemmOperand::plain, GemmOperand::fp8 or "
+              "GemmOperand::fp8_block); it holds ",
+              forms == 0   ? "neither"
+              : forms == 2 ? "both"
+                           : "all three");
   if (op.is_quantized()) op.quantized.validate(what);
+  if (op.is_block_scaled()) op.block.validate(what);
 }
 
-// Chooses the stored copy of an operand. `k_first` is whether the rowwise data is stored with
-// K as its contiguous (last) dimension. The cuBLASLt FP8 GEMM needs that layout and takes it
-// from the columnwise copy when the rowwise one is the other way round.
+bool is_fp8_operand(const GemmOperand& op) { return op.is_quantized() || op.is_block_scaled(); }
+
+// "plain bf16", "per-tensor FP8", "block-scaled FP8": the operand's kind, for messages.
+std::string operand_kind(const GemmOperand& op) {
+  if (op.is_block_scaled()) return "block-scaled FP8";
+  if (op.is_quantized()) return "per-tensor FP8";
+  return concat("plain ", dtype_name(op.dtype()));
+}
+
+// Chooses the stored copy of an operand. `k_contiguous` is whether the rowwise data is stored
+// with K as its contiguous (last) dimension. `need_k_contiguous` (the cuBLASLt FP8 GEMM, and
+// every block-scaled GEMM) takes that layout from the columnwise copy when the rowwise one is
+// the other way round.
 GemmMatrix choose_copy(const GemmOperand& op, bool k_contiguous, bool need_k_contiguous,
                        const char* what, const char* trans_field, GemmTranspose trans) {
   GemmMatrix m;
-  TensorView stored = op.is_quantized() ? op.quantized.data : op.tensor;
+  const bool block = op.is_block_scaled();
+  TensorView stored = op.stored();
+  TensorView block_scales = op.block.scale_inv;
   m.k_contiguous = k_contiguous;
   if (need_k_contiguous && !k_contiguous) {
-    QMESH_CHECK(op.quantized.has_columnwise(), "GemmArgs.", what, " is FP8 with ", trans_field,
-                " = ", transpose_name(trans),
-                ", which the FP8 GEMM on CUDA (TN-only) serves from the operand's columnwise "
-                "copy data_t, but ",
-                what, " has none: quantize it with a columnwise copy (cast_transpose)");
-    stored = op.quantized.data_t;
+    const bool has_columnwise = block ? op.block.has_columnwise() : op.quantized.has_columnwise();
+    QMESH_CHECK(has_columnwise, "GemmArgs.", what, " is FP8 with ", trans_field, " = ",
+                transpose_name(trans),
+                block ? ", which a block-scaled GEMM (on every backend: its scale blocks must "
+                        "lie along K) reads from the operand's columnwise copy data_t, but "
+                      : ", which the FP8 GEMM on CUDA (TN-only) serves from the operand's "
+                        "columnwise copy data_t, but ",
+                what, " has none: quantize it with a columnwise copy",
+                block ? "" : " (cast_transpose)");
+    stored = block ? op.block.data_t : op.quantized.data_t;
+    block_scales = op.block.scale_inv_t;
     m.k_contiguous = true;
   }
   m.data = stored.data;
@@ -47,6 +68,11 @@ GemmMatrix choose_copy(const GemmOperand& op, bool k_contiguous, bool need_k_con
   m.rows = stored.shape.rows();
   m.cols = stored.shape.cols();
   if (op.is_quantized()) m.scale_inv = op.quantized.scale_inv;
+  if (block) {
+    m.scale_inv = static_cast<const float*>(block_scales.data);
+    m.scaling = op.block.block == BlockShape::k1x128 ? GemmScaling::kBlock1x128
+                                                     : GemmScaling::kBlock128x128;
+  }
   return m;
 }
 
@@ -86,6 +112,23 @@ void check_cublaslt_fp8(const CanonicalGemm& c) {
   if (c.aux) check_alignment(c.aux, "aux");
 }
 
+// cuBLASLt's rules for block-scaled operands (Hopper, cuBLASLt 13), as far as they need no
+// GPU: docs/design/block_scaling.md "GEMM".
+void check_cublaslt_block(const CanonicalGemm& c) {
+  QMESH_CHECK(
+      !(c.a.scaling == GemmScaling::kBlock128x128 && c.b.scaling == GemmScaling::kBlock128x128),
+      "cuBLASLt has no GEMM of two operands with 128x128 blocks: quantize the "
+      "activation or gradient operand with 1x128 blocks (BlockShape::k1x128)");
+  // cuBLASLt's B' is our A; with 1x128 blocks its other dimension n' = M must be a multiple
+  // of 8 (its M' = N is already a multiple of 16).
+  QMESH_CHECK(c.a.scaling != GemmScaling::kBlock1x128 || c.m % 8 == 0,
+              "the block-scaled GEMM on CUDA needs M to be a multiple of 8 when A has 1x128 "
+              "blocks, got M = ",
+              c.m, ": pad M, or run on the host backend which accepts any M");
+  check_alignment(c.a.scale_inv, "a's block scales (scale_inv)");
+  check_alignment(c.b.scale_inv, "b's block scales (scale_inv)");
+}
+
 // cuBLASLt's dtype rules for the epilogue tensors: a plain GEMM's bias and aux have D's
 // dtype; with an FP8 D, C takes the bias's dtype, which must then be 16-bit.
 void check_cublaslt_epilogue_dtypes(const CanonicalGemm& c) {
@@ -112,6 +155,14 @@ void check_cublaslt_aux(const CanonicalGemm& c) {
 
 }  // namespace
 
+float GemmMatrix::block_scale_inv(int64_t r, int64_t c) const {
+  const BlockShape shape =
+      scaling == GemmScaling::kBlock1x128 ? BlockShape::k1x128 : BlockShape::k128x128;
+  const int64_t ld = block_scale_shape(rows, cols, shape).cols();
+  if (shape == BlockShape::k1x128) return scale_inv[(c / kScaleBlock) * ld + r];
+  return scale_inv[(r / kScaleBlock) * ld + c / kScaleBlock];
+}
+
 CanonicalGemm canonicalize(const GemmArgs& args) {
   check_operand_form(args.a, "a");
   check_operand_form(args.b, "b");
@@ -123,10 +174,14 @@ CanonicalGemm canonicalize(const GemmArgs& args) {
   const DType ta = args.a.dtype();
   const DType tb = args.b.dtype();
 
-  // Operand dtypes: both FP8 (not e5m2 × e5m2, which cuBLASLt does not offer) or both one
-  // plain dtype.
+  // Operand dtypes: both FP8 (not e5m2 × e5m2, which cuBLASLt does not offer; both
+  // per-tensor or both block-scaled) or both one plain dtype.
+  QMESH_CHECK(args.a.is_block_scaled() == args.b.is_block_scaled(),
+              "block-scaled FP8 operands pair only with block-scaled FP8 operands, got GemmArgs.a ",
+              operand_kind(args.a), " and .b ", operand_kind(args.b),
+              ": quantize both with block scaling (GemmOperand::fp8_block)");
   if (is_fp8(ta) || is_fp8(tb)) {
-    QMESH_CHECK(args.a.is_quantized() && args.b.is_quantized(),
+    QMESH_CHECK(is_fp8_operand(args.a) && is_fp8_operand(args.b),
                 "GemmArgs.a and .b must both be FP8 quantized tensors or both plain tensors, got ",
                 dtype_name(ta), " and ", dtype_name(tb));
     QMESH_CHECK_KIND(ErrorKind::kUnsupported,
@@ -141,16 +196,14 @@ CanonicalGemm canonicalize(const GemmArgs& args) {
   }
 
   // Devices: everything on D's device.
-  check_device(args.a.is_quantized() ? args.a.quantized.data : args.a.tensor, c.device,
-               "GemmArgs.a (it must live on D's device)");
-  check_device(args.b.is_quantized() ? args.b.quantized.data : args.b.tensor, c.device,
-               "GemmArgs.b (it must live on D's device)");
+  check_device(args.a.stored(), c.device, "GemmArgs.a (it must live on D's device)");
+  check_device(args.b.stored(), c.device, "GemmArgs.b (it must live on D's device)");
   check_same_device(args.bias, c.device, "GemmArgs.bias (it must live on D's device)");
   check_same_device(args.aux, c.device, "GemmArgs.aux (it must live on D's device)");
 
   // Shapes: op(A) [M, K], op(B) [K, N], D [M, N].
-  const TensorView& sa = args.a.is_quantized() ? args.a.quantized.data : args.a.tensor;
-  const TensorView& sb = args.b.is_quantized() ? args.b.quantized.data : args.b.tensor;
+  const TensorView& sa = args.a.stored();
+  const TensorView& sb = args.b.stored();
   const bool a_k_contiguous = args.trans_a == GemmTranspose::kNo;
   const bool b_k_contiguous = args.trans_b == GemmTranspose::kYes;
   c.m = a_k_contiguous ? sa.shape.rows() : sa.shape.cols();
@@ -220,8 +273,10 @@ CanonicalGemm canonicalize(const GemmArgs& args) {
   }
   c.accumulation = args.accumulation;
 
-  // Copies: the host reads any layout; cuBLASLt's FP8 GEMM needs both operands K-contiguous.
-  const bool need_tn = c.backend == GemmBackend::kCublasLt && is_fp8(ta);
+  // Copies: the host reads any layout of a plain or per-tensor FP8 operand; cuBLASLt's FP8
+  // GEMM, and a block-scaled GEMM on every backend, need both operands K-contiguous.
+  const bool need_tn =
+      (c.backend == GemmBackend::kCublasLt && is_fp8(ta)) || args.a.is_block_scaled();
   c.a = choose_copy(args.a, a_k_contiguous, need_tn, "a", "trans_a", args.trans_a);
   c.b = choose_copy(args.b, b_k_contiguous, need_tn, "b", "trans_b", args.trans_b);
 
@@ -235,7 +290,8 @@ CanonicalGemm canonicalize(const GemmArgs& args) {
   c.cm.ldd = c.n;
 
   if (c.backend == GemmBackend::kCublasLt) {
-    if (need_tn) check_cublaslt_fp8(c);
+    if (is_fp8(ta)) check_cublaslt_fp8(c);
+    if (c.block_scaled()) check_cublaslt_block(c);
     check_cublaslt_epilogue_dtypes(c);
     check_cublaslt_aux(c);
     QMESH_CHECK_KIND(ErrorKind::kUnsupported, QMESH_WITH_CUDA, "GEMM tensors live on ",

@@ -11,6 +11,13 @@ namespace qmesh::detail {
 
 enum class GemmBackend : uint8_t { kHost, kCublasLt };
 
+// How an operand's scale_inv is applied (cuBLASLt's A/B scale modes).
+enum class GemmScaling : uint8_t {
+  kTensor,       // one fp32 scalar (per-tensor FP8), or none (plain operands)
+  kBlock1x128,   // one fp32 per 128 consecutive elements along K (VEC128_32F)
+  kBlock128x128  // one fp32 per 128x128 tile (BLK128x128_32F)
+};
+
 // An operand as stored: a row-major rows × cols matrix (leading dimension cols) that holds
 // op(A) [M, K] (k_contiguous) or its transpose [K, M] for A, and op(B)ᵀ [N, K] (k_contiguous)
 // or op(B) [K, N] for B.
@@ -20,7 +27,15 @@ struct GemmMatrix {
   int64_t rows = 0;
   int64_t cols = 0;
   bool k_contiguous = true;
-  const float* scale_inv = nullptr;  // FP8 only: dequantization factor, on the GEMM's device
+  // FP8 only, on the GEMM's device: the dequantization factor (kTensor), or the block scale
+  // tensor of the stored copy in the layout of qmesh/block_quantized_tensor.h (always
+  // k_contiguous then: its blocks run along K).
+  const float* scale_inv = nullptr;
+  GemmScaling scaling = GemmScaling::kTensor;
+
+  bool block_scaled() const { return scaling != GemmScaling::kTensor; }
+  // Block-scaled: the scale_inv of stored element (r, c).
+  float block_scale_inv(int64_t r, int64_t c) const;
 };
 
 // cuBLASLt computes column-major D' [m', n'] = op(A') · op(B'). A row-major D [M, N] is the
@@ -59,6 +74,7 @@ struct CanonicalGemm {
   GemmAccumulation accumulation = GemmAccumulation::kFast;
 
   bool fp8_inputs() const { return is_fp8(a.dtype); }
+  bool block_scaled() const { return a.block_scaled(); }
 };
 
 // Checks `args` and returns the canonical form. Throws qmesh::Error naming the argument, the

@@ -40,6 +40,40 @@ void check_args(std::string_view op, const Device& device, const Shape& shape,
   }
 }
 
+// t: a non-empty activation (fp32 or bf16) on `device`.
+void check_activation(const TensorView& t, const Device& device, const std::string& what) {
+  check_not_empty(t, what);
+  QMESH_CHECK(t.dtype == DType::kFloat32 || t.dtype == DType::kBFloat16, what,
+              " must be fp32 or bf16, got ", dtype_name(t.dtype));
+  check_device(t, device, what);
+}
+
+bool is_bf16(const TensorView& t) { return t.dtype == DType::kBFloat16; }
+
+// The host loops over activations convert kChunk elements at a time through fp32.
+constexpr int64_t kChunk = 1024;
+
+template <class F>
+void for_each_chunk(int64_t n, F&& f) {
+  for (int64_t i0 = 0; i0 < n; i0 += kChunk) f(i0, std::min(kChunk, n - i0));
+}
+
+// out[0, n) = t's elements [i0, i0 + n) as fp32.
+void load_fp32(const TensorView& t, int64_t i0, int64_t n, float* out) {
+  if (is_bf16(t))
+    bf16_to_fp32(static_cast<const uint16_t*>(t.data) + i0, out, static_cast<size_t>(n));
+  else if (t.data_as<float>() + i0 != out)  // dgelu in place reads dy where it writes dx
+    std::copy_n(t.data_as<float>() + i0, n, out);
+}
+
+// t's elements [i0, i0 + n) = in[0, n), rounded to nearest even for bf16.
+void store_fp32(const float* in, const TensorView& t, int64_t i0, int64_t n) {
+  if (is_bf16(t))
+    fp32_to_bf16(in, static_cast<uint16_t*>(t.data) + i0, static_cast<size_t>(n));
+  else
+    std::copy_n(in, n, t.data_as<float>() + i0);
+}
+
 using detail::dispatch;
 
 }  // namespace
@@ -83,12 +117,19 @@ void layer_norm_forward(const TensorView& x, const TensorView& gamma, const Tens
 
 void layer_norm_backward(const TensorView& dy, const TensorView& x, const TensorView& gamma,
                          const TensorView& mean, const TensorView& rstd, const TensorView& dx,
-                         const TensorView& dgamma, const TensorView& dbeta, Stream stream) {
+                         const TensorView& dgamma, const TensorView& dbeta, Stream stream,
+                         const TensorView& residual) {
   check_fp32(x, x.device, "layer_norm_backward input");
   const int64_t rows = x.shape.rows(), cols = x.shape.cols();
   check_args("layer_norm_backward", x.device, x.shape,
              {{dy, "output gradient"}, {dx, "input gradient"}});
   QMESH_CHECK(dx.data != dy.data, "layer_norm_backward: dx must not alias dy");
+  if (!residual.empty()) {
+    check_args("layer_norm_backward", x.device, x.shape, {{residual, "residual gradient"}});
+    QMESH_CHECK(residual.data != dx.data && residual.data != dy.data,
+                "layer_norm_backward: the residual gradient must not alias dx or dy");
+  }
+  const float* res = residual.empty() ? nullptr : residual.data_as<float>();
   check_args("layer_norm_backward", x.device, Shape{cols},
              {{gamma, "gamma"}, {dgamma, "dgamma"}, {dbeta, "dbeta"}});
   check_args("layer_norm_backward", x.device, Shape{rows}, {{mean, "mean"}, {rstd, "rstd"}});
@@ -124,10 +165,12 @@ void layer_norm_backward(const TensorView& dy, const TensorView& x, const Tensor
             const float xhat = (xr[c] - m) * s;
             dxr[c] = s * (dyr[c] * g[c] - inv_n * sum_dxhat - xhat * inv_n * sum_dxhat_xhat);
           }
+          if (res != nullptr)
+            for (int64_t c = 0; c < cols; ++c) dxr[c] = res[r * cols + c] + dxr[c];
         }
       },
       [&](auto device) {
-        detail::cuda::layer_norm_backward(device, pdy, px, g, mu, rs, pdx, dg, db, rows, cols,
+        detail::cuda::layer_norm_backward(device, pdy, px, g, mu, rs, res, pdx, dg, db, rows, cols,
                                           stream);
       });
 }
@@ -149,49 +192,69 @@ void bias_grad(const TensorView& g, const TensorView& dbias, Stream stream) {
 }
 
 void add_bias(const TensorView& y, const TensorView& bias, Stream stream) {
-  check_fp32(y, y.device, "add_bias output");
+  check_activation(y, y.device, "add_bias output");
   const int64_t rows = y.shape.rows(), cols = y.shape.cols();
   check_args("add_bias", y.device, Shape{cols}, {{bias, "bias"}});
-  float* o = y.data_as<float>();
   const float* b = bias.data_as<float>();
   dispatch(
       y.device,
       [&] {
         for (int64_t r = 0; r < rows; ++r)
-          for (int64_t c = 0; c < cols; ++c) o[r * cols + c] += b[c];
+          for_each_chunk(cols, [&](int64_t c0, int64_t n) {
+            float v[kChunk];
+            load_fp32(y, r * cols + c0, n, v);
+            for (int64_t c = 0; c < n; ++c) v[c] += b[c0 + c];
+            store_fp32(v, y, r * cols + c0, n);
+          });
       },
-      [&](auto device) { detail::cuda::add_bias(device, o, b, rows, cols, stream); });
+      [&](auto device) {
+        detail::cuda::add_bias(device, y.data, is_bf16(y), b, rows, cols, stream);
+      });
 }
 
 void gelu(const TensorView& x, const TensorView& y, Stream stream) {
-  check_fp32(x, x.device, "gelu input");
-  check_args("gelu", x.device, x.shape, {{y, "output"}});
-  const float* in = x.data_as<float>();
-  float* out = y.data_as<float>();
+  check_activation(x, x.device, "gelu input");
+  check_activation(y, x.device, "gelu output");
+  check_shape(y, x.shape, "gelu output");
+  QMESH_CHECK(x.data != y.data || x.dtype == y.dtype,
+              "gelu: an output that aliases the input must have its dtype");
   const int64_t n = x.numel();
   dispatch(
       x.device,
       [&] {
-        if (out != in) std::copy_n(in, n, out);
-        gelu_inplace(out, n);
+        for_each_chunk(n, [&](int64_t i0, int64_t m) {
+          float v[kChunk];
+          load_fp32(x, i0, m, v);
+          gelu_inplace(v, m);
+          store_fp32(v, y, i0, m);
+        });
       },
-      [&](auto device) { detail::cuda::gelu(device, in, out, n, stream); });
+      [&](auto device) {
+        detail::cuda::gelu(device, x.data, is_bf16(x), y.data, is_bf16(y), n, stream);
+      });
 }
 
 void dgelu(const TensorView& dy, const TensorView& pre, const TensorView& dx, Stream stream) {
-  check_fp32(dy, dy.device, "dgelu output gradient");
-  check_args("dgelu", dy.device, dy.shape, {{pre, "pre-activation"}, {dx, "input gradient"}});
-  const float* d = dy.data_as<float>();
-  const float* p = pre.data_as<float>();
+  check_activation(dy, dy.device, "dgelu output gradient");
+  check_activation(pre, dy.device, "dgelu pre-activation");
+  check_dtype(pre, dy.dtype, "dgelu pre-activation");
+  check_shape(pre, dy.shape, "dgelu pre-activation");
+  check_args("dgelu", dy.device, dy.shape, {{dx, "input gradient"}});
   float* out = dx.data_as<float>();
   const int64_t n = dy.numel();
   dispatch(
       dy.device,
       [&] {
-        if (out != d) std::copy_n(d, n, out);
-        dgelu_mul_inplace(out, p, n);
+        for_each_chunk(n, [&](int64_t i0, int64_t m) {
+          float p[kChunk];
+          load_fp32(dy, i0, m, out + i0);
+          load_fp32(pre, i0, m, p);
+          dgelu_mul_inplace(out + i0, p, m);
+        });
       },
-      [&](auto device) { detail::cuda::dgelu(device, d, p, out, n, stream); });
+      [&](auto device) {
+        detail::cuda::dgelu(device, dy.data, pre.data, is_bf16(dy), out, n, stream);
+      });
 }
 
 void add(const TensorView& a, const TensorView& b, const TensorView& out, Stream stream) {
@@ -222,6 +285,20 @@ void convert_to_bf16(const TensorView& in, const TensorView& out, Stream stream)
   dispatch(
       in.device, [&] { fp32_to_bf16(src, dst, static_cast<size_t>(n)); },
       [&](auto device) { detail::cuda::convert_to_bf16(device, src, dst, n, stream); });
+}
+
+void convert_to_fp32(const TensorView& in, const TensorView& out, Stream stream) {
+  check_not_empty(in, "convert_to_fp32 input");
+  check_dtype(in, DType::kBFloat16, "convert_to_fp32 input");
+  check_fp32(out, in.device, "convert_to_fp32 output");
+  QMESH_CHECK(out.numel() == in.numel(), "convert_to_fp32 output must hold ", in.numel(),
+              " elements like the input ", in.shape.str(), ", got shape ", out.shape.str());
+  const auto* src = static_cast<const uint16_t*>(in.data);
+  float* dst = out.data_as<float>();
+  const int64_t n = in.numel();
+  dispatch(
+      in.device, [&] { bf16_to_fp32(src, dst, static_cast<size_t>(n)); },
+      [&](auto device) { detail::cuda::convert_to_fp32(device, src, dst, n, stream); });
 }
 
 void transpose(const TensorView& in, const TensorView& out, Stream stream) {

@@ -1,9 +1,9 @@
 // CUDA pieces of the collective-GEMM rings (internal to src/overlap): events that order one
 // stream after another, stream-ordered scratch memory, copies, and the fp32 sum of two
-// partials. CMake compiles ring_device_cuda.cpp, ring_add.cu and ring_checks.cu in a build
-// with CUDA; in one without, ring_device_no_cuda.cpp, where every function that would act
-// throws qmesh::Error (the rings reach them only for CUDA tensors, which such a build refuses
-// first).
+// partials. A build with CUDA compiles their CUDA backend (src/cuda/ring_device.cpp,
+// ring_add.cu, ring_checks.cu); one without, ring_device_no_cuda.cpp, where every function
+// that would act throws qmesh::Error (the rings reach them only for CUDA tensors, which such a
+// build refuses first).
 #pragma once
 
 #include <cstddef>

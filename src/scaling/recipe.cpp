@@ -1,6 +1,7 @@
 #include "qmesh/scaling/recipe.h"
 
 #include <cmath>
+#include <utility>
 
 #include "qmesh/error.h"
 
@@ -8,12 +9,47 @@ namespace qmesh {
 
 namespace {
 
+constexpr std::pair<Recipe, std::string_view> kRecipeNames[] = {
+    {Recipe::kFp32, "fp32"},
+    {Recipe::kBf16, "bf16"},
+    {Recipe::kFp8Delayed, "delayed"},
+    {Recipe::kFp8Current, "current"},
+};
+
 void check_format(Fp8Format format) {
   QMESH_CHECK(format == Fp8Format::kHybrid || format == Fp8Format::kE4M3,
               "fp8_format must be Fp8Format::kHybrid or kE4M3, got value ", int(format));
 }
 
+void check_qparams(const QParams& q, const char* field) {
+  QMESH_CHECK(std::isfinite(q.amax_epsilon) && q.amax_epsilon >= 0.0f, "Float8BlockScaling.", field,
+              ".amax_epsilon must be finite and >= 0, got ", q.amax_epsilon);
+}
+
+void check_block_dim(int dim, const char* field) {
+  QMESH_CHECK(dim == 1 || dim == 2, "Float8BlockScaling.", field,
+              " must be 1 (1x128 blocks) or 2 (128x128 blocks), got ", dim);
+}
+
+void check_split_accumulator(const MMParams& mm, const char* field) {
+  QMESH_CHECK(mm.use_split_accumulator, "Float8BlockScaling.", field,
+              ".use_split_accumulator must be true: the block-scaled GEMM accumulates in fp32 "
+              "outside the tensor cores");
+}
+
 }  // namespace
+
+std::string_view recipe_name(Recipe recipe) {
+  for (auto [r, name] : kRecipeNames)
+    if (r == recipe) return name;
+  QMESH_THROW("unknown recipe value ", static_cast<int>(recipe));
+}
+
+Recipe parse_recipe(std::string_view name) {
+  for (auto [r, n] : kRecipeNames)
+    if (n == name) return r;
+  QMESH_THROW("unknown recipe '", name, "' (expected one of fp32, bf16, delayed, current)");
+}
 
 DType fp8_dtype(Fp8Format format, OperandRole role) {
   check_format(format);
@@ -42,6 +78,35 @@ void validate(const Float8CurrentScaling& recipe) {
   QMESH_CHECK(std::isfinite(recipe.amax_epsilon) && recipe.amax_epsilon >= 0.0f,
               "Float8CurrentScaling.amax_epsilon must be finite and >= 0, got ",
               recipe.amax_epsilon);
+}
+
+void validate(const Float8BlockScaling& recipe) {
+  QMESH_CHECK(recipe.fp8_format == Fp8Format::kHybrid || recipe.fp8_format == Fp8Format::kE4M3,
+              "Float8BlockScaling.fp8_format must be Fp8Format::kE4M3 or kHybrid, got value ",
+              int(recipe.fp8_format));
+  check_qparams(recipe.fp8_quant_fwd_inp, "fp8_quant_fwd_inp");
+  check_qparams(recipe.fp8_quant_fwd_weight, "fp8_quant_fwd_weight");
+  check_qparams(recipe.fp8_quant_bwd_grad, "fp8_quant_bwd_grad");
+  check_block_dim(recipe.x_block_scaling_dim, "x_block_scaling_dim");
+  check_block_dim(recipe.w_block_scaling_dim, "w_block_scaling_dim");
+  check_block_dim(recipe.grad_block_scaling_dim, "grad_block_scaling_dim");
+  const int two_d = (recipe.x_block_scaling_dim == 2) + (recipe.w_block_scaling_dim == 2) +
+                    (recipe.grad_block_scaling_dim == 2);
+  QMESH_CHECK(two_d <= 1,
+              "Float8BlockScaling: at most one of x_block_scaling_dim, w_block_scaling_dim and "
+              "grad_block_scaling_dim may be 2 (a GEMM of two 128x128-block operands is not "
+              "supported), got ",
+              recipe.x_block_scaling_dim, ", ", recipe.w_block_scaling_dim, ", ",
+              recipe.grad_block_scaling_dim);
+  check_split_accumulator(recipe.fp8_gemm_fprop, "fp8_gemm_fprop");
+  check_split_accumulator(recipe.fp8_gemm_dgrad, "fp8_gemm_dgrad");
+  check_split_accumulator(recipe.fp8_gemm_wgrad, "fp8_gemm_wgrad");
+  QMESH_CHECK(!recipe.fp8_dpa,
+              "Float8BlockScaling.fp8_dpa must be false: FP8 attention is not "
+              "supported with block scaling");
+  QMESH_CHECK(!recipe.fp8_mha,
+              "Float8BlockScaling.fp8_mha must be false: FP8 attention is not "
+              "supported with block scaling");
 }
 
 }  // namespace qmesh

@@ -8,6 +8,7 @@
 #include <functional>
 #include <utility>
 
+#include "core/atomic_file.h"
 #include "qmesh/copy.h"
 #include "qmesh/error.h"
 #include "qmesh/layers/fsdp.h"
@@ -101,26 +102,37 @@ struct Staged {
   std::string scaling_path;               // its path
 };
 
-// <step dir>/layout: "dp fsdp tp" of the run that wrote it.
+// <step dir>/layout.tensors: the layout of the run that wrote it, as one tensor.
+constexpr char kLayoutFile[] = "layout.tensors";
+constexpr char kLayoutTensor[] = "layout";  // int32 [3]: dp, fsdp, tp
+
 void save_layout(const fs::path& step_dir, const MeshLayout& l) {
-  const std::string path = (step_dir / "layout").string(), tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << l.dp << " " << l.fsdp << " " << l.tp << "\n";
-    QMESH_CHECK(out.good(), "cannot write ", tmp);
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  QMESH_CHECK(!ec, "cannot rename ", tmp, " to ", path, ": ", ec.message());
+  Tensor t(DType::kInt32, Shape{3});
+  int32_t* p = t.data_as<int32_t>();
+  p[0] = l.dp, p[1] = l.fsdp, p[2] = l.tp;
+  save_tensors((step_dir / kLayoutFile).string(), {{kLayoutTensor, t}});
 }
 
-// The layout a checkpoint was written with; `current` for checkpoints without the file.
+// The layout a checkpoint was written with: its layout.tensors, or the text file `layout`
+// ("dp fsdp tp") of checkpoints written before the layout became a tensor, or `current` for
+// checkpoints that record none.
 MeshLayout load_layout(const fs::path& step_dir, const MeshLayout& current) {
-  std::ifstream in(step_dir / "layout");
-  if (!in.good()) return current;
+  const std::string path = (step_dir / kLayoutFile).string();
   MeshLayout l;
-  in >> l.dp >> l.fsdp >> l.tp;
-  QMESH_CHECK(!in.fail() && l.dp >= 1 && l.fsdp >= 1 && l.tp >= 1, (step_dir / "layout").string(),
+  if (fs::exists(path)) {
+    Tensor t(DType::kInt32, Shape{3});
+    load_tensors(path, {{kLayoutTensor, t}});
+    const int32_t* p = t.data_as<int32_t>();
+    l = {p[0], p[1], p[2]};
+    QMESH_CHECK(l.dp >= 1 && l.fsdp >= 1 && l.tp >= 1, path,
+                " is corrupted: its dp, fsdp and tp must be >= 1, got ", l.dp, ", ", l.fsdp, ", ",
+                l.tp);
+    return l;
+  }
+  std::ifstream text(step_dir / "layout");
+  if (!text.good()) return current;
+  text >> l.dp >> l.fsdp >> l.tp;
+  QMESH_CHECK(!text.fail() && l.dp >= 1 && l.fsdp >= 1 && l.tp >= 1, (step_dir / "layout").string(),
               " is corrupted: expected 'dp fsdp tp'");
   return l;
 }
@@ -360,16 +372,10 @@ void save_checkpoint(const std::string& dir, int step, const CheckpointContent& 
         what, outcome);
   agree(world, error_of([&] {
           if (rank != 0) return;
-          const std::string latest = (fs::path(dir) / "latest").string();
-          const std::string tmp = latest + ".tmp";
-          {
-            std::ofstream out(tmp, std::ios::trunc);
-            out << "step-" << step << "\n";
-            QMESH_CHECK(out.good(), "cannot write ", tmp);
-          }
-          std::error_code ec;
-          fs::rename(tmp, latest, ec);
-          QMESH_CHECK(!ec, "cannot rename ", tmp, " to ", latest, ": ", ec.message());
+          const std::string name = "step-" + std::to_string(step) + "\n";
+          write_file_atomically((fs::path(dir) / "latest").string(),
+                                std::vector<uint8_t>(name.begin(), name.end()),
+                                "checkpoint pointer");
         }),
         what, outcome);
 }

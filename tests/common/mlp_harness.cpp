@@ -48,7 +48,10 @@ MlpRun run_sharded(const std::shared_ptr<Communicator>& world, const ShardedCase
   axes.push_back({"tp", c.tp});
   Mesh mesh(world, axes, roles);
   LayerContext ctx(mesh, c.recipe,
-                   {.placement = c.placement, .overlap = c.overlap, .fsdp = c.fsdp_options});
+                   {.placement = c.placement,
+                    .overlap = c.overlap,
+                    .fsdp = c.fsdp_options,
+                    .activation_dtype = c.activation_dtype});
   LayerNormMLP block("mlp", c.hidden, c.ffn,
                      {c.sequence_parallel, 1e-5f, std::nullopt, c.gathered_input}, ctx, c.seed);
   const FsdpGroup& fsdp = ctx.fsdp();

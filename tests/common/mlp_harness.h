@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -146,6 +147,7 @@ struct ShardedCase {
   uint64_t seed = 7;
   Overlap overlap = Overlap::kNone;  // the context's collective-GEMM schedule (with sp)
   GatheredInput gathered_input = GatheredInput::kSave;  // fc1's, with sp
+  std::optional<DType> activation_dtype;                // unset: the recipe's default
   // Where the block runs (each rank's own stream on CUDA); inputs are copied there and the
   // results back to the host.
   Placement placement;

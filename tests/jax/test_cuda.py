@@ -11,8 +11,15 @@ import reference as ref
 
 import qmesh.jax as qj
 from qmesh.jax import dense as qdense
+from qmesh.jax.activation_quantize import (
+    dgelu_dbias_quantize,
+    dgelu_dbias_quantize_current,
+    gelu_quantize,
+    gelu_quantize_current,
+)
 from qmesh.jax.gemm import Epilogue, gemm
 from qmesh.jax.layer_norm import layer_norm
+from qmesh.jax.mlp import mlp
 from qmesh.jax.recipe import DelayedScaling, Float8CurrentScaling
 
 
@@ -155,5 +162,52 @@ def test_dense_forward_and_backward(rng, recipe, x_dtype):
     for name, g, c in zip(("dx", "dkernel", "dbias"), gpu[1][:3], cpu[1][:3]):
         assert ref.rel_err(g, c) < 5e-2, name
     # The updated delayed-scaling state (amax histories and scales) agrees too.
+    for g, c in zip(jax.tree.leaves(gpu[1][3]), jax.tree.leaves(cpu[1][3])):
+        np.testing.assert_allclose(g, c, rtol=2e-2)
+
+
+@pytest.mark.parametrize("in_dtype", [jnp.float32, jnp.bfloat16])
+def test_gelu_casts_are_bitwise_equal(rng, in_dtype):
+    """GELU inside the casts: codes, amax and scales bit for bit (the dbias to summation order)."""
+    pre = random(rng, (128, 96), in_dtype, scale=3.0)
+    dh = random(rng, (128, 96), in_dtype)
+
+    def casts(pre, dh):
+        return (
+            gelu_quantize(pre, jnp.float32(4.0), E4M3, columnwise=True),
+            gelu_quantize_current(pre, E4M3, columnwise=True),
+            dgelu_dbias_quantize(dh, pre, jnp.float32(2.0), E5M2, columnwise=True),
+            dgelu_dbias_quantize_current(dh, pre, E5M2, columnwise=True),
+        )
+
+    gpu, cpu = on_both(casts, pre, dh)
+    for i, (g, c) in enumerate(zip(gpu, cpu)):
+        quantized = g if i < 2 else g[0]
+        for a, b in zip(quantized, c if i < 2 else c[0]):
+            np.testing.assert_array_equal(bits(a), bits(b))
+        if i >= 2:
+            assert ref.rel_err(g[1], c[1]) < 1e-5
+
+
+@pytest.mark.parametrize(
+    "recipe", [DelayedScaling(), Float8CurrentScaling()], ids=["delayed", "current"]
+)
+def test_fused_mlp_forward_and_backward(rng, recipe):
+    x = random(rng, (256, 128), jnp.bfloat16)
+    kernels = (
+        random(rng, (128, 256), jnp.bfloat16, 0.1),
+        random(rng, (256, 128), jnp.bfloat16, 0.1),
+    )
+    biases = (random(rng, (256,), jnp.bfloat16, 0.1), random(rng, (128,), jnp.bfloat16, 0.1))
+    states = (qdense.init_state(recipe), qdense.init_state(recipe))
+
+    def loss(x, kernels, biases, states):
+        y = mlp(x, kernels, biases, states, recipe=recipe)
+        return jnp.sum(jnp.square(y.astype(jnp.float32)))
+
+    gpu, cpu = on_both(jax.value_and_grad(loss, argnums=(0, 1, 2, 3)), x, kernels, biases, states)
+    assert ref.rel_err(gpu[0], cpu[0]) < 2e-2
+    for g, c in zip(jax.tree.leaves(gpu[1][:3]), jax.tree.leaves(cpu[1][:3])):
+        assert ref.rel_err(g, c) < 5e-2
     for g, c in zip(jax.tree.leaves(gpu[1][3]), jax.tree.leaves(cpu[1][3])):
         np.testing.assert_allclose(g, c, rtol=2e-2)

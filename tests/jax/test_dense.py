@@ -3,6 +3,8 @@ tight; on the exact operands: FP8 tolerances), gradients against jax.grad of a p
 layer, the delayed-scaling state update, sharded == unsharded, the collectives in the HLO of
 a sharded step, the bf16 fallback and bad input."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import ml_dtypes
@@ -17,6 +19,7 @@ import qmesh.jax as qj
 from qmesh.jax import dense as dense_module
 from qmesh.jax import stats as qstats
 from qmesh.jax.dense import dense, init_state
+from qmesh.jax.layernorm_dense import layernorm_dense
 from qmesh.jax.recipe import DelayedScaling, Float8CurrentScaling
 
 B, S, K, N = 8, 4, 32, 64
@@ -309,3 +312,66 @@ def test_remat_keeps_fp8_residuals_exact(rng, policy):
     for g, wv in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
         assert np.all(np.isfinite(np.asarray(g)))
         np.testing.assert_allclose(np.asarray(g), np.asarray(wv), rtol=1e-6, atol=1e-6)
+
+
+def _equations(jaxpr):
+    """Every equation of `jaxpr` and of the jaxprs in its equations' parameters."""
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for param in eqn.params.values():
+            for sub in param if isinstance(param, (tuple, list)) else (param,):
+                sub = getattr(sub, "jaxpr", sub)
+                if hasattr(sub, "eqns"):
+                    yield from _equations(sub)
+
+
+FP8_OR_BITS = (*qj.common.FP8_DTYPES, jnp.dtype(jnp.uint8))
+
+
+def _layers(rng):
+    """(name, loss of the parameters) for the FP8 entry points, both recipes."""
+    x, w, b, r = data(rng)
+    gamma, beta = jnp.ones((K,)), jnp.zeros((K,))
+    cases = []
+    for recipe in (DelayedScaling(amax_history_len=4), Float8CurrentScaling()):
+        state = init_state(recipe)
+        cases.append(
+            (
+                f"dense-{type(recipe).__name__}",
+                lambda p, recipe=recipe: jnp.sum(
+                    dense(x, *p, recipe=recipe, activation="gelu") * r
+                ),
+                (w, b, state),
+            )
+        )
+    recipe = DelayedScaling(amax_history_len=4)  # the fused LayerNorm + cast: delayed only
+    cases.append(
+        (
+            "layernorm_dense",
+            lambda p: jnp.sum(layernorm_dense(x, gamma, beta, *p, recipe=recipe)[0] * r),
+            (w, b, init_state(recipe)),
+        )
+    )
+    return cases
+
+
+def test_fp8_operands_are_read_in_the_tn_form_without_transposes(rng):
+    """Forward and backward read every FP8 operand from the copy contiguous along K (the fused
+    casts' columnwise copies): every GEMM is in the TN form that CUDA's FP8 GEMM takes, and
+    no FP8 data (nor its uint8 bits) is transposed, in the program or in XLA's optimized HLO."""
+    for name, loss, params in _layers(rng):
+        grad = jax.grad(loss)
+        jaxpr = jax.make_jaxpr(grad)(params).jaxpr
+        gemms = [e for e in _equations(jaxpr) if e.primitive.name == "qmesh_gemm"]
+        assert len(gemms) == 3, name
+        for e in gemms:
+            assert (e.params["trans_a"], e.params["trans_b"]) == (False, True), (name, e)
+        moved = [
+            e
+            for e in _equations(jaxpr)
+            if e.primitive.name == "transpose" and e.invars[0].aval.dtype in FP8_OR_BITS
+        ]
+        assert not moved, (name, moved)
+        hlo = jax.jit(grad).lower(params).compile().as_text()
+        transposed = re.compile(r"= (f8e\w+|u8)\[[^\]]*\](\{[^}]*\})? transpose\(")
+        assert not [line for line in hlo.splitlines() if transposed.search(line)], name

@@ -193,6 +193,51 @@ TEST_F(CheckpointMpi, ASaveThatFailsOnOneRankFailsOnEveryRank) {
   EXPECT_EQ(load_checkpoint(dir_, fresh.content, *world()), 1);
 }
 
+// A save interrupted as by a crash (each rank's file, the layout and `latest` half-written to
+// their temporary files, never renamed) leaves the previous checkpoint the one that loads, and
+// the next save goes through over the stale temporary files.
+TEST_F(CheckpointMpi, AnInterruptedSaveLeavesThePreviousCheckpointIntact) {
+  Trainer run(Recipe::kFp8Delayed, 1);
+  run.step(1);
+  save_checkpoint(dir_, 1, run.content, *world());
+  const auto at_one = run.state();
+  const fs::path step2 = dir_ + "/step-2";
+  if (world()->rank() == 0) {
+    fs::create_directories(step2);
+    for (const fs::path& partial :
+         {step2 / "rank-0.tensors.tmp.1", step2 / "rank-1.tensors.tmp.1",
+          step2 / "layout.tensors.tmp.1", fs::path(dir_) / "latest.tmp.1"})
+      std::ofstream(partial, std::ios::binary) << "QMTENSOR";  // a file's first bytes only
+  }
+  world()->barrier();
+  Trainer fresh(Recipe::kFp8Delayed, 99);
+  fresh.step(1);
+  EXPECT_EQ(load_checkpoint(dir_, fresh.content, *world()), 1);
+  EXPECT_EQ(fresh.state(), at_one);
+  run.step(2);
+  save_checkpoint(dir_, 2, run.content, *world());
+  EXPECT_EQ(load_checkpoint(dir_, fresh.content, *world()), 2);
+  EXPECT_EQ(fresh.state(), run.state());
+}
+
+// The layout is a tensor file (layout.tensors); a checkpoint written before that, with the
+// layout as the text file `layout` ("dp fsdp tp"), is read through it.
+TEST_F(CheckpointMpi, TheOlderTextLayoutIsRead) {
+  save_two_steps();
+  const fs::path step2 = dir_ + "/step-2";
+  if (world()->rank() == 0) {
+    EXPECT_TRUE(fs::exists(step2 / "layout.tensors"));
+    fs::remove(step2 / "layout.tensors");
+    std::ofstream(step2 / "layout") << "1 1 1\n";  // a tp 1 run's
+  }
+  world()->barrier();
+  Trainer fresh(Recipe::kFp8Delayed, 99);
+  expect_fails_everywhere(fresh, "was written with dp 1 x fsdp 1 x tp 1; resume it with tp 1");
+  if (world()->rank() == 0) std::ofstream(step2 / "layout") << "1 1 2\n";  // this run's
+  world()->barrier();
+  EXPECT_EQ(load_checkpoint(dir_, fresh.content, *world()), 2);
+}
+
 TEST_F(CheckpointMpi, NoCheckpointFailsOnEveryRankWithoutNamingAProgramsFlags) {
   Trainer fresh(Recipe::kFp8Delayed, 99);
   fresh.step(1);

@@ -46,7 +46,7 @@ resume)
     --csv "$work/split.csv" >"$work/second.log" 2>&1 || { cat "$work/second.log"; fail "resume"; }
   grep -q "resumed from" "$work/second.log" || fail "the second run did not resume"
   # One file per rank: the FP8 scaling state is in it, next to the parameters.
-  [ "$(ls "$work/ckpt/step-10")" = "$(printf '%s\n' layout rank-{0,1,2,3}.tensors)" ] ||
+  [ "$(ls "$work/ckpt/step-10")" = "$(printf '%s\n' layout.tensors rank-{0,1,2,3}.tensors)" ] ||
     fail "unexpected files in a checkpoint: $(ls "$work/ckpt/step-10")"
   diff "$work/full.csv" "$work/split.csv" || fail "loss curves differ after resuming"
   a=$(field "parameter checksums" "$work/full.log")

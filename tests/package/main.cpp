@@ -9,11 +9,12 @@
 #include <qmesh/train/grad_sync.h>
 #include <qmesh/train/loss.h>
 #include <qmesh/train/optimizer.h>
-#include <qmesh/train/teacher.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+
+#include "teacher.h"  // examples/common: the examples' synthetic task, not the library
 
 int train(int argc, char** argv) {
   qmesh::MpiSession mpi(&argc, &argv);
@@ -25,8 +26,8 @@ int train(int argc, char** argv) {
   qmesh::LayerNormMLP block("block0", hidden, ffn, {}, ctx, /*seed=*/1);
   const std::vector<qmesh::Parameter*> params = block.parameters();
   const auto adamw = qmesh::make_adamw(params, {.lr = 3e-3f, .weight_decay = 0.0f});
-  qmesh::GradSync sync(ctx.mesh().axis("dp"), params);  // sums the gradients over dp
-  const qmesh::TeacherTask task(hidden, /*seed=*/7);    // synthetic data: y = teacher(x)
+  qmesh::GradSync sync(ctx.mesh().axis("dp"), params);   // sums the gradients over dp
+  const examples::TeacherTask task(hidden, /*seed=*/7);  // synthetic data: y = teacher(x)
   // The parameters, AdamW's moments and the FP8 scaling state, in one checkpoint.
   const qmesh::CheckpointContent checkpoint = qmesh::training_checkpoint(ctx, params, *adamw);
   const std::string dir = argc > 1 ? argv[1] : "checkpoints";

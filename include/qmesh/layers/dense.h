@@ -19,7 +19,10 @@
 //
 // Precision (LayerContext::recipe): each GEMM operand is cast to bf16 or quantized to FP8
 // (x and W in E4M3, the output gradient in E5M2 under the HYBRID format), each with its own
-// scaling state; GEMMs accumulate in fp32 and activations are fp32 tensors.
+// scaling state; GEMMs accumulate in fp32. Activations are fp32 or bf16 tensors: x and dy
+// either (dx has x's dtype), y in DenseOptions::output_dtype (the pre-activation that GELU's
+// backward reads too); a bf16 activation is the BF16 recipe's operand as it is, and the FP8
+// casts read it directly (half the bytes of fp32).
 //
 // Device (LayerContext::placement): parameters, activations and scratch live on the context's
 // device; on CUDA every call is asynchronous on the context's stream (GEMMs, casts, bias and
@@ -87,6 +90,11 @@ struct DenseOptions {
   std::optional<Overlap> overlap;
   GatheredInput gathered_input = GatheredInput::kSave;
   DenseGeluSplit gelu_split = DenseGeluSplit::kNone;
+  // The dtype of y (and of the saved pre-activation): fp32 or bf16, rounded from the fp32
+  // accumulator (with the bias, and GELU, applied before rounding where the GEMM's epilogue
+  // fuses them; each pass rounds where they run separately). fp32 only for kRow and under
+  // Recipe::kFp32.
+  DType output_dtype = DType::kFloat32;
 };
 
 class QMESH_API Dense {
@@ -102,11 +110,18 @@ class QMESH_API Dense {
   Dense(Dense&&) noexcept;
   Dense& operator=(Dense&&) = delete;
 
-  // x: fp32 on the context's device, [tokens, in_local] (see the sharding table). Returns y, owned
-  // by the layer and valid until the next forward. x must stay alive and unchanged until backward.
-  TensorView forward(const TensorView& x);
-  // dy: gradient of the loss w.r.t. forward's output (after GELU for kGelu), shaped like it.
-  // Writes weight.grad and bias.grad; returns dx (owned by the layer) shaped like x.
+  // x: fp32 or bf16 (kColumn: fp32) on the context's device, [tokens, in_local] (see the
+  // sharding table). Returns y (output_dtype), owned by the layer and valid until the next
+  // forward. x must stay alive and unchanged until backward.
+  // With `residual` (fp32, shaped like y, on the context's device; only without GELU and with
+  // an fp32 output): y = x · Wᵀ + b + residual. At tp = 1 without sequence parallelism, where
+  // the backend offers it, one GEMM does it all (D = the residual, accumulated, the bias in the
+  // epilogue: forward_epilogue() kFused); otherwise the bias and the residual are separate
+  // passes after the reduction over tp.
+  TensorView forward(const TensorView& x, const TensorView& residual = {});
+  // dy: gradient of the loss w.r.t. forward's output (after GELU for kGelu), shaped like it;
+  // fp32 or bf16 (with GELU: y's dtype). Writes weight.grad and bias.grad; returns dx (owned by
+  // the layer) shaped like x, of x's dtype.
   TensorView backward(const TensorView& dy);
 
   std::vector<Parameter*> parameters();

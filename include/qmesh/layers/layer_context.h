@@ -10,6 +10,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -29,18 +30,6 @@ class GatherBuffer;  // internal (src/layers/gather_buffer.h)
 class Fp8Stats;      // qmesh/layers/fp8_stats.h
 class FsdpPrefetch;  // internal (src/layers/fsdp_prefetch.h)
 
-enum class Recipe {
-  kFp32,        // fp32 GEMM operands (the reference in tests)
-  kBf16,        // operands rounded to bf16, fp32 accumulation: the high-precision baseline
-  kFp8Delayed,  // FP8 operands, delayed scaling (scales from the amax history)
-  kFp8Current,  // FP8 operands, current scaling (each tensor scaled by its own amax)
-};
-
-// "fp32", "bf16", "delayed", "current" (the training example's --recipe values).
-QMESH_API std::string_view recipe_name(Recipe recipe);
-// Inverse of recipe_name; Error listing the accepted names.
-QMESH_API Recipe parse_recipe(std::string_view name);
-
 // Everything a LayerContext is configured with besides its mesh and recipe, fixed at
 // construction (each layer reads it once, when it is built).
 struct LayerContextOptions {
@@ -52,6 +41,10 @@ struct LayerContextOptions {
   FsdpOptions fsdp{};                // fully sharded data parallelism (prefetch >= 0)
   Fp8Stats* fp8_stats = nullptr;     // collector of FP8 precision statistics (null: none;
                                      // not owned, it must outlive the layers)
+  // The dtype of the activations that blocks keep between their GEMMs (LayerNormMLP's
+  // pre-activation and hidden gradient): fp32 or bf16 (not under kFp32, whose GEMMs write
+  // fp32). Unset: bf16 under the BF16 and FP8 recipes, fp32 under kFp32 (the reference).
+  std::optional<DType> activation_dtype = std::nullopt;
 };
 
 class QMESH_API LayerContext {
@@ -78,6 +71,8 @@ class QMESH_API LayerContext {
   bool is_fp8() const { return recipe_ == Recipe::kFp8Delayed || recipe_ == Recipe::kFp8Current; }
   const Float8CurrentScaling& current_scaling() const { return options_.current; }
   const DelayedScaling& delayed_scaling() const { return options_.delayed; }
+  // LayerContextOptions::activation_dtype, or the recipe's default when unset.
+  DType activation_dtype() const;
   // FP8 dtype of an operand of this role under the active recipe's format.
   DType fp8_dtype(OperandRole role) const;
   // The default collective-GEMM schedule (docs/design/overlap.md).

@@ -33,8 +33,9 @@ class QMESH_API LayerNorm {
   // dy [tokens, hidden] like forward's output. Returns dx (owned by the layer) and writes
   // gamma.grad / beta.grad (sums over this call's tokens; under FSDP over every data-parallel
   // rank's tokens, into the shards, final after LayerContext::end_step()). On CUDA both calls
-  // are asynchronous on the context's stream.
-  TensorView backward(const TensorView& dy);
+  // are asynchronous on the context's stream. With `residual` (fp32, shaped like dy: the
+  // gradient of a residual path around the block) dx includes it, added in the same pass.
+  TensorView backward(const TensorView& dy, const TensorView& residual = {});
 
   std::vector<Parameter*> parameters();
   int64_t hidden() const;

@@ -3,7 +3,9 @@
 // fc1 is column-parallel and fc2 row-parallel over the mesh's tp axis, so the [T, ffn]
 // activation never leaves its rank; with sequence_parallel, x and y are sharded on the
 // token dimension ([T/tp, hidden]) and LayerNorm runs on the local shard. Everything runs on
-// the LayerContext's placement (device and stream).
+// the LayerContext's placement (device and stream). The [T, ffn] tensors between fc1 and fc2
+// (the pre-activation, GELU's output under the BF16 recipe, the hidden gradient) are in the
+// context's activation_dtype(); x, y and the gradients at the block's boundary are fp32.
 #pragma once
 
 #include <optional>
@@ -42,10 +44,8 @@ class QMESH_API LayerNormMLP {
   std::vector<Parameter*> parameters();
 
  private:
-  LayerContext& ctx_;
   LayerNorm norm_;
   Dense fc1_, fc2_;
-  Tensor y_, dx_;
 };
 
 // LayerNorm followed by a column-parallel dense layer (as in front of attention's QKV

@@ -13,7 +13,7 @@ namespace qmesh {
 // NaN policy (the same in every op that computes an amax): NaN propagates. amax is the
 // largest |x| compared as IEEE bit patterns with the sign cleared, so any NaN input makes the
 // amax a NaN (and +inf beats every finite value). This is TransformerEngine's behaviour; the
-// delayed-scaling update then keeps the previous scale (docs/design/scaling.md).
+// delayed-scaling update then keeps the previous scale (docs/design/fp8_scaling.md).
 //
 // Host tensors: blocking. CUDA tensors: asynchronous on `stream`.
 QMESH_API void amax(const TensorView& x, const TensorView& out, Stream stream = {});

@@ -12,8 +12,8 @@ namespace qmesh {
 // asynchronous on `stream` (partial sums over row blocks, then their sum).
 QMESH_API void bias_grad(const TensorView& g, const TensorView& dbias, Stream stream = {});
 
-// y[r, c] += bias[c] for every row, in place. y: fp32 [rows, cols]; bias: fp32 [cols] on y's
-// device. Host: blocking. CUDA: asynchronous on `stream`.
+// y[r, c] += bias[c] for every row, in place, in fp32. y: fp32 or bf16 (rounded to nearest even)
+// [rows, cols]; bias: fp32 [cols] on y's device. Host: blocking. CUDA: asynchronous on `stream`.
 QMESH_API void add_bias(const TensorView& y, const TensorView& bias, Stream stream = {});
 
 }  // namespace qmesh

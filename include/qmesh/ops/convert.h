@@ -1,4 +1,4 @@
-// Conversion of fp32 tensors to bf16 (the BF16 recipe's GEMM operands).
+// Conversions between fp32 and bf16 (the BF16 recipe's GEMM operands, bf16 activations).
 #pragma once
 
 #include "qmesh/export.h"
@@ -11,5 +11,9 @@ namespace qmesh {
 // the same rounding on CUDA for finite values). in: fp32; out: bf16 with in's element count
 // (any shape) on in's device. Host: blocking. CUDA: asynchronous on `stream`.
 QMESH_API void convert_to_bf16(const TensorView& in, const TensorView& out, Stream stream = {});
+
+// out[i] = fp32(in[i]) (exact). in: bf16; out: fp32 with in's element count on in's device.
+// Host: blocking. CUDA: asynchronous on `stream`.
+QMESH_API void convert_to_fp32(const TensorView& in, const TensorView& out, Stream stream = {});
 
 }  // namespace qmesh

@@ -8,12 +8,14 @@
 
 namespace qmesh {
 
-// y[i] = gelu(x[i]). x, y: fp32, one shape, one device; y may alias x. Host: blocking. CUDA:
-// asynchronous on `stream`.
+// y[i] = gelu(x[i]). x, y: fp32 or bf16 (each; computed in fp32, a bf16 y rounded to nearest
+// even), one shape, one device; y may alias x if it has x's dtype. Host: blocking. CUDA:
+// asynchronous on `stream`; the same bits as the host for finite values.
 QMESH_API void gelu(const TensorView& x, const TensorView& y, Stream stream = {});
 
-// dx[i] = dy[i] * gelu'(pre[i]), pre the saved pre-activation. dy, pre, dx: fp32, one shape,
-// one device; dx may alias dy (in place). Host: blocking. CUDA: asynchronous on `stream`.
+// dx[i] = dy[i] * gelu'(pre[i]), pre the saved pre-activation. dy and pre: one dtype, fp32 or
+// bf16; dx: fp32; one shape, one device; dx may alias an fp32 dy (in place). Host: blocking. CUDA:
+// asynchronous on `stream`.
 QMESH_API void dgelu(const TensorView& dy, const TensorView& pre, const TensorView& dx,
                      Stream stream = {});
 

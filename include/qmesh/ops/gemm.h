@@ -16,6 +16,10 @@
 // refused with an error that says so. The host backend reads any layout.
 //
 // Numerics: an FP8 operand contributes code · scale_inv; the product is accumulated in fp32.
+// A block-scaled FP8 operand (Float8BlockScaling, qmesh/block_quantized_tensor.h) has one
+// scale_inv per 1x128 slice or 128x128 tile; it is always read from its copy that is
+// contiguous along K (on the host too), so that every 1x128 block lies along K, and both
+// operands must then be block-scaled (docs/design/block_scaling.md "GEMM").
 // Then, in this order: alpha, + D's old value (kAccumulate), + bias, GELU / dGELU; the fp32
 // result r is stored in D's dtype. An FP8 D stores sat_rne(r · d_scale) and writes
 // amax(D) = max |r| (before scaling; NaN if r holds a NaN).
@@ -25,6 +29,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "qmesh/block_quantized_tensor.h"
 #include "qmesh/export.h"
 #include "qmesh/quantized_tensor.h"
 #include "qmesh/status.h"
@@ -33,18 +38,28 @@
 
 namespace qmesh {
 
-// One GEMM input: a plain tensor (fp32, bf16, fp16) or a quantized FP8 tensor. Exactly one
-// of the two views is set; build it with plain() or fp8().
+// One GEMM input: a plain tensor (fp32, bf16, fp16), a per-tensor scaled FP8 tensor or a
+// block-scaled FP8 tensor. Exactly one of the three views is set; build it with plain(),
+// fp8() or fp8_block().
 struct QMESH_API GemmOperand {
-  TensorView tensor;              // plain operand, 2-D view of its shape
-  QuantizedTensorView quantized;  // FP8 operand (rowwise data and, optionally, data_t)
+  TensorView tensor;               // plain operand, 2-D view of its shape
+  QuantizedTensorView quantized;   // FP8 operand (rowwise data and, optionally, data_t)
+  BlockQuantizedTensorView block;  // block-scaled FP8 operand (data and, optionally, data_t)
 
   static GemmOperand plain(const TensorView& t);
   static GemmOperand fp8(const QuantizedTensorView& q);
+  // Activations and gradients: 1x128 blocks; weights: 128x128 tiles. The copy contiguous
+  // along K is read (data_t where the flag says the rowwise data is not), with its own scales.
+  static GemmOperand fp8_block(const BlockQuantizedTensorView& q);
   bool is_quantized() const { return !quantized.data.empty(); }
+  bool is_block_scaled() const { return !block.data.empty(); }
+  // The rowwise data: the tensor, the FP8 codes or the block-scaled FP8 codes.
+  const TensorView& stored() const {
+    return is_quantized() ? quantized.data : is_block_scaled() ? block.data : tensor;
+  }
   // dtype / device of the rowwise data.
-  DType dtype() const { return is_quantized() ? quantized.dtype() : tensor.dtype; }
-  Device device() const { return is_quantized() ? quantized.device() : tensor.device; }
+  DType dtype() const { return stored().dtype; }
+  Device device() const { return stored().device; }
 };
 
 enum class GemmTranspose : uint8_t { kNo, kYes };
@@ -74,8 +89,9 @@ enum class GemmOutputMode : uint8_t { kWrite, kAccumulate };
 enum class GemmAccumulation : uint8_t { kFast, kSplit };
 
 struct QMESH_API GemmArgs {
-  GemmOperand a;  // A and B: both FP8 (e4m3×e4m3, e4m3×e5m2, e5m2×e4m3) or both the same
-  GemmOperand b;  // plain dtype (fp32, bf16, fp16); all tensors on one device
+  GemmOperand a;  // A and B: both FP8 (e4m3×e4m3, e4m3×e5m2, e5m2×e4m3), both per-tensor or
+  GemmOperand b;  // both block-scaled, or both the same plain dtype (fp32, bf16, fp16); all
+                  // tensors on one device
   GemmTranspose trans_a = GemmTranspose::kNo;
   GemmTranspose trans_b = GemmTranspose::kYes;  // the default is the canonical TN form
 

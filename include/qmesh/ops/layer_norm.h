@@ -22,12 +22,14 @@ QMESH_API void layer_norm_forward(const TensorView& x, const TensorView& gamma,
 // gradient dy (shaped like x):
 //   dx = rstd * (dy*gamma - mean_c(dy*gamma) - xhat * mean_c(dy*gamma*xhat)),
 //   dgamma = sum_r dy * xhat,  dbeta = sum_r dy   (overwritten, not accumulated).
-// dx shaped like x (may not alias dy); dgamma, dbeta fp32 [cols]. All on one device. Host:
-// blocking. CUDA: asynchronous on `stream`.
+// dx shaped like x (may not alias dy); dgamma, dbeta fp32 [cols]. With `residual` (fp32,
+// shaped like x, not aliasing dx or dy): dx = residual + the dx above, in the same pass (the
+// gradient of a residual block y = x + f(LayerNorm(x)); the same bits as add(residual, dx,
+// dx) after it). All on one device. Host: blocking. CUDA: asynchronous on `stream`.
 QMESH_API void layer_norm_backward(const TensorView& dy, const TensorView& x,
                                    const TensorView& gamma, const TensorView& mean,
                                    const TensorView& rstd, const TensorView& dx,
                                    const TensorView& dgamma, const TensorView& dbeta,
-                                   Stream stream = {});
+                                   Stream stream = {}, const TensorView& residual = {});
 
 }  // namespace qmesh

@@ -99,6 +99,7 @@ QMESH_API void all_gather_gemm(Communicator& comm, const GemmArgs& args,
 //   args.b, trans_b, alpha: as for gemm(); epilogue must be kNone and output kWrite (add a
 //              bias after the reduction).
 //   args.d:    fp32 [T / comm.size(), N].
+// Block-scaled FP8 operands (GemmOperand::fp8_block) are refused by both collective GEMMs.
 // Collective, bounded waits, host or CUDA, as all_gather_gemm. Partial sums travel as fp32 and
 // are added by the host (host tensors) or by a kernel on streams.compute (CUDA), in the ring
 // order above on both (the GEMM writes each partial; it never accumulates into one).

@@ -1,7 +1,7 @@
 // Saving and restoring the delayed-scaling state (amax histories, scales, scale_invs), so that
 // a resumed run computes bit-identical scales. The state is a set of named tensors of the
 // tensor-file format (qmesh/tensor_file.h), so one checkpoint file can hold it next to the
-// weights and optimizer state (train checkpoints do; docs/design/scaling.md):
+// weights and optimizer state (train checkpoints do; docs/design/fp8_scaling.md):
 //   scaling.amax_history  fp32  [L, n]  the history, operand i in column i, row 0 current
 //   scaling.scale         fp32  [n]     the logical values, whatever ScalingStates' storage
 //   scaling.scale_inv     fp32  [n]     stride

@@ -1,12 +1,27 @@
-// FP8 scaling recipes: plain structs that say how scales are chosen (docs/design/scaling.md).
+// FP8 scaling recipes: plain structs that say how scales are chosen (docs/design/fp8_scaling.md).
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 #include "qmesh/dtype.h"
 #include "qmesh/export.h"
 
 namespace qmesh {
+
+// Which precision a model's GEMMs run in (LayerContext's recipe); the structs below configure
+// the two FP8 ones.
+enum class Recipe {
+  kFp32,        // fp32 GEMM operands (the reference in tests)
+  kBf16,        // operands rounded to bf16, fp32 accumulation: the high-precision baseline
+  kFp8Delayed,  // FP8 operands, delayed scaling (scales from the amax history)
+  kFp8Current,  // FP8 operands, current scaling (each tensor scaled by its own amax)
+};
+
+// "fp32", "bf16", "delayed", "current" (the training example's --recipe values).
+QMESH_API std::string_view recipe_name(Recipe recipe);
+// Inverse of recipe_name; Error listing the accepted names.
+QMESH_API Recipe parse_recipe(std::string_view name);
 
 // Which FP8 formats a recipe uses.
 enum class Fp8Format : uint8_t {
@@ -46,6 +61,38 @@ struct Float8CurrentScaling {
   float amax_epsilon = 0.0f;
 };
 
+// How one operand's block scales are chosen (TransformerEngine's QParams): each block's scale
+// is current_scale() of the block's amax with these two settings.
+struct QParams {
+  bool power_2_scale = true;  // round every block scale down to a power of two
+  float amax_epsilon = 0.0f;  // block amaxes below this are raised to it (0: none)
+};
+
+// Settings of one GEMM of the block-scaled recipe (TransformerEngine's MMParams).
+struct MMParams {
+  // Accumulate partial products in fp32 outside the tensor cores' accumulator, as the
+  // block-scaled GEMM requires (must stay true).
+  bool use_split_accumulator = true;
+};
+
+// Block scaling (TransformerEngine's Float8BlockScaling, DeepSeek-V3 style; same field names
+// and defaults; docs/design/block_scaling.md): every 1x128 slice (block dim 1) or 128x128 tile
+// (block dim 2) of an operand has its own current-scaling scale.
+struct Float8BlockScaling {
+  Fp8Format fp8_format = Fp8Format::kE4M3;
+  QParams fp8_quant_fwd_inp;       // forward input (activations)
+  QParams fp8_quant_fwd_weight;    // forward weight
+  QParams fp8_quant_bwd_grad;      // backward output gradient
+  int x_block_scaling_dim = 1;     // inputs: 1x128 blocks (1) or 128x128 (2)
+  int w_block_scaling_dim = 2;     // weights
+  int grad_block_scaling_dim = 1;  // gradients
+  MMParams fp8_gemm_fprop;
+  MMParams fp8_gemm_dgrad;
+  MMParams fp8_gemm_wgrad;
+  bool fp8_dpa = false;  // FP8 attention: not supported with block scaling (must be false)
+  bool fp8_mha = false;  // FP8 multi-head attention: likewise
+};
+
 // The FP8 dtype of an operand of `role` under `format` (E4M3 or E5M2).
 QMESH_API DType fp8_dtype(Fp8Format format, OperandRole role);
 
@@ -53,5 +100,10 @@ QMESH_API DType fp8_dtype(Fp8Format format, OperandRole role);
 // in [1, 65536] and the enums hold known values.
 QMESH_API void validate(const DelayedScaling& recipe);
 QMESH_API void validate(const Float8CurrentScaling& recipe);
+// Throws qmesh::Error naming the field unless: fp8_format is known, every amax_epsilon is
+// finite and >= 0, every block dim is 1 or 2 and at most one of them is 2 (no GEMM takes
+// two 128x128-block operands), every use_split_accumulator is true, fp8_dpa and fp8_mha are
+// false (the rules TransformerEngine enforces for this recipe).
+QMESH_API void validate(const Float8BlockScaling& recipe);
 
 }  // namespace qmesh

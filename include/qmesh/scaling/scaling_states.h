@@ -21,7 +21,7 @@ namespace qmesh {
 //                  16-byte aligned (docs/design/gemm.md), which bind() hands out as they are.
 // Operand i is column i of the history. Initial state: history all zero, scale = scale_inv = 1.
 // Not thread-safe; CUDA states are only touched on the streams passed in.
-// The fused delayed-scaling update (docs/design/scaling.md) on state the caller owns, in
+// The fused delayed-scaling update (docs/design/fp8_scaling.md) on state the caller owns, in
 // place: amax_history fp32 [L, n] with row 0 the current (already reduced) amaxes, scale
 // fp32 [n] or [n, k] (operand i's scale in element 0 of row i, as ScalingStates keeps it),
 // fp8_max fp32 [n] (the largest finite value of each operand's FP8 dtype); L must
@@ -65,7 +65,7 @@ class QMESH_API ScalingStates {
   // its amax in the history and uses the operand's scale. q.data must have dtype(i).
   void bind(int i, QuantizedTensorView& q) const;
 
-  // The fused update of all operands, per docs/design/scaling.md (docs/numerics.md "Delayed
+  // The fused update of all operands, per docs/design/fp8_scaling.md (docs/numerics.md "Delayed
   // scaling"): for each operand whose current amax (after the global reduction) is not 0, roll its
   // history and compute a new scale; operands whose amax is 0 are left as they are.
   // scale_inv is not touched here: the next quantize writes it next to the codes it

@@ -3,10 +3,11 @@
 // optimizer state, the run's configuration, the layer context's recipe ("context.recipe")
 // and, under FP8 delayed scaling, its scaling state (the "scaling.*" tensors of
 // qmesh/scaling/checkpoint.h); <dir>/latest names the newest complete one. Every file is
-// written atomically and only after all ranks finished the previous checkpoint, so a crash
-// never leaves `latest` pointing at a partial checkpoint. Loading is collective: every rank
-// reads and checks its files whole (checksum included), the ranks agree, and only when every
-// rank succeeded does any rank write its tensors; otherwise every rank throws the same Error.
+// written atomically (a temporary file, fsync'ed, renamed over the file, the directory
+// fsync'ed) and only after all ranks finished the previous checkpoint, so a crash never leaves
+// `latest` pointing at a partial checkpoint. Loading is collective: every rank reads and checks its
+// files whole (checksum included), the ranks agree, and only when every rank succeeded does any
+// rank write its tensors; otherwise every rank throws the same Error.
 #pragma once
 
 #include <cstdint>
@@ -43,8 +44,9 @@ struct CheckpointContent {
   // (a checkpoint without one is an Error). Null: neither; then a checkpoint that holds them
   // is an Error at load. training_checkpoint sets it.
   LayerContext* context = nullptr;
-  // The run's layout, recorded in <dir>/step-<N>/layout. Without one nothing is recorded and
-  // every rank loads its own files as they are.
+  // The run's layout, recorded in <dir>/step-<N>/layout.tensors (tensor "layout", int32 [3]:
+  // dp, fsdp, tp; the text file <dir>/step-<N>/layout of older checkpoints is read too).
+  // Without one nothing is recorded and every rank loads its own files as they are.
   std::optional<MeshLayout> layout;
   // The fsdp-sharded tensors (parameters and their optimizer slots, each this rank's flat,
   // padded shard) and their unsharded element counts; empty without fsdp. A checkpoint

@@ -5,7 +5,7 @@ State (Flax's names): input_/kernel_/output_grad_ amax_history (float32 [L], row
 amax) and _scale (float32 scalar, the scale the last step used). A step:
 
 - forward (`step_scales`): this step's scales come from the state by qmesh's delayed-scaling
-  update (docs/design/scaling.md: from the amaxes of steps < t), which also rolls the history
+  update (docs/design/fp8_scaling.md: from the amaxes of steps < t), which also rolls the history
   and frees row 0;
 - backward (`recorded_state`): this step's amaxes go into row 0; the result (the rolled
   history with row 0 filled, and the scales this step used) is the state's "gradient", which

@@ -9,11 +9,13 @@ for a bf16 or fp16 output (bias and saved pre-activation in that type, cuBLASLt'
 in float32 right after the GEMM for a float32 output.
 Backward: the output gradient is quantized to the recipe's backward dtype (E5M2 with HYBRID),
 the bias gradient fused with that cast; dgrad = dy @ kernel^T and wgrad = x^T @ dy are FP8
-GEMMs on the FP8 codes saved by the forward (no full-precision copies are kept).
+GEMMs on the FP8 codes saved by the forward (no full-precision copies are kept). Every cast
+writes its columnwise copy too, so that all three GEMMs read their FP8 operands contiguous
+along K (the TN form): no FP8 data is transposed.
 
 Delayed scaling state (a dict, Flax's names): input_/kernel_/output_grad_ amax_history
 (float32 [amax_history_len]) and _scale (float32 scalars). The forward takes this step's scales
-from the state by qmesh's delayed-scaling rule (docs/design/scaling.md); the backward records
+from the state by qmesh's delayed-scaling rule (docs/design/fp8_scaling.md); the backward records
 this step's amaxes, and the new state comes back as the *gradient* of the state: Flax's
 `_overwrite_with_gradient` collection (TrainState replaces the state by its gradient). Without
 a backward pass the state does not change. How uses combine (vmap, sharing, microbatches) and
@@ -137,13 +139,28 @@ def _pin_rows(q, row_axes):
     return q._replace(q=sharding.constrain(q.q, (entry(row_axes), PartitionSpec.UNCONSTRAINED)))
 
 
-def _quantize(x, scale, dtype, recipe):
-    """x quantized with `scale` (delayed scaling) or its own amax (current scaling)."""
+def _quantize(x, scale, dtype, recipe, columnwise=True):
+    """x [rows, cols] quantized with `scale` (delayed scaling) or its own amax (current
+    scaling); with `columnwise`, also the codes of x.T from the same fused pass."""
     if isinstance(recipe, DelayedScaling):
-        return quantize(x, scale, dtype)
+        return quantize(x, scale, dtype, columnwise=columnwise)
     return quantize_current(
-        x, dtype, power_of_two_scales=recipe.power_of_two_scales, amax_epsilon=recipe.amax_epsilon
+        x,
+        dtype,
+        columnwise=columnwise,
+        power_of_two_scales=recipe.power_of_two_scales,
+        amax_epsilon=recipe.amax_epsilon,
     )
+
+
+def tokens_columnwise(cfg) -> bool:
+    """Whether the operands with a token dimension (x, the output gradient) get columnwise
+    copies for the weight gradient. Every GEMM reads its FP8 operands contiguous along K (the
+    TN form CUDA's FP8 GEMM takes), from the fused casts' columnwise copies, so no FP8 data is
+    transposed; except where row_axes gathers their tokens (sequence parallelism): there the
+    gathered codes are transposed locally for the weight gradient, which costs less than
+    gathering a second copy."""
+    return cfg.row_axes is None
 
 
 # FP8 residuals are kept as their uint8 bit patterns under this checkpoint name: jax.checkpoint
@@ -153,20 +170,22 @@ def _quantize(x, scale, dtype, recipe):
 SAVED_NAME = "qmesh_fp8_operand"
 
 
-class _Saved(NamedTuple):
+class _Kept(NamedTuple):
+    """One FP8 copy of an operand that the backward reads, with its scalars."""
+
     bits: jax.Array  # the FP8 codes as uint8
     amax: jax.Array
     scale_inv: jax.Array
-    codes: jax.Array  # bits as FP8 again
 
 
-def _saved(q) -> _Saved:
-    """The codes, amax and scale_inv of a Quantized, named for remat (codes as their bits)."""
-    dtype = q.q.dtype
-    bits, amax, scale_inv = checkpoint_name(
-        (lax.bitcast_convert_type(q.q, jnp.uint8), q.amax, q.scale_inv), SAVED_NAME
+def _kept(codes, q) -> _Kept:
+    """`codes` (one of q's two copies) with q's amax and scale_inv, named for remat (the codes
+    as their bits)."""
+    return _Kept(
+        *checkpoint_name(
+            (lax.bitcast_convert_type(codes, jnp.uint8), q.amax, q.scale_inv), SAVED_NAME
+        )
     )
-    return _Saved(bits, amax, scale_inv, lax.bitcast_convert_type(bits, dtype))
 
 
 def step_of(state, recipe):
@@ -177,15 +196,19 @@ def step_of(state, recipe):
 
 def _forward(cfg, x, kernel, bias, step, xq=None):
     """The forward pass with this step's step_of(...) `step` (None for current scaling);
-    xq: x already quantized as [M, K] (the fused LayerNorm's codes)."""
+    xq: x already quantized as [M, K] with its columnwise copy (the fused LayerNorm's codes)."""
     recipe = cfg.recipe
     lead, k = x.shape[:-1], x.shape[-1]
     fwd = recipe.fp8_format.fwd_dtype
     scales = (None,) * 3 if step is None else step[1]
+    columnwise = tokens_columnwise(cfg)
     if xq is None:
-        xq = _quantize(x.reshape(-1, k), scales[0], fwd, recipe)
-    xq = _saved(_pin_rows(xq, cfg.row_axes))
-    wq = _saved(_quantize(kernel, scales[1], fwd, recipe))
+        xq = _quantize(x.reshape(-1, k), scales[0], fwd, recipe, columnwise)
+    xq = _pin_rows(xq, cfg.row_axes)
+    wq = _quantize(kernel, scales[1], fwd, recipe)
+    # The TN form (see tokens_columnwise): x's codes [M, K] and the kernel's columnwise copy
+    # [N, K]; the backward keeps x's columnwise copy [K, M] (or its gathered codes) for wgrad
+    # and the kernel's codes [K, N] for dgrad.
     gelu_on = cfg.activation == "gelu"
     # cuBLASLt fuses the bias and the GELU into an FP8 GEMM only with a bf16 or fp16 D, the bias
     # (and the GELU's aux) in D's type; with a float32 D they run after the GEMM, in float32
@@ -193,11 +216,10 @@ def _forward(cfg, x, kernel, bias, step, xq=None):
     # platforms compute the same function.
     if cfg.has_bias and cfg.out_dtype in (jnp.bfloat16, jnp.float16):
         out = gemm(
-            xq.codes,
-            wq.codes,
+            xq.q,
+            wq.q_t,
             xq.scale_inv,
             wq.scale_inv,
-            trans_b=False,
             epilogue=Epilogue.BIAS_GELU_AUX if gelu_on else Epilogue.BIAS,
             bias=bias.astype(cfg.out_dtype),
             out_dtype=cfg.out_dtype,
@@ -206,11 +228,10 @@ def _forward(cfg, x, kernel, bias, step, xq=None):
     else:
         wide = cfg.has_bias or gelu_on
         out = gemm(
-            xq.codes,
-            wq.codes,
+            xq.q,
+            wq.q_t,
             xq.scale_inv,
             wq.scale_inv,
-            trans_b=False,
             out_dtype=F32 if wide else cfg.out_dtype,
         )
         if cfg.has_bias:
@@ -220,7 +241,7 @@ def _forward(cfg, x, kernel, bias, step, xq=None):
             out = gelu(out)
         out = out.astype(cfg.out_dtype)
     y = out.reshape(*lead, out.shape[-1])
-    return y, (xq, wq, aux, lead)
+    return y, (_kept(xq.q_t if columnwise else xq.q, xq), _kept(wq.q, wq), aux, lead)
 
 
 class Residuals(NamedTuple):
@@ -228,7 +249,7 @@ class Residuals(NamedTuple):
     patterns (see SAVED_NAME); the *_like arrays are empty, of the dtypes of x, kernel and
     bias (None without bias): the dtypes of the gradients."""
 
-    x_bits: jax.Array  # x's codes [M, K]
+    x_bits: jax.Array  # x's columnwise codes [K, M] (its codes [M, K] if row_axes is set)
     x_scale_inv: jax.Array
     x_amax: jax.Array
     kernel_bits: jax.Array  # the kernel's codes [K, N]
@@ -270,53 +291,63 @@ def backward(cfg, res: Residuals, g):
     """(dx, dkernel, dbias, new_state) for the output gradient g [..., N] (dbias None
     without bias, new_state None without state)."""
     recipe = cfg.recipe
-    step = res.step
-    fwd = recipe.fp8_format.fwd_dtype
-    x_q, w_q = (lax.bitcast_convert_type(b, fwd) for b in (res.x_bits, res.kernel_bits))
-    aux = res.aux
-    n = g.shape[-1]
-    g2 = g.reshape(-1, n)
-    if aux is not None:
-        g2 = (g2.astype(F32) * dgelu(aux.astype(F32))).astype(g.dtype)
-    bwd = recipe.fp8_format.bwd_dtype
+    g2 = g.reshape(-1, g.shape[-1])
+    if res.aux is not None:
+        g2 = (g2.astype(F32) * dgelu(res.aux.astype(F32))).astype(g.dtype)
+    bwd, scale = recipe.fp8_format.bwd_dtype, grad_scale(res)
+    columnwise = tokens_columnwise(cfg)
     dbias = None
     if isinstance(recipe, DelayedScaling):
-        scale = step[1][2]
         if cfg.has_bias:
-            gq, dbias = dbias_quantize(g2, scale, bwd)
+            gq, dbias = dbias_quantize(g2, scale, bwd, columnwise=columnwise)
         else:
-            gq = quantize(g2, scale, bwd)
+            gq = quantize(g2, scale, bwd, columnwise=columnwise)
     else:
-        gq = _quantize(g2, None, bwd, recipe)
+        gq = _quantize(g2, None, bwd, recipe, columnwise)
         if cfg.has_bias:
             dbias = jnp.sum(g2.astype(F32), axis=0)
+    dx, dw, db, new_state = backward_quantized(cfg, res, gq, dbias)
+    return dx.reshape(*g.shape[:-1], dx.shape[-1]), dw, db, new_state
+
+
+def grad_scale(res: Residuals):
+    """This step's scale of the output gradient's cast (delayed scaling), else None."""
+    return None if res.step is None else res.step[1][2]
+
+
+def backward_quantized(cfg, res: Residuals, gq, dbias):
+    """(dx [M, K], dkernel, dbias, new_state) from the output gradient already cast: gq its
+    Quantized codes [M, N] (with grad_scale(res) under delayed scaling, and the columnwise
+    copy when tokens_columnwise(cfg)), dbias its column sums (None without bias)."""
+    recipe = cfg.recipe
+    fwd = recipe.fp8_format.fwd_dtype
+    x_kept, w_q = (lax.bitcast_convert_type(b, fwd) for b in (res.x_bits, res.kernel_bits))
     gq = _pin_rows(gq, cfg.row_axes)
-    # Both backward GEMMs in the NN form (operands transposed by XLA): the host GEMM is several
-    # times faster in it; on CUDA the GEMM takes its TN form and the two transposes cancel.
+    # TN form: dgrad reads g's codes [M, N] and the kernel's codes [K, N]; wgrad x's and g's
+    # columnwise copies [K, M] and [N, M] (the gathered codes transposed, see
+    # tokens_columnwise).
+    x_t, g_t = (x_kept, gq.q_t) if tokens_columnwise(cfg) else (x_kept.T, gq.q.T)
     dx = gemm(
         gq.q,
-        w_q.T,
+        w_q,
         gq.scale_inv,
         res.kernel_scale_inv,
-        trans_b=False,
         out_dtype=res.x_like.dtype,
         split_accumulator=True,
     )
     dw = gemm(
-        x_q.T,
-        gq.q,
+        x_t,
+        g_t,
         res.x_scale_inv,
         gq.scale_inv,
-        trans_b=False,
         out_dtype=res.kernel_like.dtype,
         split_accumulator=True,
     )
-    dx = dx.reshape(*g.shape[:-1], dx.shape[-1])
     db = None if res.bias_like is None else dbias.astype(res.bias_like.dtype)
     new_state = None
     if isinstance(recipe, DelayedScaling):
         new_state = delayed_state.recorded_state(
-            *step, (res.x_amax, res.kernel_amax, gq.amax), res.state, report=cfg.report
+            *res.step, (res.x_amax, res.kernel_amax, gq.amax), res.state, report=cfg.report
         )
     return dx, dw, db, new_state
 

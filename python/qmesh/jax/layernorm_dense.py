@@ -29,24 +29,42 @@ from qmesh.jax.layer_norm import layer_norm_bwd, layer_norm_fwd_quantize
 from qmesh.jax.recipe import DelayedScaling
 
 
-def _fwd(cfg, eps, x, gamma, beta, kernel, bias, state):
-    h = x.shape[-1]
-    step = _dense.step_of(state, cfg.recipe)
-    ln, xq, mean, rstd = layer_norm_fwd_quantize(
-        x.reshape(-1, h), gamma, beta, step[1][0], cfg.recipe.fp8_format.fwd_dtype, eps=eps
+def norm_forward(cfg, eps, x, gamma, beta, step):
+    """(ln [M, H], its Quantized codes, mean, rstd): LayerNorm of x [..., H] fused with the
+    cast of its output for the first GEMM (dense Config `cfg`, this step's `step`)."""
+    return layer_norm_fwd_quantize(
+        x.reshape(-1, x.shape[-1]),
+        gamma,
+        beta,
+        step[1][0],
+        cfg.recipe.fp8_format.fwd_dtype,
+        eps=eps,
+        columnwise=_dense.tokens_columnwise(cfg),
     )
+
+
+def norm_backward(d_ln, g_ln, x, gamma, mean, rstd):
+    """(dx shaped like x, dgamma, dbeta) from the first GEMM's input gradient d_ln [M, H] and
+    the norm output's own cotangent g_ln (shaped like x)."""
+    x2 = x.reshape(-1, x.shape[-1])
+    d_ln = d_ln.astype(F32) + g_ln.reshape(d_ln.shape).astype(F32)
+    dx, dgamma, dbeta = layer_norm_bwd(d_ln, x2, gamma, mean, rstd)
+    return dx.reshape(x.shape), dgamma, dbeta
+
+
+def _fwd(cfg, eps, x, gamma, beta, kernel, bias, state):
+    step = _dense.step_of(state, cfg.recipe)
+    ln, xq, mean, rstd = norm_forward(cfg, eps, x, gamma, beta, step)
     y, dense_res = _dense.forward(cfg, ln, kernel, bias, state, xq, step)
     y = y.reshape(*x.shape[:-1], y.shape[-1])
-    return (y, ln.reshape(x.shape)), (dense_res, x.reshape(-1, h), gamma, mean, rstd)
+    return (y, ln.reshape(x.shape)), (dense_res, x, gamma, mean, rstd)
 
 
 def _bwd(cfg, eps, res, cts):
-    dense_res, x2, gamma, mean, rstd = res
+    dense_res, x, gamma, mean, rstd = res
     g, g_ln = cts
     d_ln, dw, db, new_state = _dense.backward(cfg, dense_res, g.reshape(-1, g.shape[-1]))
-    d_ln = d_ln.astype(F32) + g_ln.reshape(d_ln.shape).astype(F32)
-    dx, dgamma, dbeta = layer_norm_bwd(d_ln, x2, gamma, mean, rstd)
-    return dx.reshape(g_ln.shape), dgamma, dbeta, dw, db, new_state
+    return (*norm_backward(d_ln, g_ln, x, gamma, mean, rstd), dw, db, new_state)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))

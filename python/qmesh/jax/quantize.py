@@ -179,6 +179,9 @@ class CurrentQuantize(Op):
 
     name, target, num_inputs = "qmesh_quantize_current", "qmesh_quantize", 1
     static_params = ("out_dtype", "columnwise", "power_of_two_scales", "amax_epsilon")
+    # The ops it is composed of: the amax of what is cast, and the cast with a given scale.
+    amax_op: type[Op] = Amax
+    quantize_op: type[Op] = Quantize
 
     @classmethod
     def abstract(cls, x, *, out_dtype, columnwise, **scaling):
@@ -189,8 +192,8 @@ class CurrentQuantize(Op):
         return False  # composed of other primitives, each of which handles empty inputs
 
     @classmethod
-    def local(cls, plan, x, *, out_dtype, columnwise, power_of_two_scales, amax_epsilon):
-        (amax,) = Amax.inner.bind(x)
+    def local(cls, plan, *xs, out_dtype, columnwise, power_of_two_scales, amax_epsilon):
+        (amax,) = cls.amax_op.inner.bind(*xs)
         if plan:
             amax = lax.pmax(amax, plan)
         (scale,) = CurrentScale.inner.bind(
@@ -199,8 +202,8 @@ class CurrentQuantize(Op):
             power_of_two_scales=power_of_two_scales,
             amax_epsilon=amax_epsilon,
         )
-        q, q_t, _, scale_inv = Quantize.inner.bind(
-            x, scale, out_dtype=out_dtype, columnwise=columnwise
+        q, q_t, _, scale_inv = cls.quantize_op.inner.bind(
+            *xs, scale, out_dtype=out_dtype, columnwise=columnwise
         )
         return q, q_t, amax, scale, scale_inv
 
@@ -254,8 +257,8 @@ class DbiasQuantize(Op):
     static_params = ("out_dtype", "columnwise")
 
     @classmethod
-    def abstract(cls, g, scale, *, out_dtype, columnwise):
-        check_scalar(scale, "scale")
+    def abstract(cls, g, *rest, out_dtype, columnwise):
+        check_scalar(rest[-1], "scale")
         if g.ndim < 1:
             raise ValueError("g must have at least one dimension (its last is the bias's)")
         return (
@@ -266,33 +269,47 @@ class DbiasQuantize(Op):
         )
 
     @classmethod
-    def empty(cls, g, scale, **params):
-        q, q_t, amax, scale_inv = Quantize.empty(g, scale, **params)
+    def empty(cls, g, *rest, **params):
+        q, q_t, amax, scale_inv = Quantize.empty(g, rest[-1], **params)
         return q, q_t, amax, scale_inv, jnp.zeros((g.shape[-1],), F32)
 
     @classmethod
-    def local(cls, plan, g, scale, **params):
-        q, q_t, amax, scale_inv, dbias = cls.inner.bind(g, scale, **params)
-        if plan:
-            amax_axes, row_axes = plan
-            amax = lax.pmax(amax, amax_axes)
-            if row_axes:
-                dbias = lax.psum(dbias, row_axes)
-        return q, q_t, amax, scale_inv, dbias
+    def local(cls, plan, *args, **params):
+        return reduce_dbias(plan, *cls.inner.bind(*args, **params))
 
     @classmethod
     def shardings(cls, mesh, arg_infos, *, out_dtype, columnwise):
         g, q, q_t = _codes_shardings(mesh, arg_infos[0], columnwise)
-        spec = even_spec(mesh, arg_infos[0])
-        rows = tuple(a for entry in spec[:-1] for a in axes_of(entry))
         rep = named(mesh)
-        dbias = named(mesh, spec[-1])
-        return (g, rep), (q, q_t, rep, rep, dbias), (sharding.amax_axes(mesh), rows)
+        dbias, plan = dbias_sharding(mesh, arg_infos[0])
+        tensors = (g,) * (cls.num_inputs - 1)  # g and the operands shaped like it
+        return (*tensors, rep), (q, q_t, rep, rep, dbias), plan
 
     @classmethod
     def sharding_rule(cls, value_types, result_types, *, columnwise, **params):
         x, codes = _codes_rule(columnwise)
-        return f"{x}, -> {codes}, , , j"
+        tensors = ", ".join([x] * (cls.num_inputs - 1))
+        return f"{tensors}, -> {codes}, , , j"
+
+
+def dbias_sharding(mesh, g_info):
+    """(the bias gradient's sharding, the plan of reduce_dbias) for a gradient g sharded as
+    g_info: dbias is sharded like g's last dimension and summed over the axes of its rows."""
+    spec = even_spec(mesh, g_info)
+    rows = tuple(a for entry in spec[:-1] for a in axes_of(entry))
+    return named(mesh, spec[-1]), (sharding.amax_axes(mesh), rows)
+
+
+def reduce_dbias(plan, q, q_t, amax, *scalars_and_dbias):
+    """The outputs of a quantize with a bias gradient on one device's shard, with the amax
+    reduced (pmax) and the bias gradient summed (psum) over the mesh axes of `plan`."""
+    *scalars, dbias = scalars_and_dbias
+    if plan:
+        amax_axes, row_axes = plan
+        amax = lax.pmax(amax, amax_axes)
+        if row_axes:
+            dbias = lax.psum(dbias, row_axes)
+    return (q, q_t, amax, *scalars, dbias)
 
 
 @register

@@ -5,7 +5,7 @@
     Float8CurrentScaling(fp8_format=Format.HYBRID)
 
 HYBRID quantizes forward operands (inputs, weights) to E4M3 and gradients to E5M2; E4M3 uses
-E4M3 everywhere. The rules are qmesh's (docs/design/scaling.md): delayed scaling takes the
+E4M3 everywhere. The rules are qmesh's (docs/design/fp8_scaling.md): delayed scaling takes the
 scale of step t from the amaxes of steps < t; current scaling from the tensor's own amax.
 """
 

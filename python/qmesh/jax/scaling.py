@@ -1,6 +1,6 @@
 """The delayed-scaling update of many tensors in one call (qmesh's fused update kernel).
 
-State, as qmesh keeps it (docs/design/scaling.md): amax_history float32 [L, n] with column i
+State, as qmesh keeps it (docs/design/fp8_scaling.md): amax_history float32 [L, n] with column i
 the history of tensor i and row 0 this step's amax (already the global amax: the quantize
 primitives reduce it over the mesh), scale float32 [n]. The update, per tensor whose amax is not
 0: amax = max(history) skipping NaN (or history[0] with "most_recent");

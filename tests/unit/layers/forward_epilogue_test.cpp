@@ -28,7 +28,8 @@ struct ForwardGemm {
     a.a = fp8 ? GemmOperand::fp8(x8.view()) : GemmOperand::plain(x16);
     a.b = fp8 ? GemmOperand::fp8(w8.view()) : GemmOperand::plain(w16);
     a.d = d;
-    a.bias = forward_bias_dtype(fp8) == DType::kBFloat16 ? TensorView(bias16) : TensorView(bias32);
+    a.bias = forward_bias_dtype(fp8, DType::kFloat32) == DType::kBFloat16 ? TensorView(bias16)
+                                                                          : TensorView(bias32);
     a.epilogue = gelu ? GemmEpilogue::kBiasGeluAux : GemmEpilogue::kBias;
     if (gelu) a.aux = aux;
     return a;
@@ -41,8 +42,10 @@ bool fp8_bias_rule(const GemmArgs& a) {
 }
 
 TEST(ForwardEpilogue, FP8OperandsAskForABf16Bias) {
-  EXPECT_EQ(forward_bias_dtype(true), DType::kBFloat16);
-  EXPECT_EQ(forward_bias_dtype(false), DType::kFloat32);
+  EXPECT_EQ(forward_bias_dtype(true, DType::kFloat32), DType::kBFloat16);
+  EXPECT_EQ(forward_bias_dtype(true, DType::kBFloat16), DType::kBFloat16);
+  EXPECT_EQ(forward_bias_dtype(false, DType::kFloat32), DType::kFloat32);
+  EXPECT_EQ(forward_bias_dtype(false, DType::kBFloat16), DType::kBFloat16);
   const ForwardGemm g;
   // Under cuBLASLt's bias rule the bias the layer asks for is fused, with and without GELU.
   EXPECT_EQ(choose_forward_epilogue(g.args(true, false), fp8_bias_rule), DenseEpilogue::kFused);

@@ -87,11 +87,27 @@ TEST(LayerNormMLP, Fp32MatchesFloat64Reference) {
   expect_close(run_unsharded(c), reference_of(c), 2e-5, "fp32");
 }
 
+// The BF16 and FP8 recipes keep the [T, ffn] activations in bf16 by default
+// (LayerContextOptions::activation_dtype); each test runs both choices, and the two must differ
+// (bf16 activations round the pre-activation and the hidden gradient once more).
+constexpr DType kActivationDtypes[] = {DType::kBFloat16, DType::kFloat32};
+
 TEST(LayerNormMLP, Bf16IsCloseToFloat64Reference) {
+  std::vector<MlpRun> runs;
+  for (DType activations : kActivationDtypes) {
+    ShardedCase c;
+    c.steps = 1;
+    c.recipe = Recipe::kBf16;
+    c.activation_dtype = activations;
+    runs.push_back(run_unsharded(c));
+    expect_close(runs.back(), reference_of(c), 2e-2, dtype_name(activations).data());
+  }
+  // Forward feeds fc2 bf16(gelu(pre)) either way; backward reads the bf16 pre-activation.
+  EXPECT_NE(runs[0].grads.w1, runs[1].grads.w1);
   ShardedCase c;
   c.steps = 1;
   c.recipe = Recipe::kBf16;
-  expect_close(run_unsharded(c), reference_of(c), 2e-2, "bf16");
+  expect_bitwise_equal(run_unsharded(c), runs[0], "bf16 activations by default");
 }
 
 // FP8 (E4M3 forward, E5M2 gradients): tolerances follow the formats' precision
@@ -99,14 +115,21 @@ TEST(LayerNormMLP, Bf16IsCloseToFloat64Reference) {
 // element); relative norms over many elements are well below that.
 TEST(LayerNormMLP, Fp8IsCloseToFloat64Reference) {
   for (Recipe recipe : {Recipe::kFp8Current, Recipe::kFp8Delayed}) {
-    ShardedCase c;
-    c.steps = 1;
-    c.recipe = recipe;
-    const MlpRun got = run_unsharded(c), want = reference_of(c);
-    EXPECT_LT(rel_norm(got.y, want.y), 0.05) << recipe_name(recipe);
-    EXPECT_LT(rel_norm(got.dx, want.dx), 0.1) << recipe_name(recipe);
-    EXPECT_LT(rel_norm(got.grads.w1, want.grads.w1), 0.15) << recipe_name(recipe);
-    EXPECT_LT(rel_norm(got.grads.w2, want.grads.w2), 0.15) << recipe_name(recipe);
+    std::vector<MlpRun> runs;
+    for (DType activations : kActivationDtypes) {
+      ShardedCase c;
+      c.steps = 1;
+      c.recipe = recipe;
+      c.activation_dtype = activations;
+      const MlpRun got = run_unsharded(c), want = reference_of(c);
+      const std::string what = detail::concat(recipe_name(recipe), ", ", dtype_name(activations));
+      EXPECT_LT(rel_norm(got.y, want.y), 0.05) << what;
+      EXPECT_LT(rel_norm(got.dx, want.dx), 0.1) << what;
+      EXPECT_LT(rel_norm(got.grads.w1, want.grads.w1), 0.15) << what;
+      EXPECT_LT(rel_norm(got.grads.w2, want.grads.w2), 0.15) << what;
+      runs.push_back(got);
+    }
+    EXPECT_NE(runs[0].grads.w1, runs[1].grads.w1) << recipe_name(recipe);
   }
 }
 

@@ -1,5 +1,6 @@
 // The host layer ops (LayerNorm forward/backward, bias gradient and add, GELU backward, add,
-// bf16 conversion) against float64 references written here, and their argument checks.
+// bf16 conversions, bf16 activations) against float64 references written here, and their
+// argument checks.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,6 +12,7 @@
 #include "layer_norm_run.h"
 #include "qmesh/comm/local.h"
 #include "qmesh/comm/mesh.h"
+#include "qmesh/float16.h"
 #include "qmesh/layers/layer_context.h"
 #include "qmesh/ops/add.h"
 #include "qmesh/ops/bias.h"
@@ -100,6 +102,32 @@ TEST(LayerOps, LayerNormForwardAndBackwardMatchFloat64) {
   expect_close(run.dbeta, edb, 1e-5);
 }
 
+// The residual gradient added in LayerNorm backward's dx pass: the bits of the separate add.
+TEST(LayerOps, LayerNormBackwardAddsTheResidualAsTheSeparateAdd) {
+  const int64_t rows = 9, cols = 70;
+  const Tensor x = random_tensor(Shape{rows, cols}, 31), dy = random_tensor(Shape{rows, cols}, 32);
+  const Tensor gamma = random_tensor(Shape{cols}, 33), beta = random_tensor(Shape{cols}, 34);
+  const Tensor residual = random_tensor(Shape{rows, cols}, 35);
+  Tensor y(DType::kFloat32, x.shape()), mean(DType::kFloat32, Shape{rows}),
+      rstd(DType::kFloat32, Shape{rows});
+  layer_norm_forward(x, gamma, beta, 1e-5f, y, mean, rstd);
+  Tensor dx(DType::kFloat32, x.shape()), fused(DType::kFloat32, x.shape()),
+      dgamma(DType::kFloat32, Shape{cols}), dbeta(DType::kFloat32, Shape{cols}),
+      fused_dgamma(DType::kFloat32, Shape{cols}), fused_dbeta(DType::kFloat32, Shape{cols});
+  layer_norm_backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta);
+  add(residual, dx, dx);
+  layer_norm_backward(dy, x, gamma, mean, rstd, fused, fused_dgamma, fused_dbeta, {}, residual);
+  EXPECT_EQ(std::memcmp(fused.data(), dx.data(), dx.nbytes()), 0);
+  EXPECT_EQ(std::memcmp(fused_dgamma.data(), dgamma.data(), dgamma.nbytes()), 0);
+  EXPECT_EQ(std::memcmp(fused_dbeta.data(), dbeta.data(), dbeta.nbytes()), 0);
+  EXPECT_QMESH_ERROR(layer_norm_backward(dy, x, gamma, mean, rstd, fused, fused_dgamma, fused_dbeta,
+                                         {}, Tensor(DType::kFloat32, Shape{rows})),
+                     "residual gradient");
+  EXPECT_QMESH_ERROR(
+      layer_norm_backward(dy, x, gamma, mean, rstd, fused, fused_dgamma, fused_dbeta, {}, fused),
+      "must not alias");
+}
+
 TEST(LayerOps, BiasGradAndAddBiasMatchFloat64) {
   const int64_t rows = 300, cols = 7;
   const Tensor g = random_tensor(Shape{rows, cols}, 5);
@@ -169,6 +197,66 @@ TEST(LayerOps, ConvertToBf16RoundsToNearestEven) {
   convert_to_bf16(x, out);
   for (size_t i = 0; i < in.size(); ++i)
     EXPECT_EQ(static_cast<const uint16_t*>(out.data())[i], expected[i]) << "element " << i;
+}
+
+// bf16 activations: each op reads bf16 as the values it holds and computes in fp32 (so the
+// fp32 op on the widened values is the reference, itself checked against float64 above), and
+// rounds a bf16 output to nearest even.
+TEST(LayerOps, Bf16ActivationsAreTheFp32OpsOnTheirValues) {
+  const Shape shape{5, 300};  // 1500 elements: more than one host chunk
+  const int64_t n = shape.numel();
+  auto narrow = [&](const TensorView& t) {
+    Tensor out(DType::kBFloat16, t.shape);
+    convert_to_bf16(t, out);
+    return out;
+  };
+  auto widen = [&](const TensorView& t) {
+    Tensor out(DType::kFloat32, t.shape);
+    convert_to_fp32(t, out);
+    return out;
+  };
+  auto same_bits = [](const TensorView& a, const TensorView& b, const char* what) {
+    ASSERT_EQ(a.nbytes(), b.nbytes()) << what;
+    EXPECT_EQ(std::memcmp(a.data, b.data, a.nbytes()), 0) << what;
+  };
+  const Tensor pre16 = narrow(random_tensor(shape, 21, -6.0f, 6.0f));
+  const Tensor dy16 = narrow(random_tensor(shape, 22));
+  const Tensor pre = widen(pre16), dy = widen(dy16);
+  for (int64_t i = 0; i < n; ++i)  // widening is exact
+    EXPECT_EQ(float_to_bf16(pre.data_as<float>()[i]),
+              static_cast<const uint16_t*>(pre16.data())[i]);
+
+  Tensor act(DType::kFloat32, shape), act_from16(DType::kFloat32, shape);
+  Tensor act16(DType::kBFloat16, shape);
+  gelu(pre, act);
+  gelu(pre16, act_from16);
+  gelu(pre16, act16);
+  same_bits(act_from16, act, "gelu of bf16 into fp32");
+  same_bits(act16, narrow(act), "gelu into bf16");
+  Tensor in_place = narrow(pre);
+  gelu(in_place, in_place);
+  same_bits(in_place, act16, "gelu in place on bf16");
+
+  Tensor grad(DType::kFloat32, shape), grad_from16(DType::kFloat32, shape);
+  dgelu(dy, pre, grad);
+  dgelu(dy16, pre16, grad_from16);
+  same_bits(grad_from16, grad, "dgelu of bf16");
+
+  const Tensor bias = random_tensor(Shape{shape.cols()}, 23);
+  Tensor y = widen(dy16), y16 = narrow(dy);
+  add_bias(y, bias);
+  add_bias(y16, bias);
+  same_bits(y16, narrow(y), "add_bias on bf16");
+
+  const Tensor half(DType::kFloat16, shape), fp32(DType::kFloat32, shape);
+  EXPECT_QMESH_ERROR(gelu(half, act), "gelu input must be fp32 or bf16");
+  EXPECT_QMESH_ERROR(gelu(in_place, TensorView(in_place.data(), DType::kFloat32, Shape{5, 150})),
+                     "gelu output");
+  EXPECT_QMESH_ERROR(dgelu(dy16, pre, grad), "dgelu pre-activation");
+  EXPECT_QMESH_ERROR(dgelu(dy16, pre16, y16), "dgelu input gradient");
+  EXPECT_QMESH_ERROR(add_bias(half, bias), "add_bias output must be fp32 or bf16");
+  EXPECT_QMESH_ERROR(convert_to_fp32(fp32, act), "convert_to_fp32 input");
+  EXPECT_QMESH_ERROR(convert_to_fp32(pre16, Tensor(DType::kFloat32, Shape{3})), "elements");
 }
 
 TEST(LayerOps, BadArgumentsAreRejected) {

@@ -50,6 +50,7 @@ from qmesh.jax.flax.sharding import (
 from qmesh.jax.gemm import gelu
 from qmesh.jax.layer_norm import layer_norm
 from qmesh.jax.layernorm_dense import layernorm_dense
+from qmesh.jax.mlp import layernorm_mlp, mlp
 from qmesh.jax.recipe import DelayedScaling, check_recipe
 from qmesh.jax.sharding import constrain
 
@@ -436,6 +437,12 @@ class LayerNormMLP(Norm, QuantizedModule):
         # [h, i, n_act] flattened keeps the "mlp" sharding on the major factor of i * n_act.
         k1 = jnp.transpose(k1, (0, 2, 1)).reshape(h, i * n_act)
         b1 = None if b1 is None else b1.T.reshape(i * n_act)
+        if self._fuses_mlp(x, acts):
+            y, ln = self._fused_mlp(x, k1, b1, (seq_t, dot1, dot2))
+            y = constrain_activation(y, seq_t)
+            y = constrain_activation(leave(y), seq)
+            ln = constrain_activation(leave(ln), seq) if self.return_layernorm_output else None
+            return y, ln
         fused = acts == ("gelu",) and b1 is not None  # bias + GELU in the GEMM's epilogue
         z, ln = self._norm_dense(x, seq_t, dot1, k1, b1, "wi_", "gelu" if fused else None)
         z = z.reshape(*z.shape[:-1], i, n_act)
@@ -445,20 +452,66 @@ class LayerNormMLP(Norm, QuantizedModule):
             )
         else:
             z = z[..., 0]
-        init2 = self.kernel_init or nn.initializers.variance_scaling(
-            1.0, "fan_in", "truncated_normal"
-        )
-        k2 = self._param("wo_kernel", init2, (i, h), self.dtype, tuple(self.kernel_axes_2))
-        b2 = (
-            self._param("wo_bias", self.bias_init, (h,), self.dtype, tuple(self.bias_axes_2))
-            if self.use_bias
-            else None
-        )
+        k2, b2 = self._fc2_params(h)
         z = constrain_activation(z, dot2)
         y = self._matmul(z.astype(self.dtype), k2, b2, "wo_", input_spec=dot2)
         y = constrain_activation(y, seq_t)
         y = constrain_activation(leave(y), seq)
         ln = constrain_activation(leave(ln), seq) if self.return_layernorm_output else None
+        return y, ln
+
+    def _fc2_params(self, h: int):
+        """fc2's kernel [intermediate_dim, h] and bias [h] (None without bias)."""
+        init = self.kernel_init or nn.initializers.variance_scaling(
+            1.0, "fan_in", "truncated_normal"
+        )
+        k2 = self._param(
+            "wo_kernel", init, (self.intermediate_dim, h), self.dtype, tuple(self.kernel_axes_2)
+        )
+        b2 = (
+            self._param("wo_bias", self.bias_init, (h,), self.dtype, tuple(self.bias_axes_2))
+            if self.use_bias
+            else None
+        )
+        return k2, b2
+
+    def _fuses_mlp(self, x, acts) -> bool:
+        """Whether fc1, GELU and fc2 run as the fused FP8 MLP (qmesh.jax.mlp: GELU inside the
+        casts around it): an FP8 recipe, the one activation GELU, GEMMs FP8 can take."""
+        h, i = x.shape[-1], self.intermediate_dim
+        return (
+            self.recipe is not None
+            and acts == ("gelu",)
+            and fp8_unsupported_reason(self.dtype, h, i) is None
+            and fp8_unsupported_reason(self.dtype, i, h) is None
+        )
+
+    def _fused_mlp(self, x, k1, b1, specs):
+        """(y, norm(x)) through the fused MLP, with the norm fused into fc1's input cast where
+        _fuses_norm says so. specs: (the token layout's sequence spec, fc1's and fc2's input
+        specs)."""
+        seq_t, dot1, dot2 = specs
+        norm = self._norm_params(x.shape[-1])
+        k2, b2 = self._fc2_params(x.shape[-1])
+        dtype = self.dtype
+        kernels = (k1.astype(dtype), k2.astype(dtype))
+        biases = tuple(None if b is None else b.astype(dtype) for b in (b1, b2))
+        states = (fp8_state(self, self.recipe, "wi_"), fp8_state(self, self.recipe, "wo_"))
+        row_axes = (rows_of(dot1), rows_of(dot2))
+        if self._fuses_norm(x, self.intermediate_dim):
+            y, ln = layernorm_mlp(
+                x,
+                *norm,
+                kernels,
+                biases,
+                states,
+                recipe=self.recipe,
+                eps=self.epsilon,
+                row_axes=row_axes,
+            )
+            return y, constrain_activation(ln, seq_t)
+        ln = constrain_activation(self._norm(x, norm), seq_t)
+        y = mlp(ln.astype(dtype), kernels, biases, states, recipe=self.recipe, row_axes=row_axes)
         return y, ln
 
 

@@ -1,12 +1,12 @@
-// Device-side combination and checks of the all-gather GEMM (ring_device.h): the max of the
-// chunks' amaxes and the scale agreement check, both stream-ordered so that the host never
-// waits for the device.
+// Device-side combination and checks of the all-gather GEMM (overlap/ring_device.h): the max
+// of the chunks' amaxes and the scale agreement check, both stream-ordered so that the host
+// never waits for the device.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 
+#include "overlap/ring_device.h"
 #include "qmesh/cuda_check.h"
-#include "ring_device.h"
 
 namespace qmesh::overlap_detail {
 

@@ -1,4 +1,4 @@
-#include "qmesh/train/teacher.h"
+#include "teacher.h"
 
 #include <cmath>
 #include <vector>
@@ -6,7 +6,9 @@
 #include "qmesh/ops/gemm.h"
 #include "qmesh/random.h"
 
-namespace qmesh {
+namespace examples {
+
+using namespace qmesh;
 
 namespace {
 
@@ -81,4 +83,4 @@ double TeacherTask::mean_predictor_loss() const {
   return loss / double(hidden_);
 }
 
-}  // namespace qmesh
+}  // namespace examples

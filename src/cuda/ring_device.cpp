@@ -1,9 +1,10 @@
-// ring_device.h in a build with CUDA.
+// overlap/ring_device.h in a build with CUDA (without CUDA: overlap/ring_device_no_cuda.cpp).
+#include "overlap/ring_device.h"
+
 #include <cuda_runtime_api.h>
 
 #include "cuda/stream_scratch.h"
 #include "qmesh/cuda_check.h"
-#include "ring_device.h"
 
 namespace qmesh::overlap_detail {
 

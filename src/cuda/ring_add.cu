@@ -1,10 +1,10 @@
-// The fp32 sum of two partials for the reduce-scatter ring (ring_device.h).
+// The fp32 sum of two partials for the reduce-scatter ring (overlap/ring_device.h).
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 
+#include "overlap/ring_device.h"
 #include "qmesh/cuda_check.h"
-#include "ring_device.h"
 
 namespace qmesh::overlap_detail {
 

@@ -1,0 +1,202 @@
+"""The FP8 GELU MLP, fc2(gelu(fc1(x))), as one differentiable JAX function, with GELU fused into
+the casts around it (and, in layernorm_mlp, LayerNorm fused with fc1's input cast):
+
+    y = mlp(x, (kernel_1, kernel_2), (bias_1, bias_2), states, recipe=recipe)
+    y, ln = layernorm_mlp(x, gamma, beta, kernels, biases, states, recipe=DelayedScaling())
+
+Forward: fc1's FP8 GEMM writes the pre-activation (its bias in the GEMM's epilogue, as
+dense.py does); gelu_quantize casts GELU(pre) straight to fc2's input codes (with their
+columnwise copy), so the hidden activation is never written in a wide type. Backward: fc2's
+backward gives dh, the gradient of GELU's output; dgelu_dbias_quantize casts dh * gelu'(pre)
+to fc1's output-gradient codes and sums it into fc1's bias gradient in the same pass, and fc1's
+backward runs its GEMMs on those codes. Against dense(..., activation="gelu") followed by dense:
+the forward saves a write and a read of the hidden activation, the backward a write and a read
+of its gradient (activation_quantize.py).
+
+states: (state_1, state_2), each init_state(recipe) for DelayedScaling (None for current
+scaling), updated as dense() updates a state (the gradient of the state is the new state;
+fc2's input amax is max|GELU(pre)|, fc1's output-gradient amax max|dh * gelu'(pre)|).
+Sharding: as dense(); row_axes = (fc1's, fc2's) as dense()'s row_axes (the mesh axes the
+rows of each GEMM's FP8 input are gathered to; None: as they come).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from qmesh.jax import dense as _dense
+from qmesh.jax.activation_quantize import (
+    dgelu_dbias_quantize,
+    dgelu_dbias_quantize_current,
+    gelu_quantize,
+    gelu_quantize_current,
+)
+from qmesh.jax.common import F32
+from qmesh.jax.layernorm_dense import norm_backward, norm_forward
+from qmesh.jax.recipe import DelayedScaling, check_recipe
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """The static part of one MLP call: the dense Configs of fc1 (no activation: it writes the
+    pre-activation) and fc2."""
+
+    fc1: _dense.Config
+    fc2: _dense.Config
+
+
+def _scaling(recipe) -> dict:
+    """The current-scaling keywords of the casts (empty under delayed scaling)."""
+    if isinstance(recipe, DelayedScaling):
+        return {}
+    return dict(power_of_two_scales=recipe.power_of_two_scales, amax_epsilon=recipe.amax_epsilon)
+
+
+def forward(cfg: Config, x, kernels, biases, states, xq=None, step_1=None):
+    """(y, residuals): the forward pass. xq: x already quantized as [M, H] with its
+    columnwise copy per dense.tokens_columnwise(cfg.fc1) (the fused LayerNorm's codes);
+    step_1: fc1's step when the caller already took it."""
+    recipe = cfg.fc1.recipe
+    pre, res_1 = _dense.forward(cfg.fc1, x, kernels[0], biases[0], states[0], xq, step_1)
+    step_2 = _dense.step_of(states[1], recipe)
+    pre2 = pre.reshape(-1, pre.shape[-1])
+    fwd, columnwise = recipe.fp8_format.fwd_dtype, _dense.tokens_columnwise(cfg.fc2)
+    if step_2 is None:
+        hq = gelu_quantize_current(pre2, fwd, columnwise=columnwise, **_scaling(recipe))
+    else:
+        hq = gelu_quantize(pre2, step_2[1][0], fwd, columnwise=columnwise)
+    y, res_2 = _dense.forward(cfg.fc2, pre, kernels[1], biases[1], states[1], hq, step_2)
+    return y, (res_1, res_2, pre2)
+
+
+def backward(cfg: Config, res, g):
+    """(dx, (dkernel_1, dkernel_2), (dbias_1, dbias_2), (new_state_1, new_state_2)) for the
+    output gradient g [..., H] (dbias None without bias, new state None without state)."""
+    res_1, res_2, pre2 = res
+    dh, dk_2, db_2, state_2 = _dense.backward(cfg.fc2, res_2, g)
+    dh2 = dh.reshape(pre2.shape)
+    recipe = cfg.fc1.recipe
+    bwd, columnwise = recipe.fp8_format.bwd_dtype, _dense.tokens_columnwise(cfg.fc1)
+    scale = _dense.grad_scale(res_1)
+    if scale is None:
+        gq, dbias = dgelu_dbias_quantize_current(
+            dh2, pre2, bwd, columnwise=columnwise, **_scaling(recipe)
+        )
+    else:
+        gq, dbias = dgelu_dbias_quantize(dh2, pre2, scale, bwd, columnwise=columnwise)
+    dx, dk_1, db_1, state_1 = _dense.backward_quantized(
+        cfg.fc1, res_1, gq, dbias if cfg.fc1.has_bias else None
+    )
+    dx = dx.reshape(*g.shape[:-1], dx.shape[-1])
+    return dx, (dk_1, dk_2), (db_1, db_2), (state_1, state_2)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _mlp(cfg, x, kernels, biases, states):
+    return forward(cfg, x, kernels, biases, states)[0]
+
+
+_mlp.defvjp(forward, backward)
+
+
+def _fused_fwd(cfg, eps, x, gamma, beta, kernels, biases, states):
+    step_1 = _dense.step_of(states[0], cfg.fc1.recipe)
+    ln, xq, mean, rstd = norm_forward(cfg.fc1, eps, x, gamma, beta, step_1)
+    y, res = forward(cfg, ln, kernels, biases, states, xq, step_1)
+    y = y.reshape(*x.shape[:-1], y.shape[-1])
+    return (y, ln.reshape(x.shape)), (res, x, gamma, mean, rstd)
+
+
+def _fused_bwd(cfg, eps, res, cts):
+    mlp_res, x, gamma, mean, rstd = res
+    g, g_ln = cts
+    d_ln, dkernels, dbiases, new_states = backward(cfg, mlp_res, g.reshape(-1, g.shape[-1]))
+    return (*norm_backward(d_ln, g_ln, x, gamma, mean, rstd), dkernels, dbiases, new_states)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
+def _layernorm_mlp(cfg, eps, x, gamma, beta, kernels, biases, states):
+    return _fused_fwd(cfg, eps, x, gamma, beta, kernels, biases, states)[0]
+
+
+_layernorm_mlp.defvjp(_fused_fwd, _fused_bwd)
+
+
+def _config(name, x, kernels, biases, states, recipe, row_axes, out_dtype):
+    """The checked Config of an MLP call (raises ValueError/TypeError naming the argument)."""
+    check_recipe(recipe)
+    if len(kernels) != 2 or len(biases) != 2 or len(states) != 2 or len(row_axes) != 2:
+        raise ValueError(
+            f"{name}: kernels, biases, states and row_axes are pairs (fc1's, fc2's), got "
+            f"{len(kernels)}, {len(biases)}, {len(states)} and {len(row_axes)} entries"
+        )
+    k1, k2 = kernels
+    h = x.shape[-1]
+    if k1.ndim != 2 or k2.ndim != 2 or k1.shape[0] != h or k2.shape != (k1.shape[1], h):
+        raise ValueError(
+            f"{name}: kernels must be [H, F] and [F, H] for x [..., H = {h}], got "
+            f"{tuple(k1.shape)} and {tuple(k2.shape)}"
+        )
+    for bias, n, which in ((biases[0], k1.shape[1], "bias_1"), (biases[1], h, "bias_2")):
+        if bias is not None and jnp.shape(bias) != (n,):
+            raise ValueError(f"{name}: {which} must be [{n}], not {list(jnp.shape(bias))}")
+    for kernel, which in ((k1, "fc1"), (k2, "fc2")):
+        reason = _dense.fp8_unsupported_reason(x.dtype, kernel.shape[0], kernel.shape[1])
+        if reason is not None:
+            raise ValueError(f"{name} ({which}): {reason}")
+    for state in states:
+        _dense.check_state(state, recipe)
+
+    def layer(bias, axes):
+        axes = None if axes is None else tuple(axes)
+        return _dense.Config(recipe, None, bias is not None, out_dtype, axes)
+
+    return Config(layer(biases[0], row_axes[0]), layer(biases[1], row_axes[1]))
+
+
+def mlp(x, kernels, biases=(None, None), states=(None, None), *, recipe, row_axes=(None, None)):
+    """fc2(gelu(fc1(x))) with FP8 GEMMs and GELU fused into the casts. x: [..., H] (float32,
+    bfloat16 or float16); kernels: ([H, F], [F, H]) in x's dtype; biases: ([F] or None, [H] or
+    None); states: init_state(recipe) of each GEMM (None for Float8CurrentScaling); recipe:
+    DelayedScaling or Float8CurrentScaling; row_axes: (fc1's, fc2's), as dense(). Returns y
+    [..., H] in x's dtype. Differentiate with respect to `states` for the updated states."""
+    x = jnp.asarray(x)
+    kernels = tuple(jnp.asarray(k) for k in kernels)
+    biases = tuple(None if b is None else jnp.asarray(b) for b in biases)
+    cfg = _config("mlp", x, kernels, biases, tuple(states), recipe, row_axes, x.dtype)
+    return _mlp(cfg, x, kernels, biases, tuple(states))
+
+
+def layernorm_mlp(
+    x,
+    gamma,
+    beta,
+    kernels,
+    biases=(None, None),
+    states=(None, None),
+    *,
+    recipe,
+    eps: float = 1e-6,
+    row_axes=(None, None),
+):
+    """(mlp(layer_norm(x)), layer_norm(x)) with LayerNorm fused with fc1's input cast, as
+    layernorm_dense: DelayedScaling, float32 x, gamma, beta and kernels. Arguments as mlp()."""
+    if not isinstance(recipe, DelayedScaling):
+        raise TypeError(
+            f"layernorm_mlp: the fused LayerNorm+cast takes a DelayedScaling recipe (the "
+            f"scale comes from the state), not {type(recipe).__name__}; use layer_norm, then mlp"
+        )
+    x = jnp.asarray(x)
+    kernels = tuple(jnp.asarray(k) for k in kernels)
+    for a, what in ((x, "x"), *((k, f"kernel_{i + 1}") for i, k in enumerate(kernels))):
+        if a.dtype != F32:
+            raise TypeError(f"layernorm_mlp: {what} must be float32, not {a.dtype}")
+    biases = tuple(None if b is None else jnp.asarray(b, F32) for b in biases)
+    cfg = _config("layernorm_mlp", x, kernels, biases, tuple(states), recipe, row_axes, F32)
+    return _layernorm_mlp(
+        cfg, float(eps), x, jnp.asarray(gamma), jnp.asarray(beta), kernels, biases, tuple(states)
+    )

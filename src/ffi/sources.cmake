@@ -1,0 +1,8 @@
+# src/ffi: libqmesh_jax_ffi, the XLA FFI handlers that python/qmesh registers with JAX.
+target_sources(qmesh_jax_ffi PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/ffi_support.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/gemm_handlers.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/layer_norm_handlers.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/library_info.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/quantize_handlers.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/scaling_handlers.cpp)

@@ -1,0 +1,9 @@
+# src/ops: libqmesh's public ops (casts and quantization, GEMM, the layer ops), each
+# dispatching to the host (src/cpu) or CUDA (src/cuda) backend.
+target_sources(qmesh PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/block_quantize.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/cast_ops.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/gemm.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/gemm_algo_key.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/gemm_canonical.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/layer_ops.cpp)
