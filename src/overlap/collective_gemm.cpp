@@ -24,9 +24,10 @@ constexpr int kTagPartial = 0x5104;  // partial sums of the reduce-scatter ring
 
 // All tensors on A's device (returned); CUDA tensors need the two streams.
 Device check_common(const GemmArgs& args, const CollectiveGemmStreams& streams, const char* op) {
-  QMESH_CHECK(!args.a.is_block_scaled() && !args.b.is_block_scaled(), op,
-              ": block-scaled FP8 operands are not supported by the collective GEMMs yet; "
-              "gather the operand and call qmesh::gemm");
+  QMESH_CHECK_KIND(ErrorKind::kUnsupported, !args.a.is_block_scaled() && !args.b.is_block_scaled(),
+                   op,
+                   ": block-scaled FP8 operands are not supported by the collective GEMMs yet; "
+                   "gather the operand and call qmesh::gemm");
   QMESH_CHECK(args.trans_a == GemmTranspose::kNo, op,
               ": A must be stored [tokens, K] (trans_a kNo), got trans_a kYes");
   const Device device = args.a.device();
