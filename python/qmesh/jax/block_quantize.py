@@ -16,11 +16,13 @@ scale_inv[block]. The scales are float32 in the layout cuBLASLt reads
 Sharding: codes keep x's sharding (q_t the transposed one) and each scale tensor is sharded
 with its data: for 1x128 scales the blocks of a row (C / 128) follow x's columns and the rows
 follow x's rows; for 128x128 scales the tile rows follow x's rows and the tile columns x's
-columns. That is exact only where no shard boundary cuts a block or the 4-aligned scale rows,
-so a sharded dimension must give shards that are multiples of: 128 along a dimension cut
-into 128-blocks, 4 along the rows of 1x128 scales, 512 (4 tiles) along the tile columns of
-128x128 scales; any other sharding raises ValueError naming the dimension (replicate it, or
-shard it into such multiples). No amax is shared between devices: block scaling issues no
+columns. A shard boundary must not cut a block: a sharded dimension that is cut into
+128-blocks must give shards that are multiples of 128. The padded dimension of a scale tensor
+(the rows of 1x128 scales, the tile columns of 128x128 scales) may be sharded when the global
+tensor has no padding there (R, or ceil(C/128), a multiple of 4): each device then holds its
+shard's scales unpadded, and the ops pad them to the layout of their local shape (zeros)
+before they call the C++ op. Any other sharding raises ValueError naming the dimension
+(replicate it, or shard it so). No amax is shared between devices: block scaling issues no
 collective (the bias gradient is summed over the axes of g's rows).
 """
 
@@ -64,31 +66,56 @@ def block_scale_shape(rows: int, cols: int, block: int) -> tuple[int, int]:
     return -(-rows // BLOCK), -(-ceil // ALIGN) * ALIGN
 
 
-def _sharded_size(mesh, axes, size, multiple, what):
-    """Raises ValueError unless the shards of `size` over `axes` are multiples of `multiple`."""
-    if not axes:
-        return
+def _whole_blocks(mesh, axes, size, what):
+    """Raises ValueError unless the shards of `size` over `axes` are multiples of 128."""
     count = math.prod(dict(zip(mesh.axis_names, mesh.devices.shape))[a] for a in axes)
-    if (size // count) % multiple:
+    if axes and (size // count) % BLOCK:
         raise ValueError(
             f"{what} ({size}) is sharded over {axes} into shards of {size // count}, which "
-            f"is not a multiple of {multiple}: a shard boundary would cut a 128-block or the "
-            f"{ALIGN}-aligned scale rows. Shard it so that every shard is a multiple of "
-            f"{multiple}, or replicate it"
+            f"is not a multiple of {BLOCK}: a shard boundary would cut a scaling block. Shard "
+            f"it into multiples of {BLOCK}, or replicate it"
+        )
+
+
+def _unpadded(axes, count, multiple, what):
+    """Raises ValueError if the padded scale dimension holding `count` scales is sharded
+    (over `axes`) while the global scale tensor pads it; `multiple`: the size that avoids it."""
+    if axes and count % ALIGN:
+        raise ValueError(
+            f"{what} is sharded over {axes}, but its {count} scales are padded to a multiple "
+            f"of {ALIGN} in the scale layout, which cannot be split with the data: make it a "
+            f"multiple of {multiple}, or replicate it"
         )
 
 
 def block_scale_spec(mesh, shape, block, row_axes, col_axes, what):
     """The PartitionSpec entries of the scales of a [rows, cols] block-scaled tensor sharded
-    as (row_axes, col_axes), after checking that the sharding cuts no block (see above)."""
+    as (row_axes, col_axes), after checking that the sharding cuts no block and that the
+    padded scale dimension is not padded where it is sharded (see above)."""
     rows, cols = shape
+    _whole_blocks(mesh, col_axes, cols, f"{what}: the columns")
     if block == 1:
-        _sharded_size(mesh, row_axes, rows, ALIGN, f"{what}: the rows")
-        _sharded_size(mesh, col_axes, cols, BLOCK, f"{what}: the columns (1x128 blocks)")
+        _unpadded(row_axes, rows, ALIGN, f"{what}: the rows (padded in 1x128 scales)")
         return entry(col_axes), entry(row_axes)
-    _sharded_size(mesh, row_axes, rows, BLOCK, f"{what}: the rows (128x128 tiles)")
-    _sharded_size(mesh, col_axes, cols, BLOCK * ALIGN, f"{what}: the columns (128x128 tiles)")
+    _whole_blocks(mesh, row_axes, rows, f"{what}: the rows")
+    _unpadded(
+        col_axes, -(-cols // BLOCK), ALIGN * BLOCK, f"{what}: the columns (padded in tile scales)"
+    )
     return entry(row_axes), entry(col_axes)
+
+
+def unpad_scales(scale_inv, shape, block):
+    """A device's scales of its [rows, cols] shard without the layout's padding."""
+    used = shape[0] if block == 1 else -(-shape[1] // BLOCK)
+    return scale_inv[:, :used]
+
+
+def pad_scales(scale_inv, shape, block):
+    """A device's scales of its [rows, cols] shard in the layout of that shape (the padding
+    that unpad_scales took off, as zeros); unchanged when they are in it."""
+    want = block_scale_shape(*shape, block)
+    missing = want[1] - scale_inv.shape[1]
+    return jnp.pad(scale_inv, ((0, 0), (0, missing))) if missing > 0 else scale_inv
 
 
 def expand_scales(scale_inv, rows: int, cols: int, block: int):
@@ -115,6 +142,7 @@ def _check_x(x, what):
 def _block_avals(x, *, out_dtype, block, columnwise):
     """(q, scale_inv, q_t, scale_inv_t) of block-quantizing x (the last two empty without the
     columnwise copy)."""
+    _check_x(x, "x")
     out_dtype = check_fp8(out_dtype)
     rows, cols = x.shape
     outs = [
@@ -171,7 +199,6 @@ class _BlockCast(Op):
 
     @classmethod
     def abstract(cls, x, *zeros, out_dtype, block, columnwise, **scaling):
-        _check_x(x, "x")
         return tuple(
             _block_avals(x, out_dtype=out_dtype, block=check_block(block), columnwise=columnwise)
         )
@@ -195,14 +222,29 @@ class _BlockCast(Op):
 
     @classmethod
     def local(cls, plan, x, **params):
-        sizes = dict(out_dtype=params["out_dtype"], block=params["block"])
+        """plan: (unpad the scales, unpad the columnwise copy's scales), or None."""
+        block = params["block"]
+        sizes = dict(out_dtype=params["out_dtype"], block=block)
         zeros = _scale_zeros(x, columnwise=params["columnwise"], **sizes)
-        return cls.inner.bind(x, *zeros, **params)
+        q, s, q_t, s_t, *rest = cls.inner.bind(x, *zeros, **params)
+        unpad, unpad_t = plan or (False, False)
+        if unpad:
+            s = unpad_scales(s, x.shape, block)
+        if unpad_t:
+            s_t = unpad_scales(s_t, x.shape[::-1], block)
+        return (q, s, q_t, s_t, *rest)
+
+    @classmethod
+    def _plan(cls, mesh, x_info, block, columnwise):
+        rows, cols = even_spec(mesh, x_info)
+        unpad = bool(axes_of(rows if block == 1 else cols))
+        unpad_t = columnwise and bool(axes_of(cols if block == 1 else rows))
+        return unpad, unpad_t
 
     @classmethod
     def shardings(cls, mesh, arg_infos, *, block, columnwise, **_):
         x, outs, _ = _block_shardings(mesh, arg_infos[0], block, columnwise)
-        return (x,), outs, None
+        return (x,), outs, cls._plan(mesh, arg_infos[0], block, columnwise)
 
     @classmethod
     def sharding_rule(cls, value_types, result_types, *, columnwise, **_):
@@ -234,14 +276,15 @@ class BlockDbiasQuantize(_BlockCast):
 
     @classmethod
     def local(cls, plan, g, **params):
-        *outs, dbias = super().local(None, g, **params)
-        return (*outs, lax.psum(dbias, plan) if plan else dbias)
+        """plan: (the _BlockCast plan, the mesh axes of g's rows), or None."""
+        *outs, dbias = super().local(plan and plan[0], g, **params)
+        return (*outs, lax.psum(dbias, plan[1]) if plan and plan[1] else dbias)
 
     @classmethod
     def shardings(cls, mesh, arg_infos, *, block, columnwise, **_):
         g, outs, rows = _block_shardings(mesh, arg_infos[0], block, columnwise)
         dbias = named(mesh, g.spec[1] if len(g.spec) > 1 else None)
-        return (g,), (*outs, dbias), rows or None
+        return (g,), (*outs, dbias), (cls._plan(mesh, arg_infos[0], block, columnwise), rows)
 
     @classmethod
     def sharding_rule(cls, value_types, result_types, *, columnwise, **_):
@@ -277,6 +320,10 @@ class BlockDequantize(Op):
     @classmethod
     def empty(cls, q, scale_inv, *, out_dtype, **_):
         return (jnp.zeros(q.shape, out_dtype),)
+
+    @classmethod
+    def local(cls, plan, q, scale_inv, **params):
+        return cls.inner.bind(q, pad_scales(scale_inv, q.shape, params["block"]), **params)
 
     @classmethod
     def shardings(cls, mesh, arg_infos, *, block, **_):
