@@ -171,9 +171,11 @@ def _config(name, x, kernels, biases, states, recipe, row_axes, out_dtype):
 def mlp(x, kernels, biases=(None, None), states=(None, None), *, recipe, row_axes=(None, None)):
     """fc2(gelu(fc1(x))) with FP8 GEMMs and GELU fused into the casts. x: [..., H] (float32,
     bfloat16 or float16); kernels: ([H, F], [F, H]) in x's dtype; biases: ([F] or None, [H] or
-    None); states: init_state(recipe) of each GEMM (None for Float8CurrentScaling); recipe:
-    DelayedScaling or Float8CurrentScaling; row_axes: (fc1's, fc2's), as dense(). Returns y
-    [..., H] in x's dtype. Differentiate with respect to `states` for the updated states."""
+    None); states: init_state(recipe) of each GEMM (None for Float8CurrentScaling and
+    Float8BlockScaling); recipe: DelayedScaling, Float8CurrentScaling or Float8BlockScaling
+    (GELU then the block cast: the GELU-fused casts are per-tensor); row_axes: (fc1's,
+    fc2's), as dense(). Returns y [..., H] in x's dtype. Differentiate with respect to
+    `states` for the updated states."""
     x = jnp.asarray(x)
     kernels = tuple(jnp.asarray(k) for k in kernels)
     biases = tuple(None if b is None else jnp.asarray(b) for b in biases)
