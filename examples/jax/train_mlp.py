@@ -1,6 +1,6 @@
 """Trains an MLP on the C++ example's teacher task (targets tanh(x A^T) B^T of a random teacher
 network, x ~ N(0, 1)) with Flax + optax, in BF16 and in FP8 through qmesh's drop-in
-(DelayedScaling and Float8CurrentScaling), on the same data; prints progress and FP8 state,
+(DelayedScaling, Float8CurrentScaling and Float8BlockScaling), on the same data; prints progress and FP8 state,
 writes a CSV and a PNG of the loss curves.
 
     python examples/jax/train_mlp.py --steps 200 --out build/train_mlp_jax
@@ -25,7 +25,7 @@ import optax
 from flax.training import train_state
 
 from qmesh.jax.flax import fp8_meta, make_dot_general_cls
-from qmesh.jax.recipe import DelayedScaling, Float8CurrentScaling
+from qmesh.jax.recipe import DelayedScaling, Float8BlockScaling, Float8CurrentScaling
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from png import line_plot  # noqa: E402
@@ -99,6 +99,7 @@ def main(argv=None):
         "bf16": MLP(args.hidden, args.ffn, dtype=jnp.bfloat16),
         "delayed": MLP(args.hidden, args.ffn, dot=make_dot_general_cls(DelayedScaling(amax_history_len=16))),
         "current": MLP(args.hidden, args.ffn, dot=make_dot_general_cls(Float8CurrentScaling())),
+        "block": MLP(args.hidden, args.ffn, dot=make_dot_general_cls(Float8BlockScaling())),
     }
     curves = {}
     for name, model in runs.items():
@@ -117,7 +118,8 @@ def main(argv=None):
     final = {n: float(np.mean(c[-tail:])) for n, c in curves.items()}
     for n, v in final.items():
         print(f"final loss {n:>8}: {v:.5f}  ({(v / final['bf16'] - 1) * 100:+.1f}% vs bf16)")
-    print(f"wrote {args.out}.csv and {args.out}.png (blue bf16, red delayed, green current)")
+    print(f"wrote {args.out}.csv and {args.out}.png (blue bf16, red delayed, green current, "
+          "purple block)")
 
 
 if __name__ == "__main__":

@@ -4,8 +4,12 @@
 // writes XLA's buffers.
 //
 // Operands: a, b (2-D, stored as trans_a / trans_b say), a_scale_inv, b_scale_inv (fp32 [1],
-// read for FP8 operands only), then the epilogue's inputs. Results: d [M, N], then the
-// epilogue's outputs. Per epilogue (the GemmEpilogue value in attribute `epilogue`):
+// read for FP8 operands only), then the epilogue's inputs. Attributes a_block / b_block say
+// how an FP8 operand is scaled: 0 per tensor (scale_inv [1]), 1 in 1x128 blocks, 2 in 128x128
+// tiles (scale_inv in the layout of qmesh/block_quantized_tensor.h for the operand as
+// stored; a block-scaled operand must be stored contiguous along K, i.e. the TN form). Results: d
+// [M, N], then the epilogue's outputs. Per epilogue (the GemmEpilogue value in attribute
+// `epilogue`):
 //   0 kNone         inputs: -              outputs: -
 //   1 kBias         inputs: bias [N]       outputs: -
 //   2 kGelu         inputs: -              outputs: -
@@ -72,13 +76,27 @@ void require_rank(const AnyBuffer& b, size_t rank, const std::string& what) {
               b.dimensions().size());
 }
 
-// One GEMM input: a plain tensor, or FP8 codes with their scale_inv. The GEMM reads only
-// scale_inv of an FP8 operand; validate() wants scale and amax set too, so they point at the
-// same read-only scalar (never written by the GEMM).
-GemmOperand operand(const Where& w, const AnyBuffer& x, const AnyBuffer& scale_inv,
+// One GEMM input: a plain tensor, FP8 codes with their scale_inv, or block-scaled FP8 codes
+// (`block` 1 or 2) with their scale tensor. The GEMM reads only scale_inv of an FP8 operand;
+// validate() wants scale and amax set too, so they point at the same read-only scalar (never
+// written by the GEMM).
+GemmOperand operand(const Where& w, const AnyBuffer& x, const AnyBuffer& scale_inv, int32_t block,
                     const char* what, const char* scale_what) {
   require_rank(x, 2, what);
   const TensorView v = view(x, w, what);
+  QMESH_CHECK(block >= 0 && block <= 2,
+              "the block scaling of an operand must be 0 (per tensor), 1 (1x128) or 2 "
+              "(128x128), not ",
+              block);
+  QMESH_CHECK(block == 0 || is_fp8(v.dtype), what,
+              " is block-scaled but not FP8: only FP8 codes have block scales");
+  if (block != 0) {
+    BlockQuantizedTensorView q;
+    q.block = block == 1 ? BlockShape::k1x128 : BlockShape::k128x128;
+    q.data = v;
+    q.scale_inv = view(scale_inv, w, scale_what);
+    return GemmOperand::fp8_block(q);
+  }
   if (!is_fp8(v.dtype)) return GemmOperand::plain(v);
   require_dtype(scale_inv, {DType::kFloat32}, scale_what);
   require_count(scale_inv, 1, scale_what);
@@ -114,7 +132,7 @@ Result<AnyBuffer> extra_output(const xffi::RemainingRets& rets, size_t i, const 
 void gemm_impl(const Where& w, AnyBuffer a, AnyBuffer b, AnyBuffer a_scale_inv,
                AnyBuffer b_scale_inv, xffi::RemainingArgs inputs, Result<AnyBuffer> d,
                xffi::RemainingRets outputs, bool trans_a, bool trans_b, int32_t epilogue,
-               bool split_accumulator, float alpha) {
+               bool split_accumulator, float alpha, int32_t a_block, int32_t b_block) {
   GemmArgs args;
   args.epilogue = to_epilogue(epilogue);
   const char* ename = gemm_epilogue_name(args.epilogue);
@@ -140,8 +158,8 @@ void gemm_impl(const Where& w, AnyBuffer a, AnyBuffer b, AnyBuffer a_scale_inv,
     workspace = reinterpret_cast<void*>((start + align - 1) / align * align);
   }
 
-  args.a = operand(w, a, a_scale_inv, "a", "a_scale_inv (the FP8 operand a's scale_inv)");
-  args.b = operand(w, b, b_scale_inv, "b", "b_scale_inv (the FP8 operand b's scale_inv)");
+  args.a = operand(w, a, a_scale_inv, a_block, "a", "a_scale_inv (the FP8 operand a's scale_inv)");
+  args.b = operand(w, b, b_scale_inv, b_block, "b", "b_scale_inv (the FP8 operand b's scale_inv)");
   args.trans_a = trans_a ? GemmTranspose::kYes : GemmTranspose::kNo;
   args.trans_b = trans_b ? GemmTranspose::kYes : GemmTranspose::kNo;
 
@@ -209,4 +227,6 @@ QMESH_FFI_HANDLER_WITH_TRAITS(QmeshGemm, qmesh::ffi::gemm_impl,
                                   .Attr<bool>("trans_b")
                                   .Attr<int32_t>("epilogue")
                                   .Attr<bool>("split_accumulator")
-                                  .Attr<float>("alpha"));
+                                  .Attr<float>("alpha")
+                                  .Attr<int32_t>("a_block")
+                                  .Attr<int32_t>("b_block"));

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <exception>
 
+#include "qmesh/block_quantized_tensor.h"
+#include "qmesh/ops/block_quantize.h"
 #include "qmesh/ops/cast_transpose.h"
 #include "qmesh/ops/gemm.h"
 #include "qmesh/ops/quantize.h"
@@ -79,6 +81,30 @@ __attribute__((visibility("default"))) int qmesh_ref_gemm_fp8_tn(void* a, int a_
     args.b = qmesh::GemmOperand::fp8(qb);
     args.d = qmesh::TensorView(d, qmesh::DType::kFloat32, matrix(m, n));
     qmesh::gemm(args);
+  });
+}
+
+// block_quantize(x [rows, cols] of dtype `in_dtype`) into FP8 `fp8_dtype` codes q with
+// scale_inv (block_scale_shape; `block` 1 = 1x128, 2 = 128x128), and the columnwise copy
+// q_t / scale_inv_t when q_t is not null. The scale buffers must come zero-filled.
+__attribute__((visibility("default"))) int qmesh_ref_block_quantize(
+    void* x, int in_dtype, int64_t rows, int64_t cols, int fp8_dtype, int block, bool power_2_scale,
+    float amax_epsilon, void* q, float* scale_inv, void* q_t, float* scale_inv_t) {
+  return guarded([&] {
+    const auto fp8 = static_cast<qmesh::DType>(fp8_dtype);
+    const auto shape = block == 1 ? qmesh::BlockShape::k1x128 : qmesh::BlockShape::k128x128;
+    qmesh::BlockQuantizedTensorView out;
+    out.block = shape;
+    out.data = qmesh::TensorView(q, fp8, matrix(rows, cols));
+    out.scale_inv = qmesh::TensorView(scale_inv, qmesh::DType::kFloat32,
+                                      qmesh::block_scale_shape(rows, cols, shape));
+    if (q_t != nullptr) {
+      out.data_t = qmesh::TensorView(q_t, fp8, matrix(cols, rows));
+      out.scale_inv_t = qmesh::TensorView(scale_inv_t, qmesh::DType::kFloat32,
+                                          qmesh::block_scale_shape(cols, rows, shape));
+    }
+    const qmesh::TensorView in(x, static_cast<qmesh::DType>(in_dtype), matrix(rows, cols));
+    qmesh::block_quantize(in, out, qmesh::QParams{power_2_scale, amax_epsilon});
   });
 }
 

@@ -104,3 +104,39 @@ def test_fp8_gemm_equals_the_library(rng, a_fp8, b_fp8):
         == 0
     )
     assert got.tobytes() == d.tobytes()
+
+
+def cpp_block_quantize(x, fp8, block, power_2):
+    x = np.ascontiguousarray(x)
+    rows, cols = x.shape
+    q, q_t = np.zeros((rows, cols), fp8), np.zeros((cols, rows), fp8)
+    s = np.zeros(qj.block_scale_shape(rows, cols, block), np.float32)
+    s_t = np.zeros(qj.block_scale_shape(cols, rows, block), np.float32)
+    rc = lib.qmesh_ref_block_quantize(
+        ptr(x),
+        DTYPE[x.dtype],
+        ctypes.c_int64(rows),
+        ctypes.c_int64(cols),
+        DTYPE[np.dtype(fp8)],
+        ctypes.c_int(block),
+        ctypes.c_bool(power_2),
+        ctypes.c_float(0.0),
+        ptr(q),
+        ptr(s),
+        ptr(q_t),
+        ptr(s_t),
+    )
+    assert rc == 0
+    return q, s, q_t, s_t
+
+
+@pytest.mark.parametrize("in_dtype", [jnp.float32, jnp.bfloat16], ids=str)
+@pytest.mark.parametrize("fp8,ml", FP8, ids=["e4m3", "e5m2"])
+@pytest.mark.parametrize("block", [1, 2])
+@pytest.mark.parametrize("power_2", [True, False])
+def test_block_quantize_equals_the_library(rng, in_dtype, fp8, ml, block, power_2):
+    x = special_values(rng, (130, 260), in_dtype)
+    got = qj.block_quantize(x, fp8, block=block, columnwise=True, power_2_scale=power_2)
+    want = cpp_block_quantize(np.asarray(x), ml, block, power_2)
+    for g, w in zip(got, want):
+        assert np.asarray(g).tobytes() == w.tobytes()

@@ -20,7 +20,7 @@ from qmesh.jax.activation_quantize import (
 from qmesh.jax.gemm import Epilogue, gemm
 from qmesh.jax.layer_norm import layer_norm
 from qmesh.jax.mlp import mlp
-from qmesh.jax.recipe import DelayedScaling, Float8CurrentScaling
+from qmesh.jax.recipe import DelayedScaling, Float8BlockScaling, Float8CurrentScaling
 
 
 def _gpu():
@@ -81,6 +81,53 @@ def test_dbias_quantize(rng):
         np.testing.assert_array_equal(bits(a), bits(b))
     # The row sums differ only in summation order.
     assert ref.rel_err(dbg, dbc) < 1e-5
+
+
+@pytest.mark.parametrize("in_dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize("block", [1, 2])
+def test_block_quantize_is_bitwise_equal(rng, in_dtype, block):
+    """Codes, scales (padding included), the columnwise copy and its scales, and the bias
+    gradient (summed in the same fixed order on both backends) bit for bit."""
+    x = random(rng, (200, 300), in_dtype, scale=100.0)
+    gpu, cpu = on_both(
+        lambda x: (
+            qj.block_quantize(x, block=block, columnwise=True),
+            qj.block_dbias_quantize(x, block=block, columnwise=True),
+        ),
+        x,
+    )
+    for g, c in zip(jax.tree.leaves(gpu), jax.tree.leaves(cpu)):
+        np.testing.assert_array_equal(bits(g), bits(c))
+
+
+@pytest.mark.parametrize("blocks", [(1, 2), (1, 1)], ids=["1Dx2D", "1Dx1D"])
+def test_block_gemm(rng, blocks):
+    qa, sa, _, _ = qj.block_quantize(random(rng, (256, 384)), block=blocks[0])
+    qb, sb, _, _ = qj.block_quantize(random(rng, (128, 384)), block=blocks[1])
+    gpu, cpu = on_both(
+        lambda *v: gemm(*v, a_block=blocks[0], b_block=blocks[1], split_accumulator=True),
+        qa,
+        qb,
+        sa,
+        sb,
+    )
+    assert ref.rel_err(gpu, cpu) < 4 * 2.0**-14
+
+
+def test_dense_with_the_block_recipe(rng):
+    x = random(rng, (256, 256), jnp.bfloat16)
+    kernel = random(rng, (256, 128), jnp.float32, scale=0.1)
+    bias = random(rng, (128,), jnp.float32, scale=0.1)
+    recipe = Float8BlockScaling()
+
+    def loss(x, kernel, bias):
+        y = qdense.dense(x, kernel, bias, recipe=recipe, activation="gelu")
+        return jnp.sum(jnp.square(y.astype(jnp.float32)))
+
+    gpu, cpu = on_both(jax.value_and_grad(loss, argnums=(0, 1, 2)), x, kernel, bias)
+    assert ref.rel_err(gpu[0], cpu[0]) < 2e-2
+    for name, g, c in zip(("dx", "dkernel", "dbias"), gpu[1], cpu[1]):
+        assert ref.rel_err(g, c) < 5e-2, name
 
 
 @pytest.mark.parametrize("out_dtype", [jnp.float32, jnp.bfloat16])

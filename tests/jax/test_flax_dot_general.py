@@ -18,7 +18,7 @@ from jax.sharding import PartitionSpec as P
 import qmesh.jax as qj
 from qmesh.jax.checkpoint_policies import checkpoint_dots_and_qmesh_gemms
 from qmesh.jax.flax import make_dot_general_cls
-from qmesh.jax.recipe import DelayedScaling, Float8CurrentScaling
+from qmesh.jax.recipe import DelayedScaling, Float8BlockScaling, Float8CurrentScaling
 
 OWG = fp8_ops.OVERWRITE_WITH_GRADIENT
 
@@ -138,7 +138,11 @@ def test_training_with_optax_tracks_the_plain_model(rng):
     x, y = teacher(rng)
     base = train(None, x, y)
     assert base[-1] < 0.2 * base[0]
-    for recipe in (DelayedScaling(amax_history_len=16), Float8CurrentScaling()):
+    for recipe in (
+        DelayedScaling(amax_history_len=16),
+        Float8CurrentScaling(),
+        Float8BlockScaling(),
+    ):
         fp8 = train(make_dot_general_cls(recipe), x, y)
         assert fp8[-1] < 0.2 * fp8[0]
         assert abs(fp8[-1] - base[-1]) <= 0.05 * base[0], (recipe, fp8[-1], base[-1])

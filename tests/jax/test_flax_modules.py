@@ -21,11 +21,14 @@ from qmesh.jax.flax import (
     logical_axis_rules,
     saturation,
 )
-from qmesh.jax.recipe import DelayedScaling, Float8CurrentScaling
+from qmesh.jax.recipe import DelayedScaling, Float8BlockScaling, Float8CurrentScaling
 
 H, I = 32, 64
 RECIPES = [None, DelayedScaling(amax_history_len=4), Float8CurrentScaling()]
 RIDS = ["plain", "delayed", "current"]
+# Unsharded tests also run the block recipe (its sharded tests, with whole 128-blocks a shard,
+# are in test_block_scaling.py: these layers are too narrow to shard into 128-blocks).
+ALL_RECIPES, ALL_RIDS = [*RECIPES, Float8BlockScaling()], [*RIDS, "block"]
 
 
 def tol(recipe):
@@ -62,7 +65,7 @@ def x(rng):
     return jnp.asarray(rng.standard_normal((8, 4, H)).astype(np.float32))
 
 
-@pytest.mark.parametrize("recipe", RECIPES, ids=RIDS)
+@pytest.mark.parametrize("recipe", ALL_RECIPES, ids=ALL_RIDS)
 def test_dense_general(x, recipe):
     m = DenseGeneral((4, 16), axis=(-2, -1), recipe=recipe)
     v = nn.unbox(m.init(jax.random.key(0), x))
@@ -75,7 +78,7 @@ def test_dense_general(x, recipe):
 
 
 @pytest.mark.parametrize("kind", ["layernorm", "rmsnorm"])
-@pytest.mark.parametrize("recipe", RECIPES, ids=RIDS)
+@pytest.mark.parametrize("recipe", ALL_RECIPES, ids=ALL_RIDS)
 def test_layernorm_dense_general(x, recipe, kind):
     m = LayerNormDenseGeneral(
         48,
@@ -101,7 +104,7 @@ def test_layernorm_dense_general(x, recipe, kind):
     [("gelu",), ("relu",), ("silu",), ("silu", "linear")],
     ids=["gelu", "relu", "silu", "swiglu"],
 )
-@pytest.mark.parametrize("recipe", RECIPES, ids=RIDS)
+@pytest.mark.parametrize("recipe", ALL_RECIPES, ids=ALL_RIDS)
 def test_layernorm_mlp(x, recipe, acts):
     m = LayerNormMLP(
         intermediate_dim=I, activations=acts, recipe=recipe, bias_init=nn.initializers.normal(0.5)

@@ -356,7 +356,14 @@ def test_handler_errors_come_back_as_exceptions():
     """The handler checks its arguments too (a call that bypasses the primitive's checks)."""
     a = jnp.ones((4, 8), jnp.float32)
     one = jnp.ones((), jnp.float32)
-    attrs = dict(trans_a=False, trans_b=True, split_accumulator=False, alpha=np.float32(1.0))
+    attrs = dict(
+        trans_a=False,
+        trans_b=True,
+        split_accumulator=False,
+        alpha=np.float32(1.0),
+        a_block=np.int32(0),
+        b_block=np.int32(0),
+    )
 
     def raw(out_shapes, *args, **kw):
         return jax.ffi.ffi_call("qmesh_gemm", out_shapes)(*args, **dict(attrs, **kw))

@@ -10,6 +10,12 @@ import types
 
 from qmesh.jax import dense, gemm, layer_norm, recipe, stats
 from qmesh.jax._ffi import built_with_jaxlib
+from qmesh.jax.block_quantize import (
+    block_dbias_quantize,
+    block_dequantize,
+    block_quantize,
+    block_scale_shape,
+)
 from qmesh.jax.delayed_state import combine_state_grads, keep_unused_state, share_state, split_state
 from qmesh.jax.dense import init_state
 from qmesh.jax.gemm import Epilogue
@@ -23,7 +29,7 @@ from qmesh.jax.quantize import (
     quantize,
     quantize_current,
 )
-from qmesh.jax.recipe import DelayedScaling, Float8CurrentScaling, Format
+from qmesh.jax.recipe import DelayedScaling, Float8BlockScaling, Float8CurrentScaling, Format
 from qmesh.jax.sharding import MeshResource, global_mesh_resource, global_shard_guard
 
 
@@ -41,11 +47,16 @@ for _module in (dense, gemm, layer_norm, stats):
 __all__ = [
     "DelayedScaling",
     "Epilogue",
+    "Float8BlockScaling",
     "Float8CurrentScaling",
     "Format",
     "MeshResource",
     "Quantized",
     "amax",
+    "block_dbias_quantize",
+    "block_dequantize",
+    "block_quantize",
+    "block_scale_shape",
     "built_with_jaxlib",
     "combine_state_grads",
     "current_scale",

@@ -33,6 +33,15 @@ byte per value) right before the GEMMs, as TransformerEngine does.
 FP8 needs K and N multiples of 16 on CUDA (cuBLASLt). When FP8 cannot be used the call raises
 with the reason, unless `fallback="bf16"`: then the layer runs in bfloat16 (float32
 accumulation), the state passes through unchanged, and qmesh.jax.stats() counts it.
+
+Float8BlockScaling (docs/design/block_scaling.md): no state (like current scaling). Forward:
+x in 1x128 blocks and the kernel in 128x128 tiles (the recipe's block dims and QParams), each
+cast writing its columnwise copy; backward: the output gradient in 1x128 blocks with its bias
+gradient fused into the cast (block_dbias_quantize); the three GEMMs are block-scaled GEMMs in
+the TN form. No amax is reduced across devices: the only collectives are the sums of partial
+products over a sharded K and of the parameter gradients. Under row_axes the token operands
+are gathered with both copies (a transposed copy of block codes would have the wrong blocks).
+A sharded dimension must split into shards that keep whole blocks (block_quantize.py).
 """
 
 from __future__ import annotations
@@ -48,10 +57,16 @@ from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import PartitionSpec
 
 from qmesh.jax import delayed_state, sharding, stats
+from qmesh.jax.block_quantize import block_dbias_quantize, block_quantize
 from qmesh.jax.common import F32, FP8_DTYPES, WIDE_DTYPES, entry
 from qmesh.jax.gemm import Epilogue, dgelu, gelu, gemm
 from qmesh.jax.quantize import dbias_quantize, quantize, quantize_current
-from qmesh.jax.recipe import DelayedScaling, Float8CurrentScaling, check_recipe
+from qmesh.jax.recipe import (
+    DelayedScaling,
+    Float8BlockScaling,
+    Float8CurrentScaling,
+    check_recipe,
+)
 
 OPERANDS = delayed_state.OPERANDS
 ACTIVATIONS = (None, "gelu")
@@ -93,7 +108,7 @@ def fp8_unsupported_reason(x_dtype, k: int, n: int, platform: str | None = None)
 class Config:
     """The static part of one dense call (a nondiff argument of its custom_vjp)."""
 
-    recipe: DelayedScaling | Float8CurrentScaling
+    recipe: DelayedScaling | Float8CurrentScaling | Float8BlockScaling
     activation: str | None
     has_bias: bool
     out_dtype: object
@@ -139,9 +154,69 @@ def _pin_rows(q, row_axes):
     return q._replace(q=sharding.constrain(q.q, (entry(row_axes), PartitionSpec.UNCONSTRAINED)))
 
 
-def _quantize(x, scale, dtype, recipe, columnwise=True):
-    """x [rows, cols] quantized with `scale` (delayed scaling) or its own amax (current
-    scaling); with `columnwise`, also the codes of x.T from the same fused pass."""
+class BlockQuantized(NamedTuple):
+    """A block-scaled tensor: codes and scales, and the columnwise copy with its scales."""
+
+    q: jax.Array
+    scale_inv: jax.Array
+    q_t: jax.Array
+    scale_inv_t: jax.Array
+
+
+# The block dims and QParams of each operand role under Float8BlockScaling.
+_BLOCK_ROLES = {
+    "x": ("x_block_scaling_dim", "fp8_quant_fwd_inp"),
+    "kernel": ("w_block_scaling_dim", "fp8_quant_fwd_weight"),
+    "grad": ("grad_block_scaling_dim", "fp8_quant_bwd_grad"),
+}
+
+
+def block_cast(x, dtype, recipe, role, with_dbias=False):
+    """x [rows, cols] block-quantized as `role` with its columnwise copy (and, with_dbias,
+    its column sums from the same pass: (BlockQuantized, dbias))."""
+    dim, qparams = (getattr(recipe, name) for name in _BLOCK_ROLES[role])
+    cast = block_dbias_quantize if with_dbias else block_quantize
+    outs = cast(
+        x,
+        dtype,
+        block=dim,
+        columnwise=True,
+        power_2_scale=qparams.power_2_scale,
+        amax_epsilon=qparams.amax_epsilon,
+    )
+    return (BlockQuantized(*outs[:4]), outs[4]) if with_dbias else BlockQuantized(*outs)
+
+
+def block_blocks(recipe, a_role, b_role) -> dict:
+    """The GEMM's a_block / b_block keywords for operands of these roles (empty unless the
+    recipe is Float8BlockScaling)."""
+    if not isinstance(recipe, Float8BlockScaling):
+        return {}
+    return dict(
+        a_block=getattr(recipe, _BLOCK_ROLES[a_role][0]),
+        b_block=getattr(recipe, _BLOCK_ROLES[b_role][0]),
+    )
+
+
+def copy_of(q, columnwise: bool):
+    """(codes, scale_inv) of the rowwise or the columnwise copy of a quantized tensor."""
+    if isinstance(q, BlockQuantized):
+        return (q.q_t, q.scale_inv_t) if columnwise else (q.q, q.scale_inv)
+    return (q.q_t if columnwise else q.q), q.scale_inv
+
+
+def amax_of(q):
+    """The amax a cast measured (0 for a block-scaled cast, which keeps none)."""
+    return jnp.zeros((), F32) if isinstance(q, BlockQuantized) else q.amax
+
+
+def _quantize(x, scale, dtype, recipe, columnwise=True, role="x"):
+    """x [rows, cols] quantized with `scale` (delayed scaling), its own amax (current
+    scaling) or its blocks' amaxes (block scaling, as operand `role`: "x", "kernel" or
+    "grad"); with `columnwise`, also the codes of x.T from the same fused pass (always under
+    block scaling)."""
+    if isinstance(recipe, Float8BlockScaling):
+        return block_cast(x, dtype, recipe, role)
     if isinstance(recipe, DelayedScaling):
         return quantize(x, scale, dtype, columnwise=columnwise)
     return quantize_current(
@@ -159,8 +234,9 @@ def tokens_columnwise(cfg) -> bool:
     TN form CUDA's FP8 GEMM takes), from the fused casts' columnwise copies, so no FP8 data is
     transposed; except where row_axes gathers their tokens (sequence parallelism): there the
     gathered codes are transposed locally for the weight gradient, which costs less than
-    gathering a second copy."""
-    return cfg.row_axes is None
+    gathering a second copy. Block-scaled codes always get their columnwise copy (the blocks of
+    a transpose differ)."""
+    return cfg.row_axes is None or isinstance(cfg.recipe, Float8BlockScaling)
 
 
 # FP8 residuals are kept as their uint8 bit patterns under this checkpoint name: jax.checkpoint
@@ -178,12 +254,13 @@ class _Kept(NamedTuple):
     scale_inv: jax.Array
 
 
-def _kept(codes, q) -> _Kept:
-    """`codes` (one of q's two copies) with q's amax and scale_inv, named for remat (the codes
-    as their bits)."""
+def _kept(q, columnwise) -> _Kept:
+    """One of q's two copies with q's amax and the copy's scale_inv, named for remat (the
+    codes as their bits)."""
+    codes, scale_inv = copy_of(q, columnwise)
     return _Kept(
         *checkpoint_name(
-            (lax.bitcast_convert_type(codes, jnp.uint8), q.amax, q.scale_inv), SAVED_NAME
+            (lax.bitcast_convert_type(codes, jnp.uint8), amax_of(q), scale_inv), SAVED_NAME
         )
     )
 
@@ -205,7 +282,10 @@ def _forward(cfg, x, kernel, bias, step, xq=None):
     if xq is None:
         xq = _quantize(x.reshape(-1, k), scales[0], fwd, recipe, columnwise)
     xq = _pin_rows(xq, cfg.row_axes)
-    wq = _quantize(kernel, scales[1], fwd, recipe)
+    wq = _quantize(kernel, scales[1], fwd, recipe, role="kernel")
+    a, a_scale_inv = copy_of(xq, False)
+    b, b_scale_inv = copy_of(wq, True)
+    blocks = block_blocks(recipe, "x", "kernel")
     # The TN form (see tokens_columnwise): x's codes [M, K] and the kernel's columnwise copy
     # [N, K]; the backward keeps x's columnwise copy [K, M] (or its gathered codes) for wgrad
     # and the kernel's codes [K, N] for dgrad.
@@ -216,23 +296,25 @@ def _forward(cfg, x, kernel, bias, step, xq=None):
     # platforms compute the same function.
     if cfg.has_bias and cfg.out_dtype in (jnp.bfloat16, jnp.float16):
         out = gemm(
-            xq.q,
-            wq.q_t,
-            xq.scale_inv,
-            wq.scale_inv,
+            a,
+            b,
+            a_scale_inv,
+            b_scale_inv,
             epilogue=Epilogue.BIAS_GELU_AUX if gelu_on else Epilogue.BIAS,
             bias=bias.astype(cfg.out_dtype),
             out_dtype=cfg.out_dtype,
+            **blocks,
         )
         out, aux = out if gelu_on else (out, None)
     else:
         wide = cfg.has_bias or gelu_on
         out = gemm(
-            xq.q,
-            wq.q_t,
-            xq.scale_inv,
-            wq.scale_inv,
+            a,
+            b,
+            a_scale_inv,
+            b_scale_inv,
             out_dtype=F32 if wide else cfg.out_dtype,
+            **blocks,
         )
         if cfg.has_bias:
             out = out + bias.astype(F32)
@@ -241,7 +323,7 @@ def _forward(cfg, x, kernel, bias, step, xq=None):
             out = gelu(out)
         out = out.astype(cfg.out_dtype)
     y = out.reshape(*lead, out.shape[-1])
-    return y, (_kept(xq.q_t if columnwise else xq.q, xq), _kept(wq.q, wq), aux, lead)
+    return y, (_kept(xq, columnwise), _kept(wq, False), aux, lead)
 
 
 class Residuals(NamedTuple):
@@ -250,7 +332,7 @@ class Residuals(NamedTuple):
     bias (None without bias): the dtypes of the gradients."""
 
     x_bits: jax.Array  # x's columnwise codes [K, M] (its codes [M, K] if row_axes is set)
-    x_scale_inv: jax.Array
+    x_scale_inv: jax.Array  # (block scaling: the scale tensors of the kept copies)
     x_amax: jax.Array
     kernel_bits: jax.Array  # the kernel's codes [K, N]
     kernel_scale_inv: jax.Array
@@ -297,13 +379,18 @@ def backward(cfg, res: Residuals, g):
     bwd, scale = recipe.fp8_format.bwd_dtype, grad_scale(res)
     columnwise = tokens_columnwise(cfg)
     dbias = None
-    if isinstance(recipe, DelayedScaling):
+    if isinstance(recipe, Float8BlockScaling):
+        if cfg.has_bias:
+            gq, dbias = block_cast(g2, bwd, recipe, "grad", with_dbias=True)
+        else:
+            gq = block_cast(g2, bwd, recipe, "grad")
+    elif isinstance(recipe, DelayedScaling):
         if cfg.has_bias:
             gq, dbias = dbias_quantize(g2, scale, bwd, columnwise=columnwise)
         else:
             gq = quantize(g2, scale, bwd, columnwise=columnwise)
     else:
-        gq = _quantize(g2, None, bwd, recipe, columnwise)
+        gq = _quantize(g2, None, bwd, recipe, columnwise, role="grad")
         if cfg.has_bias:
             dbias = jnp.sum(g2.astype(F32), axis=0)
     dx, dw, db, new_state = backward_quantized(cfg, res, gq, dbias)
@@ -326,22 +413,27 @@ def backward_quantized(cfg, res: Residuals, gq, dbias):
     # TN form: dgrad reads g's codes [M, N] and the kernel's codes [K, N]; wgrad x's and g's
     # columnwise copies [K, M] and [N, M] (the gathered codes transposed, see
     # tokens_columnwise).
-    x_t, g_t = (x_kept, gq.q_t) if tokens_columnwise(cfg) else (x_kept.T, gq.q.T)
+    columnwise = tokens_columnwise(cfg)
+    g, g_scale_inv = copy_of(gq, False)
+    g_t, g_t_scale_inv = copy_of(gq, columnwise)
+    x_t, g_t = (x_kept, g_t) if columnwise else (x_kept.T, g_t.T)
     dx = gemm(
-        gq.q,
+        g,
         w_q,
-        gq.scale_inv,
+        g_scale_inv,
         res.kernel_scale_inv,
         out_dtype=res.x_like.dtype,
         split_accumulator=True,
+        **block_blocks(recipe, "grad", "kernel"),
     )
     dw = gemm(
         x_t,
         g_t,
         res.x_scale_inv,
-        gq.scale_inv,
+        g_t_scale_inv,
         out_dtype=res.kernel_like.dtype,
         split_accumulator=True,
+        **block_blocks(recipe, "x", "grad"),
     )
     db = None if res.bias_like is None else dbias.astype(res.bias_like.dtype)
     new_state = None
@@ -395,8 +487,9 @@ def dense(
     """act(x @ kernel + bias) with FP8 GEMMs in forward and backward.
 
     x: [..., K] (float32, bfloat16 or float16); kernel: [K, N]; bias: [N] or None; state: the
-    delayed-scaling state (init_state(recipe)) or None for Float8CurrentScaling; recipe:
-    DelayedScaling() (default) or Float8CurrentScaling(); activation: None or "gelu" (tanh
+    delayed-scaling state (init_state(recipe)) or None for Float8CurrentScaling and
+    Float8BlockScaling; recipe: DelayedScaling() (default), Float8CurrentScaling() or
+    Float8BlockScaling(); activation: None or "gelu" (tanh
     approximation); out_dtype: default x's dtype; fallback: None (raise when FP8 cannot be
     used) or "bf16" (run in bfloat16 then, counted in qmesh.jax.stats()); row_axes: None, or
     the mesh axes (a tuple, () for replicated) the rows of x's and the output gradient's FP8

@@ -33,6 +33,15 @@ not divide is replicated instead.
 
 On CUDA the FP8 GEMM takes the TN form only: FP8 operands in another layout are transposed
 there (on the host the GEMM reads any layout).
+
+Block-scaled operands (the Float8BlockScaling recipe; a_block / b_block = 1 for 1x128 blocks,
+2 for 128x128 tiles, 0 for a per-tensor scalar scale_inv): both operands are then FP8 and
+block-scaled, not both in 128x128 tiles, in the TN form (each stored contiguous along K: pass
+the columnwise copies qmesh.jax.block_quantize makes), and each scale_inv is the operand's
+scale tensor, block_scale_shape of its stored shape (qmesh.jax.block_quantize). Each block
+is dequantized in float32 and the products accumulated in float32. The scales are sharded
+with their operand (block_quantize.block_scale_spec); a sharded K must give shards that are
+multiples of 128 (of 512 for a 128x128 operand), and the partial products are psum'd as above.
 """
 
 from __future__ import annotations
@@ -49,6 +58,13 @@ from jax import lax
 from jax.interpreters import mlir
 
 from qmesh.jax import _ffi, primitive, sharding
+from qmesh.jax.block_quantize import (
+    block_scale_spec,
+    check_block,
+    check_scale_inv,
+    expand_scales,
+    pad_scales,
+)
 from qmesh.jax.common import (
     F32,
     FP8_DTYPES,
@@ -143,7 +159,34 @@ def _problem(a, b, trans_a, trans_b):
     return m, k, n
 
 
-def _check_operands(a, b, a_scale_inv, b_scale_inv):
+def _check_blocks(a, b, a_scale_inv, b_scale_inv, *, trans_a, trans_b, a_block, b_block):
+    """The rules of block-scaled operands (module docstring)."""
+    if not (a_block and b_block):
+        raise TypeError(
+            "gemm: a block-scaled GEMM needs both operands block-scaled (a_block and b_block "
+            f"1 or 2), got a_block={a_block}, b_block={b_block}"
+        )
+    if a_block == b_block == 2:
+        raise ValueError(
+            "gemm: no GEMM takes two operands in 128x128 tiles: quantize the activation or "
+            "gradient operand in 1x128 blocks"
+        )
+    if trans_a or not trans_b:
+        raise ValueError(
+            "gemm: block-scaled operands must be in the TN form (trans_a=False, "
+            "trans_b=True), each stored contiguous along K: pass the columnwise copies "
+            "(block_quantize(..., columnwise=True)) where the rowwise codes are not"
+        )
+    for x, s, blk, name in ((a, a_scale_inv, a_block, "a"), (b, b_scale_inv, b_block, "b")):
+        if x.dtype not in FP8_DTYPES:
+            raise TypeError(f"gemm: the block-scaled operand {name} must be FP8, not {x.dtype}")
+        check_scale_inv(s, tuple(x.shape), blk, f"gemm: {name}_scale_inv")
+
+
+def _check_operands(a, b, a_scale_inv, b_scale_inv, **layout):
+    if layout.get("a_block") or layout.get("b_block"):
+        _problem(a, b, layout["trans_a"], layout["trans_b"])
+        return _check_blocks(a, b, a_scale_inv, b_scale_inv, **layout)
     fp8 = (a.dtype in FP8_DTYPES, b.dtype in FP8_DTYPES)
     if any(fp8):
         if not all(fp8):
@@ -180,9 +223,20 @@ def _avals(
     dbias_dtype,
     split_accumulator,
     alpha,
+    a_block,
+    b_block,
 ):
     epilogue = Epilogue(epilogue)
-    _check_operands(a, b, a_scale_inv, b_scale_inv)
+    _check_operands(
+        a,
+        b,
+        a_scale_inv,
+        b_scale_inv,
+        trans_a=trans_a,
+        trans_b=trans_b,
+        a_block=a_block,
+        b_block=b_block,
+    )
     m, _, n = _problem(a, b, trans_a, trans_b)
     out_dtype = check_wide(out_dtype, "gemm: out_dtype")
     wanted, result = EPILOGUES[epilogue]
@@ -260,11 +314,18 @@ def _reference(
     out_dtype,
     dbias_dtype,
     alpha,
+    a_block,
+    b_block,
     **_,
 ):
     """The GEMM in plain JAX (used for inputs with no elements)."""
-    fa = a.astype(F32) * (a_scale_inv if a.dtype in FP8_DTYPES else 1.0)
-    fb = b.astype(F32) * (b_scale_inv if b.dtype in FP8_DTYPES else 1.0)
+
+    def decoded(x, s, block):
+        if block:
+            return x.astype(F32) * expand_scales(s, *x.shape, block)
+        return x.astype(F32) * (s if x.dtype in FP8_DTYPES else 1.0)
+
+    fa, fb = decoded(a, a_scale_inv, a_block), decoded(b, b_scale_inv, b_block)
     opa = fa.T if trans_a else fa
     opb = fb.T if trans_b else fb
     r = alpha * jnp.matmul(opa, opb, precision=lax.Precision.HIGHEST)
@@ -285,6 +346,8 @@ _STATICS = (
     "dbias_dtype",
     "split_accumulator",
     "alpha",
+    "a_block",
+    "b_block",
 )
 
 
@@ -314,13 +377,17 @@ class Gemm(Op):
         return _avals(*_split(avals, params["epilogue"]), **params)
 
     @classmethod
-    def attributes(cls, *, trans_a, trans_b, epilogue, split_accumulator, alpha, **_):
+    def attributes(
+        cls, *, trans_a, trans_b, epilogue, split_accumulator, alpha, a_block, b_block, **_
+    ):
         return dict(
             trans_a=bool(trans_a),
             trans_b=bool(trans_b),
             epilogue=np.int32(epilogue),
             split_accumulator=bool(split_accumulator),
             alpha=np.float32(alpha),
+            a_block=np.int32(a_block),
+            b_block=np.int32(b_block),
         )
 
     @classmethod
@@ -354,6 +421,9 @@ class Gemm(Op):
     @classmethod
     def local(cls, plan, *args, **params):
         a, b, a_si, b_si, extra = _split(args, params["epilogue"])
+        if params["a_block"]:  # a shard's scales in the layout of its shape
+            a_si = pad_scales(a_si, a.shape, params["a_block"])
+            b_si = pad_scales(b_si, b.shape, params["b_block"])
         if not plan:  # K not sharded: the whole GEMM with its epilogue on each device
             return cls._device_gemm(*_handler_args(a, b, a_si, b_si, extra), **params)
         k_axes, scatter_axis = plan
@@ -384,7 +454,7 @@ class Gemm(Op):
         return (d,) if aux is None else (d, aux)
 
     @classmethod
-    def shardings(cls, mesh, arg_infos, *, trans_a, trans_b, epilogue, **params):
+    def shardings(cls, mesh, arg_infos, *, trans_a, trans_b, epilogue, a_block, b_block, **_):
         epilogue = Epilogue(epilogue)
         a, b = arg_infos[:2]
         (am, ak), (bk, bn) = _dims(trans_a, trans_b)
@@ -411,16 +481,27 @@ class Gemm(Op):
             return named(mesh, *(factors[d] for d in EXTRA_DIMS[name].split()))
 
         operand, result = EPILOGUES[epilogue]
-        args = [named(mesh, *a_spec), named(mesh, *b_spec), named(mesh), named(mesh)]
+        scales = [named(mesh), named(mesh)]
+        if a_block:  # TN: a [M, K], b [N, K]
+            scales = [
+                named(mesh, *block_scale_spec(mesh, a.shape, a_block, m, k, "gemm: a")),
+                named(mesh, *block_scale_spec(mesh, b.shape, b_block, n, k, "gemm: b")),
+            ]
+        args = [named(mesh, *a_spec), named(mesh, *b_spec), *scales]
         args.append(extra(operand) if operand else named(mesh))
         outs = [named(mesh, factors["m"], factors["n"])] + ([extra(result)] if result else [])
         return args, outs, (k, scatter) if k else None
 
     @classmethod
-    def sharding_rule(cls, value_types, result_types, *, trans_a, trans_b, epilogue, **params):
+    def sharding_rule(
+        cls, value_types, result_types, *, trans_a, trans_b, epilogue, a_block, b_block, **_
+    ):
         epilogue = Epilogue(epilogue)
         operand, result = EPILOGUES[epilogue]
-        operands = ["k m" if trans_a else "m k", "n k" if trans_b else "k n", "", ""]
+        # Block scales: factors of their own (the `shardings` callback shards them with their
+        # operand).
+        scales = ["sa0 sa1", "sb0 sb1"] if a_block else ["", ""]
+        operands = ["k m" if trans_a else "m k", "n k" if trans_b else "k n", *scales]
         operands.append(EXTRA_DIMS[operand] if operand else "z")
         results = ["m n"] + ([EXTRA_DIMS[result]] if result else [])
         return f"{', '.join(operands)} -> {', '.join(results)}", {"reduction_factors": ("k",)}
@@ -461,12 +542,16 @@ def gemm(
     split_accumulator: bool = False,
     alpha: float = 1.0,
     dbias_dtype=None,
+    a_block: int = 0,
+    b_block: int = 0,
 ):
     """D = epilogue(alpha * op(a) @ op(b)) in `out_dtype` (float32, bfloat16 or float16).
 
     a, b: 2-D, both FP8 with their float32 scalar scale_inv (x ~= code * scale_inv), or both
     one plain dtype (scale_inv not used). bias [N] for BIAS and BIAS_GELU_AUX; aux [M, N] (the
-    saved pre-activation) for DGELU. split_accumulator: the FP8 GEMM on Hopper promotes its
+    saved pre-activation) for DGELU. a_block / b_block: 1 (1x128) or 2 (128x128) for
+    block-scaled operands, whose scale_inv are then their scale tensors (module docstring).
+    split_accumulator: the FP8 GEMM on Hopper promotes its
     accumulator to float32 regularly (for the backward GEMMs); ignored elsewhere.
 
     Returns D, or (D, aux) for BIAS_GELU_AUX (aux: the pre-activation in bias's dtype), or
@@ -479,7 +564,11 @@ def gemm(
     a_scale_inv = one if a_scale_inv is None else jnp.asarray(a_scale_inv)
     b_scale_inv = one if b_scale_inv is None else jnp.asarray(b_scale_inv)
     if (a.dtype in FP8_DTYPES) and (a_scale_inv is one or b_scale_inv is one):
-        raise TypeError("gemm: FP8 operands need a_scale_inv and b_scale_inv (float32 scalars)")
+        raise TypeError(
+            "gemm: FP8 operands need a_scale_inv and b_scale_inv (float32 scalars, or the "
+            "scale tensors of block-scaled operands)"
+        )
+    blocks = [0 if blk == 0 else check_block(blk) for blk in (a_block, b_block)]
     wanted = EPILOGUES[epilogue].operand
     if wanted != "bias" and bias is not None:
         raise ValueError(f"gemm: bias is given but epilogue {epilogue.name} does not use it")
@@ -502,6 +591,8 @@ def gemm(
         ),
         split_accumulator=bool(split_accumulator),
         alpha=float(alpha),
+        a_block=blocks[0],
+        b_block=blocks[1],
     )
     extra = jnp.zeros((0,), F32) if extra is None else jnp.asarray(extra)
     outs = Gemm.bind(a, b, a_scale_inv, b_scale_inv, extra, **params)

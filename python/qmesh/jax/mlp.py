@@ -11,7 +11,10 @@ backward gives dh, the gradient of GELU's output; dgelu_dbias_quantize casts dh 
 to fc1's output-gradient codes and sums it into fc1's bias gradient in the same pass, and fc1's
 backward runs its GEMMs on those codes. Against dense(..., activation="gelu") followed by dense:
 the forward saves a write and a read of the hidden activation, the backward a write and a read
-of its gradient (activation_quantize.py).
+of its gradient (activation_quantize.py). The GELU-fused casts are per-tensor: under
+Float8BlockScaling the MLP computes GELU(pre) in the pre-activation's dtype and then
+block-casts it (1x128 blocks), and in backward block-casts dh * gelu'(pre) with its bias
+gradient (block_dbias_quantize), one more write and read each way than the fused casts.
 
 states: (state_1, state_2), each init_state(recipe) for DelayedScaling (None for current
 scaling), updated as dense() updates a state (the gradient of the state is the new state;
@@ -36,8 +39,9 @@ from qmesh.jax.activation_quantize import (
     gelu_quantize_current,
 )
 from qmesh.jax.common import F32
+from qmesh.jax.gemm import dgelu, gelu
 from qmesh.jax.layernorm_dense import norm_backward, norm_forward
-from qmesh.jax.recipe import DelayedScaling, check_recipe
+from qmesh.jax.recipe import DelayedScaling, Float8BlockScaling, check_recipe
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,7 +69,10 @@ def forward(cfg: Config, x, kernels, biases, states, xq=None, step_1=None):
     step_2 = _dense.step_of(states[1], recipe)
     pre2 = pre.reshape(-1, pre.shape[-1])
     fwd, columnwise = recipe.fp8_format.fwd_dtype, _dense.tokens_columnwise(cfg.fc2)
-    if step_2 is None:
+    if isinstance(recipe, Float8BlockScaling):
+        h = gelu(pre2.astype(F32)).astype(pre2.dtype)
+        hq = _dense.block_cast(h, fwd, recipe, "x")
+    elif step_2 is None:
         hq = gelu_quantize_current(pre2, fwd, columnwise=columnwise, **_scaling(recipe))
     else:
         hq = gelu_quantize(pre2, step_2[1][0], fwd, columnwise=columnwise)
@@ -82,7 +89,10 @@ def backward(cfg: Config, res, g):
     recipe = cfg.fc1.recipe
     bwd, columnwise = recipe.fp8_format.bwd_dtype, _dense.tokens_columnwise(cfg.fc1)
     scale = _dense.grad_scale(res_1)
-    if scale is None:
+    if isinstance(recipe, Float8BlockScaling):
+        g2 = (dh2.astype(F32) * dgelu(pre2.astype(F32))).astype(dh2.dtype)
+        gq, dbias = _dense.block_cast(g2, bwd, recipe, "grad", with_dbias=True)
+    elif scale is None:
         gq, dbias = dgelu_dbias_quantize_current(
             dh2, pre2, bwd, columnwise=columnwise, **_scaling(recipe)
         )
@@ -161,9 +171,11 @@ def _config(name, x, kernels, biases, states, recipe, row_axes, out_dtype):
 def mlp(x, kernels, biases=(None, None), states=(None, None), *, recipe, row_axes=(None, None)):
     """fc2(gelu(fc1(x))) with FP8 GEMMs and GELU fused into the casts. x: [..., H] (float32,
     bfloat16 or float16); kernels: ([H, F], [F, H]) in x's dtype; biases: ([F] or None, [H] or
-    None); states: init_state(recipe) of each GEMM (None for Float8CurrentScaling); recipe:
-    DelayedScaling or Float8CurrentScaling; row_axes: (fc1's, fc2's), as dense(). Returns y
-    [..., H] in x's dtype. Differentiate with respect to `states` for the updated states."""
+    None); states: init_state(recipe) of each GEMM (None for Float8CurrentScaling and
+    Float8BlockScaling); recipe: DelayedScaling, Float8CurrentScaling or Float8BlockScaling
+    (GELU then the block cast: the GELU-fused casts are per-tensor); row_axes: (fc1's,
+    fc2's), as dense(). Returns y [..., H] in x's dtype. Differentiate with respect to
+    `states` for the updated states."""
     x = jnp.asarray(x)
     kernels = tuple(jnp.asarray(k) for k in kernels)
     biases = tuple(None if b is None else jnp.asarray(b) for b in biases)

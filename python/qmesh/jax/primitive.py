@@ -196,8 +196,14 @@ def register(op: type[Op]) -> type[Op]:
     outer = Primitive(op.name)
     outer.multiple_results = True
     outer.def_abstract_eval(lambda *avals, **params: op.abstract(*avals, **strip(params)))
-    # Eagerly (outside jit) there is no mesh to partition over: run the unpartitioned body.
-    outer.def_impl(lambda *args, **params: tuple(op.local(None, *args, **strip(params))))
+
+    # Eagerly (outside jit) there is no mesh to partition over: run the unpartitioned body,
+    # after the abstract evaluation's checks (which `local` may otherwise run only in part).
+    def eager(*args, **params):
+        op.abstract(*(jax.typeof(x) for x in args), **strip(params))
+        return tuple(op.local(None, *args, **strip(params)))
+
+    outer.def_impl(eager)
 
     def lower_outer(ctx, *args, **params):
         if _single_device(ctx.module_context.axis_context):

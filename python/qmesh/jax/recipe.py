@@ -3,10 +3,18 @@
     DelayedScaling(margin=0, fp8_format=Format.HYBRID, amax_history_len=1024,
                    amax_compute_algo="max")
     Float8CurrentScaling(fp8_format=Format.HYBRID)
+    Float8BlockScaling(fp8_format=Format.E4M3, fp8_quant_fwd_inp=QParams(),
+                       fp8_quant_fwd_weight=QParams(), fp8_quant_bwd_grad=QParams(),
+                       x_block_scaling_dim=1, w_block_scaling_dim=2,
+                       grad_block_scaling_dim=1, fp8_gemm_fprop=MMParams(),
+                       fp8_gemm_dgrad=MMParams(), fp8_gemm_wgrad=MMParams(),
+                       fp8_dpa=False, fp8_mha=False)
 
 HYBRID quantizes forward operands (inputs, weights) to E4M3 and gradients to E5M2; E4M3 uses
 E4M3 everywhere. The rules are qmesh's (docs/design/fp8_scaling.md): delayed scaling takes the
-scale of step t from the amaxes of steps < t; current scaling from the tensor's own amax.
+scale of step t from the amaxes of steps < t; current scaling from the tensor's own amax; block
+scaling (docs/design/block_scaling.md) gives every 1x128 slice (block dim 1) or 128x128 tile
+(block dim 2) of an operand its own current scale.
 """
 
 from __future__ import annotations
@@ -106,13 +114,101 @@ class Float8CurrentScaling:
             raise ValueError(f"amax_epsilon must be >= 0, not {self.amax_epsilon}")
 
 
-Recipe = DelayedScaling | Float8CurrentScaling
+@dataclasses.dataclass(frozen=True)
+class QParams:
+    """How one operand's block scales are chosen: current_scale() of each block's amax."""
+
+    power_2_scale: bool = True  # round every block scale down to a power of two
+    amax_epsilon: float = 0.0  # block amaxes below this are raised to it (0: none)
+
+    def __post_init__(self):
+        object.__setattr__(self, "power_2_scale", _flag(self.power_2_scale, "power_2_scale"))
+        object.__setattr__(self, "amax_epsilon", _number(self.amax_epsilon, "amax_epsilon"))
+        if not (self.amax_epsilon >= 0 and self.amax_epsilon != float("inf")):
+            raise ValueError(f"amax_epsilon must be finite and >= 0, not {self.amax_epsilon}")
+
+
+@dataclasses.dataclass(frozen=True)
+class MMParams:
+    """Settings of one block-scaled GEMM: its partial products are accumulated in float32
+    outside the tensor cores' accumulator, which the block-scaled GEMM requires."""
+
+    use_split_accumulator: bool = True
+
+    def __post_init__(self):
+        object.__setattr__(
+            self,
+            "use_split_accumulator",
+            _flag(self.use_split_accumulator, "use_split_accumulator"),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Float8BlockScaling:
+    """Block scaling: 1x128 blocks (dim 1) or 128x128 tiles (dim 2), each with its own current
+    scale; no amax is shared between devices. TransformerEngine's fields and defaults (also
+    qmesh::Float8BlockScaling): inputs and gradients in 1x128 blocks, weights in 128x128
+    tiles, E4M3 everywhere, power-of-two scales."""
+
+    fp8_format: Format = Format.E4M3
+    fp8_quant_fwd_inp: QParams = QParams()
+    fp8_quant_fwd_weight: QParams = QParams()
+    fp8_quant_bwd_grad: QParams = QParams()
+    x_block_scaling_dim: int = 1
+    w_block_scaling_dim: int = 2
+    grad_block_scaling_dim: int = 1
+    fp8_gemm_fprop: MMParams = MMParams()
+    fp8_gemm_dgrad: MMParams = MMParams()
+    fp8_gemm_wgrad: MMParams = MMParams()
+    fp8_dpa: bool = False
+    fp8_mha: bool = False
+
+    def __post_init__(self):
+        if not isinstance(self.fp8_format, Format):
+            raise TypeError(
+                f"fp8_format must be a qmesh.jax.recipe.Format, not {self.fp8_format!r}"
+            )
+        for name in ("fp8_quant_fwd_inp", "fp8_quant_fwd_weight", "fp8_quant_bwd_grad"):
+            if not isinstance(getattr(self, name), QParams):
+                raise TypeError(
+                    f"{name} must be a qmesh.jax.recipe.QParams, not {getattr(self, name)!r}"
+                )
+        for name in ("fp8_gemm_fprop", "fp8_gemm_dgrad", "fp8_gemm_wgrad"):
+            value = getattr(self, name)
+            if not isinstance(value, MMParams):
+                raise TypeError(f"{name} must be a qmesh.jax.recipe.MMParams, not {value!r}")
+            if not value.use_split_accumulator:
+                raise ValueError(
+                    f"{name}.use_split_accumulator must be True: the block-scaled GEMM "
+                    "accumulates its partial products in float32"
+                )
+        dims = ("x_block_scaling_dim", "w_block_scaling_dim", "grad_block_scaling_dim")
+        for name in dims:
+            object.__setattr__(self, name, _integer(getattr(self, name), name))
+            if getattr(self, name) not in (1, 2):
+                raise ValueError(
+                    f"{name} must be 1 (1x128 blocks) or 2 (128x128 tiles), "
+                    f"not {getattr(self, name)}"
+                )
+        if sum(getattr(self, name) == 2 for name in dims) > 1:
+            raise ValueError(
+                "at most one of x_block_scaling_dim, w_block_scaling_dim and "
+                "grad_block_scaling_dim may be 2: no GEMM takes two operands in 128x128 tiles"
+            )
+        for name in ("fp8_dpa", "fp8_mha"):
+            if _flag(getattr(self, name), name):
+                raise ValueError(
+                    f"{name} must be False: FP8 attention is not supported with block scaling"
+                )
+
+
+Recipe = DelayedScaling | Float8CurrentScaling | Float8BlockScaling
 
 
 def check_recipe(recipe) -> None:
     """Raises TypeError unless `recipe` is one of the recipe classes above."""
-    if not isinstance(recipe, (DelayedScaling, Float8CurrentScaling)):
+    if not isinstance(recipe, (DelayedScaling, Float8CurrentScaling, Float8BlockScaling)):
         raise TypeError(
-            "recipe must be qmesh.jax.recipe.DelayedScaling() or Float8CurrentScaling(), "
-            f"not {type(recipe).__name__}"
+            "recipe must be qmesh.jax.recipe.DelayedScaling(), Float8CurrentScaling() or "
+            f"Float8BlockScaling(), not {type(recipe).__name__}"
         )

@@ -91,8 +91,9 @@ _MIXUP = (
 def make_dot_general_cls(recipe, fallback: str | None = None):
     """A Flax module class computing lax.dot_general's result with qmesh's FP8 dense op.
 
-    recipe: qmesh.jax.recipe.DelayedScaling() or Float8CurrentScaling(); fallback: None (raise
-    when FP8 cannot be used) or "bf16" (run such calls in bfloat16, counted in stats)."""
+    recipe: qmesh.jax.recipe.DelayedScaling(), Float8CurrentScaling() or Float8BlockScaling();
+    fallback: None (raise when FP8 cannot be used) or "bf16" (run such calls in bfloat16,
+    counted in stats)."""
     check_recipe(recipe)
     if fallback not in FALLBACKS:
         raise ValueError(f"fallback must be None or 'bf16', not {fallback!r}")

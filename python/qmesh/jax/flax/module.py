@@ -4,9 +4,9 @@ quantized modules derive from QuantizedModule (the fields and the dense computat
 share) and the mixins Norm and LoRA; the fields these add are keyword-only.
 
 Names and arguments follow TransformerEngine's Flax modules. `recipe` picks the FP8 recipe
-(qmesh.jax.recipe.DelayedScaling() or Float8CurrentScaling()); None runs the layer unquantised
-in `dtype` (the baseline). DelayedScaling state lives in the `_overwrite_with_gradient`
-collection (see dot_general.py).
+(qmesh.jax.recipe.DelayedScaling(), Float8CurrentScaling() or Float8BlockScaling()); None runs
+the layer unquantised in `dtype` (the baseline). DelayedScaling state lives in the
+`_overwrite_with_gradient` collection (see dot_general.py).
 
 Sharding (the policy is in sharding.py): parameters carry logical axis names (kernel_axes,
 bias_axes, ...); `logical_axis_rules(resource)` maps them onto the mesh axes of a
