@@ -73,6 +73,9 @@ struct Dense::Impl {
     QMESH_CHECK(
         opt.gelu_split != DenseGeluSplit::kConsumer || opt.activation == DenseActivation::kNone,
         name, ": DenseGeluSplit::kConsumer applies GELU to its input; set activation kNone");
+    QMESH_CHECK(context.recipe() != Recipe::kFp8Block || !opt.sequence_parallel, name,
+                ": sequence_parallel is not supported under the block-scaling recipe yet (the "
+                "collective GEMMs take no block-scaled operands); use plain tensor parallelism");
     if (opt.sequence_parallel && context.device().is_cuda()) {
       const Placement& place = context.placement();
       QMESH_CHECK(place.stream.handle && place.comm_stream.handle &&
@@ -92,6 +95,7 @@ struct Dense::Impl {
                   " is not divisible by the tensor-parallel size ", tp_size);
       in_local = in / tp_size;
     }
+    check_block_sharding(in, out, tp_size);
     // Slice [out0, out0 + out_local) x [in0, in0 + in_local) of the global [out, in] matrix.
     const int64_t out0 = opt.parallelism == DenseParallelism::kColumn ? tp->rank() * out_local : 0;
     const int64_t in0 = opt.parallelism == DenseParallelism::kRow ? tp->rank() * in_local : 0;
@@ -127,6 +131,23 @@ struct Dense::Impl {
   }
 
   bool fsdp() const { return ctx.fsdp().enabled(); }
+  bool block_scaled() const { return ctx.recipe() == Recipe::kFp8Block; }
+
+  // Under block scaling a shard is whole blocks (1x128 of x and dy, 128x128 tiles of W): then
+  // each rank's blocks are the unsharded tensor's and sharded == unsharded. The sharded
+  // feature count must be a multiple of 128 (Error naming the sizes otherwise).
+  void check_block_sharding(int64_t in, int64_t out, int tp_size) const {
+    if (!block_scaled() || tp_size == 1 || options.parallelism == DenseParallelism::kNone) return;
+    const bool col = options.parallelism == DenseParallelism::kColumn;
+    const int64_t local = col ? out_local : in_local;
+    QMESH_CHECK(local % kScaleBlock == 0, name, ": the block-scaling recipe shards ",
+                col ? "out_features " : "in_features ", col ? out : in, " over tp=", tp_size,
+                " into ", local, " features per rank, which cuts a ", kScaleBlock,
+                "-wide scaling block (",
+                col ? "the weight's 128x128 tiles and dy's 1x128 blocks"
+                    : "the weight's 128x128 tiles and x's 1x128 blocks",
+                "); choose sizes whose shard is a multiple of ", kScaleBlock);
+  }
 
   // t: an activation (fp32 or bf16) on the context's device.
   void check_activation(const TensorView& t, const std::string& what) const {
@@ -215,14 +236,15 @@ struct Dense::Impl {
         ensure_tensor(y, options.output_dtype, with_rows(out_rows, out_local), x.device);
     args.d = out;
     if (options.bias && !row()) {
-      args.bias = epilogue_bias(args.a.is_quantized(), out.dtype);
+      args.bias = epilogue_bias(is_fp8(args.a), out.dtype);
       args.epilogue = GemmEpilogue::kBias;
     }
     if (gelu_here()) {  // saves the pre-activation
       args.epilogue = GemmEpilogue::kBiasGeluAux;
       args.aux = ensure_tensor(pre_activation, out.dtype, out.shape, x.device);
     }
-    args.accumulation = GemmAccumulation::kFast;
+    // The block-scaled GEMM accumulates in fp32 (Float8BlockScaling::fp8_gemm_fprop).
+    args.accumulation = block_scaled() ? GemmAccumulation::kSplit : GemmAccumulation::kFast;
     check_residual(residual, out);
     const bool residual_fused = residual_in_gemm(args, residual);
     if (residual_fused) {  // D = residual, then D += x · Wᵀ + b
@@ -361,7 +383,7 @@ struct Dense::Impl {
     GemmArgs fused = args;
     fused.output = GemmOutputMode::kAccumulate;
     if (options.bias) {
-      fused.bias = epilogue_bias(fused.a.is_quantized(), fused.d.dtype);
+      fused.bias = epilogue_bias(is_fp8(fused.a), fused.d.dtype);
       fused.epilogue = GemmEpilogue::kBias;
     }
     if (residual_checked_for != tokens) {
@@ -420,6 +442,9 @@ struct Dense::Impl {
         return;
     }
   }
+
+  // An FP8 operand, per-tensor or block-scaled.
+  static bool is_fp8(const GemmOperand& op) { return op.is_quantized() || op.is_block_scaled(); }
 
   // The streams of the collective GEMMs (ignored on the host).
   CollectiveGemmStreams streams() const { return {ctx.stream(), ctx.placement().comm_stream}; }
