@@ -31,4 +31,18 @@ void all_gather_in_stream_order(Communicator& comm, const TensorView& in, const 
     comm.all_gather(in, out, stream);
 }
 
+void reduce_scatter_in_stream_order(Communicator& comm, const TensorView& in, const TensorView& out,
+                                    Stream stream) {
+  if (comm.size() == 1) {
+    comm_check::reduce_scatter_args(in, out, 1);
+    if (out.data != in.data)
+      copy_bytes_async(out.data, out.device, in.data, in.device, in.nbytes(), stream);
+    return;
+  }
+  if (completes_in_stream_order(comm, in))
+    (void)comm.reduce_scatter_async(in, out, ReduceOp::kSum, stream);
+  else
+    comm.reduce_scatter(in, out, ReduceOp::kSum, stream);
+}
+
 }  // namespace qmesh

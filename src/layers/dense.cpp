@@ -73,9 +73,6 @@ struct Dense::Impl {
     QMESH_CHECK(
         opt.gelu_split != DenseGeluSplit::kConsumer || opt.activation == DenseActivation::kNone,
         name, ": DenseGeluSplit::kConsumer applies GELU to its input; set activation kNone");
-    QMESH_CHECK(context.recipe() != Recipe::kFp8Block || !opt.sequence_parallel, name,
-                ": sequence_parallel is not supported under the block-scaling recipe yet (the "
-                "collective GEMMs take no block-scaled operands); use plain tensor parallelism");
     if (opt.sequence_parallel && context.device().is_cuda()) {
       const Placement& place = context.placement();
       QMESH_CHECK(place.stream.handle && place.comm_stream.handle &&
@@ -220,9 +217,12 @@ struct Dense::Impl {
     CastFusion input_fusion;
     if (options.gelu_split == DenseGeluSplit::kConsumer)
       input_fusion.kind = CastFusion::Kind::kGelu;
-    args.a = x_cast.cast(x, columnwise(), input_fusion);
+    // Block scaling gathers the high-precision input and casts all of it (the collective
+    // GEMMs take no block-scaled operands).
+    args.a =
+        x_cast.cast(column() && block_sp() ? gathered_input(x) : x, columnwise(), input_fusion);
     GemmOperand x_gathered;
-    if (column() && sp()) {
+    if (column() && sp() && !block_sp()) {
       x_gathered = gather_buffer().get(args.a, tokens, columnwise());
       last_x = regather() ? args.a : x_gathered;
     } else {
@@ -252,14 +252,20 @@ struct Dense::Impl {
                        ctx.stream());
       gemm(args, ctx.stream());
       ran_epilogue = options.bias ? DenseEpilogue::kFused : DenseEpilogue::kNone;
-    } else if (column() && sp()) {
+    } else if (column() && sp() && !block_sp()) {
       gemm_with_epilogue(args, x.shape.rows(), [&](const GemmArgs& a) {
         all_gather_gemm(*tp, a, rowwise(x_gathered), overlap, streams());
       });
       // With kRegather backward gathers again (and fills the copy then).
       if (!regather()) fill_columnwise(x_gathered);
     } else if (row() && sp()) {  // partial products reduce-scattered to [T/tp, out]
-      gemm_reduce_scatter(*tp, args, overlap, streams());
+      if (block_sp()) {
+        args.d = ensure_tensor(partial, DType::kFloat32, Shape{tokens, out_local}, x.device);
+        gemm(args, ctx.stream());
+        reduce_scatter_in_stream_order(*tp, args.d, out, ctx.stream());
+      } else {
+        gemm_reduce_scatter(*tp, args, overlap, streams());
+      }
     } else {
       gemm_with_epilogue(args, tokens, [&](const GemmArgs& a) { gemm(a, ctx.stream()); });
       if (row() && tp->size() > 1)
@@ -297,7 +303,16 @@ struct Dense::Impl {
 
   // backward() with the weights gathered; leaves the full gradients to reduce_grads().
   TensorView backward_unsharded(const TensorView& dy_in, const Shape& x_shape) {
-    if (row() && sp()) return backward_row_sp(dy_in, x_shape);
+    if (row() && sp() && !block_sp()) return backward_row_sp(dy_in, x_shape);
+    if (row() && block_sp()) {  // dy [T/tp, out] gathered: every rank casts all of it
+      check_shape(dy_in, Shape{tokens / tp->size(), out_local}, name + " output gradient");
+      return backward_unsharded_dy(gathered_input(dy_in), x_shape);
+    }
+    return backward_unsharded_dy(dy_in, x_shape);
+  }
+
+  // backward_unsharded() with dy [T, out] whole (row parallel: gathered).
+  TensorView backward_unsharded_dy(const TensorView& dy_in, const Shape& x_shape) {
     check_shape(dy_in, Shape{tokens, out_local}, name + " output gradient");
     // Through GELU (dy · gelu'(pre), pre saved by forward: the output itself for a kProducer)
     // and the bias gradient, in dy's cast.
@@ -310,6 +325,14 @@ struct Dense::Impl {
     const GemmOperand dy_op = dy_cast.cast(dy_in, columnwise(), fusion);
     // dgrad: dx [T, in] = dy · W.
     GemmArgs dgrad = dgrad_args(dy_op);
+    if (column() && block_sp()) {  // the partial dx [T, in] reduce-scattered to [T/tp, in]
+      dgrad.d = ensure_tensor(partial, DType::kFloat32, x_shape, x_in.device);
+      gemm(dgrad, ctx.stream());
+      const TensorView out = ensure_tensor(dx, x_in.dtype, x_in.shape, x_in.device);
+      reduce_scatter_in_stream_order(*tp, dgrad.d, out, ctx.stream());
+      run_wgrad(dy_op, last_x);
+      return out;
+    }
     if (column() && sp()) {  // partial dx reduce-scattered to this rank's [T/tp, in]
       // Bulk overlap: wgrad's input, when not kept, is all-gathered again during dgrad.
       GemmOperand x_full = last_x;
@@ -443,6 +466,18 @@ struct Dense::Impl {
     }
   }
 
+  // Sequence parallelism under block scaling: the high-precision shards are all-gathered
+  // (x for column, dy for row) and the GEMM outputs reduce-scattered outside the GEMMs.
+  bool block_sp() const { return block_scaled() && sp(); }
+  // This rank's [T/tp, cols] shard all-gathered into the layer's [T, cols] buffer.
+  TensorView gathered_input(const TensorView& shard) {
+    const TensorView full =
+        ensure_tensor(gathered, shard.dtype,
+                      Shape{shard.shape.rows() * tp->size(), shard.shape.cols()}, shard.device);
+    all_gather_in_stream_order(*tp, shard, full, ctx.stream());
+    return full;
+  }
+
   // An FP8 operand, per-tensor or block-scaled.
   static bool is_fp8(const GemmOperand& op) { return op.is_quantized() || op.is_block_scaled(); }
 
@@ -504,6 +539,7 @@ struct Dense::Impl {
   int64_t residual_checked_for = -1;  // the token count `residual_fusable` was asked for
   bool residual_fusable = false;      // the residual and bias fit in the forward GEMM
   Tensor y, pre_activation, bias_sums, dx, bias_bf16;
+  Tensor gathered, partial;    // block scaling with sequence parallelism (block_sp())
   int64_t backward_step = -1;  // ctx.steps() when backward last ran (-1: never)
   // FSDP: forward's cast shard and the gathered weight's columnwise copy; the gathers
   // (slot 0: the weight's codes / bf16 / fp32, flat and padded; slot 1: the fp32 bias) and the

@@ -408,8 +408,8 @@ INSTANTIATE_TEST_SUITE_P(Layouts, FsdpGpu,
                                            FsdpGpuCase{2, 2, 1, Recipe::kFp8Current},
                                            FsdpGpuCase{1, 2, 2, Recipe::kFp8Delayed}));
 
-// Every recipe at tp = 1 and 2, and with sequence parallelism at tp = 2 (`sp_only`: those);
-// block scaling without it.
+// Every recipe at tp = 1 and 2, and with sequence parallelism at tp = 2 (`sp_only`: those,
+// block scaling left out).
 std::vector<MlpGpuCase> mlp_cases(bool sp_only) {
   std::vector<MlpGpuCase> out;
   for (Recipe r : kRecipes) {
@@ -419,11 +419,12 @@ std::vector<MlpGpuCase> mlp_cases(bool sp_only) {
     }
     out.push_back({2, r, true});
   }
-  // The block recipe runs without sequence parallelism (the collective GEMMs take no
-  // block-scaled operands).
+  // The block recipe: sequence parallelism without the collective GEMMs (they take no
+  // block-scaled operands, so no overlap schedules to compare).
   if (!sp_only) {
     out.push_back({1, Recipe::kFp8Block});
     out.push_back({2, Recipe::kFp8Block});
+    out.push_back({2, Recipe::kFp8Block, true});
   }
   return out;
 }

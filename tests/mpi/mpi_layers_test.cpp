@@ -54,7 +54,7 @@ INSTANTIATE_TEST_SUITE_P(
     testing::Values(Case{2, 2, false, Recipe::kFp32}, Case{2, 2, true, Recipe::kFp32},
                     Case{1, 4, true, Recipe::kFp32}, Case{4, 1, false, Recipe::kBf16},
                     Case{2, 2, true, Recipe::kFp8Delayed}, Case{1, 4, false, Recipe::kFp8Current},
-                    Case{2, 2, false, Recipe::kFp8Block}),
+                    Case{2, 2, false, Recipe::kFp8Block}, Case{1, 4, true, Recipe::kFp8Block}),
     [](const auto& p) {
       std::ostringstream os;
       PrintTo(p.param, &os);

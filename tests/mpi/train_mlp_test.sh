@@ -2,7 +2,8 @@
 # End-to-end checks of the train_mlp example under mpirun (4 ranks, dp 2 x tp 2).
 # Usage: train_mlp_test.sh <qmeshrun> <train_mlp> <case>
 #   converge   FP8 delayed scaling learns, and ends within 5% of the BF16 run's loss; FP8
-#              block scaling ends no worse than delayed scaling (0.5% slack for rounding noise)
+#              block scaling (also with --sequence-parallel) ends no worse than delayed
+#              scaling (0.5% slack for rounding noise)
 #   resume     20 steps == 10 steps, checkpoint, resume, 10 more (bit for bit)
 #   overlap    --overlap ring and bidir, and --regather-input, train to the same bits as
 #              --overlap none (FP8, SP)
@@ -43,6 +44,12 @@ converge)
   echo "final loss: fp8 block $block"
   awk -v a="$block" -v b="$fp8" 'BEGIN { exit !(a <= 1.005 * b) }' ||
     fail "FP8 block scaling's final loss $block is worse than delayed scaling's $fp8"
+  train4 "${small[@]}" --steps 80 --recipe block --sequence-parallel >"$work/block-sp.log" 2>&1 ||
+    { cat "$work/block-sp.log"; fail "FP8 block-scaling run with --sequence-parallel"; }
+  block_sp=$(field "final loss" "$work/block-sp.log" | awk '{print $3}')
+  echo "final loss: fp8 block, sequence parallel $block_sp"
+  awk -v a="$block_sp" -v b="$fp8" 'BEGIN { exit !(a <= 1.005 * b) }' ||
+    fail "FP8 block scaling with --sequence-parallel ends at $block_sp, worse than delayed's $fp8"
   ;;
 resume)
   train4 "${small[@]}" --steps 20 --csv "$work/full.csv" >"$work/full.log" 2>&1 ||

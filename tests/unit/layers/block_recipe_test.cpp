@@ -117,8 +117,6 @@ TEST(BlockRecipe, RefusesWhatItDoesNotSupport) {
     row.parallelism = DenseParallelism::kRow;
     EXPECT_QMESH_ERROR(Dense("d", 320, 128, row, ctx, 1),
                        "shards in_features 320 over tp=2 into 160 features per rank");
-    column.sequence_parallel = true;
-    EXPECT_QMESH_ERROR(Dense("d", 128, 256, column, ctx, 1), "sequence_parallel is not supported");
     EXPECT_QMESH_ERROR(LayerContext(mesh, Recipe::kFp8Block, {.overlap = Overlap::kRing}),
                        "set Overlap::kNone");
     Fp8Stats stats;

@@ -162,27 +162,25 @@ TEST_P(ShardedLayerNormMLP, EqualsUnsharded) {
   expect_close(run_local(c), run_unsharded(c), tol, "sharded vs unsharded");
 }
 
-INSTANTIATE_TEST_SUITE_P(Factorizations, ShardedLayerNormMLP,
-                         testing::Values(Factorization{1, 2, false, Recipe::kFp32},
-                                         Factorization{2, 2, false, Recipe::kFp32},
-                                         Factorization{2, 2, true, Recipe::kFp32},
-                                         Factorization{1, 3, false, Recipe::kFp32},
-                                         Factorization{1, 3, true, Recipe::kFp32},
-                                         Factorization{3, 2, true, Recipe::kFp32},
-                                         Factorization{1, 4, true, Recipe::kFp32},
-                                         Factorization{2, 2, true, Recipe::kBf16},
-                                         Factorization{3, 2, false, Recipe::kBf16},
-                                         Factorization{2, 2, false, Recipe::kFp8Delayed},
-                                         Factorization{2, 2, true, Recipe::kFp8Delayed},
-                                         Factorization{1, 3, true, Recipe::kFp8Delayed},
-                                         Factorization{3, 2, true, Recipe::kFp8Current},
-                                         Factorization{2, 2, false, Recipe::kFp8Block},
-                                         Factorization{1, 3, false, Recipe::kFp8Block}),
-                         [](const auto& p) {
-                           std::ostringstream os;
-                           PrintTo(p.param, &os);
-                           return os.str();
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Factorizations, ShardedLayerNormMLP,
+    testing::Values(
+        Factorization{1, 2, false, Recipe::kFp32}, Factorization{2, 2, false, Recipe::kFp32},
+        Factorization{2, 2, true, Recipe::kFp32}, Factorization{1, 3, false, Recipe::kFp32},
+        Factorization{1, 3, true, Recipe::kFp32}, Factorization{3, 2, true, Recipe::kFp32},
+        Factorization{1, 4, true, Recipe::kFp32}, Factorization{2, 2, true, Recipe::kBf16},
+        Factorization{3, 2, false, Recipe::kBf16}, Factorization{2, 2, false, Recipe::kFp8Delayed},
+        Factorization{2, 2, true, Recipe::kFp8Delayed},
+        Factorization{1, 3, true, Recipe::kFp8Delayed},
+        Factorization{3, 2, true, Recipe::kFp8Current},
+        Factorization{2, 2, false, Recipe::kFp8Block},
+        Factorization{1, 3, false, Recipe::kFp8Block}, Factorization{2, 2, true, Recipe::kFp8Block},
+        Factorization{1, 3, true, Recipe::kFp8Block}),
+    [](const auto& p) {
+      std::ostringstream os;
+      PrintTo(p.param, &os);
+      return os.str();
+    });
 
 class OverlappedLayerNormMLP : public testing::TestWithParam<Factorization> {};
 
