@@ -47,7 +47,7 @@ std::optional<Options> parse_options(int argc, char** argv) {
     ("recipe", po::value(&recipe)->default_value(recipe),
      "GEMM precision: bf16, delayed (FP8 delayed scaling), current (FP8 current scaling), "
      "block (FP8 block scaling: 1x128 blocks of activations and gradients, 128x128 tiles of "
-     "weights; --ffn / --tp a multiple of 128 when --tp > 1; --overlap none only; no --fsdp or "
+     "weights; --ffn / --tp a multiple of 128 when --tp > 1; --overlap none only; no "
      "--fp8-stats), fp32")
     ("amax-history", po::value(&o.amax_history)->default_value(o.amax_history),
      "delayed scaling: amax history length")

@@ -113,10 +113,11 @@ struct Dense::Impl {
       // Forward: this rank's weight shard cast to the recipe's operand (FP8 with the scale
       // from the global amax) and the fp32 bias; backward: forward's cast shard again.
       sharding.add_gather([this](bool forward) {
-        if (forward)
-          w_shard = w_cast.cast(TensorView(weight.value.data(), DType::kFloat32,
-                                           Shape{1, weight.value.numel()}, ctx.device()),
-                                false);
+        const TensorView flat(weight.value.data(), DType::kFloat32, Shape{1, weight.value.numel()},
+                              ctx.device());
+        // Block scaling: the fp32 shard travels (a flat shard cuts the 128x128 tiles), and
+        // the gathered weight is block-cast (gathered_weight).
+        if (forward) w_shard = block_scaled() ? GemmOperand::plain(flat) : w_cast.cast(flat, false);
         return w_shard.is_quantized() ? w_shard.quantized.data : w_shard.tensor;
       });
       if (opt.bias)
@@ -160,6 +161,7 @@ struct Dense::Impl {
     sharding.acquire(forward);
     const TensorView w_full = sharding.gathered(0);
     const TensorView w(w_full.data, w_full.dtype, Shape{out_local, in_local}, ctx.device());
+    if (block_scaled()) return w_cast.cast(w, columnwise());
     if (!w_shard.is_quantized()) return GemmOperand::plain(w);
     QuantizedTensorView q = w_shard.quantized;
     q.data = w;

@@ -19,10 +19,6 @@ LayerContext::LayerContext(const Mesh& mesh, Recipe recipe, LayerContextOptions 
                 "LayerContextOptions::overlap: the block-scaling recipe runs sequence-parallel "
                 "layers without collective-GEMM overlap (the collective GEMMs take no "
                 "block-scaled operands); set Overlap::kNone");
-    QMESH_CHECK(!fsdp_.enabled(),
-                "the block-scaling recipe does not support FSDP yet (the FP8 weight all-gather "
-                "carries per-tensor codes only); use the delayed or current recipe with FSDP, or "
-                "a mesh without an fsdp axis");
     QMESH_CHECK(!options_.fp8_stats,
                 "LayerContextOptions::fp8_stats: FP8 statistics are collected for per-tensor "
                 "scaling only; unset it under the block-scaling recipe");

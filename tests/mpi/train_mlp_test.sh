@@ -8,7 +8,8 @@
 #   overlap    --overlap ring and bidir, and --regather-input, train to the same bits as
 #              --overlap none (FP8, SP)
 #   fsdp       --dp 4, --fsdp 4 and --dp 2 --fsdp 2 (and dp 2 vs fsdp 2 with tp 2) train to the
-#              same bits with --rank-order (FP8 delayed and BF16, sizes fsdp does not divide);
+#              same bits with --rank-order (FP8 delayed and BF16, sizes fsdp does not divide;
+#              FP8 block scaling at tp 1);
 #              an fsdp run resumes bit for bit, also resharded at load (dp 2 x fsdp 2 to
 #              fsdp 4, and between fsdp and no fsdp both ways, FP8 delayed and BF16, tp 1
 #              and 2); resuming with another tp is a clear error naming both layouts
@@ -116,6 +117,20 @@ fsdp)
       b=$(field "parameter checksums" "$work/$recipe$2.log")
       [ -n "$a" ] && [ "$a" = "$b" ] || fail "$recipe: $1 and $2 trained to different parameters"
     done
+  done
+  # Block scaling (tp 1: --ffn 250 is not whole 128-wide blocks per tp shard): the fsdp
+  # layouts gather fp32 weight shards and block-cast the gathered weight, the same bits.
+  for layout in "--dp 4" "--fsdp 4" "--dp 2 --fsdp 2"; do
+    name="block${layout// /}"
+    # shellcheck disable=SC2086
+    train4 "${odd[@]}" --steps 8 --recipe block $layout >"$work/$name.log" 2>&1 ||
+      { cat "$work/$name.log"; fail "block $layout"; }
+    echo "block $layout: $(field "parameter checksums" "$work/$name.log")"
+  done
+  for other in --fsdp4 --dp2--fsdp2; do
+    a=$(field "parameter checksums" "$work/block--dp4.log")
+    b=$(field "parameter checksums" "$work/block$other.log")
+    [ -n "$a" ] && [ "$a" = "$b" ] || fail "block: --dp4 and $other trained to different parameters"
   done
   train4 "${odd[@]}" --fsdp 2 --steps 12 >"$work/full.log" 2>&1 || fail "12 fsdp steps"
   train4 "${odd[@]}" --fsdp 2 --steps 6 --checkpoint-dir "$work/f" >/dev/null 2>&1 ||

@@ -126,10 +126,6 @@ TEST(BlockRecipe, RefusesWhatItDoesNotSupport) {
     bad.fp8_dpa = true;
     EXPECT_QMESH_ERROR(LayerContext(mesh, Recipe::kFp8Block, {.block = bad}), "fp8_dpa");
   });
-  run_local_ranks(2, [&](Communicator& world) {
-    const Mesh mesh(borrowed(world), {{"fsdp", 2}}, MeshResource{"", "", "fsdp", ""});
-    EXPECT_QMESH_ERROR(LayerContext(mesh, Recipe::kFp8Block), "does not support FSDP");
-  });
 }
 
 }  // namespace
