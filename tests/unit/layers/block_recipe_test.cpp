@@ -16,12 +16,8 @@ namespace qmesh {
 namespace {
 
 using testing_mlp::borrowed;
+using testing_mlp::doubles;
 using testing_mlp::rel_norm;
-
-std::vector<double> doubles(const TensorView& t) {
-  const float* p = t.data_as<float>();
-  return std::vector<double>(p, p + t.numel());
-}
 
 TEST(BlockRecipe, HasTheNameBlock) {
   EXPECT_EQ(recipe_name(Recipe::kFp8Block), "block");
