@@ -68,9 +68,9 @@ std::string FileStore::get(const std::string& key, std::chrono::milliseconds tim
       value << in.rdbuf();
       return value.str();
     }
-    QMESH_CHECK(!deadline.passed(), "file store key '", key, "' did not appear in '", dir_.string(),
-                "' within ", timeout.count(),
-                " ms: a rank did not publish it (is every rank using this directory?)");
+    QMESH_CHECK_KIND(ErrorKind::kTimeout, !deadline.passed(), "file store key '", key,
+                     "' did not appear in '", dir_.string(), "' within ", timeout.count(),
+                     " ms: a rank did not publish it (is every rank using this directory?)");
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::microseconds(20000));
   }
@@ -105,8 +105,9 @@ std::vector<std::string> StoreBootstrap::all_gather(const std::string& mine,
     try {
       all[r] = store_->get(round + std::to_string(r), deadline.left());
     } catch (const Error& e) {  // Store::get throws when the key has not appeared in time
-      QMESH_THROW("bootstrap all_gather (rank ", rank_, " of ", size_,
-                  "): ", comm_detail::never_joined_text({r}, "all_gather"), " (", e.message(), ")");
+      QMESH_THROW_KIND(e.kind(), "bootstrap all_gather (rank ", rank_, " of ", size_,
+                       "): ", comm_detail::never_joined_text({r}, "all_gather"), " (", e.message(),
+                       ")");
     }
   }
   return all;

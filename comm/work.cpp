@@ -136,7 +136,7 @@ void Work::wait(std::chrono::milliseconds timeout) {
       done_ = true;  // it completed after all
       return;
     }
-    QMESH_THROW(timeout_text(timeout), ": ", *blame);
+    QMESH_THROW_KIND(ErrorKind::kTimeout, timeout_text(timeout), ": ", *blame);
   } catch (...) {
     fail(std::current_exception());
   }

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "qmesh/comm/composite_work.h"
 #include "qmesh/error.h"
 
 namespace qmesh {
@@ -25,64 +26,49 @@ void wait_all(std::vector<WorkHandle>& works) {
 
 // Sums rank r's slice [begin[r], begin[r + 1]) of every rank's `data` into `out` (rank
 // order), and exchanges the other ranks' slices of `data`. Empty slices send nothing. The
-// transfers start at construction; the sum is taken once they are all complete.
-class ChunkReduction : public Work {
+// transfers (its parts) start at construction; the sum is taken once they are all complete.
+class ChunkReduction : public CompositeWork {
  public:
   ChunkReduction(Communicator& comm, const float* data, const std::vector<int64_t>& begin,
                  float* out)
-      : Work(detail::concat("rank-ordered reduction (rank ", comm.rank(), " of ", comm.size(), ")"),
-             comm),
+      : CompositeWork(
+            detail::concat("rank-ordered reduction (rank ", comm.rank(), " of ", comm.size(), ")"),
+            comm),
         n_(comm.size()),
         mine_(begin[size_t(comm.rank()) + 1] - begin[size_t(comm.rank())]),
-        out_(out),
-        received_(size_t(mine_) * size_t(n_)) {
+        out_(out) {
     const int me = comm.rank();
-    if (mine_ > 0)
+    if (mine_ > 0) {
+      received_ = keep(Tensor(DType::kFloat32, Shape{mine_ * n_})).data_as<float>();
       for (int r = 0; r < n_; ++r)
         if (r != me)
-          works_.push_back(comm.recv_async(
-              TensorView(received_.data() + r * mine_, DType::kFloat32, Shape{mine_}), r,
-              kOrderedReduceTag));
+          add(comm.recv_async(TensorView(received_ + r * mine_, DType::kFloat32, Shape{mine_}), r,
+                              kOrderedReduceTag));
+    }
     for (int r = 0; r < n_; ++r) {
       const int64_t count = begin[size_t(r) + 1] - begin[size_t(r)];
       if (r != me && count > 0)
-        works_.push_back(comm.send_async(
+        add(comm.send_async(
             TensorView(const_cast<float*>(data) + begin[size_t(r)], DType::kFloat32, Shape{count}),
             r, kOrderedReduceTag));
     }
-    if (mine_ > 0)
-      std::memcpy(received_.data() + me * mine_, data + begin[size_t(me)], size_t(mine_) * 4);
+    if (mine_ > 0) std::memcpy(received_ + me * mine_, data + begin[size_t(me)], size_t(mine_) * 4);
   }
 
  protected:
-  bool poll() override {
-    for (WorkHandle& w : works_)
-      if (!w->test()) return false;
-    finish();
-    return true;
-  }
-
-  bool block_until(const Deadline& deadline) override {
-    for (WorkHandle& w : works_) w->wait(deadline.left());
-    finish();
-    return true;
-  }
-
- private:
-  void finish() {
-    works_.clear();
+  void next_stage() override {
     for (int64_t i = 0; i < mine_; ++i) {
-      float sum = received_[size_t(i)];
-      for (int r = 1; r < n_; ++r) sum += received_[size_t(r * mine_ + i)];
+      float sum = received_[i];
+      for (int r = 1; r < n_; ++r) sum += received_[r * mine_ + i];
       out_[i] = sum;
     }
   }
 
+ private:
   int n_;
   int64_t mine_;
   float* out_;
-  std::vector<float> received_;
-  std::vector<WorkHandle> works_;
+  float* received_ = nullptr;  // kept by the composite: [n_, mine_]
 };
 
 }  // namespace

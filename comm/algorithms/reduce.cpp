@@ -57,8 +57,8 @@ void reduce_into(void* acc, const void* in, int64_t n, DType dtype, ReduceOp op)
       return reduce_16bit<fp16_to_float, float_to_fp16>(static_cast<uint16_t*>(acc),
                                                         static_cast<const uint16_t*>(in), n, op);
     default:
-      QMESH_THROW("reduction of dtype ", dtype_name(dtype),
-                  " is not supported (fp32, fp64, bf16, fp16, int32)");
+      QMESH_THROW_KIND(ErrorKind::kUnsupported, "reduction of dtype ", dtype_name(dtype),
+                       " is not supported (fp32, fp64, bf16, fp16, int32)");
   }
 }
 

@@ -14,12 +14,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// A contiguous range of elements of a host tensor, as its own 1-D view.
-TensorView slice(const TensorView& t, int64_t begin, int64_t count) {
-  auto* base = static_cast<char*>(t.data) + begin * static_cast<int64_t>(dtype_size(t.dtype));
-  return TensorView(base, t.dtype, Shape{count}, t.device);
-}
-
 // Waits for one transfer of a ring step with `peer`; on timeout the error names that peer
 // (and the ranks that never joined, where the backend knows them).
 void wait_for(const RingContext& ctx, Work& work, bool receiving, int peer,
@@ -29,9 +23,9 @@ void wait_for(const RingContext& ctx, Work& work, bool receiving, int peer,
     work.wait(ctx.deadline.left());
   } catch (const Error& e) {
     if (!ctx.deadline.passed()) {
-      QMESH_THROW(ctx.what, " failed in ", where, " (",
-                  receiving ? "receiving from " : "sending to ",
-                  comm_detail::peer_ranks({peer}, ctx.world_ranks), "): ", e.what());
+      QMESH_THROW_KIND(e.kind(), ctx.what, " failed in ", where, " (",
+                       receiving ? "receiving from " : "sending to ",
+                       comm_detail::peer_ranks({peer}, ctx.world_ranks), "): ", e.what());
     }
     std::string blame = comm_detail::ring_wait_text(
         receiving, peer, where, std::chrono::ceil<std::chrono::milliseconds>(Clock::now() - start),
@@ -42,7 +36,7 @@ void wait_for(const RingContext& ctx, Work& work, bool receiving, int peer,
     const std::string message =
         comm_detail::timeout_text(ctx.what, ctx.timeout, ctx.timeout_source) + ": " + blame;
     if (ctx.on_timeout) ctx.on_timeout(message);
-    QMESH_THROW(message);
+    QMESH_THROW_KIND(ErrorKind::kTimeout, message);
   }
 }
 
@@ -79,8 +73,9 @@ void reduce_scatter_chunks(const RingContext& ctx, const TensorView& work, Chunk
     const auto [send_begin, send_count] = chunk(send_c);
     const auto [recv_begin, recv_count] = chunk(recv_c);
     TensorView tmp(scratch.data(), work.dtype, Shape{recv_count});
-    shift(ctx, slice(work, send_begin, send_count), tmp, ring_step(s, steps));
-    reduce_into(slice(work, recv_begin, recv_count).data, tmp.data, recv_count, work.dtype, op);
+    shift(ctx, work.slice(send_begin, Shape{send_count}), tmp, ring_step(s, steps));
+    reduce_into(work.slice(recv_begin, Shape{recv_count}).data, tmp.data, recv_count, work.dtype,
+                op);
   }
 }
 
@@ -95,7 +90,7 @@ void all_gather_chunks(const RingContext& ctx, const TensorView& work, ChunkFn c
     const int recv_c = (ctx.rank - s - 1 + n) % n;
     const auto [send_begin, send_count] = chunk(send_c);
     const auto [recv_begin, recv_count] = chunk(recv_c);
-    shift(ctx, slice(work, send_begin, send_count), slice(work, recv_begin, recv_count),
+    shift(ctx, work.slice(send_begin, Shape{send_count}), work.slice(recv_begin, Shape{recv_count}),
           ring_step(first_step + s, steps));
   }
 }
@@ -106,7 +101,7 @@ void ring_all_gather(const RingContext& ctx, const TensorView& in, const TensorV
   require_host(in, "the all_gather input");
   require_host(out, "the all_gather output");
   const int64_t m = in.numel();
-  std::memmove(slice(out, ctx.rank * m, m).data, in.data, in.nbytes());
+  std::memmove(out.slice(ctx.rank * m, Shape{m}).data, in.data, in.nbytes());
   all_gather_chunks(
       ctx, out,
       [m](int c) {
@@ -130,7 +125,7 @@ void ring_reduce_scatter(const RingContext& ctx, const TensorView& in, const Ten
         return std::pair<int64_t, int64_t>{c * m, m};
       },
       scratch, op, ctx.size - 1);
-  std::memcpy(out.data, slice(work, ctx.rank * m, m).data, out.nbytes());
+  std::memcpy(out.data, work.slice(ctx.rank * m, Shape{m}).data, out.nbytes());
 }
 
 void ring_all_reduce(const RingContext& ctx, const TensorView& buf, ReduceOp op) {
@@ -149,7 +144,7 @@ void ring_all_reduce(const RingContext& ctx, const TensorView& buf, ReduceOp op)
     ring_all_gather(ctx, buf, all);
     std::memcpy(buf.data, gathered.data(), buf.nbytes());
     for (int r = 1; r < n; ++r)
-      reduce_into(buf.data, slice(all, r * total, total).data, total, buf.dtype, op);
+      reduce_into(buf.data, all.slice(r * total, Shape{total}).data, total, buf.dtype, op);
     return;
   }
   std::vector<char> scratch((total / n + 1) * dtype_size(buf.dtype));

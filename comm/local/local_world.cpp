@@ -88,7 +88,8 @@ void World::wait(std::unique_lock<std::mutex>& lock, std::chrono::milliseconds t
                  TimeoutSource source, const std::function<bool()>& done, const std::string& what,
                  const Blame& blame) {
   if (wait_until(lock, Deadline(timeout), done, what)) return;
-  QMESH_THROW(comm_detail::timeout_text(what, timeout, source), ": ", timeout_blame(blame, source));
+  QMESH_THROW_KIND(ErrorKind::kTimeout, comm_detail::timeout_text(what, timeout, source), ": ",
+                   timeout_blame(blame, source));
 }
 
 std::shared_ptr<const void> World::exchange(
@@ -193,7 +194,8 @@ std::optional<std::string> LocalWork::on_timeout(std::chrono::milliseconds) {
   std::lock_guard lock(world_->mu);
   if (finished_locked()) return std::nullopt;
   world_->cancel_locked(state_,
-                        std::make_exception_ptr(Error(what() + " timed out", __FILE__, __LINE__)));
+                        std::make_exception_ptr(
+                            Error(ErrorKind::kTimeout, what() + " timed out", __FILE__, __LINE__)));
   return timeout_blame(blame_, timeout_source());
 }
 

@@ -23,12 +23,12 @@ inline std::string error_string(int code) {
 
 }  // namespace qmesh::mpi
 
-#define QMESH_CHECK_MPI(call)                                            \
-  do {                                                                   \
-    const int qmesh_mpi_code_ = (call);                                  \
-    if (qmesh_mpi_code_ != MPI_SUCCESS) [[unlikely]] {                   \
-      ::qmesh::comm_detail::record_failure();                            \
-      throw ::qmesh::Error("MPI call failed", __FILE__, __LINE__, #call, \
-                           ::qmesh::mpi::error_string(qmesh_mpi_code_)); \
-    }                                                                    \
+#define QMESH_CHECK_MPI(call)                                                                   \
+  do {                                                                                          \
+    const int qmesh_mpi_code_ = (call);                                                         \
+    if (qmesh_mpi_code_ != MPI_SUCCESS) [[unlikely]] {                                          \
+      ::qmesh::comm_detail::record_failure();                                                   \
+      throw ::qmesh::Error(::qmesh::ErrorKind::kRuntime, "MPI call failed", __FILE__, __LINE__, \
+                           #call, ::qmesh::mpi::error_string(qmesh_mpi_code_));                 \
+    }                                                                                           \
   } while (0)

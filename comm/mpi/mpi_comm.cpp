@@ -53,7 +53,7 @@ struct CommState {
 
   void check_usable() {
     std::lock_guard lock(mu);
-    QMESH_CHECK(broken.empty(), "MPI communicator is unusable: ", broken);
+    QMESH_CHECK_KIND(ErrorKind::kRuntime, broken.empty(), "MPI communicator is unusable: ", broken);
   }
 };
 
@@ -443,8 +443,8 @@ class MpiComm : public Communicator {
     MPI_Request request = MPI_REQUEST_NULL;
     const int code = issue(&request);
     if (code != MPI_SUCCESS) {
-      throw Error(describe(op) + " could not be started", __FILE__, __LINE__, "",
-                  error_string(code));
+      throw Error(ErrorKind::kRuntime, describe(op) + " could not be started", __FILE__, __LINE__,
+                  "", error_string(code));
     }
     return std::make_unique<MpiWork>(*this, state_, request, describe(op), std::string(op),
                                      std::move(blame), std::move(on_done), cancellable);
@@ -484,13 +484,15 @@ std::shared_ptr<Communicator> make_mpi_world() {
       QMESH_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
       QMESH_CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &size));
       const char* op = "duplicate of MPI_COMM_WORLD";
-      QMESH_THROW(comm_detail::timeout_text(detail::concat("MPI ", op, " in make_mpi_world (rank ",
-                                                           rank, " of ", size, ")"),
-                                            timeout, TimeoutSource::kEnvironment),
-                  ": ",
-                  mpi::roll_call(MPI_COMM_WORLD, rank, size, mpi::top_tag(MPI_COMM_WORLD), op,
-                                 mpi::roll_call_grace(timeout), {}),
-                  "; MPI is now unusable and the process should exit");
+      QMESH_THROW_KIND(
+          ErrorKind::kTimeout,
+          comm_detail::timeout_text(
+              detail::concat("MPI ", op, " in make_mpi_world (rank ", rank, " of ", size, ")"),
+              timeout, TimeoutSource::kEnvironment),
+          ": ",
+          mpi::roll_call(MPI_COMM_WORLD, rank, size, mpi::top_tag(MPI_COMM_WORLD), op,
+                         mpi::roll_call_grace(timeout), {}),
+          "; MPI is now unusable and the process should exit");
     }
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }

@@ -12,7 +12,8 @@
   do {                                                                                           \
     const ncclResult_t qmesh_nccl_status_ = (call);                                              \
     if (qmesh_nccl_status_ != ncclSuccess && qmesh_nccl_status_ != ncclInProgress) [[unlikely]]  \
-      throw ::qmesh::Error("NCCL call failed", __FILE__, __LINE__, #call,                        \
+      throw ::qmesh::Error(::qmesh::ErrorKind::kRuntime, "NCCL call failed", __FILE__, __LINE__, \
+                           #call,                                                                \
                            ::qmesh::detail::concat(ncclGetErrorString(qmesh_nccl_status_), " (", \
                                                    ncclGetLastError(nullptr), ")"));             \
   } while (0)

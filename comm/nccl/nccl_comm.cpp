@@ -32,7 +32,8 @@ ncclDataType_t reduction_type(DType dtype) {
     case DType::kInt32:
       return ncclInt32;
     default:
-      QMESH_THROW("NCCL reductions do not take dtype ", dtype_name(dtype));
+      QMESH_THROW_KIND(ErrorKind::kUnsupported, "NCCL reductions do not take dtype ",
+                       dtype_name(dtype));
   }
 }
 
@@ -123,7 +124,7 @@ class Handle {
         detail::concat(what, " failed asynchronously: ", ncclGetErrorString(state), " (",
                        ncclGetLastError(comm_), ")");
     abort(reason);
-    QMESH_THROW(reason);
+    QMESH_THROW_KIND(ErrorKind::kRuntime, reason);
   }
 
   // Waits (bounded) until non-blocking setup of the last call has finished; `source` says
@@ -136,7 +137,7 @@ class Handle {
             detail::concat(what, " did not finish its setup in time; a peer may be missing (",
                            comm_detail::timeout_name(source), ")");
         abort(reason);
-        QMESH_THROW(reason);
+        QMESH_THROW_KIND(ErrorKind::kTimeout, reason);
       }
       std::this_thread::yield();
     }

@@ -29,7 +29,7 @@ constexpr std::chrono::microseconds kWaitSleep{50};
 // "<what> failed in UCX [<status>]", e.g. a transfer to a peer that died: "ucx send of 4
 // bytes from rank 3 to rank 0 (tag 7) failed in UCX [Connection reset by remote peer]".
 Error ucx_error(const std::string& what, ucs_status_t status) {
-  return Error(detail::concat(what, " failed in UCX"), __FILE__, __LINE__, {},
+  return Error(ErrorKind::kRuntime, detail::concat(what, " failed in UCX"), __FILE__, __LINE__, {},
                ucs_status_string(status));
 }
 
@@ -188,7 +188,7 @@ void Engine::connect(const std::vector<std::string>& addresses) {
     ucp_ep_h ep = nullptr;
     const ucs_status_t status = ucp_ep_create(worker_, &params, &ep);
     if (status != UCS_OK) {  // e.g. the peer died after it published its address
-      throw Error("UCX call failed", __FILE__, __LINE__,
+      throw Error(ErrorKind::kRuntime, "UCX call failed", __FILE__, __LINE__,
                   detail::concat("ucp_ep_create to ",
                                  comm_detail::peer_ranks({static_cast<int>(endpoints_.size())}),
                                  " (did it die or leave?)"),

@@ -76,7 +76,7 @@ class UcxWork : public Work {
       engine_.wait_until([this] { return op_->is_done() || op_->noted.load(); },
                          Deadline(std::min(timeout, kRingReportGrace)));
       if (!op_->is_done() && op_->noted.load(std::memory_order_acquire))
-        QMESH_THROW(op_->timeout_note);
+        QMESH_THROW_KIND(ErrorKind::kTimeout, op_->timeout_note);
     }
     if (finished()) return std::nullopt;
     if (blame_.empty()) return Work::on_timeout(timeout);
@@ -264,10 +264,12 @@ class UcxWindow : public Window {
         [&] { return arrived.load(std::memory_order_acquire) - consumed_ >= count; },
         Deadline(timeout));
     if (!done) {
-      QMESH_THROW(comm_detail::timeout_text("ucx wait_puts", timeout, TimeoutSource::kEnvironment),
-                  ": ", arrived.load() - consumed_, " of ", count,
-                  " expected puts arrived; a peer may have failed or issued fewer puts (raise "
-                  "QMESH_COMM_TIMEOUT_S if the job is only slow)");
+      QMESH_THROW_KIND(
+          ErrorKind::kTimeout,
+          comm_detail::timeout_text("ucx wait_puts", timeout, TimeoutSource::kEnvironment), ": ",
+          arrived.load() - consumed_, " of ", count,
+          " expected puts arrived; a peer may have failed or issued fewer puts (raise "
+          "QMESH_COMM_TIMEOUT_S if the job is only slow)");
     }
     consumed_ += count;
   }

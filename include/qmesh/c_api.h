@@ -35,9 +35,9 @@ extern "C" {
 
 typedef enum qmesh_status {
   QMESH_OK = 0,
-  QMESH_ERROR_INVALID_ARGUMENT = 1, /* null handle or pointer, bad struct_size, bad enum */
-  QMESH_ERROR_FAILED = 2,           /* the library refused or failed: see qmesh_last_error */
-  QMESH_ERROR_UNSUPPORTED = 3,      /* not built into this library (e.g. UCX, CUDA) */
+  QMESH_ERROR_INVALID_ARGUMENT = 1, /* bad or unfitting input: see qmesh_last_error */
+  QMESH_ERROR_FAILED = 2,           /* a timeout (a peer died or never came) or a library failed */
+  QMESH_ERROR_UNSUPPORTED = 3,      /* not in this build or device (e.g. UCX, CUDA) */
   QMESH_ERROR_OUT_OF_MEMORY = 4,
   QMESH_ERROR_INTERNAL = 5 /* an unexpected failure inside qmesh: please report it */
 } qmesh_status;

@@ -13,13 +13,14 @@
 
 #include "qmesh/error.h"
 
-#define QMESH_CHECK_CUDA(call)                                                            \
-  do {                                                                                    \
-    const cudaError_t qmesh_status_ = (call);                                             \
-    if (qmesh_status_ != cudaSuccess) [[unlikely]] {                                      \
-      (void)cudaGetLastError();                                                           \
-      throw ::qmesh::Error("CUDA runtime call failed", __FILE__, __LINE__, #call,         \
-                           ::qmesh::detail::concat(cudaGetErrorName(qmesh_status_), ": ", \
-                                                   cudaGetErrorString(qmesh_status_)));   \
-    }                                                                                     \
+#define QMESH_CHECK_CUDA(call)                                                                 \
+  do {                                                                                         \
+    const cudaError_t qmesh_status_ = (call);                                                  \
+    if (qmesh_status_ != cudaSuccess) [[unlikely]] {                                           \
+      (void)cudaGetLastError();                                                                \
+      throw ::qmesh::Error(::qmesh::ErrorKind::kRuntime, "CUDA runtime call failed", __FILE__, \
+                           __LINE__, #call,                                                    \
+                           ::qmesh::detail::concat(cudaGetErrorName(qmesh_status_), ": ",      \
+                                                   cudaGetErrorString(qmesh_status_)));        \
+    }                                                                                          \
   } while (0)

@@ -31,6 +31,15 @@ struct QMESH_API TensorView {
   size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype); }
   bool empty() const { return data == nullptr; }
 
+  // Rows [begin, end) of this row-major view (a row: the last dimension; the others are
+  // flattened), as a [end - begin, cols] view of the same memory, on the same device. Error
+  // unless 0 <= begin < end <= shape.rows().
+  TensorView rows(int64_t begin, int64_t end) const;
+  // `shape.numel()` contiguous elements from element `offset` on, as a view of that shape of
+  // the same memory, on the same device. Error unless 0 <= offset and
+  // offset + shape.numel() <= numel().
+  TensorView slice(int64_t offset, Shape shape) const;
+
   // Typed pointer; Error if T does not store this view's dtype.
   template <class T>
   T* data_as() const {

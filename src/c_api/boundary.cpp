@@ -19,16 +19,29 @@ qmesh_status fail(qmesh_status status, std::string message) noexcept {
   return status;
 }
 
+qmesh_status status_of(ErrorKind kind) noexcept {
+  switch (kind) {
+    case ErrorKind::kInvalidArgument:
+      return QMESH_ERROR_INVALID_ARGUMENT;
+    case ErrorKind::kUnsupported:
+      return QMESH_ERROR_UNSUPPORTED;
+    case ErrorKind::kTimeout:
+    case ErrorKind::kRuntime:
+      return QMESH_ERROR_FAILED;
+  }
+  return QMESH_ERROR_INTERNAL;
+}
+
 int checked_enum(int value, int first, int last, const char* what) {
   if (value < first || value > last)
-    throw ArgumentError(std::string(what) + " is " + std::to_string(value) + "; expected " +
-                        std::to_string(first) + " to " + std::to_string(last));
+    QMESH_THROW(std::string(what) + " is " + std::to_string(value) + "; expected " +
+                std::to_string(first) + " to " + std::to_string(last));
   return value;
 }
 
 void require_array(const void* p, int n, const char* what) {
-  if (n < 0) throw ArgumentError(std::string("the count of ") + what + " is negative");
-  if (n > 0 && p == nullptr) throw ArgumentError(std::string(what) + " is NULL");
+  if (n < 0) QMESH_THROW(std::string("the count of ") + what + " is negative");
+  if (n > 0 && p == nullptr) QMESH_THROW(std::string(what) + " is NULL");
 }
 
 }  // namespace qmesh::capi

@@ -16,20 +16,9 @@
 
 namespace qmesh::capi {
 
-// A bad argument found at the boundary (QMESH_ERROR_INVALID_ARGUMENT).
-class ArgumentError : public std::exception {
- public:
-  explicit ArgumentError(std::string message) : message_(std::move(message)) {}
-  const char* what() const noexcept override { return message_.c_str(); }
-
- private:
-  std::string message_;
-};
-
-// A feature this build of the library lacks (QMESH_ERROR_UNSUPPORTED).
-class UnsupportedError : public ArgumentError {
-  using ArgumentError::ArgumentError;
-};
+// The status of each kind of qmesh::Error: invalid argument -> QMESH_ERROR_INVALID_ARGUMENT,
+// unsupported -> QMESH_ERROR_UNSUPPORTED, timeout and runtime -> QMESH_ERROR_FAILED.
+qmesh_status status_of(ErrorKind kind) noexcept;
 
 // Records `message` as this thread's last error and returns `status`.
 qmesh_status fail(qmesh_status status, std::string message) noexcept;
@@ -42,12 +31,8 @@ qmesh_status guard(const char* function, Body&& body) noexcept {
     try {
       std::forward<Body>(body)();
       return QMESH_OK;
-    } catch (const UnsupportedError& e) {
-      return fail(QMESH_ERROR_UNSUPPORTED, std::string(function) + ": " + e.what());
-    } catch (const ArgumentError& e) {
-      return fail(QMESH_ERROR_INVALID_ARGUMENT, std::string(function) + ": " + e.what());
     } catch (const Error& e) {
-      return fail(QMESH_ERROR_FAILED, std::string(function) + ": " + e.message());
+      return fail(status_of(e.kind()), std::string(function) + ": " + e.message());
     } catch (const std::bad_alloc&) {
       return fail(QMESH_ERROR_OUT_OF_MEMORY, std::string(function) + ": out of memory");
     } catch (const std::exception& e) {
@@ -58,10 +43,10 @@ qmesh_status guard(const char* function, Body&& body) noexcept {
   }
 }
 
-// Throws ArgumentError naming `what` if p is null.
+// Throws Error naming `what` if p is null.
 template <class T>
 T* require(T* p, const char* what) {
-  if (p == nullptr) throw ArgumentError(std::string(what) + " is NULL");
+  if (p == nullptr) QMESH_THROW(std::string(what) + " is NULL");
   return p;
 }
 
@@ -71,9 +56,9 @@ template <class T>
 T read_config(const T* config, T defaults, size_t min_size, const char* type) {
   require(config, type);
   if (config->struct_size < min_size || config->struct_size > sizeof(T))
-    throw ArgumentError(std::string(type) + ".struct_size is " +
-                        std::to_string(config->struct_size) + "; set it to sizeof(" + type + ") (" +
-                        std::to_string(sizeof(T)) + " in this library's header)");
+    QMESH_THROW(std::string(type) + ".struct_size is " + std::to_string(config->struct_size) +
+                "; set it to sizeof(" + type + ") (" + std::to_string(sizeof(T)) +
+                " in this library's header)");
   std::memcpy(static_cast<void*>(&defaults), config, config->struct_size);
   defaults.struct_size = sizeof(T);
   return defaults;
@@ -88,14 +73,14 @@ int raw_enum(const E& e) {
   return static_cast<int>(v);
 }
 
-// Throws ArgumentError unless first <= value <= last; returns value.
+// Throws Error unless first <= value <= last; returns value.
 int checked_enum(int value, int first, int last, const char* what);
 template <class E>
 int checked_enum(const E& value, int first, int last, const char* what) {
   return checked_enum(raw_enum(value), first, last, what);
 }
 
-// Throws ArgumentError unless n >= 0 and (n == 0 or p is not null).
+// Throws Error unless n >= 0 and (n == 0 or p is not null).
 void require_array(const void* p, int n, const char* what);
 
 }  // namespace qmesh::capi

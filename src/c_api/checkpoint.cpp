@@ -41,8 +41,8 @@ CheckpointContent training_content(qmesh_context* context, qmesh_parameter* cons
 // A step to save (>= 0), or to load (-1: the latest).
 void check_step(int step, bool latest_allowed) {
   if (step >= 0 || (latest_allowed && step == -1)) return;
-  throw ArgumentError("step is negative (" + std::to_string(step) + ")" +
-                      (latest_allowed ? "; -1 loads the latest" : ""));
+  QMESH_THROW("step is negative (" + std::to_string(step) + ")" +
+              (latest_allowed ? "; -1 loads the latest" : ""));
 }
 
 int load(qmesh_world* world, const char* directory, int step, const CheckpointContent& c) {
@@ -72,8 +72,8 @@ qmesh_status qmesh_optimizer_state(qmesh_optimizer* opt, int index, const char**
     require(tensor, "tensor");
     if (opt->state.empty()) opt->state = opt->optimizer->state();
     if (index < 0 || size_t(index) >= opt->state.size())
-      throw ArgumentError("state index " + std::to_string(index) + " is out of range [0, " +
-                          std::to_string(opt->state.size()) + ")");
+      QMESH_THROW("state index " + std::to_string(index) + " is out of range [0, " +
+                  std::to_string(opt->state.size()) + ")");
     const auto& [state_name, state] = opt->state[size_t(index)];
     *tensor = to_c(*state);
     *name = state_name.c_str();

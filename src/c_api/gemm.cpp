@@ -28,7 +28,7 @@ QuantizedTensorView to_quantized(const qmesh_quantized_tensor* q, const std::str
 
 GemmOperand to_operand(const qmesh_gemm_operand& operand, const std::string& what) {
   if ((operand.plain == nullptr) == (operand.fp8 == nullptr))
-    throw ArgumentError(what + ": set exactly one of .plain and .fp8");
+    QMESH_THROW(what + ": set exactly one of .plain and .fp8");
   if (operand.plain) return GemmOperand::plain(to_view(operand.plain, (what + ".plain").c_str()));
   return GemmOperand::fp8(to_quantized(operand.fp8, what + ".fp8"));
 }

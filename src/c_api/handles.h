@@ -58,7 +58,7 @@ inline const Parameter* param(const qmesh_parameter* p) {
 }
 inline qmesh_parameter* handle(Parameter* p) { return reinterpret_cast<qmesh_parameter*>(p); }
 
-// The parameters of a C array (ArgumentError for a null array or element).
+// The parameters of a C array (Error for a null array or element).
 std::vector<Parameter*> param_list(qmesh_parameter* const* params, int n);
 
 }  // namespace qmesh::capi

@@ -39,8 +39,8 @@ qmesh_status parameter(const char* function, Handle* h, int index, qmesh_paramet
     require(h, "layer");
     require(p, "parameter");
     if (index < 0 || size_t(index) >= h->params.size())
-      throw ArgumentError("parameter index " + std::to_string(index) + " is out of range [0, " +
-                          std::to_string(h->params.size()) + ")");
+      QMESH_THROW("parameter index " + std::to_string(index) + " is out of range [0, " +
+                  std::to_string(h->params.size()) + ")");
     *p = handle(h->params[size_t(index)]);
   });
 }

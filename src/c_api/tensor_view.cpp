@@ -15,8 +15,8 @@ Device to_device(const qmesh_device& device, const char* what) {
   checked_enum(device.kind, QMESH_DEVICE_HOST, QMESH_DEVICE_CUDA, name.c_str());
   if (device.kind == QMESH_DEVICE_HOST) return Device::host();
   if (device.index < 0)
-    throw ArgumentError(std::string(what) + ".device.index is negative (" +
-                        std::to_string(device.index) + ")");
+    QMESH_THROW(std::string(what) + ".device.index is negative (" + std::to_string(device.index) +
+                ")");
   return Device::cuda(device.index);
 }
 
@@ -25,25 +25,25 @@ TensorView to_view(const qmesh_tensor* tensor, const char* what) {
   const std::string name(what);
   checked_enum(tensor->dtype, QMESH_FLOAT32, QMESH_FLOAT64, (name + ".dtype").c_str());
   if (tensor->ndim < 0 || tensor->ndim > QMESH_MAX_DIMS)
-    throw ArgumentError(name + ".ndim is " + std::to_string(tensor->ndim) + "; expected 0 to " +
-                        std::to_string(QMESH_MAX_DIMS));
+    QMESH_THROW(name + ".ndim is " + std::to_string(tensor->ndim) + "; expected 0 to " +
+                std::to_string(QMESH_MAX_DIMS));
   std::vector<int64_t> dims(tensor->shape, tensor->shape + tensor->ndim);
   for (int i = 0; i < tensor->ndim; ++i)
     if (dims[size_t(i)] <= 0)
-      throw ArgumentError(name + ".shape[" + std::to_string(i) + "] is " +
-                          std::to_string(dims[size_t(i)]) + "; dimensions must be positive");
+      QMESH_THROW(name + ".shape[" + std::to_string(i) + "] is " + std::to_string(dims[size_t(i)]) +
+                  "; dimensions must be positive");
   if (tensor->strides != nullptr) {
     int64_t dense = 1;
     for (int i = tensor->ndim - 1; i >= 0; --i) {
       if (tensor->strides[i] != dense)
-        throw ArgumentError(name + ".strides[" + std::to_string(i) + "] is " +
-                            std::to_string(tensor->strides[i]) +
-                            "; qmesh takes dense row-major tensors (expected " +
-                            std::to_string(dense) + ", or pass strides = NULL)");
+        QMESH_THROW(name + ".strides[" + std::to_string(i) + "] is " +
+                    std::to_string(tensor->strides[i]) +
+                    "; qmesh takes dense row-major tensors (expected " + std::to_string(dense) +
+                    ", or pass strides = NULL)");
       dense *= dims[size_t(i)];
     }
   }
-  if (tensor->data == nullptr) throw ArgumentError(name + ".data is NULL");
+  if (tensor->data == nullptr) QMESH_THROW(name + ".data is NULL");
   return TensorView(tensor->data, static_cast<DType>(tensor->dtype), Shape(std::move(dims)),
                     to_device(tensor->device, what));
 }

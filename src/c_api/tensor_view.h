@@ -6,7 +6,7 @@
 
 namespace qmesh::capi {
 
-// The view of a caller's tensor; ArgumentError naming `what` for a null pointer, a bad dtype,
+// The view of a caller's tensor; Error naming `what` for a null pointer, a bad dtype,
 // ndim or dimension, non-dense strides or a null data pointer.
 TensorView to_view(const qmesh_tensor* tensor, const char* what);
 // A qmesh_tensor describing a view that qmesh owns (strides NULL).

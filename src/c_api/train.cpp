@@ -12,7 +12,7 @@ std::vector<Parameter*> param_list(qmesh_parameter* const* params, int n) {
   require_array(params, n, "params");
   std::vector<Parameter*> out;
   for (int i = 0; i < n; ++i) {
-    if (params[i] == nullptr) throw ArgumentError("params[" + std::to_string(i) + "] is NULL");
+    if (params[i] == nullptr) QMESH_THROW("params[" + std::to_string(i) + "] is NULL");
     out.push_back(param(params[i]));
   }
   return out;

@@ -59,7 +59,7 @@ qmesh_status qmesh_world_create_mpi(int* argc, char*** argv, qmesh_world** world
 #else
     (void)argc;
     (void)argv;
-    throw UnsupportedError("this qmesh was built without MPI (QMESH_WITH_MPI=OFF)");
+    QMESH_THROW_KIND(ErrorKind::kUnsupported, "this qmesh was built without MPI (QMESH_WITH_MPI=OFF)");
 #endif
   });
 }
@@ -70,15 +70,15 @@ qmesh_status qmesh_world_create_store(int rank, int size, const char* directory,
     require(world, "world");
     const std::string dir = str(directory, "directory");
     if (size <= 0 || rank < 0 || rank >= size)
-      throw ArgumentError("rank " + std::to_string(rank) + " of size " + std::to_string(size) +
-                          ": need size >= 1 and 0 <= rank < size");
+      QMESH_THROW("rank " + std::to_string(rank) + " of size " + std::to_string(size) +
+                  ": need size >= 1 and 0 <= rank < size");
 #if QMESH_WITH_UCX
     qmesh::StoreBootstrap bootstrap(std::make_shared<qmesh::FileStore>(dir), rank, size);
     auto out = std::make_unique<qmesh_world>();
     out->comm = qmesh::make_ucx_world(bootstrap);
     *world = out.release();
 #else
-    throw UnsupportedError("a store-bootstrapped world needs UCX; this qmesh was built " +
+    QMESH_THROW_KIND(ErrorKind::kUnsupported, "a store-bootstrapped world needs UCX; this qmesh was built " +
                            std::string("without it (QMESH_WITH_UCX=OFF)"));
 #endif
   });

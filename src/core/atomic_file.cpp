@@ -75,9 +75,9 @@ uint32_t crc32_of(const uint8_t* data, size_t n) {
 #if !QMESH_WITH_ZLIB
   (void)data;
   (void)n;
-  QMESH_THROW(
-      "qmesh was built without zlib, which checkpoints use for their checksum; "
-      "install zlib1g-dev and rebuild");
+  QMESH_THROW_KIND(ErrorKind::kUnsupported,
+                   "qmesh was built without zlib, which checkpoints use for their checksum; "
+                   "install zlib1g-dev and rebuild");
 #else
   uLong crc = ::crc32(0L, Z_NULL, 0);
   // zlib takes the length as uInt: feed large buffers in pieces.

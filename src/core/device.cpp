@@ -30,8 +30,8 @@ void require_device(const Device& device) {
 
 DeviceGuard::DeviceGuard(int index) {
   if (!detail::kWithCuda)
-    QMESH_THROW("cannot make CUDA device ", index,
-                " current: qmesh was built with QMESH_WITH_CUDA=OFF");
+    QMESH_THROW_KIND(ErrorKind::kUnsupported, "cannot make CUDA device ", index,
+                     " current: qmesh was built with QMESH_WITH_CUDA=OFF");
   detail::on_cuda(index, [&](auto device) { previous_ = detail::cuda::make_current(device); });
 }
 

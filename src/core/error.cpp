@@ -12,9 +12,29 @@ const char* basename_of(const char* path) {
 }
 }  // namespace
 
+const char* error_kind_name(ErrorKind kind) {
+  switch (kind) {
+    case ErrorKind::kInvalidArgument:
+      return "invalid argument";
+    case ErrorKind::kUnsupported:
+      return "unsupported";
+    case ErrorKind::kTimeout:
+      return "timeout";
+    case ErrorKind::kRuntime:
+      return "runtime";
+  }
+  return "unknown";
+}
+
 Error::Error(std::string message, const char* file, int line, std::string call,
              std::string library_message)
-    : message_(std::move(message)),
+    : Error(ErrorKind::kInvalidArgument, std::move(message), file, line, std::move(call),
+            std::move(library_message)) {}
+
+Error::Error(ErrorKind kind, std::string message, const char* file, int line, std::string call,
+             std::string library_message)
+    : kind_(kind),
+      message_(std::move(message)),
       call_(std::move(call)),
       library_message_(std::move(library_message)),
       file_(basename_of(file)),

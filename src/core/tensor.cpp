@@ -1,5 +1,7 @@
 #include "qmesh/tensor.h"
 
+#include <utility>
+
 namespace qmesh {
 
 TensorView::TensorView(void* data_in, DType dtype_in, Shape shape_in, Device device_in)
@@ -7,6 +9,23 @@ TensorView::TensorView(void* data_in, DType dtype_in, Shape shape_in, Device dev
   QMESH_CHECK(data != nullptr, "tensor view of shape ", shape.str(),
               " has null data; a view must point at its ", shape.numel(), " elements");
   (void)dtype_size(dtype);  // rejects a dtype value outside the enum
+}
+
+TensorView TensorView::rows(int64_t begin, int64_t end) const {
+  QMESH_CHECK(0 <= begin && begin < end && end <= shape.rows(), "rows [", begin, ", ", end,
+              ") of a tensor of shape ", shape.str(), ": take a non-empty range within its ",
+              shape.rows(), " rows");
+  const int64_t cols = shape.cols();
+  return slice(begin * cols, Shape{end - begin, cols});
+}
+
+TensorView TensorView::slice(int64_t offset, Shape slice_shape) const {
+  QMESH_CHECK(0 <= offset && offset <= numel() && slice_shape.numel() <= numel() - offset,
+              "slice of ", slice_shape.numel(), " elements (shape ", slice_shape.str(),
+              ") from element ", offset, " of a tensor of shape ", shape.str(), ": it has ",
+              numel(), " elements; take a slice within them");
+  auto* base = static_cast<char*>(data) + offset * static_cast<int64_t>(dtype_size(dtype));
+  return TensorView(base, dtype, std::move(slice_shape), device);
 }
 
 void check_dtype(const TensorView& t, DType expected, std::string_view what) {

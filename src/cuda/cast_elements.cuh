@@ -96,7 +96,8 @@ void dispatch_dtypes(DType wide, DType fp8, F&& f) {
     case DType::kFloat16:
       return with_type(TypeTag<Fp16>{});
     default:
-      QMESH_THROW("CUDA cast: unsupported wide dtype ", dtype_name(wide));
+      QMESH_THROW_KIND(ErrorKind::kUnsupported, "CUDA cast: unsupported wide dtype ",
+                       dtype_name(wide));
   }
 }
 

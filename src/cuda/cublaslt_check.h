@@ -10,7 +10,8 @@
   do {                                                                                         \
     const cublasStatus_t qmesh_status_ = (call);                                               \
     if (qmesh_status_ != CUBLAS_STATUS_SUCCESS) [[unlikely]]                                   \
-      throw ::qmesh::Error("cuBLASLt call failed", __FILE__, __LINE__, #call,                  \
+      throw ::qmesh::Error(::qmesh::ErrorKind::kRuntime, "cuBLASLt call failed", __FILE__,     \
+                           __LINE__, #call,                                                    \
                            ::qmesh::detail::concat(cublasLtGetStatusName(qmesh_status_), ": ", \
                                                    cublasLtGetStatusString(qmesh_status_)));   \
   } while (0)

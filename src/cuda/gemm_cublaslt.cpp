@@ -332,11 +332,11 @@ struct CublasLtGemm::Impl {
     const cublasStatus_t status =
         cublasLtMatmulAlgoGetHeuristic(handle, desc, a_layout, b_layout, c_layout, d_layout, raw,
                                        kHeuristicCandidates, results.data(), &returned);
-    QMESH_CHECK(status == CUBLAS_STATUS_SUCCESS && returned > 0,
-                "cuBLASLt has no algorithm for this GEMM (", problem_key(c), "; status ",
-                cublasLtGetStatusName(status),
-                "): the dtype/epilogue combination is not supported on ", c.device.str(),
-                " (FP8 bias and aux are usually bf16, or fp16 with an fp16 D)");
+    QMESH_CHECK_KIND(ErrorKind::kUnsupported, status == CUBLAS_STATUS_SUCCESS && returned > 0,
+                     "cuBLASLt has no algorithm for this GEMM (", problem_key(c), "; status ",
+                     cublasLtGetStatusName(status),
+                     "): the dtype/epilogue combination is not supported on ", c.device.str(),
+                     " (FP8 bias and aux are usually bf16, or fp16 with an fp16 D)");
     results.resize(size_t(returned));
     return results;
   }

@@ -335,7 +335,8 @@ void transpose(int device, const void* in, void* out, int64_t rows, int64_t cols
       launch(uint64_t{});
       break;
     default:
-      QMESH_THROW("CUDA transpose: elements of ", bytes, " bytes are not supported");
+      QMESH_THROW_KIND(ErrorKind::kUnsupported, "CUDA transpose: elements of ", bytes,
+                       " bytes are not supported");
   }
   QMESH_CHECK_CUDA(cudaGetLastError());
 }

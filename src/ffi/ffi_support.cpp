@@ -4,6 +4,20 @@
 
 namespace qmesh::ffi {
 
+xffi::ErrorCode error_code(ErrorKind kind) {
+  switch (kind) {
+    case ErrorKind::kInvalidArgument:
+      return xffi::ErrorCode::kInvalidArgument;
+    case ErrorKind::kUnsupported:
+      return xffi::ErrorCode::kUnimplemented;
+    case ErrorKind::kTimeout:
+      return xffi::ErrorCode::kDeadlineExceeded;
+    case ErrorKind::kRuntime:
+      return xffi::ErrorCode::kInternal;
+  }
+  return xffi::ErrorCode::kInternal;
+}
+
 DType to_dtype(xffi::DataType type, const std::string& what) {
   switch (type) {
     case xffi::DataType::F32:

@@ -63,15 +63,20 @@ size_t gemm_workspace_result_bytes();
 // Writes one fp32 value into a device or host scalar, ordered on where.stream.
 void store_scalar(float* dst, float value, const Where& where);
 
-// Runs `body`, turning every exception into an FFI error whose message names the handler:
-// nothing is thrown across the C boundary and nothing aborts the process.
+// The FFI error code of each kind of qmesh::Error: invalid argument -> kInvalidArgument,
+// unsupported -> kUnimplemented, timeout -> kDeadlineExceeded, runtime -> kInternal.
+xffi::ErrorCode error_code(ErrorKind kind);
+
+// Runs `body`, turning every exception into an FFI error whose message names the handler (a
+// qmesh::Error with the code of its kind): nothing is thrown across the C boundary and
+// nothing aborts the process.
 template <class Body>
 xffi::Error guarded(const char* handler, Body&& body) {
   try {
     std::forward<Body>(body)();
     return xffi::Error::Success();
   } catch (const Error& e) {
-    return xffi::Error::InvalidArgument(std::string(handler) + ": " + e.message());
+    return xffi::Error(error_code(e.kind()), std::string(handler) + ": " + e.message());
   } catch (const std::exception& e) {
     return xffi::Error::Internal(std::string(handler) + ": " + e.what());
   } catch (...) {

@@ -30,10 +30,6 @@ namespace {
 Shape with_rows(int64_t rows, int64_t cols) { return Shape{rows, cols}; }
 
 // The first `rows` rows of a row-major 2-D tensor.
-TensorView first_rows(const TensorView& t, int64_t rows) {
-  return TensorView(t.data, t.dtype, Shape{rows, t.shape.cols()}, t.device);
-}
-
 }  // namespace
 
 struct Dense::Impl {
@@ -438,8 +434,8 @@ struct Dense::Impl {
                           const std::function<void(const GemmArgs&)>& run) {
     if (epilogue_checked_for != tokens) {
       GemmArgs probe = args;
-      probe.d = first_rows(args.d, a_rows);
-      if (!args.aux.empty()) probe.aux = first_rows(args.aux, a_rows);
+      probe.d = args.d.rows(0, a_rows);
+      if (!args.aux.empty()) probe.aux = args.aux.rows(0, a_rows);
       epilogue = detail::choose_forward_epilogue(
           probe, [](const GemmArgs& a) { return Gemm::can_implement(a).ok(); });
       epilogue_checked_for = tokens;

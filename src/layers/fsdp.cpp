@@ -3,6 +3,7 @@
 #include <cstring>
 #include <vector>
 
+#include "qmesh/comm/composite_work.h"
 #include "qmesh/comm/ordered_reduce.h"
 #include "qmesh/comm/stream_ordered.h"
 #include "qmesh/copy.h"
@@ -17,11 +18,6 @@ int axis_position(const Mesh& mesh, const std::string& name) {
   for (size_t i = 0; i < axes.size(); ++i)
     if (axes[i].name == name) return int(i);
   return -1;
-}
-
-TensorView flat(const TensorView& t, int64_t begin, int64_t count) {
-  auto* base = static_cast<char*>(t.data) + begin * int64_t(dtype_size(t.dtype));
-  return TensorView(base, t.dtype, Shape{count}, t.device);
 }
 
 }  // namespace
@@ -77,8 +73,8 @@ WorkHandle FsdpGroup::all_gather_async(const TensorView& shard, const TensorView
     copy_bytes_async(full.data, full.device, shard.data, shard.device, shard.nbytes(), stream);
     return nullptr;
   }
-  WorkHandle work =
-      fsdp_->all_gather_async(flat(shard, 0, shard.numel()), flat(full, 0, full.numel()), stream);
+  WorkHandle work = fsdp_->all_gather_async(shard.slice(0, Shape{shard.numel()}),
+                                            full.slice(0, Shape{full.numel()}), stream);
   // NCCL with CUDA buffers: ordered on `stream`, nothing for the host to wait for (dropping
   // the handle does not block).
   if (completes_in_stream_order(*fsdp_, full)) return nullptr;
@@ -98,46 +94,33 @@ Tensor FsdpGroup::full_value(const Parameter& p) const {
 namespace {
 
 // The data-group reduce-scatter in flight, then (dp > 1) the all-gather of the pieces over
-// dp into the shard, issued when the reduce-scatter completes. Owns its scratch buffers.
-// Keeps the data group's timeout.
-class FsdpReduceWork : public Work {
+// dp into the shard, issued when the reduce-scatter completes; both bounded by one wait's
+// deadline. Its scratch buffers are kept by the composite. Keeps the data group's timeout.
+class FsdpReduceWork : public CompositeWork {
  public:
-  FsdpReduceWork(const Communicator& data, WorkHandle reduce, Tensor arranged, Tensor piece,
-                 std::shared_ptr<Communicator> dp, TensorView shard, Stream stream)
-      : Work("FSDP gradient reduce_scatter", data),
-        reduce_(std::move(reduce)),
-        arranged_(std::move(arranged)),
-        piece_(std::move(piece)),
+  FsdpReduceWork(const Communicator& data, std::shared_ptr<Communicator> dp, TensorView shard,
+                 Stream stream)
+      : CompositeWork("FSDP gradient reduce_scatter", data),
         dp_(std::move(dp)),
         shard_(shard),
         stream_(stream) {}
 
+  // The piece of the shard this rank reduces (dp > 1): gathered over dp into the shard once
+  // the reduce-scatter (the first part) completes.
+  void gather_piece(const TensorView& piece) { piece_ = piece; }
+
  protected:
-  bool poll() override {
-    if (reduce_ && !reduce_->test()) return false;
-    finish(dp_->timeout());
-    return true;
-  }
-  bool block_until(const Deadline& deadline) override {
-    if (reduce_) reduce_->wait(deadline.left());
-    finish(deadline.left());
-    return true;
+  void next_stage() override {
+    if (piece_.empty()) return;
+    add(dp_->all_gather_async(piece_, shard_, stream_));
+    piece_ = TensorView();
   }
 
  private:
-  void finish(std::chrono::milliseconds timeout) {
-    reduce_.reset();
-    if (piece_.data() == nullptr) return;
-    dp_->all_gather_async(piece_, shard_, stream_)->wait(timeout);
-    piece_ = Tensor();
-    arranged_ = Tensor();
-  }
-
-  WorkHandle reduce_;
-  Tensor arranged_, piece_;
   std::shared_ptr<Communicator> dp_;
   TensorView shard_;
   Stream stream_;
+  TensorView piece_;
 };
 
 }  // namespace
@@ -156,29 +139,28 @@ WorkHandle FsdpGroup::reduce_scatter_async(const TensorView& full, const TensorV
               " elements do not make ", f, " shards of ", s, " (a multiple of dp=", d, ")");
   // Data rank c = (dp coordinate, fsdp coordinate) owns piece (its dp coordinate) of the
   // shard of its fsdp coordinate. Arrange the pieces in data-rank order.
+  auto work = std::make_unique<FsdpReduceWork>(*data_, dp_, shard.slice(0, Shape{s}), stream);
   const int64_t piece = s / d;
-  TensorView in = flat(full, 0, full.numel());
-  Tensor arranged;
+  TensorView in = full.slice(0, Shape{full.numel()});
   if (dp_outer_ && d > 1 && f > 1) {
-    arranged = Tensor(DType::kFloat32, Shape{full.numel()}, full.device);
+    const TensorView arranged =
+        work->keep(Tensor(DType::kFloat32, Shape{full.numel()}, full.device));
     for (int64_t di = 0; di < d; ++di)
       for (int64_t fi = 0; fi < f; ++fi)
-        copy_bytes_async(flat(arranged, (di * f + fi) * piece, piece).data, full.device,
-                         flat(full, fi * s + di * piece, piece).data, full.device,
+        copy_bytes_async(arranged.slice((di * f + fi) * piece, Shape{piece}).data, full.device,
+                         full.slice(fi * s + di * piece, Shape{piece}).data, full.device,
                          size_t(piece) * 4, stream);
     in = arranged;
   }
-  Tensor mine;
-  TensorView target = flat(shard, 0, s);
+  TensorView target = shard.slice(0, Shape{s});
   if (d > 1) {
-    mine = Tensor(DType::kFloat32, Shape{piece}, full.device);
-    target = mine;
+    target = work->keep(Tensor(DType::kFloat32, Shape{piece}, full.device));
+    work->gather_piece(target);
   }
-  WorkHandle reduce = full.device.is_host()
-                          ? ordered_reduce_scatter_async(*data_, in, target)
-                          : data_->reduce_scatter_async(in, target, ReduceOp::kSum, stream);
-  return std::make_unique<FsdpReduceWork>(*data_, std::move(reduce), std::move(arranged),
-                                          std::move(mine), dp_, flat(shard, 0, s), stream);
+  work->add(full.device.is_host()
+                ? ordered_reduce_scatter_async(*data_, in, target)
+                : data_->reduce_scatter_async(in, target, ReduceOp::kSum, stream));
+  return work;
 }
 
 }  // namespace qmesh

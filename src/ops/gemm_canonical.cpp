@@ -184,9 +184,10 @@ CanonicalGemm canonicalize(const GemmArgs& args) {
     QMESH_CHECK(is_fp8_operand(args.a) && is_fp8_operand(args.b),
                 "GemmArgs.a and .b must both be FP8 quantized tensors or both plain tensors, got ",
                 dtype_name(ta), " and ", dtype_name(tb));
-    QMESH_CHECK(!(ta == DType::kFloat8E5M2 && tb == DType::kFloat8E5M2),
-                "FP8 GEMM inputs fp8e5m2 × fp8e5m2 are not supported: use e4m3 × e4m3, "
-                "e4m3 × e5m2 or e5m2 × e4m3");
+    QMESH_CHECK_KIND(ErrorKind::kUnsupported,
+                     !(ta == DType::kFloat8E5M2 && tb == DType::kFloat8E5M2),
+                     "FP8 GEMM inputs fp8e5m2 × fp8e5m2 are not supported: use e4m3 × e4m3, "
+                     "e4m3 × e5m2 or e5m2 × e4m3");
   } else {
     QMESH_CHECK(is_plain_gemm_dtype(ta) && ta == tb,
                 "GemmArgs.a and .b must have the same dtype, one of fp32, bf16, fp16 (or both be "
@@ -293,8 +294,8 @@ CanonicalGemm canonicalize(const GemmArgs& args) {
     if (c.block_scaled()) check_cublaslt_block(c);
     check_cublaslt_epilogue_dtypes(c);
     check_cublaslt_aux(c);
-    QMESH_CHECK(QMESH_WITH_CUDA, "GEMM tensors live on ", c.device.str(),
-                " but qmesh was built with QMESH_WITH_CUDA=OFF");
+    QMESH_CHECK_KIND(ErrorKind::kUnsupported, QMESH_WITH_CUDA, "GEMM tensors live on ",
+                     c.device.str(), " but qmesh was built with QMESH_WITH_CUDA=OFF");
     require_device(c.device);
   }
   return c;

@@ -13,7 +13,6 @@ namespace {
 using overlap_detail::operand_data;
 using overlap_detail::operand_rows;
 using overlap_detail::RingExec;
-using overlap_detail::rows_of;
 
 // Tags of the rings' point-to-point messages (a communicator must not carry other traffic
 // with these tags while a collective GEMM runs).
@@ -25,9 +24,10 @@ constexpr int kTagPartial = 0x5104;  // partial sums of the reduce-scatter ring
 
 // All tensors on A's device (returned); CUDA tensors need the two streams.
 Device check_common(const GemmArgs& args, const CollectiveGemmStreams& streams, const char* op) {
-  QMESH_CHECK(!args.a.is_block_scaled() && !args.b.is_block_scaled(), op,
-              ": block-scaled FP8 operands are not supported by the collective GEMMs yet; "
-              "gather the operand and call qmesh::gemm");
+  QMESH_CHECK_KIND(ErrorKind::kUnsupported, !args.a.is_block_scaled() && !args.b.is_block_scaled(),
+                   op,
+                   ": block-scaled FP8 operands are not supported by the collective GEMMs yet; "
+                   "gather the operand and call qmesh::gemm");
   QMESH_CHECK(args.trans_a == GemmTranspose::kNo, op,
               ": A must be stored [tokens, K] (trans_a kNo), got trans_a kYes");
   const Device device = args.a.device();
@@ -61,7 +61,7 @@ void gemm_rows(RingExec& exec, const GemmArgs& args, const GemmOperand& a_rows,
   GemmArgs step = args;
   step.a = a_rows;
   step.d = d_rows;
-  if (!args.aux.empty()) step.aux = rows_of(args.aux, begin, count);
+  if (!args.aux.empty()) step.aux = args.aux.rows(begin, begin + count);
   exec.gemm(step);
 }
 
@@ -107,8 +107,8 @@ void all_gather_gemm(Communicator& comm, const GemmArgs& args, const GemmOperand
               " rows, got shape ", args.aux.shape.str());
   {  // B, the epilogue and D's columns are checked on the first chunk, before any transfer.
     GemmArgs probe = args;
-    probe.d = rows_of(args.d, 0, chunk);
-    if (!args.aux.empty()) probe.aux = rows_of(args.aux, 0, chunk);
+    probe.d = args.d.rows(0, chunk);
+    if (!args.aux.empty()) probe.aux = args.aux.rows(0, chunk);
     check_gemm(probe, op);
   }
   RingExec exec(comm, device, streams, op);
@@ -137,13 +137,13 @@ void all_gather_gemm(Communicator& comm, const GemmArgs& args, const GemmOperand
           : nullptr;
   // arrived[c]: the mark after which chunk c is in `gathered`.
   std::vector<RingExec::Mark> arrived(static_cast<size_t>(n), nullptr);
-  auto slot = [&](int c) { return rows_of(g, c * chunk, chunk); };
+  auto slot = [&](int c) { return g.rows(c * chunk, (c + 1) * chunk); };
   auto chunk_gemm = [&](int c) {
     exec.compute_after(arrived[static_cast<size_t>(c)]);
     GemmArgs step = args;
     if (chunk_amax) step.d_amax = chunk_amax + c * kAmaxSlot;
     gemm_rows(exec, step, operand_rows(gathered, c * chunk, chunk),
-              rows_of(args.d, c * chunk, chunk), c * chunk, chunk);
+              args.d.rows(c * chunk, (c + 1) * chunk), c * chunk, chunk);
   };
   if (overlap == Overlap::kNone || n == 1) {
     const RingExec::Mark all = exec.all_gather(a, g, 0, "all-gather");
@@ -250,7 +250,7 @@ void gemm_reduce_scatter(Communicator& comm, const GemmArgs& args, Overlap overl
   TensorView partial;
   if (overlap == Overlap::kNone) {
     partial = exec.scratch(DType::kFloat32, Shape{tokens, cols});
-    for (int c = 0; c < n; ++c) chunk_gemm(c, rows_of(partial, c * chunk, chunk));
+    for (int c = 0; c < n; ++c) chunk_gemm(c, partial.rows(c * chunk, (c + 1) * chunk));
   }
   // Step s computes this rank's partial of chunk (r - s - 1) mod n and adds the running sum
   // of the same chunk received from rank - 1 (which started it one step earlier); the sum
@@ -275,7 +275,7 @@ void gemm_reduce_scatter(Communicator& comm, const GemmArgs& args, Overlap overl
     const int c = mod(r - s - 1, n), b = s % 2;
     RingExec::Exchange x;
     TensorView own = s == 0 ? outgoing[0] : mine;
-    if (overlap == Overlap::kNone) own = rows_of(partial, c * chunk, chunk);
+    if (overlap == Overlap::kNone) own = partial.rows(c * chunk, (c + 1) * chunk);
     auto post = [&] {
       x = exec.exchange(pending, next, pending_ready, s > 0 ? incoming[b] : TensorView(), prev,
                         summed[b], kTagPartial);

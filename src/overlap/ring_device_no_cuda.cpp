@@ -7,9 +7,9 @@ namespace qmesh::overlap_detail {
 
 namespace {
 [[noreturn]] void no_cuda() {
-  QMESH_THROW(
-      "collective GEMM on CUDA tensors: this build of qmesh has no CUDA support "
-      "(configure with QMESH_WITH_CUDA=ON)");
+  QMESH_THROW_KIND(ErrorKind::kUnsupported,
+                   "collective GEMM on CUDA tensors: this build of qmesh has no CUDA support "
+                   "(configure with QMESH_WITH_CUDA=ON)");
 }
 }  // namespace
 

@@ -35,21 +35,14 @@ std::optional<DeviceGuard> make_current(const Device& device) {
   return std::optional<DeviceGuard>(std::in_place, device.index);
 }
 
-TensorView rows_of(const TensorView& t, int64_t begin, int64_t count) {
-  const int64_t cols = t.shape.cols();
-  auto* base =
-      static_cast<char*>(t.data) + begin * cols * static_cast<int64_t>(dtype_size(t.dtype));
-  return TensorView(base, t.dtype, Shape{count, cols}, t.device);
-}
-
 const TensorView& operand_data(const GemmOperand& op) {
   return op.is_quantized() ? op.quantized.data : op.tensor;
 }
 
 GemmOperand operand_rows(const GemmOperand& op, int64_t begin, int64_t count) {
-  if (!op.is_quantized()) return GemmOperand::plain(rows_of(op.tensor, begin, count));
+  if (!op.is_quantized()) return GemmOperand::plain(op.tensor.rows(begin, begin + count));
   QuantizedTensorView q = op.quantized;
-  q.data = rows_of(q.data, begin, count);
+  q.data = q.data.rows(begin, begin + count);
   q.data_t = TensorView();
   return GemmOperand::fp8(q);
 }
@@ -148,7 +141,7 @@ void RingExec::wait(WorkHandle& work, int step, std::string_view what) {
   } catch (const Error& e) {
     work.reset();
     abandon();
-    QMESH_THROW(what_, " failed at step ", step, " (", what, "): ", e.what());
+    QMESH_THROW_KIND(e.kind(), what_, " failed at step ", step, " (", what, "): ", e.what());
   }
   work.reset();
 }

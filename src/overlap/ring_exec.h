@@ -38,8 +38,6 @@ void check_device(const Device& device, const CollectiveGemmStreams& streams, co
 // The CUDA device of `device` made current for the scope of the result; nothing on the host.
 std::optional<DeviceGuard> make_current(const Device& device);
 
-// Rows [begin, begin + count) of a row-major 2-D tensor.
-TensorView rows_of(const TensorView& t, int64_t begin, int64_t count);
 // The codes of an FP8 operand, else its tensor.
 const TensorView& operand_data(const GemmOperand& op);
 // Rows of an operand (FP8: rowwise codes only; the scalars are shared).

@@ -266,38 +266,46 @@ Staged stage(const fs::path& dir, int step, const CheckpointContent& content, in
   return stage_direct(step_dir, content, rank);
 }
 
-// What fn threw (a qmesh::Error's message, or another exception's: allocation, file system), or
-// nothing.
-std::optional<std::string> error_of(const std::function<void()>& fn) {
+// What fn threw (a qmesh::Error's kind and message, or another exception's: allocation, file
+// system, as a runtime error), or nothing.
+struct RankError {
+  ErrorKind kind;
+  std::string message;
+};
+std::optional<RankError> error_of(const std::function<void()>& fn) {
   try {
     fn();
   } catch (const Error& e) {
-    return e.message();
+    return RankError{e.kind(), e.message()};
   } catch (const std::exception& e) {
-    return e.what();
+    return RankError{ErrorKind::kRuntime, e.what()};
   }
   return std::nullopt;
 }
 
 // Collective over `comm`: returns when no rank has an `error`; else throws, on every rank, the
-// error of the lowest failing rank (its message travels to the others): "<what> failed on rank
-// r of n (<outcome>): <message>".
-void agree(Communicator& comm, const std::optional<std::string>& error, const std::string& what,
+// error of the lowest failing rank (its kind and message travel to the others): "<what> failed
+// on rank r of n (<outcome>): <message>".
+void agree(Communicator& comm, const std::optional<RankError>& error, const std::string& what,
            const char* outcome) {
   Tensor first(DType::kInt32, Shape{1});
   *first.data_as<int32_t>() = error ? comm.rank() : comm.size();
   comm.all_reduce(first, ReduceOp::kMin);
   const int root = *first.data_as<int32_t>();
   if (root == comm.size()) return;
-  Tensor length(DType::kInt32, Shape{1});
-  *length.data_as<int32_t>() = error ? int32_t(error->size()) : 0;
-  comm.broadcast(length, root);
-  const int32_t n = *length.data_as<int32_t>();
+  Tensor header(DType::kInt32, Shape{2});  // the message's length, the kind
+  if (error) {
+    header.data_as<int32_t>()[0] = int32_t(error->message.size());
+    header.data_as<int32_t>()[1] = int32_t(error->kind);
+  }
+  comm.broadcast(header, root);
+  const int32_t n = header.data_as<int32_t>()[0];
+  const auto kind = ErrorKind(header.data_as<int32_t>()[1]);
   Tensor text(DType::kInt32, Shape{std::max<int64_t>(1, (n + 3) / 4)});
-  if (comm.rank() == root) std::memcpy(text.data(), error->data(), size_t(n));
+  if (comm.rank() == root) std::memcpy(text.data(), error->message.data(), size_t(n));
   comm.broadcast(text, root);
-  QMESH_THROW(what, " failed on rank ", root, " of ", comm.size(), " (", outcome,
-              "): ", std::string(static_cast<const char*>(text.data()), size_t(n)));
+  QMESH_THROW_KIND(kind, what, " failed on rank ", root, " of ", comm.size(), " (", outcome,
+                   "): ", std::string(static_cast<const char*>(text.data()), size_t(n)));
 }
 
 // The layout of a mesh whose axes are among dp, fsdp, tp in that order; else none.

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <map>
 
+#include "qmesh/comm/composite_work.h"
 #include "qmesh/comm/deadline.h"
 #include "qmesh/comm/ordered_reduce.h"
 #include "qmesh/copy.h"
@@ -12,15 +13,6 @@
 namespace qmesh {
 
 namespace {
-// A reduction that finished when it was launched (GradSyncOrder::kRankOrder).
-class DoneWork : public Work {
- public:
-  explicit DoneWork(const Communicator& dp) : Work("rank-ordered gradient all_reduce", dp) {}
-
- protected:
-  bool poll() override { return true; }
-};
-
 struct Bucket {
   std::vector<Parameter*> params;
   Tensor flat;  // fp32 on the gradients' device, the concatenated gradients
@@ -61,7 +53,8 @@ struct GradSync::Impl {
     }
     if (order == GradSyncOrder::kRankOrder) {
       ordered_all_reduce(*dp, b.flat);
-      b.work = std::make_unique<DoneWork>(*dp);
+      // Finished when launched: a composite without parts.
+      b.work = std::make_unique<CompositeWork>("rank-ordered gradient all_reduce", *dp);
       return;
     }
     b.work = dp->all_reduce_async(b.flat, ReduceOp::kSum, stream);

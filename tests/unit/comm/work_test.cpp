@@ -1,14 +1,17 @@
 // The Work base class on its own: its state machine (a failure is final and rethrown by every
 // later test() and wait()), the wording of timeout errors, which timeout wait() uses, and the
-// destructor policy, through a scripted subclass whose hooks record their calls.
+// destructor policy, through a scripted subclass whose hooks record their calls; and
+// CompositeWork over such works (its stages, its parts' errors, one deadline, dropping).
 #include "qmesh/comm/work.h"
 
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <optional>
 #include <string>
 
 #include "expect_error.h"
+#include "qmesh/comm/composite_work.h"
 #include "qmesh/error.h"
 
 namespace qmesh {
@@ -91,6 +94,26 @@ TEST(Work, TimeoutErrorNamesTheOperationTheLimitAndThePeer) {
   EXPECT_EQ(script.timeouts, 1);
 }
 
+TEST(Work, ATimeoutIsAnErrorOfKindTimeoutAndAnOperationsErrorKeepsItsKind) {
+  Script script;
+  ScriptedWork work(script, milliseconds(10));
+  try {
+    work.wait();
+    ADD_FAILURE() << "nothing thrown";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kTimeout);
+  }
+  Script failing;
+  failing.fail_on_poll = true;
+  ScriptedWork failed(failing, milliseconds(5000));
+  try {
+    failed.wait();
+    ADD_FAILURE() << "nothing thrown";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);  // QMESH_THROW's
+  }
+}
+
 TEST(Work, ATimeoutSetInCodeIsNamedAsSuch) {
   Script script;
   ScriptedWork work(script, milliseconds(5000), TimeoutSource::kCommunicator);
@@ -154,6 +177,78 @@ TEST(Work, DroppingAFinishedOrFailedOperationDoesNothing) {
   EXPECT_EQ(done.withdrawals, 0);
   EXPECT_EQ(timed_out.withdrawals, 0);
   EXPECT_EQ(timed_out.timeouts, 1);  // the wait's own, not a second one when dropped
+}
+
+// ---- CompositeWork ----
+
+// Two stages: `first` completes after two polls; its next stage adds `second`.
+class TwoStageWork : public CompositeWork {
+ public:
+  TwoStageWork(Script& first, Script& second, milliseconds timeout)
+      : CompositeWork("two-stage op (rank 0 of 2)", timeout, TimeoutSource::kEnvironment),
+        second_(second) {
+    add(std::make_unique<ScriptedWork>(first, timeout));
+    add(nullptr);  // an operation with nothing to wait for
+  }
+  int stages = 0;
+
+ protected:
+  void next_stage() override {
+    if (++stages == 1) add(std::make_unique<ScriptedWork>(second_, timeout()));
+  }
+
+ private:
+  Script& second_;
+};
+
+TEST(CompositeWork, RunsItsStagesInTurnAndCompletesWhenOneAddsNoParts) {
+  Script first, second;
+  first.complete_after_polls = 2;
+  second.complete_after_polls = 2;
+  TwoStageWork work(first, second, milliseconds(5000));
+  EXPECT_FALSE(work.test());  // first: poll 1
+  EXPECT_EQ(work.stages, 0);
+  EXPECT_FALSE(work.test());  // first completes; the second stage starts, its poll 1
+  EXPECT_EQ(work.stages, 1);
+  EXPECT_EQ(second.polls, 1);
+  EXPECT_TRUE(work.test());  // second completes; the next stage adds nothing
+  EXPECT_EQ(work.stages, 2);
+  work.wait();
+  EXPECT_EQ(first.polls, 2);
+  EXPECT_EQ(second.polls, 2);
+}
+
+TEST(CompositeWork, APartsErrorIsTheCompositesAndPartsWaitForItsDeadline) {
+  Script first, second;
+  first.fail_on_poll = true;
+  TwoStageWork failing(first, second, milliseconds(5000));
+  EXPECT_QMESH_ERROR(failing.wait(), "scripted failure");
+  EXPECT_QMESH_ERROR(failing.test(), "scripted failure");
+  EXPECT_EQ(failing.stages, 0);
+
+  Script quick, never;
+  quick.complete_after_polls = 1;
+  TwoStageWork stuck(quick, never, milliseconds(5000));
+  EXPECT_QMESH_ERROR(stuck.wait(milliseconds(30)),
+                     "scripted op (rank 0 of 2) timed out after 0.0");  // what was left of 30 ms
+  EXPECT_EQ(never.timeouts, 1);
+}
+
+TEST(CompositeWork, WithoutPartsItIsCompleteAtOnce) {
+  CompositeWork work("nothing (rank 0 of 1)", milliseconds(5000), TimeoutSource::kEnvironment);
+  EXPECT_TRUE(work.test());
+}
+
+TEST(CompositeWork, DroppingItDropsItsUnfinishedPartsAndNeverTheirStages) {
+  Script first, second;
+  first.withdrawable = true;
+  {
+    TwoStageWork work(first, second, milliseconds(5000));
+    EXPECT_FALSE(work.test());
+  }
+  EXPECT_EQ(first.withdrawals, 1);  // dropped by its own policy: withdrawn, not waited for
+  EXPECT_EQ(first.timeouts, 0);
+  EXPECT_EQ(second.polls, 0);  // the next stage never starts
 }
 
 }  // namespace

@@ -31,6 +31,47 @@ TEST(Error, LibraryMessageAppearsInWhat) {
                "[unhandled system error]");
 }
 
+TEST(Error, ChecksAndThrowsAreInvalidArgumentsUnlessGivenAKind) {
+  try {
+    QMESH_CHECK(false, "bad size");
+    ADD_FAILURE() << "nothing thrown";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+  }
+  try {
+    QMESH_THROW("bad dtype");
+    ADD_FAILURE() << "nothing thrown";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+  }
+  const int line = __LINE__ + 2;
+  try {
+    QMESH_CHECK_KIND(ErrorKind::kUnsupported, 2 < 1, "built without ", "MPI");
+    ADD_FAILURE() << "nothing thrown";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUnsupported);
+    EXPECT_EQ(e.call(), "2 < 1");
+    EXPECT_EQ(e.message(), "built without MPI");
+    EXPECT_EQ(e.line(), line);
+  }
+  try {
+    QMESH_THROW_KIND(ErrorKind::kTimeout, "waited ", 5, " s");
+    ADD_FAILURE() << "nothing thrown";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kTimeout);
+    EXPECT_EQ(e.message(), "waited 5 s");
+  }
+  EXPECT_EQ(Error(ErrorKind::kRuntime, "NCCL call failed", "x.cpp", 1).kind(), ErrorKind::kRuntime);
+  EXPECT_EQ(Error("plain", "x.cpp", 1).kind(), ErrorKind::kInvalidArgument);
+}
+
+TEST(Error, KindsHaveNames) {
+  EXPECT_STREQ(error_kind_name(ErrorKind::kInvalidArgument), "invalid argument");
+  EXPECT_STREQ(error_kind_name(ErrorKind::kUnsupported), "unsupported");
+  EXPECT_STREQ(error_kind_name(ErrorKind::kTimeout), "timeout");
+  EXPECT_STREQ(error_kind_name(ErrorKind::kRuntime), "runtime");
+}
+
 TEST(Error, PassingCheckDoesNotThrow) { EXPECT_NO_THROW(QMESH_CHECK(true, "unused")); }
 
 TEST(Logging, LevelFromEnvironmentAndBadValue) {

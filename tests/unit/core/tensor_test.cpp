@@ -38,6 +38,40 @@ TEST(Tensor, ArgumentChecksNameTheArgument) {
   EXPECT_QMESH_ERROR(check_shape(t, Shape{4}, "bias"), "bias must have shape [4], got [2, 2]");
 }
 
+TEST(TensorView, RowsAreViewsOfTheSameMemory) {
+  Tensor t(DType::kBFloat16, Shape{2, 3, 4});  // 6 rows of 4
+  const TensorView r = t.view().rows(2, 5);
+  EXPECT_EQ(r.shape, (Shape{3, 4}));
+  EXPECT_EQ(r.dtype, DType::kBFloat16);
+  EXPECT_EQ(r.device, t.device());
+  EXPECT_EQ(static_cast<char*>(r.data), static_cast<char*>(t.data()) + 2 * 4 * 2);
+  EXPECT_EQ(t.view().rows(0, 6).shape, (Shape{6, 4}));
+  Tensor vec(DType::kFloat32, Shape{5});  // one row
+  EXPECT_EQ(vec.view().rows(0, 1).shape, (Shape{1, 5}));
+}
+
+TEST(TensorView, SlicesAreViewsOfTheSameMemory) {
+  Tensor t(DType::kFloat32, Shape{4, 6});
+  const TensorView s = t.view().slice(5, Shape{2, 9});
+  EXPECT_EQ(s.shape, (Shape{2, 9}));
+  EXPECT_EQ(static_cast<char*>(s.data), static_cast<char*>(t.data()) + 5 * 4);
+  EXPECT_EQ(t.view().slice(0, Shape{24}).data, t.data());
+  EXPECT_EQ(static_cast<float*>(t.view().slice(23, Shape{1}).data), t.data_as<float>() + 23);
+}
+
+TEST(TensorView, OutOfRangeRowsAndSlicesAreClearErrors) {
+  Tensor owner(DType::kFloat32, Shape{3, 2});
+  const TensorView t = owner;
+  EXPECT_QMESH_ERROR(t.rows(1, 4), "rows [1, 4) of a tensor of shape [3, 2]");
+  EXPECT_QMESH_ERROR(t.rows(1, 4), "within its 3 rows");
+  EXPECT_QMESH_ERROR(t.rows(-1, 2), "rows [-1, 2)");
+  EXPECT_QMESH_ERROR(t.rows(2, 2), "take a non-empty range");
+  EXPECT_QMESH_ERROR(t.slice(4, Shape{3}), "slice of 3 elements (shape [3]) from element 4");
+  EXPECT_QMESH_ERROR(t.slice(4, Shape{3}), "it has 6 elements");
+  EXPECT_QMESH_ERROR(t.slice(-1, Shape{1}), "from element -1");
+  EXPECT_QMESH_ERROR(t.slice(7, Shape{1}), "from element 7");
+}
+
 TEST(Tensor, CudaAllocationWithoutDeviceIsAClearError) {
   if (cuda_device_count() > 0) GTEST_SKIP() << "a CUDA device is present";
   EXPECT_QMESH_ERROR(Tensor(DType::kFloat32, Shape{4}, Device::cuda(0)),

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -16,6 +17,7 @@
 
 #include "counting_communicator.h"
 #include "expect_error.h"
+#include "intercepting_communicator.h"
 #include "qmesh/comm/local.h"
 #include "qmesh/comm/mesh.h"
 #include "qmesh/layers/dense.h"
@@ -95,6 +97,64 @@ TEST(FsdpGroup, ShardsGatherAndReduceScatterAnyLayout) {
       }
     });
   }
+}
+
+// A transport whose sends read their buffer until they complete and cannot be withdrawn (an
+// MPI rendezvous send): each poll of an unfinished send reads the whole buffer.
+class ReadingSendCommunicator : public testing::InterceptingCommunicator {
+ public:
+  explicit ReadingSendCommunicator(std::shared_ptr<Communicator> inner)
+      : InterceptingCommunicator(
+            std::move(inner), [](Call, int64_t) {}, false) {}
+
+  WorkHandle send_async(TensorView in, int peer, int tag, Stream stream) override {
+    return std::make_unique<ReadingSend>(
+        in, InterceptingCommunicator::send_async(in, peer, tag, stream), *this);
+  }
+  std::shared_ptr<Communicator> split(int color, int key) override {
+    auto child = InterceptingCommunicator::split(color, key);
+    return child ? std::make_shared<ReadingSendCommunicator>(std::move(child)) : nullptr;
+  }
+
+ private:
+  class ReadingSend : public Work {
+   public:
+    ReadingSend(TensorView buf, WorkHandle inner, const Communicator& issuer)
+        : Work("reading send", issuer), buf_(buf), inner_(std::move(inner)) {}
+    ~ReadingSend() override { drop_unfinished(); }
+
+   protected:
+    bool poll() override {
+      volatile char sink = 0;
+      for (size_t i = 0; i < buf_.nbytes(); ++i)
+        sink = sink ^ static_cast<const char*>(buf_.data)[i];
+      return inner_->test();
+    }
+
+   private:
+    TensorView buf_;
+    WorkHandle inner_;
+  };
+};
+
+// A reduce-scatter that fails (here: the other ranks never join, so the wait times out) and is
+// then dropped keeps the buffers its sends read alive until the sends are dropped: under
+// AddressSanitizer, a read of a freed buffer fails the test.
+TEST(FsdpGroup, ADroppedFailedReduceScatterNeverReadsFreedBuffers) {
+  const Layout l{2, 2, 1};  // dp outer: the gradient is rearranged into a scratch buffer
+  run_local_ranks(4, [&](Communicator& world) {
+    world.set_timeout(std::chrono::milliseconds(100));
+    auto reading = std::make_shared<ReadingSendCommunicator>(borrow(world));
+    Mesh mesh(reading, axes_of(l), roles_of(l));
+    FsdpGroup g(mesh);
+    if (world.rank() != 0) return;
+    const int64_t s = g.shard_numel(13);
+    Tensor full(DType::kFloat32, Shape{s * l.fsdp}), shard(DType::kFloat32, Shape{s});
+    std::fill_n(full.data_as<float>(), full.numel(), 1.0f);
+    WorkHandle work = g.reduce_scatter_async(full, shard);
+    EXPECT_QMESH_ERROR(work->wait(), "timed out");
+    work.reset();
+  });
 }
 
 // ---- Training: every layout gives the same bits ----
