@@ -1,7 +1,7 @@
 // dense_gpu_bench: forward + backward time of one LayerNormMLP block on GPU 0 (batch 4 x seq
 // 2048 = 8192 tokens, hidden 4096, ffn 16384: about 6.6 TFLOP per step) in BF16 with fp32
 // activations (the baseline before bf16 activations), BF16 with bf16 activations (the fair
-// baseline: the same activation treatment as FP8), FP8 delayed and FP8 current scaling, and
+// baseline: the same activation treatment as FP8), FP8 delayed, current and block scaling, and
 // each configuration's speed-up over both BF16 ones (targets on an H100: delayed >= 1.8x the
 // first and >= 1.6x the second, current >= 1.65x the first). Plain argv parsing, no Boost, so that
 // it builds wherever the CUDA toolkit does. Each step (forward, backward and the delayed-scaling
@@ -110,7 +110,7 @@ double median_of(const std::vector<std::pair<std::string, double>>& results,
 
 int main(int argc, char** argv) try {
   int iters = 20;
-  std::vector<Config> configs = parse_configs("bf16:fp32,bf16,delayed,current");
+  std::vector<Config> configs = parse_configs("bf16:fp32,bf16,delayed,current,block");
   int64_t tokens = 4 * 2048, hidden = 4096, ffn = 16384;
   std::string json_path;
   const auto usage = [](const char*) {
@@ -118,14 +118,15 @@ int main(int argc, char** argv) try {
         "usage: dense_gpu_bench [--iters N] [--tokens T] [--hidden H] [--ffn F] [--recipes LIST]\n"
         "                       [--json FILE]\n"
         "  one LayerNormMLP forward+backward on GPU 0: BF16 with fp32 and with bf16\n"
-        "  activations, FP8 delayed, FP8 current scaling\n"
+        "  activations, FP8 delayed, FP8 current and FP8 block scaling\n"
         "  --iters:  timed steps per recipe (default 20, at least 10 for the targets; after 2\n"
         "            warm-up steps; median, min and max reported)\n"
         "  --tokens: batch x seq (default 8192), --hidden (4096), --ffn (16384); FP8 needs\n"
         "            multiples of 16\n"
-        "  --recipes: comma-separated RECIPE[:ACTIVATIONS] (recipe fp32, bf16, delayed or\n"
-        "            current; activations fp32 or bf16, default the recipe's); default\n"
-        "            bf16:fp32,bf16,delayed,current (the speed-ups need the BF16 ones first)\n"
+        "  --recipes: comma-separated RECIPE[:ACTIVATIONS] (recipe fp32, bf16, delayed,\n"
+        "            current or block; activations fp32 or bf16, default the recipe's); default\n"
+        "            bf16:fp32,bf16,delayed,current,block (the speed-ups need the BF16 ones\n"
+        "            first)\n"
         "  --json:   also write the JSON object to FILE\n");
   };
   qmesh::bench::for_each_option(argc, argv, usage,

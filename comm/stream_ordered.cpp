@@ -4,6 +4,16 @@
 
 namespace qmesh {
 
+namespace {
+
+// A one-rank all-gather or reduce-scatter: `in` is the result.
+void copy_on_one_rank(const TensorView& in, const TensorView& out, Stream stream) {
+  if (out.data != in.data)
+    copy_bytes_async(out.data, out.device, in.data, in.device, in.nbytes(), stream);
+}
+
+}  // namespace
+
 bool completes_in_stream_order(const Communicator& comm, const TensorView& buf) {
   return buf.device.is_cuda() && comm.stream_ordered();
 }
@@ -21,14 +31,24 @@ void all_gather_in_stream_order(Communicator& comm, const TensorView& in, const 
                                 Stream stream) {
   if (comm.size() == 1) {
     comm_check::all_gather_args(in, out, 1);
-    if (out.data != in.data)
-      copy_bytes_async(out.data, out.device, in.data, in.device, in.nbytes(), stream);
-    return;
+    return copy_on_one_rank(in, out, stream);
   }
   if (completes_in_stream_order(comm, in))
     (void)comm.all_gather_async(in, out, stream);
   else
     comm.all_gather(in, out, stream);
+}
+
+void reduce_scatter_in_stream_order(Communicator& comm, const TensorView& in, const TensorView& out,
+                                    Stream stream) {
+  if (comm.size() == 1) {
+    comm_check::reduce_scatter_args(in, out, 1);
+    return copy_on_one_rank(in, out, stream);
+  }
+  if (completes_in_stream_order(comm, in))
+    (void)comm.reduce_scatter_async(in, out, ReduceOp::kSum, stream);
+  else
+    comm.reduce_scatter(in, out, ReduceOp::kSum, stream);
 }
 
 }  // namespace qmesh

@@ -174,7 +174,7 @@ if has_step tests; then
 fi
 if has_step bench; then
   # Every GPU benchmark program writes a table to stdout and JSON next to it: dense_gpu_bench
-  # (LayerNormMLP: BF16 with fp32 and with bf16 activations, FP8 delayed, FP8 current), quant_gpu_bench (the casts against the copy
+  # (LayerNormMLP: BF16 with fp32 and with bf16 activations, FP8 delayed, current, block), quant_gpu_bench (the casts against the copy
   # bandwidth), gemm_epilogue_gpu_bench (what cuBLASLt offers for the FP8 first GEMM),
   # gemm_block_gpu_bench (which block-scaled FP8 GEMMs run, against BF16; about a minute),
   # gemm_gpu_bench, cgemm_gpu_bench (collective GEMMs); the first ones matter most.
@@ -243,7 +243,7 @@ if has_step profile; then
       build-gpu/bench/quant_gpu_bench --case "e4m3 8192x8192" >"$out/ncu-cast.csv" 2>"$out/ncu-cast.log"
     record "profile cast" "$([ $? -eq 0 ] && echo passed || echo FAILED)"
     # Per recipe, every kernel of 3 steps (2 warm-up, 1 timed), serialized: the GEMM share.
-    for recipe in bf16:fp32 bf16 delayed current; do
+    for recipe in bf16:fp32 bf16 delayed current block; do
       [ "$(left)" -gt 40 ] || { record "profile $recipe" "skipped (budget)"; continue; }
       timeout "$(bounded 90 10)" ncu --metrics gpu__time_duration.sum --csv \
         build-gpu/bench/dense_gpu_bench --iters 1 --recipes "$recipe" \

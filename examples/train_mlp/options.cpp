@@ -46,7 +46,9 @@ std::optional<Options> parse_options(int argc, char** argv) {
     ("optimizer", po::value(&o.optimizer)->default_value(o.optimizer), "adamw or sgd")
     ("recipe", po::value(&recipe)->default_value(recipe),
      "GEMM precision: bf16, delayed (FP8 delayed scaling), current (FP8 current scaling), "
-     "fp32")
+     "block (FP8 block scaling: 1x128 blocks of activations and gradients, 128x128 tiles of "
+     "weights; --ffn / --tp a multiple of 128 when --tp > 1; --overlap none only; no "
+     "--fp8-stats), fp32")
     ("amax-history", po::value(&o.amax_history)->default_value(o.amax_history),
      "delayed scaling: amax history length")
     ("margin", po::value(&o.margin)->default_value(o.margin), "delayed scaling: margin")
@@ -114,7 +116,7 @@ std::string cuda_obstacle(const Options& o, int ranks_per_node) {
                                  " ranks per node");
   // Under sequence parallelism every GEMM of the rings multiplies one rank's chunk of tokens.
   const int64_t tokens = o.sequence_parallel ? o.seq * o.batch / o.tp : o.seq * o.batch;
-  const bool fp8 = o.recipe == qmesh::Recipe::kFp8Delayed || o.recipe == qmesh::Recipe::kFp8Current;
+  const bool fp8 = o.recipe != qmesh::Recipe::kFp32 && o.recipe != qmesh::Recipe::kBf16;
   if (fp8 && (o.hidden % 16 != 0 || (o.ffn / o.tp) % 16 != 0 || tokens % 16 != 0))
     return qmesh::detail::concat(
         "FP8 GEMMs on CUDA need --hidden, --ffn / --tp and the tokens per rank (--seq x "

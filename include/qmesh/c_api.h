@@ -225,7 +225,8 @@ typedef enum qmesh_recipe {
   QMESH_RECIPE_FP32 = 0,
   QMESH_RECIPE_BF16 = 1,
   QMESH_RECIPE_FP8_DELAYED = 2,
-  QMESH_RECIPE_FP8_CURRENT = 3
+  QMESH_RECIPE_FP8_CURRENT = 3,
+  QMESH_RECIPE_FP8_BLOCK = 4 /* 1x128 blocks of activations and gradients, 128x128 weight tiles */
 } qmesh_recipe;
 
 typedef enum qmesh_fp8_format { QMESH_FP8_HYBRID = 0, QMESH_FP8_E4M3 = 1 } qmesh_fp8_format;
@@ -256,6 +257,10 @@ typedef struct qmesh_context_config {
   qmesh_device device;
   void* stream;
   void* comm_stream;
+  /* block scaling (TransformerEngine's Float8BlockScaling defaults: E4M3, power-of-two block
+   * scales); the block shapes are the recipe's defaults. Needs overlap NONE. */
+  qmesh_fp8_format block_format;
+  int block_power_of_two_scales; /* of inputs, weights and gradients alike */
 } qmesh_context_config;
 
 QMESH_C_EXPORT void qmesh_context_config_init(qmesh_context_config* config);

@@ -13,6 +13,7 @@ void qmesh_context_config_init(qmesh_context_config* config) {
   if (config == nullptr) return;
   const qmesh::DelayedScaling delayed;
   const qmesh::Float8CurrentScaling current;
+  const qmesh::Float8BlockScaling block;
   *config = qmesh_context_config{};
   config->struct_size = sizeof(qmesh_context_config);
   config->recipe = QMESH_RECIPE_FP8_DELAYED;
@@ -24,6 +25,8 @@ void qmesh_context_config_init(qmesh_context_config* config) {
   config->power_of_two_scales = current.power_of_two_scales;
   config->amax_epsilon = current.amax_epsilon;
   config->overlap = QMESH_OVERLAP_NONE;
+  config->block_format = static_cast<qmesh_fp8_format>(block.fp8_format);
+  config->block_power_of_two_scales = block.fp8_quant_fwd_inp.power_2_scale;
   config->device.kind = QMESH_DEVICE_HOST;
 }
 
@@ -37,7 +40,7 @@ qmesh_status qmesh_context_create(const qmesh_mesh* mesh, const qmesh_context_co
     const qmesh_context_config c =
         read_config(config, defaults, sizeof(qmesh_context_config), "qmesh_context_config");
     const auto recipe = static_cast<qmesh::Recipe>(
-        checked_enum(c.recipe, QMESH_RECIPE_FP32, QMESH_RECIPE_FP8_CURRENT, "config.recipe"));
+        checked_enum(c.recipe, QMESH_RECIPE_FP32, QMESH_RECIPE_FP8_BLOCK, "config.recipe"));
     qmesh::DelayedScaling delayed;
     delayed.amax_history_len = c.amax_history_len;
     delayed.margin = c.margin;
@@ -50,15 +53,24 @@ qmesh_status qmesh_context_create(const qmesh_mesh* mesh, const qmesh_context_co
         checked_enum(c.current_format, QMESH_FP8_HYBRID, QMESH_FP8_E4M3, "config.current_format"));
     current.power_of_two_scales = c.power_of_two_scales != 0;
     current.amax_epsilon = c.amax_epsilon;
+    qmesh::Float8BlockScaling block;
+    block.fp8_format = static_cast<qmesh::Fp8Format>(
+        checked_enum(c.block_format, QMESH_FP8_HYBRID, QMESH_FP8_E4M3, "config.block_format"));
+    for (qmesh::QParams* q :
+         {&block.fp8_quant_fwd_inp, &block.fp8_quant_fwd_weight, &block.fp8_quant_bwd_grad})
+      q->power_2_scale = c.block_power_of_two_scales != 0;
     const auto overlap = static_cast<qmesh::Overlap>(
         checked_enum(c.overlap, QMESH_OVERLAP_NONE, QMESH_OVERLAP_BIDIR, "config.overlap"));
     const qmesh::Placement placement{to_device(c.device, "config"), qmesh::Stream{c.stream},
                                      qmesh::Stream{c.comm_stream}};
     auto out = std::make_unique<qmesh_context>();
-    out->context = std::make_unique<qmesh::LayerContext>(
-        *mesh->mesh, recipe,
-        qmesh::LayerContextOptions{
-            .delayed = delayed, .current = current, .placement = placement, .overlap = overlap});
+    out->context =
+        std::make_unique<qmesh::LayerContext>(*mesh->mesh, recipe,
+                                              qmesh::LayerContextOptions{.delayed = delayed,
+                                                                         .current = current,
+                                                                         .block = block,
+                                                                         .placement = placement,
+                                                                         .overlap = overlap});
     *context = out.release();
   });
 }

@@ -88,6 +88,7 @@ struct Dense::Impl {
                   " is not divisible by the tensor-parallel size ", tp_size);
       in_local = in / tp_size;
     }
+    check_block_sharding(in, out, tp_size);
     // Slice [out0, out0 + out_local) x [in0, in0 + in_local) of the global [out, in] matrix.
     const int64_t out0 = opt.parallelism == DenseParallelism::kColumn ? tp->rank() * out_local : 0;
     const int64_t in0 = opt.parallelism == DenseParallelism::kRow ? tp->rank() * in_local : 0;
@@ -108,10 +109,11 @@ struct Dense::Impl {
       // Forward: this rank's weight shard cast to the recipe's operand (FP8 with the scale
       // from the global amax) and the fp32 bias; backward: forward's cast shard again.
       sharding.add_gather([this](bool forward) {
-        if (forward)
-          w_shard = w_cast.cast(TensorView(weight.value.data(), DType::kFloat32,
-                                           Shape{1, weight.value.numel()}, ctx.device()),
-                                false);
+        const TensorView flat(weight.value.data(), DType::kFloat32, Shape{1, weight.value.numel()},
+                              ctx.device());
+        // Block scaling: the fp32 shard travels (a flat shard cuts the 128x128 tiles), and
+        // the gathered weight is block-cast (gathered_weight).
+        if (forward) w_shard = block_scaled() ? GemmOperand::plain(flat) : w_cast.cast(flat, false);
         return w_shard.is_quantized() ? w_shard.quantized.data : w_shard.tensor;
       });
       if (opt.bias)
@@ -123,6 +125,23 @@ struct Dense::Impl {
   }
 
   bool fsdp() const { return ctx.fsdp().enabled(); }
+  bool block_scaled() const { return ctx.recipe() == Recipe::kFp8Block; }
+
+  // Under block scaling a shard is whole blocks (1x128 of x and dy, 128x128 tiles of W): then
+  // each rank's blocks are the unsharded tensor's and sharded == unsharded. The sharded
+  // feature count must be a multiple of 128 (Error naming the sizes otherwise).
+  void check_block_sharding(int64_t in, int64_t out, int tp_size) const {
+    if (!block_scaled() || tp_size == 1 || options.parallelism == DenseParallelism::kNone) return;
+    const bool col = options.parallelism == DenseParallelism::kColumn;
+    const int64_t local = col ? out_local : in_local;
+    QMESH_CHECK(local % kScaleBlock == 0, name, ": the block-scaling recipe shards ",
+                col ? "out_features " : "in_features ", col ? out : in, " over tp=", tp_size,
+                " into ", local, " features per rank, which cuts a ", kScaleBlock,
+                "-wide scaling block (",
+                col ? "the weight's 128x128 tiles and dy's 1x128 blocks"
+                    : "the weight's 128x128 tiles and x's 1x128 blocks",
+                "); choose sizes whose shard is a multiple of ", kScaleBlock);
+  }
 
   // t: an activation (fp32 or bf16) on the context's device.
   void check_activation(const TensorView& t, const std::string& what) const {
@@ -138,6 +157,7 @@ struct Dense::Impl {
     sharding.acquire(forward);
     const TensorView w_full = sharding.gathered(0);
     const TensorView w(w_full.data, w_full.dtype, Shape{out_local, in_local}, ctx.device());
+    if (block_scaled()) return w_cast.cast(w, columnwise());
     if (!w_shard.is_quantized()) return GemmOperand::plain(w);
     QuantizedTensorView q = w_shard.quantized;
     q.data = w;
@@ -195,9 +215,12 @@ struct Dense::Impl {
     CastFusion input_fusion;
     if (options.gelu_split == DenseGeluSplit::kConsumer)
       input_fusion.kind = CastFusion::Kind::kGelu;
-    args.a = x_cast.cast(x, columnwise(), input_fusion);
+    // Block scaling gathers the high-precision input and casts all of it (the collective
+    // GEMMs take no block-scaled operands).
+    args.a =
+        x_cast.cast(column() && block_sp() ? gathered_input(x) : x, columnwise(), input_fusion);
     GemmOperand x_gathered;
-    if (column() && sp()) {
+    if (column() && sp() && !block_sp()) {
       x_gathered = gather_buffer().get(args.a, tokens, columnwise());
       last_x = regather() ? args.a : x_gathered;
     } else {
@@ -211,14 +234,15 @@ struct Dense::Impl {
         ensure_tensor(y, options.output_dtype, with_rows(out_rows, out_local), x.device);
     args.d = out;
     if (options.bias && !row()) {
-      args.bias = epilogue_bias(args.a.is_quantized(), out.dtype);
+      args.bias = epilogue_bias(is_fp8(args.a), out.dtype);
       args.epilogue = GemmEpilogue::kBias;
     }
     if (gelu_here()) {  // saves the pre-activation
       args.epilogue = GemmEpilogue::kBiasGeluAux;
       args.aux = ensure_tensor(pre_activation, out.dtype, out.shape, x.device);
     }
-    args.accumulation = GemmAccumulation::kFast;
+    // The block-scaled GEMM accumulates in fp32 (Float8BlockScaling::fp8_gemm_fprop).
+    args.accumulation = block_scaled() ? GemmAccumulation::kSplit : GemmAccumulation::kFast;
     check_residual(residual, out);
     const bool residual_fused = residual_in_gemm(args, residual);
     if (residual_fused) {  // D = residual, then D += x · Wᵀ + b
@@ -226,14 +250,20 @@ struct Dense::Impl {
                        ctx.stream());
       gemm(args, ctx.stream());
       ran_epilogue = options.bias ? DenseEpilogue::kFused : DenseEpilogue::kNone;
-    } else if (column() && sp()) {
+    } else if (column() && sp() && !block_sp()) {
       gemm_with_epilogue(args, x.shape.rows(), [&](const GemmArgs& a) {
         all_gather_gemm(*tp, a, rowwise(x_gathered), overlap, streams());
       });
       // With kRegather backward gathers again (and fills the copy then).
       if (!regather()) fill_columnwise(x_gathered);
     } else if (row() && sp()) {  // partial products reduce-scattered to [T/tp, out]
-      gemm_reduce_scatter(*tp, args, overlap, streams());
+      if (block_sp()) {
+        args.d = ensure_tensor(partial, DType::kFloat32, Shape{tokens, out_local}, x.device);
+        gemm(args, ctx.stream());
+        reduce_scatter_in_stream_order(*tp, args.d, out, ctx.stream());
+      } else {
+        gemm_reduce_scatter(*tp, args, overlap, streams());
+      }
     } else {
       gemm_with_epilogue(args, tokens, [&](const GemmArgs& a) { gemm(a, ctx.stream()); });
       if (row() && tp->size() > 1)
@@ -271,7 +301,16 @@ struct Dense::Impl {
 
   // backward() with the weights gathered; leaves the full gradients to reduce_grads().
   TensorView backward_unsharded(const TensorView& dy_in, const Shape& x_shape) {
-    if (row() && sp()) return backward_row_sp(dy_in, x_shape);
+    if (row() && sp() && !block_sp()) return backward_row_sp(dy_in, x_shape);
+    if (row() && block_sp()) {  // dy [T/tp, out] gathered: every rank casts all of it
+      check_shape(dy_in, Shape{tokens / tp->size(), out_local}, name + " output gradient");
+      return backward_unsharded_dy(gathered_input(dy_in), x_shape);
+    }
+    return backward_unsharded_dy(dy_in, x_shape);
+  }
+
+  // backward_unsharded() with dy [T, out] whole (row parallel: gathered).
+  TensorView backward_unsharded_dy(const TensorView& dy_in, const Shape& x_shape) {
     check_shape(dy_in, Shape{tokens, out_local}, name + " output gradient");
     // Through GELU (dy · gelu'(pre), pre saved by forward: the output itself for a kProducer)
     // and the bias gradient, in dy's cast.
@@ -284,6 +323,14 @@ struct Dense::Impl {
     const GemmOperand dy_op = dy_cast.cast(dy_in, columnwise(), fusion);
     // dgrad: dx [T, in] = dy · W.
     GemmArgs dgrad = dgrad_args(dy_op);
+    if (column() && block_sp()) {  // the partial dx [T, in] reduce-scattered to [T/tp, in]
+      dgrad.d = ensure_tensor(partial, DType::kFloat32, x_shape, x_in.device);
+      gemm(dgrad, ctx.stream());
+      const TensorView out = ensure_tensor(dx, x_in.dtype, x_in.shape, x_in.device);
+      reduce_scatter_in_stream_order(*tp, dgrad.d, out, ctx.stream());
+      run_wgrad(dy_op, last_x);
+      return out;
+    }
     if (column() && sp()) {  // partial dx reduce-scattered to this rank's [T/tp, in]
       // Bulk overlap: wgrad's input, when not kept, is all-gathered again during dgrad.
       GemmOperand x_full = last_x;
@@ -357,7 +404,7 @@ struct Dense::Impl {
     GemmArgs fused = args;
     fused.output = GemmOutputMode::kAccumulate;
     if (options.bias) {
-      fused.bias = epilogue_bias(fused.a.is_quantized(), fused.d.dtype);
+      fused.bias = epilogue_bias(is_fp8(fused.a), fused.d.dtype);
       fused.epilogue = GemmEpilogue::kBias;
     }
     if (residual_checked_for != tokens) {
@@ -417,6 +464,21 @@ struct Dense::Impl {
     }
   }
 
+  // Sequence parallelism under block scaling: the high-precision shards are all-gathered
+  // (x for column, dy for row) and the GEMM outputs reduce-scattered outside the GEMMs.
+  bool block_sp() const { return block_scaled() && sp(); }
+  // This rank's [T/tp, cols] shard all-gathered into the layer's [T, cols] buffer.
+  TensorView gathered_input(const TensorView& shard) {
+    const TensorView full =
+        ensure_tensor(gathered, shard.dtype,
+                      Shape{shard.shape.rows() * tp->size(), shard.shape.cols()}, shard.device);
+    all_gather_in_stream_order(*tp, shard, full, ctx.stream());
+    return full;
+  }
+
+  // An FP8 operand, per-tensor or block-scaled.
+  static bool is_fp8(const GemmOperand& op) { return op.is_quantized() || op.is_block_scaled(); }
+
   // The streams of the collective GEMMs (ignored on the host).
   CollectiveGemmStreams streams() const { return {ctx.stream(), ctx.placement().comm_stream}; }
   // A gathered operand as the collective GEMM fills it: the rowwise codes only.
@@ -475,6 +537,7 @@ struct Dense::Impl {
   int64_t residual_checked_for = -1;  // the token count `residual_fusable` was asked for
   bool residual_fusable = false;      // the residual and bias fit in the forward GEMM
   Tensor y, pre_activation, bias_sums, dx, bias_bf16;
+  Tensor gathered, partial;    // block scaling with sequence parallelism (block_sp())
   int64_t backward_step = -1;  // ctx.steps() when backward last ran (-1: never)
   // FSDP: forward's cast shard and the gathered weight's columnwise copy; the gathers
   // (slot 0: the weight's codes / bf16 / fp32, flat and padded; slot 1: the fp32 bias) and the

@@ -13,6 +13,17 @@ LayerContext::LayerContext(const Mesh& mesh, Recipe recipe, LayerContextOptions 
   (void)recipe_name(recipe);  // rejects an out-of-range value
   validate(options_.delayed);
   validate(options_.current);
+  validate(options_.block);
+  if (recipe == Recipe::kFp8Block) {
+    QMESH_CHECK_KIND(
+        ErrorKind::kUnsupported, options_.overlap == Overlap::kNone,
+        "LayerContextOptions::overlap: the block-scaling recipe runs sequence-parallel "
+        "layers without collective-GEMM overlap (the collective GEMMs take no "
+        "block-scaled operands); set Overlap::kNone");
+    QMESH_CHECK_KIND(ErrorKind::kUnsupported, !options_.fp8_stats,
+                     "LayerContextOptions::fp8_stats: FP8 statistics are collected for per-tensor "
+                     "scaling only; unset it under the block-scaling recipe");
+  }
   QMESH_CHECK(options_.fsdp.prefetch >= 0,
               "FsdpOptions::prefetch must be >= 0 (layers gathered ahead), got ",
               options_.fsdp.prefetch);
@@ -44,9 +55,14 @@ FsdpPrefetch& LayerContext::fsdp_prefetch() {
 }
 
 DType LayerContext::fp8_dtype(OperandRole role) const {
-  return qmesh::fp8_dtype(
-      recipe_ == Recipe::kFp8Current ? options_.current.fp8_format : options_.delayed.fp8_format,
-      role);
+  switch (recipe_) {
+    case Recipe::kFp8Current:
+      return qmesh::fp8_dtype(options_.current.fp8_format, role);
+    case Recipe::kFp8Block:
+      return qmesh::fp8_dtype(options_.block.fp8_format, role);
+    default:
+      return qmesh::fp8_dtype(options_.delayed.fp8_format, role);
+  }
 }
 
 int LayerContext::add_operand(OperandRole role) {

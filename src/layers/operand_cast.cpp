@@ -7,6 +7,7 @@
 #include "qmesh/ops/activation_cast.h"
 #include "qmesh/ops/amax.h"
 #include "qmesh/ops/bias.h"
+#include "qmesh/ops/block_quantize.h"
 #include "qmesh/ops/cast_transpose.h"
 #include "qmesh/ops/convert.h"
 #include "qmesh/ops/dbias_quantize.h"
@@ -54,6 +55,31 @@ void OperandCast::quantize_fused(const TensorView& x, const CastFusion& fusion, 
   }
 }
 
+GemmOperand OperandCast::cast_block(const TensorView& x_in, const CastFusion& fusion) {
+  const Float8BlockScaling& recipe = ctx_.block_scaling();
+  int block_dim = recipe.x_block_scaling_dim;
+  QParams params = recipe.fp8_quant_fwd_inp;
+  if (role_ == OperandRole::kWeight) {
+    block_dim = recipe.w_block_scaling_dim;
+    params = recipe.fp8_quant_fwd_weight;
+  } else if (role_ == OperandRole::kGradOutput) {
+    block_dim = recipe.grad_block_scaling_dim;
+    params = recipe.fp8_quant_bwd_grad;
+  }
+  const BlockShape block = block_dim == 2 ? BlockShape::k128x128 : BlockShape::k1x128;
+  // GELU or its backward first, in its own pass; the bias gradient in the block cast.
+  const TensorView x =
+      apply_separately(x_in, CastFusion{fusion.kind, fusion.pre, TensorView()}, false);
+  const Shape shape{x.shape.rows(), x.shape.cols()};
+  if (!block_.data().data() || !(block_.shape() == shape) || block_.block() != block)
+    block_ = BlockQuantizedTensor(ctx_.fp8_dtype(role_), shape, block, x.device, true);
+  if (fusion.dbias.empty())
+    block_quantize(x, block_.view(), params, ctx_.stream());
+  else
+    block_dbias_quantize(x, block_.view(), fusion.dbias, params, ctx_.stream());
+  return GemmOperand::fp8_block(block_.view());
+}
+
 GemmOperand OperandCast::cast(const TensorView& x_in, bool columnwise,
                               const CastFusion& fusion_in) {
   QMESH_CHECK(x_in.dtype == DType::kFloat32 || x_in.dtype == DType::kBFloat16,
@@ -82,6 +108,8 @@ GemmOperand OperandCast::cast(const TensorView& x_in, bool columnwise,
       convert_to_bf16(x, bf16_, stream);
       return GemmOperand::plain(bf16_);
     }
+    case Recipe::kFp8Block:
+      return cast_block(x, fusion);
     case Recipe::kFp8Delayed:
     case Recipe::kFp8Current:
       break;

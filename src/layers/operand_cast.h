@@ -6,9 +6,15 @@
 // converted storage, which stays valid until the next cast (backward reuses forward's
 // operands). A cast can first apply GELU or GELU's backward and sum the bias gradient
 // (CastFusion): under FP8 in the same pass as the quantization (ops/activation_cast.h,
-// ops/dbias_quantize.h), otherwise in separate passes before it.
+// ops/dbias_quantize.h), otherwise in separate passes before it. Under block scaling
+// (Recipe::kFp8Block) GELU and GELU's backward are separate passes (the fused casts are
+// per-tensor only) and the bias gradient is summed in the block cast (block_dbias_quantize);
+// the operand is block-scaled with the block shape and QParams the recipe gives its role, always
+// with its columnwise copy (the block-scaled GEMM reads the copy contiguous along K on every
+// backend), and no amax is reduced across ranks.
 #pragma once
 
+#include "qmesh/block_quantized_tensor.h"
 #include "qmesh/layers/layer_context.h"
 #include "qmesh/ops/gemm.h"
 #include "qmesh/quantized_tensor.h"
@@ -45,6 +51,8 @@ class OperandCast {
   // The FP8 cast of f(x) into q, fused.
   void quantize_fused(const TensorView& x, const CastFusion& fusion, bool columnwise,
                       const QuantizedTensorView& q);
+  // The block-scaled cast of f(x) (Recipe::kFp8Block).
+  GemmOperand cast_block(const TensorView& x, const CastFusion& fusion);
 
   LayerContext& ctx_;
   OperandRole role_;
@@ -52,6 +60,7 @@ class OperandCast {
   int stats_id_ = -1;  // in ctx.fp8_stats(), when it collects
   Tensor bf16_, activated_;
   QuantizedTensor fp8_;
+  BlockQuantizedTensor block_;
 };
 
 }  // namespace qmesh

@@ -10,10 +10,9 @@ namespace qmesh {
 namespace {
 
 constexpr std::pair<Recipe, std::string_view> kRecipeNames[] = {
-    {Recipe::kFp32, "fp32"},
-    {Recipe::kBf16, "bf16"},
-    {Recipe::kFp8Delayed, "delayed"},
-    {Recipe::kFp8Current, "current"},
+    {Recipe::kFp32, "fp32"},          {Recipe::kBf16, "bf16"},
+    {Recipe::kFp8Delayed, "delayed"}, {Recipe::kFp8Current, "current"},
+    {Recipe::kFp8Block, "block"},
 };
 
 void check_format(Fp8Format format) {
@@ -48,7 +47,7 @@ std::string_view recipe_name(Recipe recipe) {
 Recipe parse_recipe(std::string_view name) {
   for (auto [r, n] : kRecipeNames)
     if (n == name) return r;
-  QMESH_THROW("unknown recipe '", name, "' (expected one of fp32, bf16, delayed, current)");
+  QMESH_THROW("unknown recipe '", name, "' (expected one of fp32, bf16, delayed, current, block)");
 }
 
 DType fp8_dtype(Fp8Format format, OperandRole role) {

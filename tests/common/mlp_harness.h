@@ -41,6 +41,12 @@ inline double rel_norm(const std::vector<double>& got, const std::vector<double>
   return std::sqrt(num / (den > 0 ? den : 1));
 }
 
+// The values of an fp32 host tensor, widened.
+inline std::vector<double> doubles(const TensorView& t) {
+  const float* p = t.data_as<float>();
+  return std::vector<double>(p, p + t.numel());
+}
+
 inline double gelu(double x) {
   return 0.5 * x * (1 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
 }

@@ -275,6 +275,8 @@ ShardedCase device_case(Recipe recipe, int dp, int fsdp, int tp, bool sequence_p
   c.recipe = recipe;
   c.sequence_parallel = sequence_parallel;
   c.hidden = 32, c.ffn = 64, c.tokens_per_dp = sequence_parallel ? 32 : 16;
+  // The block recipe shards whole 128-wide blocks: ffn / tp a multiple of 128.
+  if (recipe == Recipe::kFp8Block) c.ffn = 128 * tp;
   return c;
 }
 
@@ -406,7 +408,8 @@ INSTANTIATE_TEST_SUITE_P(Layouts, FsdpGpu,
                                            FsdpGpuCase{2, 2, 1, Recipe::kFp8Current},
                                            FsdpGpuCase{1, 2, 2, Recipe::kFp8Delayed}));
 
-// Every recipe at tp = 1 and 2, and with sequence parallelism at tp = 2 (`sp_only`: those).
+// Every recipe at tp = 1 and 2, and with sequence parallelism at tp = 2 (`sp_only`: those,
+// block scaling left out).
 std::vector<MlpGpuCase> mlp_cases(bool sp_only) {
   std::vector<MlpGpuCase> out;
   for (Recipe r : kRecipes) {
@@ -415,6 +418,13 @@ std::vector<MlpGpuCase> mlp_cases(bool sp_only) {
       out.push_back({2, r});
     }
     out.push_back({2, r, true});
+  }
+  // The block recipe: sequence parallelism without the collective GEMMs (they take no
+  // block-scaled operands, so no overlap schedules to compare).
+  if (!sp_only) {
+    out.push_back({1, Recipe::kFp8Block});
+    out.push_back({2, Recipe::kFp8Block});
+    out.push_back({2, Recipe::kFp8Block, true});
   }
   return out;
 }

@@ -190,6 +190,54 @@ TEST_F(CApi, ShapesThatDoNotDivide) {
   EXPECT_EQ(qmesh_layernorm_mlp_destroy(block), QMESH_OK);
 }
 
+// The block-scaling recipe through the C API: its config fields and defaults, a bad format
+// value, the overlap it refuses, a column-parallel layer whose shard would cut a 128x128 tile,
+// and one forward/backward/end_step at tp = 2.
+TEST_F(CApi, BlockRecipe) {
+  qmesh_context_config cc;
+  qmesh_context_config_init(&cc);
+  EXPECT_EQ(cc.block_format, QMESH_FP8_E4M3);
+  EXPECT_EQ(cc.block_power_of_two_scales, 1);
+  cc.recipe = QMESH_RECIPE_FP8_BLOCK;
+  qmesh_context* ctx = nullptr;
+  cc.block_format = static_cast<qmesh_fp8_format>(7);
+  EXPECT_STATUS(qmesh_context_create(mesh_, &cc, &ctx), QMESH_ERROR_INVALID_ARGUMENT,
+                "config.block_format is 7");
+  cc.block_format = QMESH_FP8_E4M3;
+  cc.overlap = QMESH_OVERLAP_RING;
+  EXPECT_STATUS(qmesh_context_create(mesh_, &cc, &ctx), QMESH_ERROR_UNSUPPORTED,
+                "set Overlap::kNone");
+  cc.overlap = QMESH_OVERLAP_NONE;
+  ASSERT_EQ(qmesh_context_create(mesh_, &cc, &ctx), QMESH_OK) << qmesh_last_error();
+  qmesh_dense_config dc;
+  qmesh_dense_config_init(&dc);
+  dc.in_features = 128;
+  dc.out_features = 192;
+  dc.parallelism = QMESH_DENSE_COLUMN;
+  qmesh_dense* layer = nullptr;
+  EXPECT_STATUS(qmesh_dense_create(ctx, "d", &dc, &layer), QMESH_ERROR_INVALID_ARGUMENT,
+                "cuts a 128-wide scaling block");
+  dc.out_features = 256;
+  ASSERT_EQ(qmesh_dense_create(ctx, "d", &dc, &layer), QMESH_OK) << qmesh_last_error();
+  constexpr int64_t T = 8;
+  std::vector<float> x(T * 128), dy(T * 128);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = float(int(i % 13) - 6) * 0.5f;
+  for (size_t i = 0; i < dy.size(); ++i) dy[i] = float(int(i % 7) - 3) * 0.25f;
+  const int64_t shape[2] = {T, 128};
+  const qmesh_tensor xt = qmesh_host_tensor(x.data(), QMESH_FLOAT32, 2, shape);
+  const qmesh_tensor dyt = qmesh_host_tensor(dy.data(), QMESH_FLOAT32, 2, shape);
+  qmesh_tensor y{}, dx{};
+  ASSERT_EQ(qmesh_dense_forward(layer, &xt, &y), QMESH_OK) << qmesh_last_error();
+  ASSERT_EQ(y.shape[1], 128);
+  double norm = 0;
+  for (int64_t i = 0; i < T * 128; ++i) norm += std::abs(static_cast<const float*>(y.data)[i]);
+  EXPECT_GT(norm, 0.0);
+  ASSERT_EQ(qmesh_dense_backward(layer, &dyt, &dx), QMESH_OK) << qmesh_last_error();
+  EXPECT_EQ(qmesh_context_end_step(ctx), QMESH_OK) << qmesh_last_error();
+  EXPECT_EQ(qmesh_dense_destroy(layer), QMESH_OK);
+  EXPECT_EQ(qmesh_context_destroy(ctx), QMESH_OK);
+}
+
 // Column- and row-parallel Dense (tp = 2, fp32 GEMMs) against float64 sums computed here
 // from the layers' own weight shards; shapes that do not divide fail.
 TEST_F(CApi, DenseMatchesFloat64Reference) {

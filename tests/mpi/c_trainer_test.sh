@@ -33,6 +33,7 @@ compare() {
 
 compare --recipe delayed
 compare --recipe current --sequence-parallel --optimizer sgd
+compare --recipe block --sequence-parallel
 compare --recipe delayed --sequence-parallel --overlap ring --regather-input
 compare --recipe delayed --margin 1 --amax-history 4
 seeded=$a

@@ -30,6 +30,8 @@ TEST_P(MpiShardedMLP, EqualsUnsharded) {
   ASSERT_EQ(world->size(), p.dp * p.tp) << "run with mpirun -np " << p.dp * p.tp;
   ShardedCase c;
   c.dp = p.dp, c.tp = p.tp, c.sequence_parallel = p.sp, c.recipe = p.recipe;
+  // The block recipe shards whole 128-wide blocks: ffn / tp a multiple of 128.
+  if (p.recipe == Recipe::kFp8Block) c.ffn = 128 * p.tp;
   const MlpRun sharded = run_sharded(world, c);
   ShardedCase u = c;
   u.dp = u.tp = 1, u.sequence_parallel = false, u.tokens_per_dp = c.tokens_per_dp * c.dp;
@@ -51,7 +53,8 @@ INSTANTIATE_TEST_SUITE_P(
     FourRanks, MpiShardedMLP,
     testing::Values(Case{2, 2, false, Recipe::kFp32}, Case{2, 2, true, Recipe::kFp32},
                     Case{1, 4, true, Recipe::kFp32}, Case{4, 1, false, Recipe::kBf16},
-                    Case{2, 2, true, Recipe::kFp8Delayed}, Case{1, 4, false, Recipe::kFp8Current}),
+                    Case{2, 2, true, Recipe::kFp8Delayed}, Case{1, 4, false, Recipe::kFp8Current},
+                    Case{2, 2, false, Recipe::kFp8Block}, Case{1, 4, true, Recipe::kFp8Block}),
     [](const auto& p) {
       std::ostringstream os;
       PrintTo(p.param, &os);

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # End-to-end checks of the train_mlp example under mpirun (4 ranks, dp 2 x tp 2).
 # Usage: train_mlp_test.sh <qmeshrun> <train_mlp> <case>
-#   converge   FP8 delayed scaling learns, and ends within 5% of the BF16 run's loss
+#   converge   FP8 delayed scaling learns, and ends within 5% of the BF16 run's loss; FP8
+#              block scaling (also with --sequence-parallel) ends no worse than delayed
+#              scaling (0.5% slack for rounding noise)
 #   resume     20 steps == 10 steps, checkpoint, resume, 10 more (bit for bit)
 #   overlap    --overlap ring and bidir, and --regather-input, train to the same bits as
 #              --overlap none (FP8, SP)
 #   fsdp       --dp 4, --fsdp 4 and --dp 2 --fsdp 2 (and dp 2 vs fsdp 2 with tp 2) train to the
-#              same bits with --rank-order (FP8 delayed and BF16, sizes fsdp does not divide);
+#              same bits with --rank-order (FP8 delayed and BF16, sizes fsdp does not divide;
+#              FP8 block scaling at tp 1);
 #              an fsdp run resumes bit for bit, also resharded at load (dp 2 x fsdp 2 to
 #              fsdp 4, and between fsdp and no fsdp both ways, FP8 delayed and BF16, tp 1
 #              and 2); resuming with another tp is a clear error naming both layouts
@@ -36,6 +39,18 @@ converge)
     fail "FP8 final loss $fp8 is not within 5% of BF16's $bf16"
   awk -v a="$fp8" -v m="$base" 'BEGIN { exit !(a < 0.5 * m) }' ||
     fail "FP8 did not learn: loss $fp8 vs $base for predicting the mean"
+  train4 "${small[@]}" --steps 80 --recipe block >"$work/block.log" 2>&1 ||
+    { cat "$work/block.log"; fail "FP8 block-scaling run"; }
+  block=$(field "final loss" "$work/block.log" | awk '{print $3}')
+  echo "final loss: fp8 block $block"
+  awk -v a="$block" -v b="$fp8" 'BEGIN { exit !(a <= 1.005 * b) }' ||
+    fail "FP8 block scaling's final loss $block is worse than delayed scaling's $fp8"
+  train4 "${small[@]}" --steps 80 --recipe block --sequence-parallel >"$work/block-sp.log" 2>&1 ||
+    { cat "$work/block-sp.log"; fail "FP8 block-scaling run with --sequence-parallel"; }
+  block_sp=$(field "final loss" "$work/block-sp.log" | awk '{print $3}')
+  echo "final loss: fp8 block, sequence parallel $block_sp"
+  awk -v a="$block_sp" -v b="$fp8" 'BEGIN { exit !(a <= 1.005 * b) }' ||
+    fail "FP8 block scaling with --sequence-parallel ends at $block_sp, worse than delayed's $fp8"
   ;;
 resume)
   train4 "${small[@]}" --steps 20 --csv "$work/full.csv" >"$work/full.log" 2>&1 ||
@@ -54,6 +69,17 @@ resume)
   echo "uninterrupted: $a"
   echo "resumed:       $b"
   [ "$a" = "$b" ] || fail "parameters differ after resuming"
+  # Block scaling keeps no scaling state: its checkpoint resumes bit for bit too.
+  train4 "${small[@]}" --recipe block --steps 8 >"$work/block-full.log" 2>&1 || fail "block run"
+  train4 "${small[@]}" --recipe block --steps 4 --checkpoint-dir "$work/block" >/dev/null 2>&1 ||
+    fail "4 block steps"
+  train4 "${small[@]}" --recipe block --steps 8 --checkpoint-dir "$work/block" --resume \
+    >"$work/block.log" 2>&1 || { cat "$work/block.log"; fail "block resume"; }
+  a=$(field "parameter checksums" "$work/block-full.log")
+  b=$(field "parameter checksums" "$work/block.log")
+  echo "block uninterrupted: $a"
+  echo "block resumed:       $b"
+  [ -n "$a" ] && [ "$a" = "$b" ] || fail "block: parameters differ after resuming"
   ;;
 overlap)
   for o in none ring bidir; do
@@ -91,6 +117,20 @@ fsdp)
       b=$(field "parameter checksums" "$work/$recipe$2.log")
       [ -n "$a" ] && [ "$a" = "$b" ] || fail "$recipe: $1 and $2 trained to different parameters"
     done
+  done
+  # Block scaling (tp 1: --ffn 250 is not whole 128-wide blocks per tp shard): the fsdp
+  # layouts gather fp32 weight shards and block-cast the gathered weight, the same bits.
+  for layout in "--dp 4" "--fsdp 4" "--dp 2 --fsdp 2"; do
+    name="block${layout// /}"
+    # shellcheck disable=SC2086
+    train4 "${odd[@]}" --steps 8 --recipe block $layout >"$work/$name.log" 2>&1 ||
+      { cat "$work/$name.log"; fail "block $layout"; }
+    echo "block $layout: $(field "parameter checksums" "$work/$name.log")"
+  done
+  for other in --fsdp4 --dp2--fsdp2; do
+    a=$(field "parameter checksums" "$work/block--dp4.log")
+    b=$(field "parameter checksums" "$work/block$other.log")
+    [ -n "$a" ] && [ "$a" = "$b" ] || fail "block: --dp4 and $other trained to different parameters"
   done
   train4 "${odd[@]}" --fsdp 2 --steps 12 >"$work/full.log" 2>&1 || fail "12 fsdp steps"
   train4 "${odd[@]}" --fsdp 2 --steps 6 --checkpoint-dir "$work/f" >/dev/null 2>&1 ||
@@ -168,6 +208,15 @@ bad-input)
     fail "save bf16"
   expect "saved under the 'bf16' recipe" "${small[@]}" --steps 4 --resume \
     --checkpoint-dir "$work/b"
+  expect "saved under the 'delayed' recipe, but this LayerContext's recipe is 'block'" \
+    "${small[@]}" --steps 4 --recipe block --resume --checkpoint-dir "$work/c"
+  train4 "${small[@]}" --steps 2 --recipe block --checkpoint-dir "$work/k" >/dev/null 2>&1 ||
+    fail "save block"
+  expect "saved under the 'block' recipe" "${small[@]}" --steps 4 --resume \
+    --checkpoint-dir "$work/k"
+  expect "cuts a 128-wide scaling block" --dp 2 --tp 2 --layers 1 --hidden 64 --ffn 192 \
+    --seq 32 --batch 4 --steps 2 --recipe block
+  expect "set Overlap::kNone" "${small[@]}" --recipe block --sequence-parallel --overlap ring
   printf 'garbage' | dd of="$work/c/step-2/rank-1.tensors" bs=1 seek=100 conv=notrunc 2>/dev/null
   expect "corrupted (checksum mismatch)" "${small[@]}" --steps 4 --resume --checkpoint-dir "$work/c"
   ;;

@@ -5,8 +5,9 @@
 // communicator's next wait (as for every stream-ordered NCCL operation). Otherwise (host
 // buffers, or a backend that moves device buffers on the host's behalf) these are the
 // blocking forms, bounded by the communicator's timeout(). On a one-rank communicator they
-// issue no collective: all_reduce leaves the buffer as it is, all_gather copies `in` to `out`
-// (ordered on `stream`), so that a one-GPU step never stages through the host.
+// issue no collective: all_reduce leaves the buffer as it is, all_gather and reduce_scatter
+// copy `in` to `out` (ordered on `stream`), so that a one-GPU step never stages through the
+// host.
 #pragma once
 
 #include "qmesh/comm/communicator.h"
@@ -22,5 +23,8 @@ QMESH_API void all_reduce_in_stream_order(Communicator& comm, const TensorView& 
                                           Stream stream);
 QMESH_API void all_gather_in_stream_order(Communicator& comm, const TensorView& in,
                                           const TensorView& out, Stream stream);
+// Rank r's out is chunk r of the element-wise sum of every rank's `in` (one rank: a copy).
+QMESH_API void reduce_scatter_in_stream_order(Communicator& comm, const TensorView& in,
+                                              const TensorView& out, Stream stream);
 
 }  // namespace qmesh

@@ -35,6 +35,7 @@ class FsdpPrefetch;  // internal (src/layers/fsdp_prefetch.h)
 struct LayerContextOptions {
   DelayedScaling delayed{};          // the delayed-scaling recipe (used under kFp8Delayed)
   Float8CurrentScaling current{};    // the current-scaling recipe (used under kFp8Current)
+  Float8BlockScaling block{};        // the block-scaling recipe (used under kFp8Block)
   Placement placement{};             // where the layers run: device and streams
   Overlap overlap = Overlap::kNone;  // the collective-GEMM schedule of sequence-parallel
                                      // dense layers whose DenseOptions::overlap is unset
@@ -53,10 +54,11 @@ class QMESH_API LayerContext {
   // temporary mesh is fine. The context must outlive its layers, which refer to it; it is
   // neither copied nor moved. The options are validated (Error naming the field; the recipes'
   // fields, a negative fsdp prefetch, an unusable device); only the recipe that `recipe`
-  // selects is used. `options.placement`: where the layers built on this context run. On CUDA
-  // the mesh's communicators must carry CUDA buffers of that device (NCCL, or the local
-  // backend) and every layer call is asynchronous on placement.stream; on the host
-  // everything is blocking.
+  // selects is used. kFp8Block refuses what it does not support yet (Error): an overlap other
+  // than kNone (the collective GEMMs take no block-scaled operands) and fp8_stats.
+  // `options.placement`: where the layers built on this context run. On CUDA the mesh's
+  // communicators must carry CUDA buffers of that device (NCCL, or the local backend) and every
+  // layer call is asynchronous on placement.stream; on the host everything is blocking.
   LayerContext(const Mesh& mesh, Recipe recipe, LayerContextOptions options = {});
   ~LayerContext();
   LayerContext(const LayerContext&) = delete;
@@ -68,8 +70,12 @@ class QMESH_API LayerContext {
   Device device() const { return options_.placement.device; }
   Stream stream() const { return options_.placement.stream; }
   Recipe recipe() const { return recipe_; }
-  bool is_fp8() const { return recipe_ == Recipe::kFp8Delayed || recipe_ == Recipe::kFp8Current; }
+  bool is_fp8() const {
+    return recipe_ == Recipe::kFp8Delayed || recipe_ == Recipe::kFp8Current ||
+           recipe_ == Recipe::kFp8Block;
+  }
   const Float8CurrentScaling& current_scaling() const { return options_.current; }
+  const Float8BlockScaling& block_scaling() const { return options_.block; }
   const DelayedScaling& delayed_scaling() const { return options_.delayed; }
   // LayerContextOptions::activation_dtype, or the recipe's default when unset.
   DType activation_dtype() const;
@@ -92,7 +98,8 @@ class QMESH_API LayerContext {
 
   // Once per training step, after backward, on every rank of the mesh. Delayed scaling:
   // one all-reduce(MAX) of every operand's current amax over mesh().amax_group(), then
-  // the fused update, both ordered on stream(). Other recipes: nothing. Under FSDP it first
+  // the fused update, both ordered on stream(). Other recipes (block scaling included: its
+  // scales come from each block alone, no amax crosses ranks): nothing. Under FSDP it first
   // completes the layers' gradient reduce-scatters (the sharded grads are final after it).
   // Counts the steps.
   void end_step();

@@ -16,9 +16,10 @@ enum class Recipe {
   kBf16,        // operands rounded to bf16, fp32 accumulation: the high-precision baseline
   kFp8Delayed,  // FP8 operands, delayed scaling (scales from the amax history)
   kFp8Current,  // FP8 operands, current scaling (each tensor scaled by its own amax)
+  kFp8Block,    // FP8 operands, block scaling (a scale per 1x128 block or 128x128 tile)
 };
 
-// "fp32", "bf16", "delayed", "current" (the training example's --recipe values).
+// "fp32", "bf16", "delayed", "current", "block" (the training example's --recipe values).
 QMESH_API std::string_view recipe_name(Recipe recipe);
 // Inverse of recipe_name; Error listing the accepted names.
 QMESH_API Recipe parse_recipe(std::string_view name);

@@ -15,12 +15,8 @@ namespace qmesh {
 namespace {
 
 using testing_mlp::borrowed;
+using testing_mlp::doubles;
 using testing_mlp::rel_norm;
-
-std::vector<double> doubles(const TensorView& t) {
-  const float* p = t.data_as<float>();
-  return std::vector<double>(p, p + t.numel());
-}
 
 TEST(DenseResidual, AtTp1TheGemmAddsTheResidualAndTheBias) {
   const int64_t T = 20, in = 32, out = 24;

@@ -279,6 +279,14 @@ INSTANTIATE_TEST_SUITE_P(
              (std::get<1>(p.param).second ? "_sp" : "");
     });
 
+// Block scaling gathers the fp32 weight shards and block-casts the gathered weight (a flat
+// shard cuts the 128x128 tiles): the same bits for every layout too (tp = 1: the sizes here
+// are not whole 128-wide blocks per tp shard).
+INSTANTIATE_TEST_SUITE_P(BlockRecipe, FsdpTraining,
+                         ::testing::Combine(::testing::Values(Recipe::kFp8Block),
+                                            ::testing::Values(std::pair{1, false})),
+                         [](const auto&) { return std::string("block_tp1"); });
+
 // The weight all-gathers of one training run move FP8 codes: half the bytes of bf16.
 TEST(FsdpTraining, Fp8WeightGatherMovesHalfTheBytesOfBf16) {
   auto bf16_bytes = std::make_shared<std::atomic<int64_t>>(0);

@@ -113,8 +113,10 @@ TEST(LayerNormMLP, Bf16IsCloseToFloat64Reference) {
 // FP8 (E4M3 forward, E5M2 gradients): tolerances follow the formats' precision
 // (docs/numerics.md "Tolerances": TE's JAX tests use ~eps^(2/3), 0.25 for e4m3, 0.4 for e5m2, per
 // element); relative norms over many elements are well below that.
+// The block recipe (E4M3 everywhere, a scale per 1x128 block or 128x128 tile; GELU and its
+// backward as separate passes before the block casts) meets the same bounds.
 TEST(LayerNormMLP, Fp8IsCloseToFloat64Reference) {
-  for (Recipe recipe : {Recipe::kFp8Current, Recipe::kFp8Delayed}) {
+  for (Recipe recipe : {Recipe::kFp8Current, Recipe::kFp8Delayed, Recipe::kFp8Block}) {
     std::vector<MlpRun> runs;
     for (DType activations : kActivationDtypes) {
       ShardedCase c;
@@ -152,31 +154,33 @@ TEST_P(ShardedLayerNormMLP, EqualsUnsharded) {
   const Factorization f = GetParam();
   ShardedCase c;
   c.dp = f.dp, c.tp = f.tp, c.sequence_parallel = f.sp, c.recipe = f.recipe;
+  // The block recipe shards whole 128-wide blocks: ffn / tp a multiple of 128.
+  if (f.recipe == Recipe::kFp8Block) c.ffn = 128 * f.tp;
   // Row-parallel partial sums round differently; in bf16/FP8 an operand that differs in
   // its last fp32 bit can then round to a neighbouring code.
   const double tol = f.recipe == Recipe::kFp32 ? 1e-5 : 2e-3;
   expect_close(run_local(c), run_unsharded(c), tol, "sharded vs unsharded");
 }
 
-INSTANTIATE_TEST_SUITE_P(Factorizations, ShardedLayerNormMLP,
-                         testing::Values(Factorization{1, 2, false, Recipe::kFp32},
-                                         Factorization{2, 2, false, Recipe::kFp32},
-                                         Factorization{2, 2, true, Recipe::kFp32},
-                                         Factorization{1, 3, false, Recipe::kFp32},
-                                         Factorization{1, 3, true, Recipe::kFp32},
-                                         Factorization{3, 2, true, Recipe::kFp32},
-                                         Factorization{1, 4, true, Recipe::kFp32},
-                                         Factorization{2, 2, true, Recipe::kBf16},
-                                         Factorization{3, 2, false, Recipe::kBf16},
-                                         Factorization{2, 2, false, Recipe::kFp8Delayed},
-                                         Factorization{2, 2, true, Recipe::kFp8Delayed},
-                                         Factorization{1, 3, true, Recipe::kFp8Delayed},
-                                         Factorization{3, 2, true, Recipe::kFp8Current}),
-                         [](const auto& p) {
-                           std::ostringstream os;
-                           PrintTo(p.param, &os);
-                           return os.str();
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Factorizations, ShardedLayerNormMLP,
+    testing::Values(
+        Factorization{1, 2, false, Recipe::kFp32}, Factorization{2, 2, false, Recipe::kFp32},
+        Factorization{2, 2, true, Recipe::kFp32}, Factorization{1, 3, false, Recipe::kFp32},
+        Factorization{1, 3, true, Recipe::kFp32}, Factorization{3, 2, true, Recipe::kFp32},
+        Factorization{1, 4, true, Recipe::kFp32}, Factorization{2, 2, true, Recipe::kBf16},
+        Factorization{3, 2, false, Recipe::kBf16}, Factorization{2, 2, false, Recipe::kFp8Delayed},
+        Factorization{2, 2, true, Recipe::kFp8Delayed},
+        Factorization{1, 3, true, Recipe::kFp8Delayed},
+        Factorization{3, 2, true, Recipe::kFp8Current},
+        Factorization{2, 2, false, Recipe::kFp8Block},
+        Factorization{1, 3, false, Recipe::kFp8Block}, Factorization{2, 2, true, Recipe::kFp8Block},
+        Factorization{1, 3, true, Recipe::kFp8Block}),
+    [](const auto& p) {
+      std::ostringstream os;
+      PrintTo(p.param, &os);
+      return os.str();
+    });
 
 class OverlappedLayerNormMLP : public testing::TestWithParam<Factorization> {};
 
