@@ -59,7 +59,8 @@ qmesh_status qmesh_world_create_mpi(int* argc, char*** argv, qmesh_world** world
 #else
     (void)argc;
     (void)argv;
-    QMESH_THROW_KIND(ErrorKind::kUnsupported, "this qmesh was built without MPI (QMESH_WITH_MPI=OFF)");
+    QMESH_THROW_KIND(qmesh::ErrorKind::kUnsupported,
+                     "this qmesh was built without MPI (QMESH_WITH_MPI=OFF)");
 #endif
   });
 }
@@ -78,8 +79,9 @@ qmesh_status qmesh_world_create_store(int rank, int size, const char* directory,
     out->comm = qmesh::make_ucx_world(bootstrap);
     *world = out.release();
 #else
-    QMESH_THROW_KIND(ErrorKind::kUnsupported, "a store-bootstrapped world needs UCX; this qmesh was built " +
-                           std::string("without it (QMESH_WITH_UCX=OFF)"));
+    QMESH_THROW_KIND(qmesh::ErrorKind::kUnsupported,
+                     "a store-bootstrapped world needs UCX; this qmesh was built without it "
+                     "(QMESH_WITH_UCX=OFF)");
 #endif
   });
 }
