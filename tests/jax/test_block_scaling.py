@@ -66,7 +66,7 @@ def test_qparams_errors_name_the_field():
 
 
 def ref_block_quantize(x, block, power_of_two=True, epsilon=0.0, dtype=E4M3):
-    """(codes uint8, scale_inv) of x [R, C] in the layout of block_scale_shape."""
+    """(codes uint8, scale_inv) of x [R, C], the scales one per block (block_scale_shape)."""
     x = np.asarray(x, np.float32)
     rows, cols = x.shape
     codes = np.zeros((rows, cols), np.uint8)
@@ -77,8 +77,7 @@ def ref_block_quantize(x, block, power_of_two=True, epsilon=0.0, dtype=E4M3):
             tile = x[r0 : r0 + edge[0], c0 : c0 + edge[1]]
             s = ref.current_scale(ref.amax(tile), dtype, power_of_two, epsilon)
             codes[r0 : r0 + edge[0], c0 : c0 + edge[1]] = ref.quantize(tile, s, dtype)
-            at = (c0 // 128, r0) if block == 1 else (r0 // 128, c0 // 128)
-            scales[at] = np.float32(1) / s
+            scales[r0 // edge[0], c0 // 128] = np.float32(1) / s
     return codes, scales
 
 
@@ -88,7 +87,7 @@ def decoded(codes, scales, block, dtype=E4M3):
     rows, cols = codes.shape
     r, c = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
     s = np.asarray(scales, np.float64)
-    per = s[c // 128, r] if block == 1 else s[r // 128, c // 128]
+    per = s[r, c // 128] if block == 1 else s[r // 128, c // 128]
     return codes * per
 
 
@@ -115,7 +114,7 @@ def test_block_quantize_matches_the_reference(rng, shape, block, power_2):
     for got_q, got_s, src in ((q, s, x), (q_t, s_t, x.T)):
         want_q, want_s = ref_block_quantize(src, block, power_2)
         assert ref.codes_equal(got_q, want_q, E4M3)
-        np.testing.assert_array_equal(np.asarray(got_s), want_s)  # padding zero included
+        np.testing.assert_array_equal(np.asarray(got_s), want_s)
     # dequantize: code * scale_inv exactly (fp32 output)
     np.testing.assert_array_equal(
         np.asarray(qj.block_dequantize(q, s, block=block)), decoded(q, s, block).astype(np.float32)
@@ -155,7 +154,7 @@ def test_block_primitives_clear_errors():
     with pytest.raises(TypeError, match="float32, bfloat16 or float16"):
         qj.block_quantize(x.astype(jnp.int32))
     q, s, _, _ = qj.block_quantize(x)
-    with pytest.raises(ValueError, match=r"must be float32\[2, 4\]"):
+    with pytest.raises(ValueError, match=r"must be float32\[4, 2\] \(block_scale_shape\)"):
         qj.block_dequantize(q, s[:1])
     with pytest.raises(ValueError, match="amax_epsilon"):
         qj.block_quantize(x, amax_epsilon=-1.0)
@@ -214,16 +213,49 @@ def test_sharded_block_quantize_equals_unsharded(mesh, rng, block, spec):
         np.testing.assert_array_equal(np.asarray(g).view(np.uint8), np.asarray(w).view(np.uint8))
     assert ref.rel_err(got[4], want[4]) < 1e-6  # dbias: summed in another order
 
+    # The scales are sharded with their data: quantize and dequantize move nothing.
+    def roundtrip(v):
+        q, s, q_t, s_t = qj.block_quantize(v, block=block, columnwise=True)
+        return qj.block_dequantize(q, s, block=block), qj.block_dequantize(q_t, s_t, block=block)
+
+    with qj.global_shard_guard(qj.MeshResource(dp_resource="dp", tp_resource="tp")):
+        hlo = jax.jit(roundtrip).lower(_put(mesh, x, spec)).compile().as_text()
+    moves = ("all-gather", "all-to-all", "collective-permute", "all-reduce", "reduce-scatter")
+    assert not [ln for ln in hlo.splitlines() if any(f" {m}" in ln for m in moves)]
+
+
+@pytest.mark.parametrize("block", [1, 2])
+def test_row_shards_of_any_size_carry_their_scales(mesh, rng, block):
+    """Rows that are no multiple of 4 (the C++ layout's padding) or of 128 a shard: the
+    scales are sharded with their rows, bit for bit, and dequantize on the shards."""
+    rows = 6 * 8 if block == 1 else 128 * 8  # 6 rows a device over dp x tp
+    x = outliers(rng, (rows, 384))
+    spec = P(("dp", "tp"), None)
+
+    def f(v):
+        q, s, _, _ = qj.block_quantize(v, block=block)
+        return q, s, qj.block_dequantize(q, s, block=block)
+
+    with qj.global_shard_guard(qj.MeshResource(dp_resource="dp", tp_resource="tp")):
+        got = jax.jit(f)(_put(mesh, x, spec))
+    want = f(x)
+    assert got[1].sharding.spec[0] == ("dp", "tp")  # the scales' rows follow x's rows
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(np.asarray(g).view(np.uint8), np.asarray(w).view(np.uint8))
+
 
 def test_sharding_that_cuts_a_block_is_a_clear_error():
     mesh = make_mesh((2, 4))
-    x = _put(mesh, np.ones((256, 256), np.float32), P(None, "tp"))  # 64 columns a shard
     with qj.global_shard_guard(qj.MeshResource(dp_resource="dp", tp_resource="tp")):
-        with pytest.raises(Exception, match="would cut a scaling block"):
-            jax.jit(qj.block_quantize)(x).__getitem__(0).block_until_ready()
-        x = _put(mesh, np.ones((256, 256), np.float32), P(None, "dp"))  # 1 tile of 2 a shard
-        with pytest.raises(Exception, match="padded to a multiple of 4"):
+        x = _put(mesh, np.ones((256, 256), np.float32), P(None, "tp"))  # 64 columns a shard
+        want = r"x \[256, 256\]: the columns \(256\) is sharded over mesh axes \('tp',\) into "
+        with pytest.raises(Exception, match=want + "shards of 64.*would cut a scaling block"):
+            jax.jit(qj.block_quantize)(x)[0].block_until_ready()
+        x = _put(mesh, np.ones((256, 256), np.float32), P("tp", None))  # 64 rows a shard
+        with pytest.raises(Exception, match=r"the rows \(128x128 tiles\).*multiples of 128"):
             jax.jit(lambda v: qj.block_quantize(v, block=2))(x)[0].block_until_ready()
+        with pytest.raises(Exception, match=r"its columnwise copy \[256, 256\]: the columns"):
+            jax.jit(lambda v: qj.block_quantize(v, columnwise=True))(x)[0].block_until_ready()
 
 
 # ---- dense and mlp ----------------------------------------------------------------------------
@@ -300,6 +332,53 @@ def test_hlo_of_a_sharded_block_step_has_no_amax_all_reduce(rng):
     # Only the parameter gradients' sums over dp (wgrad and the bias gradient).
     shapes = sorted(ln.split("=", 1)[1].split(" all-reduce")[0].strip() for ln in reduces)
     assert 1 <= len(reduces) <= 2 and all("f32[" in s for s in shapes), reduces
+
+
+MLP_LAYOUTS = {  # x, kernels, biases; MeshResource extras; the results that are bitwise equal
+    # data parallel: every result row comes from its own rows (the weight gradients are
+    # sums over the rows, the bias gradients too: another order)
+    "dp": ((P("dp"), P(), P(), P(), P()), {}, ("y", "dx")),
+    # fc1 column, fc2 row parallel: fc2's output and dx are sums over the hidden shards
+    "tp": ((P("dp"), P(None, "tp"), P("tp", None), P("tp"), P()), {}, ()),
+    # and sequence parallel: x's sequence sharded over tp, fc2's output reduce-scattered
+    "sp": (
+        (P("dp", "tp"), P(None, "tp"), P("tp", None), P("tp"), P()),
+        {"tpsp_resource": "tp"},
+        (),
+    ),
+}
+
+
+@pytest.mark.parametrize("layout", MLP_LAYOUTS)
+def test_sharded_mlp_equals_unsharded(rng, layout):
+    """The block-scaled MLP over dp, tp and SP against one device: bit for bit where each
+    device computes its results from its own rows, else only summed in another order."""
+    mesh = make_mesh((2, 4))
+    b, s, h, f = 4, 128, 512, 1024
+    x = outliers(rng, (b, s, h))
+    k1 = (rng.standard_normal((h, f)) / np.sqrt(h)).astype(np.float32)
+    k2 = (rng.standard_normal((f, h)) / np.sqrt(f)).astype(np.float32)
+    b1, b2 = rng.standard_normal(f).astype(np.float32), rng.standard_normal(h).astype(np.float32)
+    r = rng.standard_normal((b, s, h)).astype(np.float32)
+    recipe = Float8BlockScaling()
+
+    def y(x, k1, k2, b1, b2):
+        return mlp(x, (k1, k2), (b1, b2), recipe=recipe)
+
+    step = jax.jit(
+        lambda *a: (y(*a), jax.grad(lambda *v: jnp.sum(y(*v) * r), argnums=range(5))(*a))
+    )
+    specs, extra, bitwise = MLP_LAYOUTS[layout]
+    args = (x, k1, k2, b1, b2)
+    with qj.global_shard_guard(qj.MeshResource(dp_resource="dp", tp_resource="tp", **extra)):
+        got = step(*(_put(mesh, v, sp) for v, sp in zip(args, specs)))
+    want = step(*args)
+    names = ("y", "dx", "dk1", "dk2", "db1", "db2")
+    for name, g, w in zip(names, jax.tree.leaves(got), jax.tree.leaves(want)):
+        if name in bitwise:
+            np.testing.assert_array_equal(np.asarray(g), np.asarray(w), err_msg=name)
+        else:
+            assert ref.rel_err(g, w) < 1e-6, name
 
 
 def test_mlp_with_the_block_recipe_against_float64(rng):
