@@ -14,7 +14,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import qmesh.jax as qj
-from qmesh.jax.block_quantize import block_scale_shape
+from qmesh.jax.block_quantize import block_scale_shape, grouped_scale_size
 from qmesh.jax.mlp import mlp
 from qmesh.jax.recipe import Float8BlockScaling, MMParams, QParams, check_recipe
 
@@ -158,6 +158,66 @@ def test_block_primitives_clear_errors():
         qj.block_dequantize(q, s[:1])
     with pytest.raises(ValueError, match="amax_epsilon"):
         qj.block_quantize(x, amax_epsilon=-1.0)
+
+
+# ---- grouped block quantize -------------------------------------------------------------------
+
+
+def cpp_layout(scales, block):
+    """Scales one per block -> the C++ layout (include/qmesh/block_quantized_tensor.h)."""
+    s = scales.T if block == 1 else scales
+    return np.pad(s, ((0, 0), (0, -s.shape[1] % 4)))
+
+
+@pytest.mark.parametrize("block", [1, 2])
+@pytest.mark.parametrize("sizes", [[130, 0, 3, 256, 1], [384], [0, 7]], ids=["5", "1", "empty"])
+def test_grouped_block_quantize_is_block_quantize_of_each_group(rng, block, sizes):
+    """Each group: the numpy reference of its own rows (its own blocks from its first row),
+    bit for bit, and block_quantize of it; scales flat in the C++ layout, then zeros."""
+    cols = 300
+    x = outliers(rng, (sum(sizes), cols))
+    f = jax.jit(lambda v, g: qj.grouped_block_quantize(v, g, block=block, columnwise=True))
+    q, s, q_t, s_t = (np.asarray(a) for a in f(x, np.asarray(sizes, np.int32)))
+    size = grouped_scale_size
+    assert s.shape == (size(len(x), cols, len(sizes), block),)
+    assert s_t.shape == (size(len(x), cols, len(sizes), block, columnwise=True),)
+    want_q, want_q_t, want_s, want_s_t = [], [], [], []
+    start = 0
+    for n in sizes:
+        part = x[start : start + n]
+        start += n
+        if n == 0:
+            continue
+        for src, codes, scales in ((part, want_q, want_s), (part.T, want_q_t, want_s_t)):
+            c, sc = ref_block_quantize(src, block)
+            codes.append(c.reshape(-1))
+            scales.append(cpp_layout(sc, block).reshape(-1))
+        one = qj.block_quantize(part, block=block, columnwise=True)  # the same, via the op
+        np.testing.assert_array_equal(np.asarray(one[3]), ref_block_quantize(part.T, block)[1])
+
+    def flat(parts, length):
+        got = np.concatenate(parts) if parts else np.zeros(0, np.float32)
+        return np.pad(got, (0, length - got.size))
+
+    assert ref.codes_equal(q.reshape(-1), np.concatenate(want_q), E4M3)
+    assert ref.codes_equal(q_t, np.concatenate(want_q_t), E4M3)
+    np.testing.assert_array_equal(s, flat(want_s, s.size))  # the tail zero included
+    np.testing.assert_array_equal(s_t, flat(want_s_t, s_t.size))
+
+
+def test_grouped_block_quantize_clear_errors():
+    x = jnp.ones((8, 256), jnp.float32)
+    f = jax.jit(lambda v, g: qj.grouped_block_quantize(v, g))
+    with pytest.raises(Exception, match="group_sizes add up to 7 rows but x has 8 rows"):
+        f(x, np.asarray([3, 4], np.int32))[0].block_until_ready()
+    with pytest.raises(Exception, match="group_sizes must not be negative"):
+        f(x, np.asarray([10, -2], np.int32))[0].block_until_ready()
+    with pytest.raises(TypeError, match="group_sizes must be int32"):
+        qj.grouped_block_quantize(x, np.asarray([8.0], np.float32))
+    with pytest.raises(ValueError, match="no groups for 8 rows"):
+        qj.grouped_block_quantize(x, np.zeros(0, np.int32))
+    with pytest.raises(ValueError, match="block must be 1"):
+        qj.grouped_block_quantize(x, np.asarray([8], np.int32), block=0)
 
 
 # ---- the block-scaled GEMM --------------------------------------------------------------------

@@ -313,6 +313,83 @@ class BlockDbiasQuantize(_BlockCast):
         return sized(f"{x} -> {', '.join(outs)}, {cols}", sizes)
 
 
+# ---- grouped block quantize -------------------------------------------------------------------
+
+
+def grouped_scale_size(rows: int, cols: int, groups: int, block: int, columnwise=False) -> int:
+    """The length of the flat scales of grouped_block_quantize of [rows, cols] in `groups`
+    groups (of the columnwise copy with `columnwise`): room for any split of the rows."""
+    # Over the groups, sum ceil(rows_g / 128) <= ceil(rows / 128) + groups - 1 and
+    # round_up(n, 4) <= n + 3.
+    blocks = -(-cols // BLOCK)
+    row_blocks = max(0, -(-rows // BLOCK) + groups - 1)
+    pad = (ALIGN - 1) * groups
+    if check_block(block) == 1:
+        return row_blocks * (-(-cols // ALIGN) * ALIGN) if columnwise else blocks * (rows + pad)
+    return blocks * (row_blocks + pad) if columnwise else row_blocks * (-(-blocks // ALIGN) * ALIGN)
+
+
+@register
+class GroupedBlockQuantize(Op):
+    """(x [rows, cols], group_sizes int32 [G]) -> (q, scale_inv, q_t, scale_inv_t): groups of
+    rows back to back, each block-quantized as block_quantize of its rows (see
+    grouped_block_quantize for the layouts). The inner primitive also takes two zero-filled
+    scale buffers, which its scale results alias. The operands are replicated (group
+    boundaries are runtime values)."""
+
+    name, target = "qmesh_grouped_block_quantize", "qmesh_grouped_block_quantize"
+    num_inputs = 2
+    static_params = _BlockCast.static_params
+    output_aliases = {2: 1, 3: 3}
+
+    @classmethod
+    def abstract(cls, x, group_sizes, *zeros, out_dtype, block, columnwise, **scaling):
+        _check_x(x, "x")
+        if group_sizes.dtype != jnp.int32 or group_sizes.ndim != 1:
+            raise TypeError(
+                f"group_sizes must be int32 [G], not {group_sizes.dtype}{list(group_sizes.shape)}"
+            )
+        rows, cols = x.shape
+        groups = group_sizes.shape[0]
+        if groups == 0 and rows > 0:
+            raise ValueError(
+                f"grouped block quantize: no groups for {rows} rows; group_sizes must cover "
+                "every row of x"
+            )
+        out_dtype = check_fp8(out_dtype)
+        size = grouped_scale_size(rows, cols, groups, block)
+        outs = [jax.core.ShapedArray(x.shape, out_dtype), jax.core.ShapedArray((size,), F32)]
+        if columnwise:
+            size_t = grouped_scale_size(rows, cols, groups, block, columnwise=True)
+            outs += [
+                jax.core.ShapedArray((x.size,), out_dtype),
+                jax.core.ShapedArray((size_t,), F32),
+            ]
+        else:
+            outs += [jax.core.ShapedArray((0,), out_dtype), jax.core.ShapedArray((0,), F32)]
+        return tuple(outs)
+
+    attributes = _BlockCast.attributes
+
+    @classmethod
+    def is_empty(cls, x, group_sizes, *zeros, **params):
+        return x.size == 0 or group_sizes.size == 0
+
+    @classmethod
+    def empty(cls, x, group_sizes, *zeros, **params):
+        return tuple(jnp.zeros(a.shape, a.dtype) for a in cls.abstract(x, group_sizes, **params))
+
+    @classmethod
+    def local(cls, plan, x, group_sizes, **params):
+        _, s, _, s_t = cls.abstract(x, group_sizes, **params)
+        zeros = jnp.zeros(s.shape, F32), jnp.zeros(s_t.shape, F32)
+        return cls.inner.bind(x, group_sizes, *zeros, **params)
+
+    @classmethod
+    def sharding_rule(cls, value_types, result_types, **params):
+        return "i j, g -> i j, s, k, t"
+
+
 # ---- block dequantize -------------------------------------------------------------------------
 
 
@@ -427,6 +504,35 @@ def block_dequantize(q, scale_inv, *, block: int = 1, out_dtype=jnp.float32):
         block=check_block(block),
         out_dtype=check_wide(out_dtype, "out_dtype"),
     )[0]
+
+
+def grouped_block_quantize(
+    x,
+    group_sizes,
+    out_dtype=jnp.float8_e4m3fn,
+    *,
+    block: int = 1,
+    columnwise: bool = False,
+    power_2_scale: bool = True,
+    amax_epsilon: float = 0.0,
+):
+    """Block-quantizes the row groups of x [R, C] (group g: the next group_sizes[g] rows, int32
+    [G], adding up to R; a group may be empty), each exactly as block_quantize of its rows
+    (its own blocks, from its first row): (q, scale_inv, q_t, scale_inv_t).
+
+    q [R, C] holds each group's codes in its rows; with `columnwise`, q_t [R * C] each group's
+    [C, R_g] transpose back to back (else q_t and scale_inv_t are empty). The scales are flat
+    float32, grouped_scale_size(R, C, G, block[, columnwise]) long: group g's scales in the
+    C++ layout of its shape (layout_shape(R_g, C, block); for q_t layout_shape(C, R_g,
+    block)), flattened, back to back from group 0 on, then zeros. (Not one float per block as
+    block_quantize gives them: the groups' boundaries are runtime values, and this is the
+    layout the C++ ops and cuBLASLt read, group by group.) With 1x128 blocks q and the
+    per-group scales equal block_quantize(x)'s, as no 1x128 block crosses a row."""
+    return GroupedBlockQuantize.bind(
+        jnp.asarray(x),
+        jnp.asarray(group_sizes),
+        **_cast_params(out_dtype, block, columnwise, power_2_scale, amax_epsilon),
+    )
 
 
 def _cast_params(out_dtype, block, columnwise, power_2_scale, amax_epsilon):
