@@ -66,7 +66,8 @@ def check_block(block) -> int:
 
 def block_scale_shape(rows: int, cols: int, block: int) -> tuple[int, int]:
     """The shape of the scale_inv of a [rows, cols] tensor with `block` blocks, in JAX: one
-    float32 per block, [rows, ceil(cols/128)] or [ceil(rows/128), ceil(cols/128)]."""
+    float32 per block, [rows, ceil(cols/128)] or [ceil(rows/128), ceil(cols/128)] (the C++
+    function of this name gives the C++ layout's: layout_shape here)."""
     edge = BLOCK if check_block(block) == 2 else 1
     return -(-rows // edge), -(-cols // BLOCK)
 
