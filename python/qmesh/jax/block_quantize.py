@@ -130,7 +130,7 @@ def rule_dim(name: str, size: int, mesh) -> Dim:
     axis between the two factors, which the partitioning callbacks cannot take): the
     callbacks still shard the scales with the data (or refuse a sharding that cuts a block),
     and the partitioner moves the scales where the rule left them elsewhere."""
-    if size and size % (BLOCK * math.prod(mesh.axis_sizes)) == 0:
+    if size and size % (BLOCK * math.prod(mesh.shape.values())) == 0:
         return Dim(f"({name}b {name}e)", f"{name}b", {f"{name}b": size // BLOCK, f"{name}e": BLOCK})
     return Dim(name, f"{name}b", {})
 
