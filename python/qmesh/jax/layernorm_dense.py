@@ -43,9 +43,7 @@ def norm_forward(cfg, eps, x, gamma, beta, step):
     dtype = recipe.fp8_format.fwd_dtype
     columnwise = _dense.tokens_columnwise(cfg)
     if isinstance(recipe, DelayedScaling):
-        return norm_fwd_quantize(
-            x2, gamma, beta, step[1][0], dtype, eps=eps, columnwise=columnwise
-        )
+        return norm_fwd_quantize(x2, gamma, beta, step[1][0], dtype, eps=eps, columnwise=columnwise)
     ln, amax, mean, rstd = norm_fwd_amax(x2, gamma, beta, eps=eps)
     if not isinstance(recipe, Float8CurrentScaling):  # block-scaled: the cast after the norm
         return ln, _dense._quantize(ln, None, dtype, recipe, columnwise), mean, rstd
