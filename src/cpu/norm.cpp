@@ -65,6 +65,7 @@ uint32_t norm_rows(const NormJob& job, int64_t begin, int64_t end) {
       return mul(d, d);
     });
     const float rs = norm_rstd(sq, cols, job.eps);
+    const float m_out = canonical_nan(m), rs_out = canonical_nan(rs);
     for (int64_t c = 0; c < cols; ++c) {
       const float g = job.zero_centered_gamma ? add(job.gamma[c], 1.0f) : job.gamma[c];
       float v = canonical_nan(normalize(x[c], m, rs, g, rms ? 0.0f : job.beta[c], rms));
@@ -83,8 +84,8 @@ uint32_t norm_rows(const NormJob& job, int64_t begin, int64_t end) {
         if (job.out_t) job.out_t[c * job.rows + r] = code;
       }
     }
-    if (job.mean) job.mean[r] = m;
-    if (job.rstd) job.rstd[r] = rs;
+    if (job.mean) job.mean[r] = m_out;
+    if (job.rstd) job.rstd[r] = rs_out;
   }
   return amax;
 }

@@ -73,8 +73,8 @@ __global__ void __launch_bounds__(kThreads) norm_kernel(NormJob p) {
       }
     }
     if (threadIdx.x == 0) {
-      if (p.mean != nullptr) p.mean[row] = mean;
-      if (p.rstd != nullptr) p.rstd[row] = rstd;
+      if (p.mean != nullptr) p.mean[row] = canonical_nan(mean);
+      if (p.rstd != nullptr) p.rstd[row] = canonical_nan(rstd);
     }
   }
   if (p.amax != nullptr) block_amax<kThreads>(amax, p.amax);

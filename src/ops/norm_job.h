@@ -57,7 +57,8 @@ QMESH_HOST_DEVICE inline float norm_rstd(float sum_sq, int64_t cols, float eps) 
 #endif
 }
 
-// The canonical NaN for any NaN (the amax of a NaN is one value on both backends).
+// The canonical NaN for any NaN: y, mean, rstd and the amax of a NaN row are one value on
+// both backends (x86 arithmetic keeps an input NaN's payload, the GPU's does not).
 QMESH_HOST_DEVICE inline float canonical_nan(float v) {
   return v == v ? v : gelu_detail::from_bits(0x7FFFFFFFu);
 }
