@@ -159,6 +159,25 @@ def test_every_recipe_and_norm_equals_the_unfused_composition(rng, recipe, norm,
         np.testing.assert_allclose(a, b_, rtol=tol, atol=tol * max(np.abs(b_).max(), 1e-30))
 
 
+def test_sharded_current_scaling_rms_norm_equals_unsharded(rng):
+    mesh = make_mesh((2, 4))
+    x, g, be, w, b, _, r, r_ln = data(rng)
+    step = composition_steps(Float8CurrentScaling(), "rmsnorm", jnp.float32)[0]
+    put = lambda a, spec: jax.device_put(a, NamedSharding(mesh, spec))  # noqa: E731
+    x[1, 3, 5] = 40.0  # the global amax lives on one shard only
+    want = step(x, g, be, w, b, None, r, r_ln)
+    sharded = (put(x, P("dp", None, None)), g, be, put(w, P(None, "tp")), put(b, P("tp")))
+    with qj.global_shard_guard(qj.MeshResource(dp_resource="dp", tp_resource="tp")):
+        got = step(*sharded, None, put(r, P("dp", None, "tp")), put(r_ln, P("dp", None, None)))
+    for a, b_ in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        np.testing.assert_allclose(
+            np.asarray(a),
+            np.asarray(b_),
+            rtol=1e-5,
+            atol=1e-5 * max(float(np.abs(np.asarray(b_)).max()), 1e-30),
+        )
+
+
 def compiled(m, x):
     v = m.init(jax.random.key(0), x)
     return jax.jit(jax.grad(lambda v_: jnp.sum(m.apply(v_, x)[0] ** 2))).lower(v).as_text()
