@@ -219,6 +219,13 @@ def test_vmap_equals_a_loop(rng):
     for i in range(3):
         want = layer_norm_fwd(x[i], gamma, beta)[0]
         assert np.asarray(got[i]).tobytes() == np.asarray(want).tobytes()
+    # the fused norm, RMSNorm (an empty beta) included: each element gets its own amax
+    for b in (beta, None):
+        got = jax.vmap(lambda v: norm_fwd_quantize(v, gamma, b, 2.0)[1][:3:2])(x)
+        for i in range(3):
+            want = norm_fwd_quantize(x[i], gamma, b, 2.0)[1][:3:2]
+            for a, w in zip(got, want):
+                assert np.asarray(a[i]).tobytes() == np.asarray(w).tobytes()
 
 
 def test_bad_input_raises_and_the_process_survives():
