@@ -35,7 +35,7 @@ HANDLERS = {
     "Gemm": "qmesh_gemm",
     "LayerNormForward": "qmesh_layer_norm_forward",
     "LayerNormBackward": "qmesh_layer_norm_backward",
-    "LayerNormForwardQuantize": "qmesh_layer_norm_forward_quantize",
+    "NormForward": "qmesh_norm_forward",
 }
 
 _LIBRARY_NAME = "libqmesh_jax_ffi.so"
