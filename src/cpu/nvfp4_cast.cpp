@@ -48,13 +48,14 @@ void cast_copy(const NvFp4CastJob& job, int copy) {
   const float global_encode = nvfp4::global_encode_scale(nvfp4::float_of(global));
   const float global_decode = 1.0f / global_encode;
   *job.copies[copy].scale_inv = global_decode;
+  const uint64_t seed = job.seed();
   parallel_for(rows, grain, [&](int64_t begin, int64_t end, int) {
     float v[kBlock];
     for (int64_t i = begin; i < end; ++i)
       for (int64_t kb = 0; kb < blocks; ++kb) {
         nvfp4::load_block(job, load, copy, i, kb, v);
         nvfp4::encode_block(job, copy, i, kb, v, nvfp4::float_of(amax[i * blocks + kb]),
-                            global_encode, global_decode);
+                            global_encode, global_decode, seed);
       }
   });
 }

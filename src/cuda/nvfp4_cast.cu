@@ -59,6 +59,7 @@ __global__ void encode_kernel(NvFp4CastJob job, int copy, const uint32_t* block_
   const DeviceLoad<T> load{static_cast<const T*>(job.in)};
   const float global_encode = nvfp4::global_encode_scale(__uint_as_float(*global_amax));
   const float global_decode = 1.0f / global_encode;
+  const uint64_t seed = job.seed();
   if (blockIdx.x == 0 && threadIdx.x == 0) *job.copies[copy].scale_inv = global_decode;
   for (int64_t b = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; b < n;
        b += int64_t(gridDim.x) * blockDim.x) {
@@ -70,7 +71,8 @@ __global__ void encode_kernel(NvFp4CastJob job, int copy, const uint32_t* block_
     }
     float v[kBlock];
     nvfp4::load_block(job, load, copy, i, kb, v);
-    nvfp4::encode_block(job, copy, i, kb, v, __uint_as_float(amax), global_encode, global_decode);
+    nvfp4::encode_block(job, copy, i, kb, v, __uint_as_float(amax), global_encode, global_decode,
+                        seed);
   }
 }
 

@@ -24,11 +24,16 @@ struct NvFp4CastJob {
   int64_t rows = 0;  // of x; multiples of 16
   int64_t cols = 0;
   NvFp4Options options;
+  const uint32_t* seed_key = nullptr;  // options.seed_key's words (on the cast's device); or null
   NvFp4CopyOut copies[2];
 
   QMESH_HOST_DEVICE int64_t copy_rows(int copy) const { return copy == 0 ? rows : cols; }
   QMESH_HOST_DEVICE int64_t copy_cols(int copy) const { return copy == 0 ? cols : rows; }
   QMESH_HOST_DEVICE bool rht(int copy) const { return copy == 1 && options.rht; }
+  // The stochastic rounding seed (read where the cast runs).
+  QMESH_HOST_DEVICE uint64_t seed() const {
+    return seed_key ? (uint64_t(seed_key[0]) << 32) | seed_key[1] : options.seed;
+  }
 };
 
 namespace nvfp4 {
@@ -61,10 +66,12 @@ QMESH_HOST_DEVICE inline uint32_t amax_bits(const float (&v)[kBlock]) {
 }
 
 // Encodes block kb of row i of `copy` (values v, block or tile amax `amax`, per-tensor encode
-// scale `global_encode` and its inverse `global_decode`) into the copy's codes and scale.
+// scale `global_encode` and its inverse `global_decode`, rounding seed `seed` = job.seed())
+// into the copy's codes and scale.
 QMESH_HOST_DEVICE inline void encode_block(const NvFp4CastJob& job, int copy, int64_t i, int64_t kb,
                                            const float (&v)[kBlock], float amax,
-                                           float global_encode, float global_decode) {
+                                           float global_encode, float global_decode,
+                                           uint64_t seed) {
   const NvFp4CopyOut& out = job.copies[copy];
   const int64_t cols = job.copy_cols(copy);
   const uint8_t scale = block_scale_code(amax, global_encode);
@@ -73,8 +80,8 @@ QMESH_HOST_DEVICE inline void encode_block(const NvFp4CastJob& job, int copy, in
   const uint64_t first = uint64_t(i * cols + kb * kBlock);
   uint8_t* packed = out.data + i * (cols / 2) + kb * (kBlock / 2);
   for (int k = 0; k < kBlock; k += 2) {
-    const uint32_t lo = sr ? rounding_bits(job.options.seed, copy, first + k) : 0u;
-    const uint32_t hi = sr ? rounding_bits(job.options.seed, copy, first + k + 1) : 0u;
+    const uint32_t lo = sr ? rounding_bits(seed, copy, first + k) : 0u;
+    const uint32_t hi = sr ? rounding_bits(seed, copy, first + k + 1) : 0u;
     packed[k / 2] =
         uint8_t(encode_e2m1(v[k] * factor, sr, lo) | (encode_e2m1(v[k + 1] * factor, sr, hi) << 4));
   }

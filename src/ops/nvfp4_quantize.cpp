@@ -55,12 +55,18 @@ void nvfp4_quantize(const TensorView& x, const NvFp4TensorView& out, const NvFp4
   QMESH_CHECK(!(options.rht && options.tiles_2d),
               "nvfp4_quantize: the random Hadamard transform is for the 1x16 blocks of wgrad "
               "operands, not 16x16 tiles (weights); turn one of rht and tiles_2d off");
+  if (!options.seed_key.empty()) {
+    check_dtype(options.seed_key, DType::kInt32, "nvfp4_quantize seed_key");
+    check_shape(options.seed_key, Shape{2}, "nvfp4_quantize seed_key (two key words)");
+    check_device(options.seed_key, x.device, "nvfp4_quantize seed_key");
+  }
   detail::NvFp4CastJob job;
   job.in_dtype = x.dtype;
   job.in = x.data;
   job.rows = x.shape.rows();
   job.cols = x.shape.cols();
   job.options = options;
+  job.seed_key = static_cast<const uint32_t*>(options.seed_key.data);
   job.copies[0] = copy_out(out.data, out.scale, out.scale_inv);
   if (out.has_columnwise()) job.copies[1] = copy_out(out.data_t, out.scale_t, out.scale_inv_t);
   detail::dispatch(

@@ -18,6 +18,9 @@ struct NvFp4Options {
   // docs/design/nvfp4.md. Otherwise to nearest even.
   bool stochastic_rounding = false;
   uint64_t seed = 0;
+  // If not empty, replaces `seed`: int32 [2] key words (jax.random key data) on x's device,
+  // read by the cast itself (no host synchronization): seed = uint32(key[0]) << 32 | key[1].
+  TensorView seed_key;
   // Quantize 16x16 tiles (one scale per tile, weights) instead of 1x16 blocks.
   bool tiles_2d = false;
   // Apply the random Hadamard transform with sign mask `rht_signs` to the 16-element blocks of

@@ -303,6 +303,26 @@ TEST(NvFp4StochasticRounding, UnbiasedAndReproducible) {
               static_cast<long long>(n), sigma);
 }
 
+// A seed_key {k0, k1} rounds as the seed k0 << 32 | k1.
+TEST(NvFp4StochasticRounding, SeedKeyIsTheSeed) {
+  Tensor x = test::random_wide(DType::kFloat32, Shape{32, 32}, 4);
+  Tensor key(DType::kInt32, Shape{2});
+  key.data_as<int32_t>()[0] = 7;
+  key.data_as<int32_t>()[1] = -3;
+  NvFp4Options by_value, by_key;
+  by_value.stochastic_rounding = by_key.stochastic_rounding = true;
+  by_value.seed = (uint64_t{7} << 32) | uint32_t(-3);
+  by_key.seed_key = key;
+  NvFp4Tensor a(Shape{32, 32}, Device::host(), true), b(Shape{32, 32}, Device::host(), true);
+  nvfp4_quantize(x, a.view(), by_value);
+  nvfp4_quantize(x, b.view(), by_key);
+  EXPECT_EQ(bytes(a.data()), bytes(b.data()));
+  EXPECT_EQ(bytes(a.data_t()), bytes(b.data_t()));
+  Tensor bad(DType::kFloat32, Shape{2});
+  by_key.seed_key = bad;
+  EXPECT_QMESH_ERROR(nvfp4_quantize(x, b.view(), by_key), "seed_key");
+}
+
 // The codes of stochastic rounding are exactly those of the documented rule: up iff the
 // element's 32 random bits are below floor(fraction of a step * 2^32).
 TEST(NvFp4StochasticRounding, FollowsTheDocumentedBits) {
