@@ -3,11 +3,11 @@
 #include "qmesh/ops/nvfp4_quantize.h"
 
 #include <algorithm>
-#include <string>
 
 #include "core/splitmix64.h"
 #include "cpu/nvfp4_cast.h"
 #include "cuda/nvfp4_cast.h"
+#include "ops/check_wide.h"
 #include "ops/nvfp4_cast_job.h"
 #include "qmesh/detail/cuda_dispatch.h"
 
@@ -15,12 +15,7 @@ namespace qmesh {
 
 namespace {
 
-void check_wide(const TensorView& t, const char* what) {
-  check_not_empty(t, what);
-  QMESH_CHECK(
-      t.dtype == DType::kFloat32 || t.dtype == DType::kBFloat16 || t.dtype == DType::kFloat16, what,
-      " must be fp32, bf16 or fp16, got ", dtype_name(t.dtype), "; convert it first");
-}
+using detail::check_wide;
 
 detail::NvFp4CopyOut copy_out(const TensorView& data, const TensorView& scale,
                               const TensorView& scale_inv) {
