@@ -38,7 +38,7 @@ void cast_copy(const NvFp4CastJob& job, int copy) {
       }
   });
   const uint32_t global = *std::max_element(amax.begin(), amax.end());
-  if (job.options.tiles_2d)
+  if (job.tiles_2d)
     for (int64_t i0 = 0; i0 < rows; i0 += kBlock)
       for (int64_t kb = 0; kb < blocks; ++kb) {
         uint32_t tile = 0;
@@ -48,7 +48,7 @@ void cast_copy(const NvFp4CastJob& job, int copy) {
   const float global_encode = nvfp4::global_encode_scale(nvfp4::float_of(global));
   const float global_decode = 1.0f / global_encode;
   *job.copies[copy].scale_inv = global_decode;
-  const uint64_t seed = job.seed();
+  const uint64_t seed = job.rounding_seed();
   parallel_for(rows, grain, [&](int64_t begin, int64_t end, int) {
     float v[kBlock];
     for (int64_t i = begin; i < end; ++i)

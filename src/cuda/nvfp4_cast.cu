@@ -59,13 +59,13 @@ __global__ void encode_kernel(NvFp4CastJob job, int copy, const uint32_t* block_
   const DeviceLoad<T> load{static_cast<const T*>(job.in)};
   const float global_encode = nvfp4::global_encode_scale(__uint_as_float(*global_amax));
   const float global_decode = 1.0f / global_encode;
-  const uint64_t seed = job.seed();
+  const uint64_t seed = job.rounding_seed();
   if (blockIdx.x == 0 && threadIdx.x == 0) *job.copies[copy].scale_inv = global_decode;
   for (int64_t b = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; b < n;
        b += int64_t(gridDim.x) * blockDim.x) {
     const int64_t i = b / blocks, kb = b % blocks;
     uint32_t amax = block_amax[b];
-    if (job.options.tiles_2d) {
+    if (job.tiles_2d) {
       const int64_t i0 = i / kBlock * kBlock;
       for (int64_t r = i0; r < i0 + kBlock; ++r) amax = max(amax, block_amax[r * blocks + kb]);
     }

@@ -6,7 +6,6 @@
 
 #include "ops/nvfp4_rules.h"
 #include "qmesh/dtype.h"
-#include "qmesh/ops/nvfp4_quantize.h"
 
 namespace qmesh::detail {
 
@@ -23,16 +22,21 @@ struct NvFp4CastJob {
   const void* in = nullptr;
   int64_t rows = 0;  // of x; multiples of 16
   int64_t cols = 0;
-  NvFp4Options options;
-  const uint32_t* seed_key = nullptr;  // options.seed_key's words (on the cast's device); or null
+  // NvFp4Options as plain values (a kernel argument copies them bitwise).
+  bool stochastic_rounding = false;
+  bool tiles_2d = false;
+  bool rht_columnwise = false;
+  uint16_t rht_signs = 0;
+  uint64_t seed = 0;
+  const uint32_t* seed_key = nullptr;  // NvFp4Options::seed_key's words (on the cast's device)
   NvFp4CopyOut copies[2];
 
   QMESH_HOST_DEVICE int64_t copy_rows(int copy) const { return copy == 0 ? rows : cols; }
   QMESH_HOST_DEVICE int64_t copy_cols(int copy) const { return copy == 0 ? cols : rows; }
-  QMESH_HOST_DEVICE bool rht(int copy) const { return copy == 1 && options.rht; }
+  QMESH_HOST_DEVICE bool rht(int copy) const { return copy == 1 && rht_columnwise; }
   // The stochastic rounding seed (read where the cast runs).
-  QMESH_HOST_DEVICE uint64_t seed() const {
-    return seed_key ? (uint64_t(seed_key[0]) << 32) | seed_key[1] : options.seed;
+  QMESH_HOST_DEVICE uint64_t rounding_seed() const {
+    return seed_key ? (uint64_t(seed_key[0]) << 32) | seed_key[1] : seed;
   }
 };
 
@@ -49,7 +53,7 @@ QMESH_HOST_DEVICE inline void load_block(const NvFp4CastJob& job, const Load& lo
     raw[k] = load(copy == 0 ? i * job.cols + j : j * job.cols + i);
   }
   if (job.rht(copy)) {
-    hadamard16(raw, job.options.rht_signs, false, v);
+    hadamard16(raw, job.rht_signs, false, v);
   } else {
     for (int k = 0; k < kBlock; ++k) v[k] = raw[k];
   }
@@ -66,8 +70,8 @@ QMESH_HOST_DEVICE inline uint32_t amax_bits(const float (&v)[kBlock]) {
 }
 
 // Encodes block kb of row i of `copy` (values v, block or tile amax `amax`, per-tensor encode
-// scale `global_encode` and its inverse `global_decode`, rounding seed `seed` = job.seed())
-// into the copy's codes and scale.
+// scale `global_encode` and its inverse `global_decode`, rounding seed `seed` =
+// job.rounding_seed()) into the copy's codes and scale.
 QMESH_HOST_DEVICE inline void encode_block(const NvFp4CastJob& job, int copy, int64_t i, int64_t kb,
                                            const float (&v)[kBlock], float amax,
                                            float global_encode, float global_decode,
@@ -76,7 +80,7 @@ QMESH_HOST_DEVICE inline void encode_block(const NvFp4CastJob& job, int copy, in
   const int64_t cols = job.copy_cols(copy);
   const uint8_t scale = block_scale_code(amax, global_encode);
   const float factor = block_encode_factor(scale, global_decode);
-  const bool sr = job.options.stochastic_rounding;
+  const bool sr = job.stochastic_rounding;
   const uint64_t first = uint64_t(i * cols + kb * kBlock);
   uint8_t* packed = out.data + i * (cols / 2) + kb * (kBlock / 2);
   for (int k = 0; k < kBlock; k += 2) {

@@ -60,7 +60,11 @@ void nvfp4_quantize(const TensorView& x, const NvFp4TensorView& out, const NvFp4
   job.in = x.data;
   job.rows = x.shape.rows();
   job.cols = x.shape.cols();
-  job.options = options;
+  job.stochastic_rounding = options.stochastic_rounding;
+  job.tiles_2d = options.tiles_2d;
+  job.rht_columnwise = options.rht;
+  job.rht_signs = options.rht_signs;
+  job.seed = options.seed;
   job.seed_key = static_cast<const uint32_t*>(options.seed_key.data);
   job.copies[0] = copy_out(out.data, out.scale, out.scale_inv);
   if (out.has_columnwise()) job.copies[1] = copy_out(out.data_t, out.scale_t, out.scale_inv_t);
