@@ -159,6 +159,17 @@ def test_sharded_input_gives_the_unsharded_result(rng, mesh):
         np.testing.assert_array_equal(u, v)
 
 
+def test_vmap_quantizes_each_element_alone(rng):
+    x = (
+        rng.standard_normal((3, 16, 32)).astype(np.float32)
+        * np.array([1, 100, 1e-3])[:, None, None]
+    )
+    out = jax.vmap(qj.nvfp4_quantize)(x)
+    for b in range(3):
+        for u, v in zip(out[:3], qj.nvfp4_quantize(x[b])[:3]):
+            np.testing.assert_array_equal(np.asarray(u)[b], v)
+
+
 def test_abstract_shapes():
     x = jax.ShapeDtypeStruct((32, 64), jnp.bfloat16)
     outs = jax.eval_shape(lambda x: qj.nvfp4_quantize(x, columnwise=True), x)
