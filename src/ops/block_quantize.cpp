@@ -8,6 +8,7 @@
 #include "cpu/block_cast.h"
 #include "cuda/block_cast.h"
 #include "ops/block_cast_job.h"
+#include "ops/check_wide.h"
 #include "qmesh/detail/cuda_dispatch.h"
 #include "qmesh/ops/grouped_quantize.h"
 
@@ -15,12 +16,7 @@ namespace qmesh {
 
 namespace {
 
-void check_wide(const TensorView& t, const char* what) {
-  check_not_empty(t, what);
-  QMESH_CHECK(
-      t.dtype == DType::kFloat32 || t.dtype == DType::kBFloat16 || t.dtype == DType::kFloat16, what,
-      " must be fp32, bf16 or fp16, got ", dtype_name(t.dtype), "; convert it first");
-}
+using detail::check_wide;
 
 void check_params(const QParams& params, const char* op) {
   QMESH_CHECK(std::isfinite(params.amax_epsilon) && params.amax_epsilon >= 0.0f, op,

@@ -20,6 +20,7 @@ from qmesh.jax.block_quantize import (
 from qmesh.jax.delayed_state import combine_state_grads, keep_unused_state, share_state, split_state
 from qmesh.jax.dense import init_state
 from qmesh.jax.gemm import Epilogue
+from qmesh.jax.nvfp4 import nvfp4_dequantize, nvfp4_quantize
 from qmesh.jax.quantize import (
     Quantized,
     amax,
@@ -70,6 +71,8 @@ __all__ = [
     "global_shard_guard",
     "grouped_quantize",
     "init_state",
+    "nvfp4_dequantize",
+    "nvfp4_quantize",
     "keep_unused_state",
     "layer_norm",
     "quantize",

@@ -31,6 +31,8 @@ HANDLERS = {
     "BlockDbiasQuantize": "qmesh_block_dbias_quantize",
     "GroupedBlockQuantize": "qmesh_grouped_block_quantize",
     "BlockDequantize": "qmesh_block_dequantize",
+    "Nvfp4Quantize": "qmesh_nvfp4_quantize",
+    "Nvfp4Dequantize": "qmesh_nvfp4_dequantize",
     "DelayedScalingUpdate": "qmesh_delayed_scaling_update",
     "Gemm": "qmesh_gemm",
     "LayerNormForward": "qmesh_layer_norm_forward",
