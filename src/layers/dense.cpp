@@ -89,6 +89,8 @@ struct Dense::Impl {
       in_local = in / tp_size;
     }
     check_block_sharding(in, out, tp_size);
+    if (block_sp() && column()) x_full_cast.emplace(context, OperandRole::kInput);
+    if (block_sp() && row()) dy_full_cast.emplace(context, OperandRole::kGradOutput);
     // Slice [out0, out0 + out_local) x [in0, in0 + in_local) of the global [out, in] matrix.
     const int64_t out0 = opt.parallelism == DenseParallelism::kColumn ? tp->rank() * out_local : 0;
     const int64_t in0 = opt.parallelism == DenseParallelism::kRow ? tp->rank() * in_local : 0;
@@ -212,17 +214,13 @@ struct Dense::Impl {
     QMESH_CHECK(!(row() && sp()) || tokens % tp->size() == 0, name, ": ", tokens,
                 " tokens cannot be reduce-scattered over tp=", tp->size());
     GemmArgs args;
-    CastFusion input_fusion;
-    if (options.gelu_split == DenseGeluSplit::kConsumer)
-      input_fusion.kind = CastFusion::Kind::kGelu;
-    // Block scaling gathers the high-precision input and casts all of it (the collective
-    // GEMMs take no block-scaled operands).
-    args.a =
-        x_cast.cast(column() && block_sp() ? gathered_input(x) : x, columnwise(), input_fusion);
+    args.a = x_cast.cast(x, columnwise(), input_fusion());
     GemmOperand x_gathered;
-    if (column() && sp() && !block_sp()) {
-      x_gathered = gather_buffer().get(args.a, tokens, columnwise());
-      last_x = regather() ? args.a : x_gathered;
+    if (column() && sp()) {
+      // Block scaling: the ring gathers the rowwise codes and scales for this GEMM only; wgrad's
+      // columnwise copy is cast in backward from the gathered input (x_full_cast).
+      x_gathered = gather_buffer().get(args.a, tokens, columnwise() && !block_scaled());
+      last_x = regather() || block_scaled() ? args.a : x_gathered;
     } else {
       last_x = args.a;
     }
@@ -250,20 +248,14 @@ struct Dense::Impl {
                        ctx.stream());
       gemm(args, ctx.stream());
       ran_epilogue = options.bias ? DenseEpilogue::kFused : DenseEpilogue::kNone;
-    } else if (column() && sp() && !block_sp()) {
+    } else if (column() && sp()) {
       gemm_with_epilogue(args, x.shape.rows(), [&](const GemmArgs& a) {
         all_gather_gemm(*tp, a, rowwise(x_gathered), overlap, streams());
       });
       // With kRegather backward gathers again (and fills the copy then).
       if (!regather()) fill_columnwise(x_gathered);
     } else if (row() && sp()) {  // partial products reduce-scattered to [T/tp, out]
-      if (block_sp()) {
-        args.d = ensure_tensor(partial, DType::kFloat32, Shape{tokens, out_local}, x.device);
-        gemm(args, ctx.stream());
-        reduce_scatter_in_stream_order(*tp, args.d, out, ctx.stream());
-      } else {
-        gemm_reduce_scatter(*tp, args, overlap, streams());
-      }
+      gemm_reduce_scatter(*tp, args, overlap, streams());
     } else {
       gemm_with_epilogue(args, tokens, [&](const GemmArgs& a) { gemm(a, ctx.stream()); });
       if (row() && tp->size() > 1)
@@ -301,11 +293,7 @@ struct Dense::Impl {
 
   // backward() with the weights gathered; leaves the full gradients to reduce_grads().
   TensorView backward_unsharded(const TensorView& dy_in, const Shape& x_shape) {
-    if (row() && sp() && !block_sp()) return backward_row_sp(dy_in, x_shape);
-    if (row() && block_sp()) {  // dy [T/tp, out] gathered: every rank casts all of it
-      check_shape(dy_in, Shape{tokens / tp->size(), out_local}, name + " output gradient");
-      return backward_unsharded_dy(gathered_input(dy_in), x_shape);
-    }
+    if (row() && sp()) return backward_row_sp(dy_in, x_shape);
     return backward_unsharded_dy(dy_in, x_shape);
   }
 
@@ -323,19 +311,15 @@ struct Dense::Impl {
     const GemmOperand dy_op = dy_cast.cast(dy_in, columnwise(), fusion);
     // dgrad: dx [T, in] = dy · W.
     GemmArgs dgrad = dgrad_args(dy_op);
-    if (column() && block_sp()) {  // the partial dx [T, in] reduce-scattered to [T/tp, in]
-      dgrad.d = ensure_tensor(partial, DType::kFloat32, x_shape, x_in.device);
-      gemm(dgrad, ctx.stream());
-      const TensorView out = ensure_tensor(dx, x_in.dtype, x_in.shape, x_in.device);
-      reduce_scatter_in_stream_order(*tp, dgrad.d, out, ctx.stream());
-      run_wgrad(dy_op, last_x);
-      return out;
-    }
     if (column() && sp()) {  // partial dx reduce-scattered to this rank's [T/tp, in]
-      // Bulk overlap: wgrad's input, when not kept, is all-gathered again during dgrad.
+      // Bulk overlap: wgrad's input, when not kept, is all-gathered again during dgrad (block
+      // scaling: always, in high precision, for the cast of its columnwise copy).
       GemmOperand x_full = last_x;
       std::optional<OperandGather> regathered;
-      if (regather()) {
+      if (block_scaled()) {
+        x_full = GemmOperand::plain(gathered_buffer(x_in));
+        regathered.emplace(*tp, GemmOperand::plain(x_in), x_full, streams());
+      } else if (regather()) {
         x_full = gather_buffer().get(last_x, tokens, columnwise());
         regathered.emplace(*tp, rowwise(last_x), rowwise(x_full), streams());
       }
@@ -343,7 +327,10 @@ struct Dense::Impl {
       gemm_reduce_scatter(*tp, dgrad, overlap, streams());
       if (regathered) {
         regathered->finish();
-        fill_columnwise(x_full);
+        if (block_scaled())
+          x_full = x_full_cast->cast(x_full.tensor, true, input_fusion());
+        else
+          fill_columnwise(x_full);
       }
       run_wgrad(dy_op, x_full);
       return dgrad.d;
@@ -359,8 +346,10 @@ struct Dense::Impl {
 
   // Row parallel with sequence parallelism: dy arrives as this rank's [T/tp, out] shard. The
   // cast shard is gathered inside the dgrad GEMM (dx = gather(dy) · W); wgrad then reuses
-  // the gathered operand. The replicated bias's gradient sums every rank's column sums in
-  // rank order (the same bits on every rank and for every schedule).
+  // the gathered operand (block scaling: the high-precision dy, gathered beside the dgrad
+  // GEMM, cast with its columnwise copy, whose 1x128 blocks span the ranks' shards). The
+  // replicated bias's gradient sums every rank's column sums in rank order (the same bits on
+  // every rank and for every schedule).
   TensorView backward_row_sp(const TensorView& dy_in, const Shape& x_shape) {
     const int n = tp->size();
     check_shape(dy_in, Shape{tokens / n, out_local}, name + " output gradient");
@@ -373,9 +362,19 @@ struct Dense::Impl {
       all_gather_in_stream_order(*tp, fusion.dbias, sums, ctx.stream());
       bias_grad(sums, fusion.dbias, ctx.stream());  // rank 0's sums plus the others' in rank order
     }
-    const GemmOperand dy_gathered = dy_gather.get(dgrad.a, tokens, columnwise());
+    const GemmOperand dy_gathered =
+        dy_gather.get(dgrad.a, tokens, columnwise() && !block_scaled());
+    std::optional<OperandGather> dy_full;
+    if (block_scaled())
+      dy_full.emplace(*tp, GemmOperand::plain(dy_in), GemmOperand::plain(gathered_buffer(dy_in)),
+                      streams());
     dgrad.d = ensure_tensor(dx, x_in.dtype, x_shape, x_in.device);
     all_gather_gemm(*tp, dgrad, rowwise(dy_gathered), overlap, streams());
+    if (dy_full) {
+      dy_full->finish();
+      run_wgrad(dy_full_cast->cast(gathered.view(), true), last_x);
+      return dgrad.d;
+    }
     fill_columnwise(dy_gathered);
     run_wgrad(dy_gathered, last_x);
     return dgrad.d;
@@ -464,16 +463,20 @@ struct Dense::Impl {
     }
   }
 
-  // Sequence parallelism under block scaling: the high-precision shards are all-gathered
-  // (x for column, dy for row) and the GEMM outputs reduce-scattered outside the GEMMs.
+  // Sequence parallelism under block scaling: the rings gather the shards' rowwise codes and
+  // scales for the GEMMs; the high-precision shards (x for column, dy for row) are gathered
+  // too, beside the backward collective GEMM, and cast for wgrad's columnwise copies.
   bool block_sp() const { return block_scaled() && sp(); }
-  // This rank's [T/tp, cols] shard all-gathered into the layer's [T, cols] buffer.
-  TensorView gathered_input(const TensorView& shard) {
-    const TensorView full =
-        ensure_tensor(gathered, shard.dtype,
-                      Shape{shard.shape.rows() * tp->size(), shard.shape.cols()}, shard.device);
-    all_gather_in_stream_order(*tp, shard, full, ctx.stream());
-    return full;
+  // The layer's [T, cols] buffer for the all-gather of a [T/tp, cols] shard.
+  TensorView gathered_buffer(const TensorView& shard) {
+    return ensure_tensor(gathered, shard.dtype,
+                         Shape{shard.shape.rows() * tp->size(), shard.shape.cols()}, shard.device);
+  }
+  // What the input's cast applies first: GELU for a DenseGeluSplit::kConsumer.
+  CastFusion input_fusion() const {
+    CastFusion fusion;
+    if (options.gelu_split == DenseGeluSplit::kConsumer) fusion.kind = CastFusion::Kind::kGelu;
+    return fusion;
   }
 
   // An FP8 operand, per-tensor or block-scaled.
@@ -481,9 +484,12 @@ struct Dense::Impl {
 
   // The streams of the collective GEMMs (ignored on the host).
   CollectiveGemmStreams streams() const { return {ctx.stream(), ctx.placement().comm_stream}; }
-  // A gathered operand as the collective GEMM fills it: the rowwise codes only.
+  // A gathered operand as the collective GEMM fills it: the rowwise codes (and block scales)
+  // only.
   static GemmOperand rowwise(GemmOperand op) {
     if (op.is_quantized()) op.quantized.data_t = TensorView();
+    op.block.data_t = TensorView();
+    op.block.scale_inv_t = TensorView();
     return op;
   }
   // The columnwise copy of a gathered FP8 operand, where the CUDA GEMMs need it for wgrad.
@@ -527,6 +533,9 @@ struct Dense::Impl {
   int64_t in_local = 0, out_local = 0;
   Parameter weight, bias;
   OperandCast x_cast, w_cast, dy_cast;
+  // Block scaling with sequence parallelism: the casts of the gathered x (column) and dy
+  // (row), whose columnwise copies wgrad reads.
+  std::optional<OperandCast> x_full_cast, dy_full_cast;
   GatherBuffer x_gather, dy_gather;  // gathered operands (x: column SP, dy: row SP)
   GemmOperand last_x, last_w;  // forward's operands, reused by backward (x: see GatheredInput)
   TensorView x_in;
@@ -537,7 +546,7 @@ struct Dense::Impl {
   int64_t residual_checked_for = -1;  // the token count `residual_fusable` was asked for
   bool residual_fusable = false;      // the residual and bias fit in the forward GEMM
   Tensor y, pre_activation, bias_sums, dx, bias_bf16;
-  Tensor gathered, partial;    // block scaling with sequence parallelism (block_sp())
+  Tensor gathered;             // the gathered high-precision x or dy (block_sp())
   int64_t backward_step = -1;  // ctx.steps() when backward last ran (-1: never)
   // FSDP: forward's cast shard and the gathered weight's columnwise copy; the gathers
   // (slot 0: the weight's codes / bf16 / fp32, flat and padded; slot 1: the fp32 bias) and the
