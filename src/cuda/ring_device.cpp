@@ -47,12 +47,6 @@ void copy_async(void* dst, const void* src, size_t bytes, Stream stream) {
   QMESH_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, native(stream)));
 }
 
-void copy_2d_async(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
-                   size_t height, Stream stream) {
-  QMESH_CHECK_CUDA(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, height,
-                                     cudaMemcpyDeviceToDevice, native(stream)));
-}
-
 void zero_async(void* dst, size_t bytes, Stream stream) {
   QMESH_CHECK_CUDA(cudaMemsetAsync(dst, 0, bytes, native(stream)));
 }

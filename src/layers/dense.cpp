@@ -111,16 +111,22 @@ struct Dense::Impl {
       // Forward: this rank's weight shard cast to the recipe's operand (FP8 with the scale
       // from the global amax) and the fp32 bias; backward: forward's cast shard again.
       sharding.add_gather([this](bool forward) {
-        const TensorView flat(weight.value.data(), DType::kFloat32, Shape{1, weight.value.numel()},
-                              ctx.device());
-        // Block scaling: the fp32 shard travels (a flat shard cuts the 128x128 tiles), and
-        // the gathered weight is block-cast (gathered_weight).
-        if (forward) w_shard = block_scaled() ? GemmOperand::plain(flat) : w_cast.cast(flat, false);
-        return w_shard.is_quantized() ? w_shard.quantized.data : w_shard.tensor;
+        if (forward) w_shard = cast_weight_shard();
+        return w_shard.stored();
       });
       if (opt.bias)
         sharding.add_gather(
             [this](bool forward) { return forward ? bias.value.view() : TensorView(); });
+      if (tile_shards()) {  // the tile scales travel with the codes
+        w_scale_slot = sharding.add_gather([this](bool) {
+          const TensorView& scales = w_shard.block.scale_inv;
+          return TensorView(scales.data, DType::kFloat32, Shape{scales.numel()}, ctx.device());
+        });
+        const Shape t = block_scale_shape(in_local, out_local, BlockShape::k128x128);
+        Tensor zeros(DType::kFloat32, t);  // the padding of the columnwise scales stays 0
+        std::fill_n(zeros.data_as<float>(), zeros.numel(), 0.0f);
+        w_scales_t = clone(zeros, ctx.device());
+      }
       sharding.add_grads(opt.bias ? std::vector<Parameter*>{&weight, &bias}
                                   : std::vector<Parameter*>{&weight});
     }
@@ -128,6 +134,23 @@ struct Dense::Impl {
 
   bool fsdp() const { return ctx.fsdp().enabled(); }
   bool block_scaled() const { return ctx.recipe() == Recipe::kFp8Block; }
+  // FSDP under block scaling with shards of whole 128-row tile rows (every shard's numel a
+  // multiple of 128 · in): each rank block-casts its shard and the FP8 codes and tile scales
+  // travel. Otherwise a flat shard cuts the 128x128 tiles: the fp32 shard travels and the
+  // gathered weight is block-cast (docs/design/fsdp.md "Block scaling").
+  bool tile_shards() const {
+    return fsdp() && block_scaled() && weight.value.numel() % (kScaleBlock * in_local) == 0;
+  }
+
+  // The operand this rank's weight shard is gathered as (FSDP, forward): its cast, or the
+  // fp32 shard where block scaling cannot cast it alone.
+  GemmOperand cast_weight_shard() {
+    const int64_t n = weight.value.numel();
+    if (tile_shards())  // [n / in, in]: whole tile rows (zero rows past the weight's end)
+      return w_cast.cast(weight.value.view().slice(0, Shape{n / in_local, in_local}), false);
+    const TensorView flat(weight.value.data(), DType::kFloat32, Shape{1, n}, ctx.device());
+    return block_scaled() ? GemmOperand::plain(flat) : w_cast.cast(flat, false);
+  }
 
   // Under block scaling a shard is whole blocks (1x128 of x and dy, 128x128 tiles of W): then
   // each rank's blocks are the unsharded tensor's and sharded == unsharded. The sharded
@@ -159,6 +182,7 @@ struct Dense::Impl {
     sharding.acquire(forward);
     const TensorView w_full = sharding.gathered(0);
     const TensorView w(w_full.data, w_full.dtype, Shape{out_local, in_local}, ctx.device());
+    if (tile_shards()) return gathered_block_weight(w);
     if (block_scaled()) return w_cast.cast(w, columnwise());
     if (!w_shard.is_quantized()) return GemmOperand::plain(w);
     QuantizedTensorView q = w_shard.quantized;
@@ -169,6 +193,39 @@ struct Dense::Impl {
       transpose(q.data, q.data_t, ctx.stream());
     }
     return GemmOperand::fp8(q);
+  }
+
+  // The gathered tile codes `w` [out, in] with their scales (the first ceil(out/128) rows of
+  // the gathered tile-scale rows, the shards' in order), and the columnwise copy: the codes
+  // transposed, the tile scales transposed into [ceil(in/128), round_up(ceil(out/128), 4)].
+  // Bitwise the block cast of the whole weight (the shards' tiles are its tiles; zero rows
+  // past its end change no tile's amax).
+  GemmOperand gathered_block_weight(const TensorView& w) {
+    const Device dev = ctx.device();
+    const Stream stream = ctx.stream();
+    BlockQuantizedTensorView q;
+    q.block = BlockShape::k128x128;
+    q.data = w;
+    const Shape scales = block_scale_shape(out_local, in_local, BlockShape::k128x128);
+    q.scale_inv = TensorView(sharding.gathered(w_scale_slot).data, DType::kFloat32, scales, dev);
+    q.data_t = w_full_t.ensure(w.dtype, Shape{in_local, out_local}, dev, stream);
+    transpose(q.data, q.data_t, stream);
+    const TensorView t =
+        w_scales_tmp.ensure(DType::kFloat32, Shape{scales.cols(), scales.rows()}, dev, stream);
+    transpose(q.scale_inv, t, stream);
+    q.scale_inv_t = w_scales_t;
+    constexpr size_t f = sizeof(float);
+    const int64_t col_blocks = w_scales_t.shape().rows();
+    copy_rows_async(w_scales_t.data(), size_t(w_scales_t.shape().cols()) * f, dev, t.data,
+                    size_t(scales.rows()) * f, dev, size_t(scales.rows()) * f, size_t(col_blocks),
+                    stream);
+    return GemmOperand::fp8_block(q);
+  }
+
+  // Frees the columnwise copy of the gathered weight (FSDP, after its pass).
+  void release_gathered_copies() {
+    w_full_t.reset();
+    w_scales_tmp.reset();
   }
 
   // The fp32 bias of the forward pass: the parameter, or under FSDP its gathered form.
@@ -269,7 +326,7 @@ struct Dense::Impl {
     if (!residual.empty() && !residual_fused) add(residual, out, out, ctx.stream());
     if (fsdp() && !ctx.fsdp_options().keep_gathered) {
       sharding.release();
-      w_full_t.reset();
+      release_gathered_copies();
     }
     return out;
   }
@@ -285,7 +342,7 @@ struct Dense::Impl {
     if (fsdp()) last_w = gathered_weight(false);
     const TensorView dx_out = backward_unsharded(dy_in, x_shape);
     if (fsdp()) {  // the reduce-scatter stays in flight while the earlier layers run backward
-      w_full_t.reset();
+      release_gathered_copies();
       sharding.reduce_grads();
     }
     return dx_out;
@@ -362,8 +419,7 @@ struct Dense::Impl {
       all_gather_in_stream_order(*tp, fusion.dbias, sums, ctx.stream());
       bias_grad(sums, fusion.dbias, ctx.stream());  // rank 0's sums plus the others' in rank order
     }
-    const GemmOperand dy_gathered =
-        dy_gather.get(dgrad.a, tokens, columnwise() && !block_scaled());
+    const GemmOperand dy_gathered = dy_gather.get(dgrad.a, tokens, columnwise() && !block_scaled());
     std::optional<OperandGather> dy_full;
     if (block_scaled())
       dy_full.emplace(*tp, GemmOperand::plain(dy_in), GemmOperand::plain(gathered_buffer(dy_in)),
@@ -554,6 +610,11 @@ struct Dense::Impl {
   // weight.grad and bias.grad still in flight).
   GemmOperand w_shard;
   StreamOrderedTensor w_full_t;
+  // Block scaling with tile_shards(): the slot of the tile scales, the transposed gathered
+  // scales, and the columnwise copy's scales (zero padding kept).
+  int w_scale_slot = -1;
+  StreamOrderedTensor w_scales_tmp;
+  Tensor w_scales_t;
   FsdpLayer sharding;
 };
 

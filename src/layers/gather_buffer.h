@@ -1,6 +1,7 @@
 // Storage for an all-gathered GEMM operand: `rows` rows of a chunk's kind (same dtype and
 // columns; FP8 with its own scale, scale_inv and amax, and a columnwise copy when asked;
-// block-scaled with the chunk's block shape, rowwise only), on the chunk's device. Reallocated only when the shape, dtype, device or layout changes.
+// block-scaled with the chunk's block shape, rowwise only), on the chunk's device. Reallocated only
+// when the shape, dtype, device or layout changes.
 #pragma once
 
 #include "qmesh/block_quantized_tensor.h"

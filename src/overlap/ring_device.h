@@ -36,10 +36,6 @@ void free_async(void* p, Stream stream) noexcept;
 
 // Enqueues a copy of `bytes` between device buffers on `stream`.
 void copy_async(void* dst, const void* src, size_t bytes, Stream stream);
-// Enqueues a copy of `height` rows of `width` bytes between device buffers on `stream`; row i
-// is read at src + i * src_pitch and written at dst + i * dst_pitch.
-void copy_2d_async(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
-                   size_t height, Stream stream);
 // Enqueues zeroing `bytes` bytes of device memory on `stream`.
 void zero_async(void* dst, size_t bytes, Stream stream);
 

@@ -20,7 +20,6 @@ void join_streams(Stream, Stream) noexcept {}
 void* alloc_async(size_t, Stream) { no_cuda(); }
 void free_async(void*, Stream) noexcept {}
 void copy_async(void*, const void*, size_t, Stream) { no_cuda(); }
-void copy_2d_async(void*, size_t, const void*, size_t, size_t, size_t, Stream) { no_cuda(); }
 void zero_async(void*, size_t, Stream) { no_cuda(); }
 void add_fp32_async(float*, const float*, const float*, int64_t, Stream) { no_cuda(); }
 void max_fp32_async(float*, const float*, int, int, Stream) { no_cuda(); }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "qmesh/copy.h"
 #include "qmesh/error.h"
 #include "ring_device.h"
 
@@ -237,13 +238,8 @@ void RingExec::copy(void* dst, const void* src, size_t bytes) {
 
 void RingExec::copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
                        size_t height) {
-  if (cuda_) {
-    copy_2d_async(dst, dst_pitch, src, src_pitch, width, height, streams_.compute);
-    return;
-  }
-  for (size_t i = 0; i < height; ++i)
-    std::memcpy(static_cast<char*>(dst) + i * dst_pitch,
-                static_cast<const char*>(src) + i * src_pitch, width);
+  copy_rows_async(dst, dst_pitch, device_, src, src_pitch, device_, width, height,
+                  cuda_ ? streams_.compute : Stream{});
 }
 
 void RingExec::zero(const TensorView& t) {

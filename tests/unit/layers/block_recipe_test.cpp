@@ -124,9 +124,8 @@ std::vector<std::vector<float>> run_sequence_parallel(int tp, Overlap overlap,
                         .activation = DenseActivation::kGelu,
                         .overlap = overlap,
                         .gathered_input = gathered};
-    DenseOptions row{.parallelism = DenseParallelism::kRow,
-                     .sequence_parallel = true,
-                     .overlap = overlap};
+    DenseOptions row{
+        .parallelism = DenseParallelism::kRow, .sequence_parallel = true, .overlap = overlap};
     Dense fc1("fc1", kHidden, ffn, column, ctx, 5), fc2("fc2", ffn, kHidden, row, ctx, 6);
     const int r = world.rank();
     const Tensor x = test::random_tensor(Shape{kChunk, kHidden}, uint64_t(10 + r));
