@@ -51,7 +51,24 @@ std::vector<uint8_t> host_bytes(const Tensor& t) {
   return out;
 }
 
-std::vector<double> widened(const float* p, size_t n) { return std::vector<double>(p, p + n); }
+// Checks D of each schedule in turn: within kTolerance of the host's D, and the bits of the
+// first schedule's (Overlap::kNone).
+class DChecker {
+ public:
+  explicit DChecker(const Tensor& host_d)
+      : want_(host_d.data_as<float>(), host_d.data_as<float>() + host_d.numel()) {}
+  void check(const Tensor& d, int rank) {
+    EXPECT_LE(relative_error(to_host_floats(d), want_.data()), kTolerance);
+    if (none_.empty())
+      none_ = host_bytes(d);
+    else
+      EXPECT_EQ(host_bytes(d), none_) << "differs from none on rank " << rank;
+  }
+
+ private:
+  std::vector<double> want_;
+  std::vector<uint8_t> none_;
+};
 
 GemmArgs block_args(const BlockQuantizedTensor& a, const BlockQuantizedTensor& b,
                     GemmTranspose trans_b, const Tensor& d) {
@@ -82,10 +99,8 @@ TEST_P(BlockCollectiveGemmGpu, AllGatherGemmMatchesTheHost) {
     Tensor host_d(DType::kFloat32, Shape{tokens, kN});
     all_gather_gemm(comm, block_args(a.host, b.host, GemmTranspose::kYes, host_d),
                     GemmOperand::fp8_block(host_gathered.view()), Overlap::kNone);
-    const std::vector<double> want =
-        widened(host_d.data_as<float>(), static_cast<size_t>(host_d.numel()));
+    DChecker check_d(host_d);
     const RankStreams streams;
-    std::vector<uint8_t> none_d;
     for (Overlap schedule : kSchedules) {
       SCOPED_TRACE(std::string(overlap_name(schedule)));
       BlockQuantizedTensor gathered(DType::kFloat8E4M3, Shape{tokens, kK}, BlockShape::k1x128, kGpu,
@@ -97,11 +112,7 @@ TEST_P(BlockCollectiveGemmGpu, AllGatherGemmMatchesTheHost) {
       EXPECT_EQ(host_bytes(gathered.data()), host_bytes(host_gathered.data())) << "codes";
       EXPECT_EQ(host_bytes(gathered.scale_inv()), host_bytes(host_gathered.scale_inv()))
           << "scales";
-      EXPECT_LE(relative_error(to_host_floats(d), want.data()), kTolerance);
-      if (none_d.empty())
-        none_d = host_bytes(d);
-      else
-        EXPECT_EQ(host_bytes(d), none_d) << "differs from none on rank " << r;
+      check_d.check(d, r);
     }
   });
 }
@@ -119,21 +130,15 @@ TEST_P(BlockCollectiveGemmGpu, GemmReduceScatterMatchesTheHost) {
     Tensor host_d(DType::kFloat32, Shape{kChunk, kN});
     gemm_reduce_scatter(comm, block_args(a.host, b.host, GemmTranspose::kNo, host_d),
                         Overlap::kNone);
-    const std::vector<double> want =
-        widened(host_d.data_as<float>(), static_cast<size_t>(host_d.numel()));
+    DChecker check_d(host_d);
     const RankStreams streams;
-    std::vector<uint8_t> none_d;
     for (Overlap schedule : kSchedules) {
       SCOPED_TRACE(std::string(overlap_name(schedule)));
       const Tensor d(DType::kFloat32, Shape{kChunk, kN}, kGpu);
       gemm_reduce_scatter(comm, block_args(a.gpu, b.gpu, GemmTranspose::kNo, d), schedule,
                           streams.get());
       streams.sync();
-      EXPECT_LE(relative_error(to_host_floats(d), want.data()), kTolerance);
-      if (none_d.empty())
-        none_d = host_bytes(d);
-      else
-        EXPECT_EQ(host_bytes(d), none_d) << "differs from none on rank " << r;
+      check_d.check(d, r);
     }
   });
 }
