@@ -256,7 +256,8 @@ struct Dense::Impl {
   // The CUDA FP8 GEMM is TN-only: backward needs the transposed copies there.
   bool columnwise() const { return x_in.device.is_cuda(); }
 
-  TensorView forward(const TensorView& x, const TensorView& residual) {
+  TensorView forward(const TensorView& x, const TensorView& residual,
+                     const CastFusion& fusion = {}) {
     check_activation(x, name + " input");
     QMESH_CHECK(!column() || x.dtype == DType::kFloat32, name,
                 ": a column-parallel layer takes an fp32 input (its gradient is reduced over tp "
@@ -271,7 +272,7 @@ struct Dense::Impl {
     QMESH_CHECK(!(row() && sp()) || tokens % tp->size() == 0, name, ": ", tokens,
                 " tokens cannot be reduce-scattered over tp=", tp->size());
     GemmArgs args;
-    args.a = x_cast.cast(x, columnwise(), input_fusion());
+    args.a = x_cast.cast(x, columnwise(), input_fusion(fusion));
     GemmOperand x_gathered;
     if (column() && sp()) {
       // Block scaling: the ring gathers the rowwise codes and scales for this GEMM only; wgrad's
@@ -528,9 +529,10 @@ struct Dense::Impl {
     return ensure_tensor(gathered, shard.dtype,
                          Shape{shard.shape.rows() * tp->size(), shard.shape.cols()}, shard.device);
   }
-  // What the input's cast applies first: GELU for a DenseGeluSplit::kConsumer.
-  CastFusion input_fusion() const {
-    CastFusion fusion;
+  // What the input's cast applies first: `fusion` (forward_fused), or GELU for a
+  // DenseGeluSplit::kConsumer. (Block scaling recasts the gathered input in backward with
+  // input_fusion(): a LayerNorm runs in a cast under per-tensor FP8 only.)
+  CastFusion input_fusion(CastFusion fusion = {}) const {
     if (options.gelu_split == DenseGeluSplit::kConsumer) fusion.kind = CastFusion::Kind::kGelu;
     return fusion;
   }
@@ -628,6 +630,10 @@ Dense::Dense(Dense&&) noexcept = default;
 TensorView Dense::forward(const TensorView& x, const TensorView& residual) {
   impl_->ctx.check_forward(impl_->backward_step, impl_->name);
   return impl_->forward(x, residual);
+}
+TensorView Dense::forward_fused(const TensorView& x, const CastFusion& input_fusion) {
+  impl_->ctx.check_forward(impl_->backward_step, impl_->name);
+  return impl_->forward(x, {}, input_fusion);
 }
 TensorView Dense::backward(const TensorView& dy) {
   const TensorView dx = impl_->backward(dy);

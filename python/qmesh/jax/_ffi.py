@@ -29,12 +29,13 @@ HANDLERS = {
     "GroupedQuantize": "qmesh_grouped_quantize",
     "BlockQuantize": "qmesh_block_quantize",
     "BlockDbiasQuantize": "qmesh_block_dbias_quantize",
+    "GroupedBlockQuantize": "qmesh_grouped_block_quantize",
     "BlockDequantize": "qmesh_block_dequantize",
     "DelayedScalingUpdate": "qmesh_delayed_scaling_update",
     "Gemm": "qmesh_gemm",
     "LayerNormForward": "qmesh_layer_norm_forward",
     "LayerNormBackward": "qmesh_layer_norm_backward",
-    "LayerNormForwardQuantize": "qmesh_layer_norm_forward_quantize",
+    "NormForward": "qmesh_norm_forward",
 }
 
 _LIBRARY_NAME = "libqmesh_jax_ffi.so"
