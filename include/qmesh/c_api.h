@@ -258,7 +258,7 @@ typedef struct qmesh_context_config {
   void* stream;
   void* comm_stream;
   /* block scaling (TransformerEngine's Float8BlockScaling defaults: E4M3, power-of-two block
-   * scales); the block shapes are the recipe's defaults. Needs overlap NONE. */
+   * scales); the block shapes are the recipe's defaults. */
   qmesh_fp8_format block_format;
   int block_power_of_two_scales; /* of inputs, weights and gradients alike */
 } qmesh_context_config;

@@ -22,6 +22,11 @@ QMESH_API void copy_bytes(void* dst, Device dst_device, const void* src, Device 
 // legacy default stream of the device copy_bytes would use. Host to host: memcpy, blocking.
 QMESH_API void copy_bytes_async(void* dst, Device dst_device, const void* src, Device src_device,
                                 size_t bytes, Stream stream);
+// copy_bytes_async of `rows` rows of `width` bytes: row i from src + i * src_pitch to
+// dst + i * dst_pitch (cudaMemcpy2DAsync; host to host: memcpy per row, blocking).
+QMESH_API void copy_rows_async(void* dst, size_t dst_pitch, Device dst_device, const void* src,
+                               size_t src_pitch, Device src_device, size_t width, size_t rows,
+                               Stream stream);
 // Copies a whole tensor; dtype and shape must match (Error naming both otherwise).
 QMESH_API void copy_tensor(const TensorView& dst, const TensorView& src);
 // A new tensor on `device` holding a copy of src (blocking).

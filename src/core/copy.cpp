@@ -46,6 +46,27 @@ void copy_bytes_async(void* dst, Device dst_device, const void* src, Device src_
                   [&](auto device) { detail::cuda::copy_async(dst, src, bytes, device, stream); });
 }
 
+void copy_rows_async(void* dst, size_t dst_pitch, Device dst_device, const void* src,
+                     size_t src_pitch, Device src_device, size_t width, size_t rows,
+                     Stream stream) {
+  if (width == 0 || rows == 0) return;
+  QMESH_CHECK(dst != nullptr && src != nullptr, "copy of ", rows, " rows with a null pointer");
+  QMESH_CHECK(width <= dst_pitch && width <= src_pitch, "copy of rows of ", width,
+              " bytes with pitches ", dst_pitch, " (destination) and ", src_pitch,
+              " (source): a pitch must hold a row");
+  if (dst_device.is_host() && src_device.is_host()) {
+    for (size_t i = 0; i < rows; ++i)
+      std::memcpy(static_cast<char*>(dst) + i * dst_pitch,
+                  static_cast<const char*>(src) + i * src_pitch, width);
+    return;
+  }
+  require_device(dst_device);
+  require_device(src_device);
+  detail::on_cuda(cuda_device_of(dst_device, src_device), [&](auto device) {
+    detail::cuda::copy_rows_async(dst, dst_pitch, src, src_pitch, width, rows, device, stream);
+  });
+}
+
 void copy_tensor(const TensorView& dst, const TensorView& src) {
   check_not_empty(dst, "copy destination");
   check_not_empty(src, "copy source");

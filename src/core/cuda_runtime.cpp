@@ -95,4 +95,11 @@ void copy_async(void* dst, const void* src, size_t bytes, int device, Stream str
                                    static_cast<cudaStream_t>(stream.handle)));
 }
 
+void copy_rows_async(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
+                     size_t rows, int device, Stream stream) {
+  const DeviceGuard guard(device);
+  QMESH_CHECK_CUDA(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, rows, cudaMemcpyDefault,
+                                     static_cast<cudaStream_t>(stream.handle)));
+}
+
 }  // namespace qmesh::detail::cuda

@@ -40,5 +40,9 @@ void destroy_stream(void* stream) noexcept;
 // returns when they have arrived, copy_async enqueues the copy on `stream`.
 void copy(void* dst, const void* src, size_t bytes, int device);
 void copy_async(void* dst, const void* src, size_t bytes, int device, Stream stream);
+// Enqueues `rows` rows of `width` bytes (row i from src + i * src_pitch to dst + i * dst_pitch,
+// cudaMemcpyDefault) on `stream`.
+void copy_rows_async(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
+                     size_t rows, int device, Stream stream);
 
 }  // namespace qmesh::detail::cuda

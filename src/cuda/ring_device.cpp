@@ -47,6 +47,10 @@ void copy_async(void* dst, const void* src, size_t bytes, Stream stream) {
   QMESH_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, native(stream)));
 }
 
+void zero_async(void* dst, size_t bytes, Stream stream) {
+  QMESH_CHECK_CUDA(cudaMemsetAsync(dst, 0, bytes, native(stream)));
+}
+
 // add_fp32_async: ring_add.cu; max_fp32_async, poison_unless_same_async: ring_checks.cu.
 
 }  // namespace qmesh::overlap_detail

@@ -89,6 +89,8 @@ struct Dense::Impl {
       in_local = in / tp_size;
     }
     check_block_sharding(in, out, tp_size);
+    if (block_sp() && column()) x_full_cast.emplace(context, OperandRole::kInput);
+    if (block_sp() && row()) dy_full_cast.emplace(context, OperandRole::kGradOutput);
     // Slice [out0, out0 + out_local) x [in0, in0 + in_local) of the global [out, in] matrix.
     const int64_t out0 = opt.parallelism == DenseParallelism::kColumn ? tp->rank() * out_local : 0;
     const int64_t in0 = opt.parallelism == DenseParallelism::kRow ? tp->rank() * in_local : 0;
@@ -109,16 +111,22 @@ struct Dense::Impl {
       // Forward: this rank's weight shard cast to the recipe's operand (FP8 with the scale
       // from the global amax) and the fp32 bias; backward: forward's cast shard again.
       sharding.add_gather([this](bool forward) {
-        const TensorView flat(weight.value.data(), DType::kFloat32, Shape{1, weight.value.numel()},
-                              ctx.device());
-        // Block scaling: the fp32 shard travels (a flat shard cuts the 128x128 tiles), and
-        // the gathered weight is block-cast (gathered_weight).
-        if (forward) w_shard = block_scaled() ? GemmOperand::plain(flat) : w_cast.cast(flat, false);
-        return w_shard.is_quantized() ? w_shard.quantized.data : w_shard.tensor;
+        if (forward) w_shard = cast_weight_shard();
+        return w_shard.stored();
       });
       if (opt.bias)
         sharding.add_gather(
             [this](bool forward) { return forward ? bias.value.view() : TensorView(); });
+      if (tile_shards()) {  // the tile scales travel with the codes
+        w_scale_slot = sharding.add_gather([this](bool) {
+          const TensorView& scales = w_shard.block.scale_inv;
+          return TensorView(scales.data, DType::kFloat32, Shape{scales.numel()}, ctx.device());
+        });
+        const Shape t = block_scale_shape(in_local, out_local, BlockShape::k128x128);
+        Tensor zeros(DType::kFloat32, t);  // the padding of the columnwise scales stays 0
+        std::fill_n(zeros.data_as<float>(), zeros.numel(), 0.0f);
+        w_scales_t = clone(zeros, ctx.device());
+      }
       sharding.add_grads(opt.bias ? std::vector<Parameter*>{&weight, &bias}
                                   : std::vector<Parameter*>{&weight});
     }
@@ -126,6 +134,23 @@ struct Dense::Impl {
 
   bool fsdp() const { return ctx.fsdp().enabled(); }
   bool block_scaled() const { return ctx.recipe() == Recipe::kFp8Block; }
+  // FSDP under block scaling with shards of whole 128-row tile rows (every shard's numel a
+  // multiple of 128 · in): each rank block-casts its shard and the FP8 codes and tile scales
+  // travel. Otherwise a flat shard cuts the 128x128 tiles: the fp32 shard travels and the
+  // gathered weight is block-cast (docs/design/fsdp.md "Block scaling").
+  bool tile_shards() const {
+    return fsdp() && block_scaled() && weight.value.numel() % (kScaleBlock * in_local) == 0;
+  }
+
+  // The operand this rank's weight shard is gathered as (FSDP, forward): its cast, or the
+  // fp32 shard where block scaling cannot cast it alone.
+  GemmOperand cast_weight_shard() {
+    const int64_t n = weight.value.numel();
+    if (tile_shards())  // [n / in, in]: whole tile rows (zero rows past the weight's end)
+      return w_cast.cast(weight.value.view().slice(0, Shape{n / in_local, in_local}), false);
+    const TensorView flat(weight.value.data(), DType::kFloat32, Shape{1, n}, ctx.device());
+    return block_scaled() ? GemmOperand::plain(flat) : w_cast.cast(flat, false);
+  }
 
   // Under block scaling a shard is whole blocks (1x128 of x and dy, 128x128 tiles of W): then
   // each rank's blocks are the unsharded tensor's and sharded == unsharded. The sharded
@@ -157,6 +182,7 @@ struct Dense::Impl {
     sharding.acquire(forward);
     const TensorView w_full = sharding.gathered(0);
     const TensorView w(w_full.data, w_full.dtype, Shape{out_local, in_local}, ctx.device());
+    if (tile_shards()) return gathered_block_weight(w);
     if (block_scaled()) return w_cast.cast(w, columnwise());
     if (!w_shard.is_quantized()) return GemmOperand::plain(w);
     QuantizedTensorView q = w_shard.quantized;
@@ -167,6 +193,39 @@ struct Dense::Impl {
       transpose(q.data, q.data_t, ctx.stream());
     }
     return GemmOperand::fp8(q);
+  }
+
+  // The gathered tile codes `w` [out, in] with their scales (the first ceil(out/128) rows of
+  // the gathered tile-scale rows, the shards' in order), and the columnwise copy: the codes
+  // transposed, the tile scales transposed into [ceil(in/128), round_up(ceil(out/128), 4)].
+  // Bitwise the block cast of the whole weight (the shards' tiles are its tiles; zero rows
+  // past its end change no tile's amax).
+  GemmOperand gathered_block_weight(const TensorView& w) {
+    const Device dev = ctx.device();
+    const Stream stream = ctx.stream();
+    BlockQuantizedTensorView q;
+    q.block = BlockShape::k128x128;
+    q.data = w;
+    const Shape scales = block_scale_shape(out_local, in_local, BlockShape::k128x128);
+    q.scale_inv = TensorView(sharding.gathered(w_scale_slot).data, DType::kFloat32, scales, dev);
+    q.data_t = w_full_t.ensure(w.dtype, Shape{in_local, out_local}, dev, stream);
+    transpose(q.data, q.data_t, stream);
+    const TensorView t =
+        w_scales_tmp.ensure(DType::kFloat32, Shape{scales.cols(), scales.rows()}, dev, stream);
+    transpose(q.scale_inv, t, stream);
+    q.scale_inv_t = w_scales_t;
+    constexpr size_t f = sizeof(float);
+    const int64_t col_blocks = w_scales_t.shape().rows();
+    copy_rows_async(w_scales_t.data(), size_t(w_scales_t.shape().cols()) * f, dev, t.data,
+                    size_t(scales.rows()) * f, dev, size_t(scales.rows()) * f, size_t(col_blocks),
+                    stream);
+    return GemmOperand::fp8_block(q);
+  }
+
+  // Frees the columnwise copy of the gathered weight (FSDP, after its pass).
+  void release_gathered_copies() {
+    w_full_t.reset();
+    w_scales_tmp.reset();
   }
 
   // The fp32 bias of the forward pass: the parameter, or under FSDP its gathered form.
@@ -213,17 +272,13 @@ struct Dense::Impl {
     QMESH_CHECK(!(row() && sp()) || tokens % tp->size() == 0, name, ": ", tokens,
                 " tokens cannot be reduce-scattered over tp=", tp->size());
     GemmArgs args;
-    CastFusion input_fusion = fusion;
-    if (options.gelu_split == DenseGeluSplit::kConsumer)
-      input_fusion.kind = CastFusion::Kind::kGelu;
-    // Block scaling gathers the high-precision input and casts all of it (the collective
-    // GEMMs take no block-scaled operands).
-    args.a =
-        x_cast.cast(column() && block_sp() ? gathered_input(x) : x, columnwise(), input_fusion);
+    args.a = x_cast.cast(x, columnwise(), input_fusion(fusion));
     GemmOperand x_gathered;
-    if (column() && sp() && !block_sp()) {
-      x_gathered = gather_buffer().get(args.a, tokens, columnwise());
-      last_x = regather() ? args.a : x_gathered;
+    if (column() && sp()) {
+      // Block scaling: the ring gathers the rowwise codes and scales for this GEMM only; wgrad's
+      // columnwise copy is cast in backward from the gathered input (x_full_cast).
+      x_gathered = gather_buffer().get(args.a, tokens, columnwise() && !block_scaled());
+      last_x = regather() || block_scaled() ? args.a : x_gathered;
     } else {
       last_x = args.a;
     }
@@ -251,20 +306,14 @@ struct Dense::Impl {
                        ctx.stream());
       gemm(args, ctx.stream());
       ran_epilogue = options.bias ? DenseEpilogue::kFused : DenseEpilogue::kNone;
-    } else if (column() && sp() && !block_sp()) {
+    } else if (column() && sp()) {
       gemm_with_epilogue(args, x.shape.rows(), [&](const GemmArgs& a) {
         all_gather_gemm(*tp, a, rowwise(x_gathered), overlap, streams());
       });
       // With kRegather backward gathers again (and fills the copy then).
       if (!regather()) fill_columnwise(x_gathered);
     } else if (row() && sp()) {  // partial products reduce-scattered to [T/tp, out]
-      if (block_sp()) {
-        args.d = ensure_tensor(partial, DType::kFloat32, Shape{tokens, out_local}, x.device);
-        gemm(args, ctx.stream());
-        reduce_scatter_in_stream_order(*tp, args.d, out, ctx.stream());
-      } else {
-        gemm_reduce_scatter(*tp, args, overlap, streams());
-      }
+      gemm_reduce_scatter(*tp, args, overlap, streams());
     } else {
       gemm_with_epilogue(args, tokens, [&](const GemmArgs& a) { gemm(a, ctx.stream()); });
       if (row() && tp->size() > 1)
@@ -278,7 +327,7 @@ struct Dense::Impl {
     if (!residual.empty() && !residual_fused) add(residual, out, out, ctx.stream());
     if (fsdp() && !ctx.fsdp_options().keep_gathered) {
       sharding.release();
-      w_full_t.reset();
+      release_gathered_copies();
     }
     return out;
   }
@@ -294,7 +343,7 @@ struct Dense::Impl {
     if (fsdp()) last_w = gathered_weight(false);
     const TensorView dx_out = backward_unsharded(dy_in, x_shape);
     if (fsdp()) {  // the reduce-scatter stays in flight while the earlier layers run backward
-      w_full_t.reset();
+      release_gathered_copies();
       sharding.reduce_grads();
     }
     return dx_out;
@@ -302,11 +351,7 @@ struct Dense::Impl {
 
   // backward() with the weights gathered; leaves the full gradients to reduce_grads().
   TensorView backward_unsharded(const TensorView& dy_in, const Shape& x_shape) {
-    if (row() && sp() && !block_sp()) return backward_row_sp(dy_in, x_shape);
-    if (row() && block_sp()) {  // dy [T/tp, out] gathered: every rank casts all of it
-      check_shape(dy_in, Shape{tokens / tp->size(), out_local}, name + " output gradient");
-      return backward_unsharded_dy(gathered_input(dy_in), x_shape);
-    }
+    if (row() && sp()) return backward_row_sp(dy_in, x_shape);
     return backward_unsharded_dy(dy_in, x_shape);
   }
 
@@ -324,19 +369,15 @@ struct Dense::Impl {
     const GemmOperand dy_op = dy_cast.cast(dy_in, columnwise(), fusion);
     // dgrad: dx [T, in] = dy · W.
     GemmArgs dgrad = dgrad_args(dy_op);
-    if (column() && block_sp()) {  // the partial dx [T, in] reduce-scattered to [T/tp, in]
-      dgrad.d = ensure_tensor(partial, DType::kFloat32, x_shape, x_in.device);
-      gemm(dgrad, ctx.stream());
-      const TensorView out = ensure_tensor(dx, x_in.dtype, x_in.shape, x_in.device);
-      reduce_scatter_in_stream_order(*tp, dgrad.d, out, ctx.stream());
-      run_wgrad(dy_op, last_x);
-      return out;
-    }
     if (column() && sp()) {  // partial dx reduce-scattered to this rank's [T/tp, in]
-      // Bulk overlap: wgrad's input, when not kept, is all-gathered again during dgrad.
+      // Bulk overlap: wgrad's input, when not kept, is all-gathered again during dgrad (block
+      // scaling: always, in high precision, for the cast of its columnwise copy).
       GemmOperand x_full = last_x;
       std::optional<OperandGather> regathered;
-      if (regather()) {
+      if (block_scaled()) {
+        x_full = GemmOperand::plain(gathered_buffer(x_in));
+        regathered.emplace(*tp, GemmOperand::plain(x_in), x_full, streams());
+      } else if (regather()) {
         x_full = gather_buffer().get(last_x, tokens, columnwise());
         regathered.emplace(*tp, rowwise(last_x), rowwise(x_full), streams());
       }
@@ -344,7 +385,10 @@ struct Dense::Impl {
       gemm_reduce_scatter(*tp, dgrad, overlap, streams());
       if (regathered) {
         regathered->finish();
-        fill_columnwise(x_full);
+        if (block_scaled())
+          x_full = x_full_cast->cast(x_full.tensor, true, input_fusion());
+        else
+          fill_columnwise(x_full);
       }
       run_wgrad(dy_op, x_full);
       return dgrad.d;
@@ -360,8 +404,10 @@ struct Dense::Impl {
 
   // Row parallel with sequence parallelism: dy arrives as this rank's [T/tp, out] shard. The
   // cast shard is gathered inside the dgrad GEMM (dx = gather(dy) · W); wgrad then reuses
-  // the gathered operand. The replicated bias's gradient sums every rank's column sums in
-  // rank order (the same bits on every rank and for every schedule).
+  // the gathered operand (block scaling: the high-precision dy, gathered beside the dgrad
+  // GEMM, cast with its columnwise copy, whose 1x128 blocks span the ranks' shards). The
+  // replicated bias's gradient sums every rank's column sums in rank order (the same bits on
+  // every rank and for every schedule).
   TensorView backward_row_sp(const TensorView& dy_in, const Shape& x_shape) {
     const int n = tp->size();
     check_shape(dy_in, Shape{tokens / n, out_local}, name + " output gradient");
@@ -374,9 +420,18 @@ struct Dense::Impl {
       all_gather_in_stream_order(*tp, fusion.dbias, sums, ctx.stream());
       bias_grad(sums, fusion.dbias, ctx.stream());  // rank 0's sums plus the others' in rank order
     }
-    const GemmOperand dy_gathered = dy_gather.get(dgrad.a, tokens, columnwise());
+    const GemmOperand dy_gathered = dy_gather.get(dgrad.a, tokens, columnwise() && !block_scaled());
+    std::optional<OperandGather> dy_full;
+    if (block_scaled())
+      dy_full.emplace(*tp, GemmOperand::plain(dy_in), GemmOperand::plain(gathered_buffer(dy_in)),
+                      streams());
     dgrad.d = ensure_tensor(dx, x_in.dtype, x_shape, x_in.device);
     all_gather_gemm(*tp, dgrad, rowwise(dy_gathered), overlap, streams());
+    if (dy_full) {
+      dy_full->finish();
+      run_wgrad(dy_full_cast->cast(gathered.view(), true), last_x);
+      return dgrad.d;
+    }
     fill_columnwise(dy_gathered);
     run_wgrad(dy_gathered, last_x);
     return dgrad.d;
@@ -465,16 +520,21 @@ struct Dense::Impl {
     }
   }
 
-  // Sequence parallelism under block scaling: the high-precision shards are all-gathered
-  // (x for column, dy for row) and the GEMM outputs reduce-scattered outside the GEMMs.
+  // Sequence parallelism under block scaling: the rings gather the shards' rowwise codes and
+  // scales for the GEMMs; the high-precision shards (x for column, dy for row) are gathered
+  // too, beside the backward collective GEMM, and cast for wgrad's columnwise copies.
   bool block_sp() const { return block_scaled() && sp(); }
-  // This rank's [T/tp, cols] shard all-gathered into the layer's [T, cols] buffer.
-  TensorView gathered_input(const TensorView& shard) {
-    const TensorView full =
-        ensure_tensor(gathered, shard.dtype,
-                      Shape{shard.shape.rows() * tp->size(), shard.shape.cols()}, shard.device);
-    all_gather_in_stream_order(*tp, shard, full, ctx.stream());
-    return full;
+  // The layer's [T, cols] buffer for the all-gather of a [T/tp, cols] shard.
+  TensorView gathered_buffer(const TensorView& shard) {
+    return ensure_tensor(gathered, shard.dtype,
+                         Shape{shard.shape.rows() * tp->size(), shard.shape.cols()}, shard.device);
+  }
+  // What the input's cast applies first: `fusion` (forward_fused), or GELU for a
+  // DenseGeluSplit::kConsumer. (Block scaling recasts the gathered input in backward with
+  // input_fusion(): a LayerNorm runs in a cast under per-tensor FP8 only.)
+  CastFusion input_fusion(CastFusion fusion = {}) const {
+    if (options.gelu_split == DenseGeluSplit::kConsumer) fusion.kind = CastFusion::Kind::kGelu;
+    return fusion;
   }
 
   // An FP8 operand, per-tensor or block-scaled.
@@ -482,9 +542,12 @@ struct Dense::Impl {
 
   // The streams of the collective GEMMs (ignored on the host).
   CollectiveGemmStreams streams() const { return {ctx.stream(), ctx.placement().comm_stream}; }
-  // A gathered operand as the collective GEMM fills it: the rowwise codes only.
+  // A gathered operand as the collective GEMM fills it: the rowwise codes (and block scales)
+  // only.
   static GemmOperand rowwise(GemmOperand op) {
     if (op.is_quantized()) op.quantized.data_t = TensorView();
+    op.block.data_t = TensorView();
+    op.block.scale_inv_t = TensorView();
     return op;
   }
   // The columnwise copy of a gathered FP8 operand, where the CUDA GEMMs need it for wgrad.
@@ -528,6 +591,9 @@ struct Dense::Impl {
   int64_t in_local = 0, out_local = 0;
   Parameter weight, bias;
   OperandCast x_cast, w_cast, dy_cast;
+  // Block scaling with sequence parallelism: the casts of the gathered x (column) and dy
+  // (row), whose columnwise copies wgrad reads.
+  std::optional<OperandCast> x_full_cast, dy_full_cast;
   GatherBuffer x_gather, dy_gather;  // gathered operands (x: column SP, dy: row SP)
   GemmOperand last_x, last_w;  // forward's operands, reused by backward (x: see GatheredInput)
   TensorView x_in;
@@ -538,7 +604,7 @@ struct Dense::Impl {
   int64_t residual_checked_for = -1;  // the token count `residual_fusable` was asked for
   bool residual_fusable = false;      // the residual and bias fit in the forward GEMM
   Tensor y, pre_activation, bias_sums, dx, bias_bf16;
-  Tensor gathered, partial;    // block scaling with sequence parallelism (block_sp())
+  Tensor gathered;             // the gathered high-precision x or dy (block_sp())
   int64_t backward_step = -1;  // ctx.steps() when backward last ran (-1: never)
   // FSDP: forward's cast shard and the gathered weight's columnwise copy; the gathers
   // (slot 0: the weight's codes / bf16 / fp32, flat and padded; slot 1: the fp32 bias) and the
@@ -546,6 +612,11 @@ struct Dense::Impl {
   // weight.grad and bias.grad still in flight).
   GemmOperand w_shard;
   StreamOrderedTensor w_full_t;
+  // Block scaling with tile_shards(): the slot of the tile scales, the transposed gathered
+  // scales, and the columnwise copy's scales (zero padding kept).
+  int w_scale_slot = -1;
+  StreamOrderedTensor w_scales_tmp;
+  Tensor w_scales_t;
   FsdpLayer sharding;
 };
 

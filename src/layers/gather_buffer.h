@@ -1,8 +1,10 @@
 // Storage for an all-gathered GEMM operand: `rows` rows of a chunk's kind (same dtype and
-// columns; FP8 with its own scale, scale_inv and amax, and a columnwise copy when asked),
-// on the chunk's device. Reallocated only when the shape, dtype, device or layout changes.
+// columns; FP8 with its own scale, scale_inv and amax, and a columnwise copy when asked;
+// block-scaled with the chunk's block shape, rowwise only), on the chunk's device. Reallocated only
+// when the shape, dtype, device or layout changes.
 #pragma once
 
+#include "qmesh/block_quantized_tensor.h"
 #include "qmesh/ops/gemm.h"
 #include "qmesh/quantized_tensor.h"
 #include "qmesh/tensor.h"
@@ -18,6 +20,7 @@ class GatherBuffer {
  private:
   Tensor plain_;
   QuantizedTensor fp8_;
+  BlockQuantizedTensor block_;
 };
 
 }  // namespace qmesh

@@ -15,11 +15,6 @@ LayerContext::LayerContext(const Mesh& mesh, Recipe recipe, LayerContextOptions 
   validate(options_.current);
   validate(options_.block);
   if (recipe == Recipe::kFp8Block) {
-    QMESH_CHECK_KIND(
-        ErrorKind::kUnsupported, options_.overlap == Overlap::kNone,
-        "LayerContextOptions::overlap: the block-scaling recipe runs sequence-parallel "
-        "layers without collective-GEMM overlap (the collective GEMMs take no "
-        "block-scaled operands); set Overlap::kNone");
     QMESH_CHECK_KIND(ErrorKind::kUnsupported, !options_.fp8_stats,
                      "LayerContextOptions::fp8_stats: FP8 statistics are collected for per-tensor "
                      "scaling only; unset it under the block-scaling recipe");

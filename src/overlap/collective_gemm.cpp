@@ -20,14 +20,57 @@ constexpr int kTagRight = 0x5100;  // chunks moving to rank + 1
 constexpr int kTagLeft = 0x5101;   // chunks moving to rank - 1
 constexpr int kTagScaleRight = 0x5102;
 constexpr int kTagScaleLeft = 0x5103;
-constexpr int kTagPartial = 0x5104;  // partial sums of the reduce-scatter ring
+constexpr int kTagPartial = 0x5104;          // partial sums of the reduce-scatter ring
+constexpr int kTagBlockScaleRight = 0x5105;  // block scales of the chunks moving right
+constexpr int kTagBlockScaleLeft = 0x5106;   // and left
+
+// Block-scaled A (docs/design/overlap.md "Block-scaled operands"). 1x128 blocks lie along a
+// row, so a chunk of rows is whole blocks with scales of its own; but in the scale layout of
+// [rows, K], [ceil(K/128), round_up(rows, 4)], a chunk's scales are a range of columns of
+// every scale row. So each chunk's GEMM reads its scales from a contiguous copy in the layout
+// of the chunk alone, [ceil(K/128), round_up(chunk, 4)] (padding zero), and such copies are
+// what travels round the rings.
+Shape chunk_scale_shape(int64_t chunk, int64_t k) {
+  return block_scale_shape(chunk, k, BlockShape::k1x128);
+}
+
+// The 1x128-block-scaled operand of `codes` with `scales` (rowwise only).
+GemmOperand block_operand(const TensorView& codes, const TensorView& scales) {
+  BlockQuantizedTensorView q;
+  q.block = BlockShape::k1x128;
+  q.data = codes;
+  q.scale_inv = scales;
+  return GemmOperand::fp8_block(q);
+}
+
+// A block-scaled A: 1x128 blocks (a chunk of rows would cut 128x128 tiles), a valid view.
+void check_block_a(const GemmOperand& a, const char* op) {
+  QMESH_CHECK(a.block.block == BlockShape::k1x128, op,
+              ": a block-scaled A must have 1x128 blocks (a chunk of token rows cuts 128x128 "
+              "tiles); quantize activations and gradients with BlockShape::k1x128");
+  a.block.validate(op);
+}
+
+// Copies chunk c's scales between `whole` (the layout of [tokens, K]) and `own` (the
+// chunk's, chunk_scale_shape): KB rows of `chunk` floats, `whole` from column c * chunk.
+void copy_chunk_scales(RingExec& exec, const TensorView& whole, const TensorView& own, int c,
+                       int64_t chunk, bool into_whole) {
+  constexpr size_t f = sizeof(float);
+  float* w = whole.data_as<float>() + c * chunk;
+  float* o = own.data_as<float>();
+  const size_t whole_pitch = static_cast<size_t>(whole.shape.cols()) * f;
+  const size_t own_pitch = static_cast<size_t>(own.shape.cols()) * f;
+  const size_t width = static_cast<size_t>(chunk) * f;
+  const size_t height = static_cast<size_t>(whole.shape.rows());
+  if (into_whole)
+    exec.copy_2d(w, whole_pitch, o, own_pitch, width, height);
+  else
+    exec.copy_2d(o, own_pitch, w, whole_pitch, width, height);
+}
 
 // All tensors on A's device (returned); CUDA tensors need the two streams.
 Device check_common(const GemmArgs& args, const CollectiveGemmStreams& streams, const char* op) {
-  QMESH_CHECK_KIND(ErrorKind::kUnsupported, !args.a.is_block_scaled() && !args.b.is_block_scaled(),
-                   op,
-                   ": block-scaled FP8 operands are not supported by the collective GEMMs yet; "
-                   "gather the operand and call qmesh::gemm");
+  if (args.a.is_block_scaled()) check_block_a(args.a, op);
   QMESH_CHECK(args.trans_a == GemmTranspose::kNo, op,
               ": A must be stored [tokens, K] (trans_a kNo), got trans_a kYes");
   const Device device = args.a.device();
@@ -98,6 +141,13 @@ void all_gather_gemm(Communicator& comm, const GemmArgs& args, const GemmOperand
   QMESH_CHECK(!gathered.is_quantized() || !gathered.quantized.has_columnwise(), op,
               ": gathered FP8 storage must not have a columnwise copy (it receives rowwise "
               "chunks only)");
+  const bool block = args.a.is_block_scaled();
+  if (block) {
+    QMESH_CHECK(!gathered.block.has_columnwise(), op,
+                ": gathered block-scaled storage must not have a columnwise copy (its 1x128 "
+                "blocks span the ranks' chunks; cast it from the gathered input)");
+    gathered.block.validate("all_gather_gemm gathered");
+  }
   QMESH_CHECK(args.d.shape.rows() == tokens, op, ": D must have ", tokens, " rows (tp=", n, " x ",
               chunk, " tokens), got shape ", args.d.shape.str());
   QMESH_CHECK(!args.aux.empty() || (args.epilogue != GemmEpilogue::kBiasGeluAux &&
@@ -126,6 +176,13 @@ void all_gather_gemm(Communicator& comm, const GemmArgs& args, const GemmOperand
           ? exec.gather_scalar_on_device(args.a.quantized.scale_inv, scales_ready)
           : nullptr;
   if (fp8) exec.copy_scalars(args.a.quantized, gathered.quantized);
+  // Block scales: chunk c's at rows [c·KB, (c+1)·KB) of `chunk_scales`, each chunk's own
+  // layout (chunk_scale_shape) one after another; copied into gathered's layout at the end.
+  const Shape own_scales = chunk_scale_shape(chunk, a.shape.cols());  // used when block
+  const int64_t kb = own_scales.rows();
+  const TensorView chunk_scales =
+      block ? exec.scratch(DType::kFloat32, Shape{n * kb, own_scales.cols()}) : TensorView();
+  auto scale_slot = [&](int c) { return chunk_scales.rows(c * kb, (c + 1) * kb); };
   // An FP8 D's amax is the max over the chunks' (docs/numerics.md "FP8 GEMM output amax"):
   // each chunk's GEMM writes its own, combined after the last one. One 16-byte slot per chunk:
   // cuBLASLt runs an FP8 GEMM on its amax pointer only when it is 16-byte aligned (else the
@@ -135,24 +192,50 @@ void all_gather_gemm(Communicator& comm, const GemmArgs& args, const GemmOperand
       args.d_amax && n > 1
           ? exec.scratch(DType::kFloat32, Shape{int64_t(n) * kAmaxSlot}).data_as<float>()
           : nullptr;
-  // arrived[c]: the mark after which chunk c is in `gathered`.
+  // arrived[c]: the mark after which chunk c (codes and block scales) is in place.
   std::vector<RingExec::Mark> arrived(static_cast<size_t>(n), nullptr);
   auto slot = [&](int c) { return g.rows(c * chunk, (c + 1) * chunk); };
   auto chunk_gemm = [&](int c) {
     exec.compute_after(arrived[static_cast<size_t>(c)]);
     GemmArgs step = args;
     if (chunk_amax) step.d_amax = chunk_amax + c * kAmaxSlot;
-    gemm_rows(exec, step, operand_rows(gathered, c * chunk, chunk),
-              args.d.rows(c * chunk, (c + 1) * chunk), c * chunk, chunk);
+    const GemmOperand rows =
+        block ? block_operand(slot(c), scale_slot(c)) : operand_rows(gathered, c * chunk, chunk);
+    gemm_rows(exec, step, rows, args.d.rows(c * chunk, (c + 1) * chunk), c * chunk, chunk);
+  };
+  // One step's transfers of a chunk: the codes and, for block scaling, its scales.
+  struct ChunkExchange {
+    RingExec::Exchange codes, scales;
+  };
+  auto exchange_chunk = [&](int out, int to, int in, int from, int tag, int scale_tag) {
+    ChunkExchange x;
+    const RingExec::Mark ready = arrived[static_cast<size_t>(out)];
+    x.codes = exec.exchange(slot(out), to, ready, slot(in), from, nullptr, tag);
+    if (block)
+      x.scales =
+          exec.exchange(scale_slot(out), to, ready, scale_slot(in), from, nullptr, scale_tag);
+    return x;
+  };
+  auto finish_chunk = [&](ChunkExchange& x, int in, int s, const char* send_what,
+                          const char* recv_what) {
+    exec.finish(x.codes.send, s, send_what);
+    RingExec::Mark m = exec.finish(x.codes.recv, s, recv_what);
+    if (block) {
+      exec.finish(x.scales.send, s, send_what);
+      m = exec.finish(x.scales.recv, s, recv_what);
+    }
+    arrived[static_cast<size_t>(in)] = m;
   };
   if (overlap == Overlap::kNone || n == 1) {
-    const RingExec::Mark all = exec.all_gather(a, g, 0, "all-gather");
+    RingExec::Mark all = exec.all_gather(a, g, 0, "all-gather");
+    if (block) all = exec.all_gather(args.a.block.scale_inv, chunk_scales, 0, "scale all-gather");
     for (int c = 0; c < n; ++c) {
       arrived[static_cast<size_t>(c)] = all;
       chunk_gemm(c);
     }
   } else {
     exec.copy(slot(r).data, a.data, a.nbytes());
+    if (block) exec.copy(scale_slot(r).data, args.a.block.scale_inv.data, scale_slot(r).nbytes());
     arrived[static_cast<size_t>(r)] = exec.computed();
     // Chunks moving right (from rank - 1) and left (from rank + 1): h_right + h_left = n - 1.
     const int h_right = overlap == Overlap::kRing ? n - 1 : n / 2;
@@ -163,17 +246,15 @@ void all_gather_gemm(Communicator& comm, const GemmArgs& args, const GemmOperand
     TensorView scale_prev_view(&scale_from_prev, DType::kFloat32, Shape{1});
     TensorView scale_next_view(&scale_from_next, DType::kFloat32, Shape{1});
     for (int s = 0; s <= h_right; ++s) {
-      RingExec::Exchange right, left;
+      ChunkExchange right, left;
       WorkHandle scale_works[4];
       const int right_in = mod(r - s - 1, n), right_out = mod(r - s, n);
       const int left_in = mod(r + s + 1, n), left_out = mod(r + s, n);
       auto post = [&] {
         if (s < h_right)
-          right = exec.exchange(slot(right_out), next, arrived[static_cast<size_t>(right_out)],
-                                slot(right_in), prev, nullptr, kTagRight);
+          right = exchange_chunk(right_out, next, right_in, prev, kTagRight, kTagBlockScaleRight);
         if (s < h_left)
-          left = exec.exchange(slot(left_out), prev, arrived[static_cast<size_t>(left_out)],
-                               slot(left_in), next, nullptr, kTagLeft);
+          left = exchange_chunk(left_out, prev, left_in, next, kTagLeft, kTagBlockScaleLeft);
         if (s == 0 && exchange_scales) {  // host tensors only
           const TensorView mine(args.a.quantized.scale_inv, DType::kFloat32, Shape{1});
           scale_works[0] = exec.recv(scale_prev_view, prev, kTagScaleRight);
@@ -187,16 +268,10 @@ void all_gather_gemm(Communicator& comm, const GemmArgs& args, const GemmOperand
         if (s >= 1 && s <= h_left) chunk_gemm(left_out);
       };
       exec.in_order(post, compute);
-      if (s < h_right) {
-        exec.finish(right.send, s, "send to the next rank");
-        arrived[static_cast<size_t>(right_in)] =
-            exec.finish(right.recv, s, "receive from the previous rank");
-      }
-      if (s < h_left) {
-        exec.finish(left.send, s, "send to the previous rank");
-        arrived[static_cast<size_t>(left_in)] =
-            exec.finish(left.recv, s, "receive from the next rank");
-      }
+      if (s < h_right)
+        finish_chunk(right, right_in, s, "send to the next rank", "receive from the previous rank");
+      if (s < h_left)
+        finish_chunk(left, left_in, s, "send to the previous rank", "receive from the next rank");
       for (WorkHandle& w : scale_works) exec.wait(w, s, "scale_inv exchange");
       if (s == 0 && exchange_scales) {
         const float mine = *args.a.quantized.scale_inv;
@@ -212,6 +287,9 @@ void all_gather_gemm(Communicator& comm, const GemmArgs& args, const GemmOperand
     exec.compute_after(scales_ready);
     exec.poison_unless_same_scales(device_scales, r, args.d, args.d_amax);
   }
+  // gathered's scales in the layout of [tokens, K] (every chunk arrived before its GEMM).
+  for (int c = 0; block && c < n; ++c)
+    copy_chunk_scales(exec, gathered.block.scale_inv, scale_slot(c), c, chunk, true);
 }
 
 void gemm_reduce_scatter(Communicator& comm, const GemmArgs& args, Overlap overlap,
@@ -231,14 +309,34 @@ void gemm_reduce_scatter(Communicator& comm, const GemmArgs& args, Overlap overl
   check_dtype(args.d, DType::kFloat32, std::string(op) + " D");
   QMESH_CHECK(args.d.shape.rows() == chunk, op, ": D must have ", chunk, " rows (", tokens,
               " tokens / tp=", n, "), got shape ", args.d.shape.str());
+  const bool block = args.a.is_block_scaled();
+  const Shape own_scales = chunk_scale_shape(chunk, a.shape.cols());  // used when block
   {
     GemmArgs probe = args;
-    probe.a = operand_rows(args.a, 0, chunk);
+    // Block scaling: the first chunk's scale shape over A's scale memory (it is not run).
+    probe.a = block
+                  ? block_operand(a.rows(0, chunk), TensorView(args.a.block.scale_inv.data,
+                                                               DType::kFloat32, own_scales, device))
+                  : operand_rows(args.a, 0, chunk);
     check_gemm(probe, op);
   }
   RingExec exec(comm, device, streams, op);
+  // Block scaling: every chunk's scales copied into its own layout first (chunk c at rows
+  // [c·KB, (c+1)·KB)), padding zero.
+  const int64_t kb = own_scales.rows();
+  const TensorView chunk_scales =
+      block ? exec.scratch(DType::kFloat32, Shape{n * kb, own_scales.cols()}) : TensorView();
+  if (block) {
+    exec.zero(chunk_scales);
+    for (int c = 0; c < n; ++c)
+      copy_chunk_scales(exec, args.a.block.scale_inv, chunk_scales.rows(c * kb, (c + 1) * kb), c,
+                        chunk, false);
+  }
   auto chunk_gemm = [&](int c, const TensorView& into) {
-    gemm_rows(exec, args, operand_rows(args.a, c * chunk, chunk), into, 0, chunk);
+    const GemmOperand rows = block ? block_operand(a.rows(c * chunk, (c + 1) * chunk),
+                                                   chunk_scales.rows(c * kb, (c + 1) * kb))
+                                   : operand_rows(args.a, c * chunk, chunk);
+    gemm_rows(exec, args, rows, into, 0, chunk);
   };
   if (n == 1) {
     chunk_gemm(0, args.d);

@@ -17,6 +17,9 @@ struct OperandGather::Impl {
 OperandGather::OperandGather(Communicator& comm, const GemmOperand& chunk,
                              const GemmOperand& gathered, const CollectiveGemmStreams& streams) {
   const char* op = "OperandGather";
+  QMESH_CHECK_KIND(ErrorKind::kUnsupported, !chunk.is_block_scaled(), op,
+                   ": block-scaled operands are gathered by all_gather_gemm (their scales are "
+                   "laid out per chunk); gather the high-precision input instead");
   overlap_detail::check_gathered(chunk, gathered, comm.size(), op, "the chunk");
   const TensorView& c = overlap_detail::operand_data(chunk);
   overlap_detail::check_device(c.device, streams, op);

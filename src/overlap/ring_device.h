@@ -36,6 +36,8 @@ void free_async(void* p, Stream stream) noexcept;
 
 // Enqueues a copy of `bytes` between device buffers on `stream`.
 void copy_async(void* dst, const void* src, size_t bytes, Stream stream);
+// Enqueues zeroing `bytes` bytes of device memory on `stream`.
+void zero_async(void* dst, size_t bytes, Stream stream);
 
 // Enqueues out[i] = a[i] + b[i] (fp32, round to nearest) for i < n on `stream`. `out` may be
 // `a` or `b`.

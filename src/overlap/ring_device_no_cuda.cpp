@@ -20,6 +20,7 @@ void join_streams(Stream, Stream) noexcept {}
 void* alloc_async(size_t, Stream) { no_cuda(); }
 void free_async(void*, Stream) noexcept {}
 void copy_async(void*, const void*, size_t, Stream) { no_cuda(); }
+void zero_async(void*, size_t, Stream) { no_cuda(); }
 void add_fp32_async(float*, const float*, const float*, int64_t, Stream) { no_cuda(); }
 void max_fp32_async(float*, const float*, int, int, Stream) { no_cuda(); }
 void poison_unless_same_async(const float*, int, int, void*, int64_t, int, uint32_t, float*,

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "qmesh/copy.h"
 #include "qmesh/error.h"
 #include "ring_device.h"
 
@@ -35,9 +36,7 @@ std::optional<DeviceGuard> make_current(const Device& device) {
   return std::optional<DeviceGuard>(std::in_place, device.index);
 }
 
-const TensorView& operand_data(const GemmOperand& op) {
-  return op.is_quantized() ? op.quantized.data : op.tensor;
-}
+const TensorView& operand_data(const GemmOperand& op) { return op.stored(); }
 
 GemmOperand operand_rows(const GemmOperand& op, int64_t begin, int64_t count) {
   if (!op.is_quantized()) return GemmOperand::plain(op.tensor.rows(begin, begin + count));
@@ -51,9 +50,15 @@ void check_gathered(const GemmOperand& chunk, const GemmOperand& gathered, int c
                     const char* op, const char* chunk_name) {
   const TensorView& c = operand_data(chunk);
   const TensorView& g = operand_data(gathered);
-  QMESH_CHECK(chunk.is_quantized() == gathered.is_quantized() && c.dtype == g.dtype, op,
-              ": gathered must be of ", chunk_name, "'s kind and dtype ", dtype_name(c.dtype),
-              ", got ", gathered.is_quantized() ? "FP8 " : "", dtype_name(g.dtype));
+  auto kind = [](const GemmOperand& o) {
+    return o.is_block_scaled() ? (o.block.block == BlockShape::k1x128 ? "1x128-block-scaled FP8 "
+                                                                      : "128x128-block-scaled FP8 ")
+           : o.is_quantized()  ? "FP8 "
+                               : "";
+  };
+  QMESH_CHECK(std::string_view(kind(chunk)) == kind(gathered) && c.dtype == g.dtype, op,
+              ": gathered must be of ", chunk_name, "'s kind and dtype ", kind(chunk),
+              dtype_name(c.dtype), ", got ", kind(gathered), dtype_name(g.dtype));
   QMESH_CHECK(c.device == g.device, op, ": ", chunk_name, " is on ", c.device.str(),
               " and gathered on ", g.device.str(), "; both must be on one device");
   QMESH_CHECK(g.shape.rows() == comm_size * c.shape.rows() && g.shape.cols() == c.shape.cols(), op,
@@ -229,6 +234,19 @@ void RingExec::copy(void* dst, const void* src, size_t bytes) {
     copy_async(dst, src, bytes, streams_.compute);
   else
     std::memcpy(dst, src, bytes);
+}
+
+void RingExec::copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
+                       size_t height) {
+  copy_rows_async(dst, dst_pitch, device_, src, src_pitch, device_, width, height,
+                  cuda_ ? streams_.compute : Stream{});
+}
+
+void RingExec::zero(const TensorView& t) {
+  if (cuda_)
+    zero_async(t.data, t.nbytes(), streams_.compute);
+  else
+    std::memset(t.data, 0, t.nbytes());
 }
 
 void RingExec::copy_scalars(const QuantizedTensorView& from, const QuantizedTensorView& to) {

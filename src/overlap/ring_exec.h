@@ -38,14 +38,15 @@ void check_device(const Device& device, const CollectiveGemmStreams& streams, co
 // The CUDA device of `device` made current for the scope of the result; nothing on the host.
 std::optional<DeviceGuard> make_current(const Device& device);
 
-// The codes of an FP8 operand, else its tensor.
+// The codes of an FP8 operand (per-tensor or block-scaled), else its tensor.
 const TensorView& operand_data(const GemmOperand& op);
-// Rows of an operand (FP8: rowwise codes only; the scalars are shared).
+// Rows of a plain or per-tensor FP8 operand (FP8: rowwise codes only; the scalars are shared).
 GemmOperand operand_rows(const GemmOperand& op, int64_t begin, int64_t count);
 
 // The checks shared by everything that gathers `chunk` ([T_local, K], this rank's rows) into
 // `gathered` ([comm_size * T_local, K]): the same kind and dtype, the same device, that shape,
-// and no overlap of the two. `op` and `chunk_name` ("A", "the chunk") name them in the Error.
+// and no overlap of the two (block-scaled operands: both block-scaled, same block shape). `op` and
+// `chunk_name` ("A", "the chunk") name them in the Error.
 void check_gathered(const GemmOperand& chunk, const GemmOperand& gathered, int comm_size,
                     const char* op, const char* chunk_name);
 
@@ -139,6 +140,11 @@ class RingExec {
   // out = a + b, element-wise in fp32 (the three are [rows, cols] fp32).
   void add(const TensorView& out, const TensorView& a, const TensorView& b);
   void copy(void* dst, const void* src, size_t bytes);
+  // `height` rows of `width` bytes, row i from src + i * src_pitch to dst + i * dst_pitch.
+  void copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
+               size_t height);
+  // Every byte of `t` (contiguous) becomes 0.
+  void zero(const TensorView& t);
   // `to` takes the scale, scale_inv and amax of `from` (each where both have one).
   void copy_scalars(const QuantizedTensorView& from, const QuantizedTensorView& to);
 

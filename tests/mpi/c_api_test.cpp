@@ -204,10 +204,6 @@ TEST_F(CApi, BlockRecipe) {
   EXPECT_STATUS(qmesh_context_create(mesh_, &cc, &ctx), QMESH_ERROR_INVALID_ARGUMENT,
                 "config.block_format is 7");
   cc.block_format = QMESH_FP8_E4M3;
-  cc.overlap = QMESH_OVERLAP_RING;
-  EXPECT_STATUS(qmesh_context_create(mesh_, &cc, &ctx), QMESH_ERROR_UNSUPPORTED,
-                "set Overlap::kNone");
-  cc.overlap = QMESH_OVERLAP_NONE;
   ASSERT_EQ(qmesh_context_create(mesh_, &cc, &ctx), QMESH_OK) << qmesh_last_error();
   qmesh_dense_config dc;
   qmesh_dense_config_init(&dc);

@@ -14,9 +14,10 @@
 // Under sequence_parallel the all-gather + GEMM and GEMM + reduce-scatter pairs run as the
 // collective GEMMs of qmesh/overlap/collective_gemm.h with the layer's Overlap schedule;
 // every schedule gives the same bits (the gathered operand is the cast chunk: FP8 codes or
-// bf16, not fp32). Under Recipe::kFp8Block the high-precision shard is gathered before the
-// block cast and the reduce-scatter follows the GEMM (no collective GEMM, no overlap), and
-// with tp > 1 the sharded feature count must be a multiple of 128 (whole scaling blocks).
+// bf16, not fp32; Recipe::kFp8Block: the codes and 1x128 scales of the cast chunk, and in
+// backward the high-precision chunk too, gathered beside the GEMM for wgrad's columnwise
+// copy). Under kFp8Block with tp > 1 the sharded feature count must be a multiple of 128
+// (whole scaling blocks).
 // The same global input gives the same output and gradients (to rounding) for every tp.
 //
 // Precision (LayerContext::recipe): each GEMM operand is cast to bf16 or quantized to FP8

@@ -54,8 +54,7 @@ class QMESH_API LayerContext {
   // temporary mesh is fine. The context must outlive its layers, which refer to it; it is
   // neither copied nor moved. The options are validated (Error naming the field; the recipes'
   // fields, a negative fsdp prefetch, an unusable device); only the recipe that `recipe`
-  // selects is used. kFp8Block refuses what it does not support yet (Error): an overlap other
-  // than kNone (the collective GEMMs take no block-scaled operands) and fp8_stats.
+  // selects is used. kFp8Block refuses what it does not support (Error): fp8_stats.
   // `options.placement`: where the layers built on this context run. On CUDA the mesh's
   // communicators must carry CUDA buffers of that device (NCCL, or the local backend) and every
   // layer call is asynchronous on placement.stream; on the host everything is blocking.

@@ -78,10 +78,19 @@ QMESH_API Overlap parse_overlap(std::string_view name);
 //              (not kBiasGrad); aux, when used, is [T, N] like D.
 //   args.d:    [T, N]. Rows of chunk c (rank c's tokens) are computed by one GEMM call. An
 //              FP8 D's d_amax is the max over all chunks (the amax of the whole D).
-//   gathered:  storage [T, K] of A's dtype on A's device (plain, or FP8 without a columnwise
-//              copy); after the call (CUDA: in streams.compute's order) it holds gather(A) in
-//              rank order (for the backward GEMMs), and for FP8 its scale, scale_inv and amax
-//              are set to A's. Must not overlap A or D. On CUDA, FP8 operands are read in the
+//              Or block-scaled FP8 with 1x128 blocks (GemmOperand::fp8_block; B block-scaled
+//              too): every rank's chunk was quantized on its own, which is exact, because a
+//              1x128 block lies in one row: the chunks' codes and scales are those of the block
+//              cast of the gathered input. Each chunk's scales ([ceil(K/128),
+//              round_up(T_local, 4)], its own layout) travel with its codes.
+//   gathered:  storage [T, K] of A's dtype on A's device (plain, FP8 or 1x128 block-scaled,
+//              without a columnwise copy); after the call (CUDA: in streams.compute's order)
+//              it holds gather(A) in rank order (for the backward GEMMs), and for FP8 its
+//              scale, scale_inv and amax are set to A's; block-scaled: its scale_inv
+//              [ceil(K/128), round_up(T, 4)] receives the chunks' scales in the layout of
+//              [T, K] (chunk c's at columns [c·T_local, (c+1)·T_local) of every scale row;
+//              the padding is not written), so that it is bitwise the rowwise block cast of
+//              the gathered input. Must not overlap A or D. On CUDA, FP8 operands are read in the
 //              TN form: A's rowwise chunks as they are, B by gemm()'s rule (trans_b kNo needs
 //              B's columnwise copy); a backward GEMM that reads `gathered` transposed needs its
 //              own columnwise copy (cast_transpose), which this call does not make.
@@ -94,12 +103,14 @@ QMESH_API void all_gather_gemm(Communicator& comm, const GemmArgs& args,
                                const CollectiveGemmStreams& streams = {});
 
 // GEMM + reduce-scatter:  D [T_local, N] = chunk rank() of sum over ranks of (A · op(B)).
-//   args.a:    [T, K] (trans_a kNo; T divisible by comm.size(), Error otherwise); plain or
-//              FP8 with B.
+//   args.a:    [T, K] (trans_a kNo; T divisible by comm.size(), Error otherwise); plain,
+//              FP8 with B, or block-scaled with 1x128 blocks with a block-scaled B (each
+//              chunk's GEMM reads a copy of the chunk's scales in its own layout).
 //   args.b, trans_b, alpha: as for gemm(); epilogue must be kNone and output kWrite (add a
 //              bias after the reduction).
 //   args.d:    fp32 [T / comm.size(), N].
-// Block-scaled FP8 operands (GemmOperand::fp8_block) are refused by both collective GEMMs.
+// A block-scaled A with 128x128 blocks is refused by both collective GEMMs (a chunk of rows
+// cuts the tiles).
 // Collective, bounded waits, host or CUDA, as all_gather_gemm. Partial sums travel as fp32 and
 // are added by the host (host tensors) or by a kernel on streams.compute (CUDA), in the ring
 // order above on both (the GEMM writes each partial; it never accumulates into one).

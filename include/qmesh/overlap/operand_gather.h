@@ -14,10 +14,11 @@
 namespace qmesh {
 
 // One all-gather of `chunk` (this rank's rows [T_local, K], the 2-D view of its shape: fp32,
-// bf16, or FP8 rowwise codes) into `gathered` ([T, K] of the same kind, T = comm.size() ·
-// T_local, on the same device; an FP8 columnwise copy is not filled). For FP8, `gathered` also
-// receives chunk's scale, scale_inv and amax: every rank's must be the same (the global amax
-// reduction makes them so; all_gather_gemm checked it when the operand was first gathered).
+// bf16, or FP8 rowwise codes; block-scaled operands are refused) into `gathered` ([T, K] of the
+// same kind, T = comm.size() · T_local, on the same device; an FP8 columnwise copy is not filled).
+// For FP8, `gathered` also receives chunk's scale, scale_inv and amax: every rank's must be the
+// same (the global amax reduction makes them so; all_gather_gemm checked it when the operand was
+// first gathered).
 // - Host tensors: the backend moves the data while the caller computes (the local backend's
 //   worker thread, MPI's progress thread, UCX's worker); finish() waits for it.
 // - CUDA tensors: the transfer runs on streams.comm after the work streams.compute holds at

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <vector>
+
 #include "expect_error.h"
 #include "qmesh/config.h"
 #include "qmesh/copy.h"
@@ -85,6 +87,18 @@ TEST(Tensor, CopyChecksShapes) {
   Tensor c(DType::kFloat32, Shape{4});
   copy_tensor(c, a);
   EXPECT_EQ(c.data_as<float>()[3], 3.0f);
+}
+
+// copy_rows_async: row i of `width` bytes from src + i * src_pitch to dst + i * dst_pitch,
+// the bytes between rows untouched; a pitch shorter than a row is an error.
+TEST(Tensor, CopyRowsMovesRowsBetweenPitches) {
+  const std::vector<uint8_t> src = {1, 2, 3, 9, 4, 5, 6, 9, 7, 8, 9, 9};  // 3 rows, pitch 4
+  std::vector<uint8_t> dst(15, 0);                                        // pitch 5
+  copy_rows_async(dst.data(), 5, Device::host(), src.data(), 4, Device::host(), 3, 3, Stream{});
+  EXPECT_EQ(dst, (std::vector<uint8_t>{1, 2, 3, 0, 0, 4, 5, 6, 0, 0, 7, 8, 9, 0, 0}));
+  EXPECT_QMESH_ERROR(
+      copy_rows_async(dst.data(), 2, Device::host(), src.data(), 4, Device::host(), 3, 3, Stream{}),
+      "a pitch must hold a row");
 }
 
 TEST(QuantizedTensor, LayoutAndInitialScalars) {

@@ -171,8 +171,14 @@ float target_at(int step, int64_t i) {
 // Every parameter's tp-local values after training, per tp rank: "tp<t>:<name>" -> values.
 using Trained = std::map<std::string, std::vector<float>>;
 
+// The model's feature sizes.
+struct Sizes {
+  int64_t hidden = kHidden, ffn = kFfn;
+};
+
 Trained train(const Layout& l, Recipe recipe, FsdpOptions fsdp_options = {},
-              std::shared_ptr<std::atomic<int64_t>> gather_bytes = nullptr) {
+              std::shared_ptr<std::atomic<int64_t>> gather_bytes = nullptr, Sizes sizes = {}) {
+  const int64_t hidden = sizes.hidden;
   Trained result;
   std::mutex mu;
   run_local_ranks(l.dp * l.fsdp * l.tp, [&](Communicator& world) {
@@ -185,7 +191,7 @@ Trained train(const Layout& l, Recipe recipe, FsdpOptions fsdp_options = {},
     block_options.sequence_parallel = l.sequence_parallel;
     std::vector<LayerNormMLP> blocks;
     for (int b = 0; b < kBlocks; ++b)
-      blocks.emplace_back("block" + std::to_string(b), kHidden, kFfn, block_options, ctx,
+      blocks.emplace_back("block" + std::to_string(b), hidden, sizes.ffn, block_options, ctx,
                           uint64_t(b + 1));
     std::vector<Parameter*> all, replicated;  // in the order gradients become ready
     for (auto it = blocks.rbegin(); it != blocks.rend(); ++it)
@@ -198,19 +204,19 @@ Trained train(const Layout& l, Recipe recipe, FsdpOptions fsdp_options = {},
     auto optimizer = make_adamw(all, AdamWOptions{1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f});
     const int data_ranks = fsdp.data_size();
     const int64_t rows = l.sequence_parallel ? kTokensPerRank / l.tp : kTokensPerRank;
-    Tensor x(DType::kFloat32, Shape{rows, kHidden}), target(DType::kFloat32, Shape{rows, kHidden});
-    Tensor dy(DType::kFloat32, Shape{rows, kHidden}), sum_sq(DType::kFloat64, Shape{1});
+    Tensor x(DType::kFloat32, Shape{rows, hidden}), target(DType::kFloat32, Shape{rows, hidden});
+    Tensor dy(DType::kFloat32, Shape{rows, hidden}), sum_sq(DType::kFloat64, Shape{1});
     for (int step = 0; step < kSteps; ++step) {
       const int64_t first = (fsdp.data_rank() * kTokensPerRank +
                              (l.sequence_parallel ? mesh.coord("tp") * rows : 0)) *
-                            kHidden;
-      for (int64_t i = 0; i < rows * kHidden; ++i) {
+                            hidden;
+      for (int64_t i = 0; i < rows * hidden; ++i) {
         x.data_as<float>()[i] = input_at(step, first + i);
         target.data_as<float>()[i] = target_at(step, first + i);
       }
       TensorView h = x;
       for (auto& b : blocks) h = b.forward(h);
-      mse_loss(h, target, double(data_ranks * kTokensPerRank * kHidden), dy, sum_sq);
+      mse_loss(h, target, double(data_ranks * kTokensPerRank * hidden), dy, sum_sq);
       TensorView g = dy;
       for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) {
         g = it->backward(g);
@@ -279,13 +285,50 @@ INSTANTIATE_TEST_SUITE_P(
              (std::get<1>(p.param).second ? "_sp" : "");
     });
 
-// Block scaling gathers the fp32 weight shards and block-casts the gathered weight (a flat
-// shard cuts the 128x128 tiles): the same bits for every layout too (tp = 1: the sizes here
+// Block scaling with shards that cut the 128x128 tiles gathers the fp32 weight shards and
+// block-casts the gathered weight: the same bits for every layout too (tp = 1: the sizes here
 // are not whole 128-wide blocks per tp shard).
 INSTANTIATE_TEST_SUITE_P(BlockRecipe, FsdpTraining,
                          ::testing::Combine(::testing::Values(Recipe::kFp8Block),
                                             ::testing::Values(std::pair{1, false})),
                          [](const auto&) { return std::string("block_tp1"); });
+
+// Block scaling with shards of whole 128-row tile rows (weights [512, 512], fsdp 2 and 4; tp 2
+// with sequence parallelism: [256, 512] and [512, 256] per tp rank, fsdp 2): every rank
+// block-casts its shard and the codes and tile scales are gathered, bitwise the block cast of
+// the whole weight, so every layout trains to the bits of plain data parallelism (no FSDP).
+TEST(FsdpTraining, BlockRecipeGathersTileCodesAndScales) {
+  const Sizes tiles{512, 512};
+  const Trained dp = train({4, 1, 1}, Recipe::kFp8Block, {}, nullptr, tiles);
+  expect_same_bits(dp, train({1, 4, 1}, Recipe::kFp8Block, {}, nullptr, tiles), "dp=4 vs fsdp=4");
+  expect_same_bits(dp, train({2, 2, 1}, Recipe::kFp8Block, {}, nullptr, tiles),
+                   "dp=4 vs dp=2 x fsdp=2");
+  expect_same_bits(dp, train({2, 2, 1}, Recipe::kFp8Block, FsdpOptions{true, 2}, nullptr, tiles),
+                   "dp=4 vs dp=2 x fsdp=2 keeping the gathered weights");
+  const Trained dp_tp = train({2, 1, 2, false, true}, Recipe::kFp8Block, {}, nullptr, tiles);
+  expect_same_bits(dp_tp, train({1, 2, 2, false, true}, Recipe::kFp8Block, {}, nullptr, tiles),
+                   "tp=2 with sequence parallelism: dp=2 vs fsdp=2");
+}
+
+// The weight gathers of block scaling with whole tile rows move the FP8 codes and one fp32 scale
+// per 128x128 tile: a quarter of fp32's bytes, plus the scales.
+TEST(FsdpTraining, BlockTileGatherMovesAQuarterOfFp32) {
+  const Sizes tiles{512, 512};
+  auto bf16_bytes = std::make_shared<std::atomic<int64_t>>(0);
+  auto block_bytes = std::make_shared<std::atomic<int64_t>>(0);
+  auto fp32_bytes = std::make_shared<std::atomic<int64_t>>(0);
+  train({1, 4, 1}, Recipe::kBf16, {}, bf16_bytes, tiles);
+  train({1, 4, 1}, Recipe::kFp8Block, {}, block_bytes, tiles);
+  train({1, 4, 1}, Recipe::kFp32, {}, fp32_bytes, tiles);
+  // As below: fp32 = 4w + c, bf16 = 2w + c (c: what every recipe gathers alike).
+  const int64_t c = 2 * *bf16_bytes - *fp32_bytes;
+  const int64_t fp32_weights = *fp32_bytes - c, block_weights = *block_bytes - c;
+  ASSERT_GT(fp32_weights, 0);
+  // Per weight gather: fp32 512 x 512 x 4 bytes; block scaling 512 x 512 codes plus 4 tile
+  // rows x 4 tile columns (no padding) x 4 bytes of scales.
+  constexpr int64_t fp32_gather = 512 * 512 * 4, block_gather = 512 * 512 + 4 * 4 * 4;
+  EXPECT_EQ(block_weights * fp32_gather, fp32_weights * block_gather);
+}
 
 // The weight all-gathers of one training run move FP8 codes: half the bytes of bf16.
 TEST(FsdpTraining, Fp8WeightGatherMovesHalfTheBytesOfBf16) {

@@ -78,27 +78,6 @@ TEST(CollectiveGemm, BadShapesAreErrors) {
   });
 }
 
-TEST(CollectiveGemm, BlockScaledOperandsAreRefused) {
-  run_local_ranks(2, [](Communicator& comm) {
-    const Device host = Device::host();
-    BlockQuantizedTensor a(DType::kFloat8E4M3, Shape{4, 128}, BlockShape::k1x128, host, false);
-    BlockQuantizedTensor b(DType::kFloat8E4M3, Shape{16, 128}, BlockShape::k128x128, host, false);
-    BlockQuantizedTensor gathered(DType::kFloat8E4M3, Shape{8, 128}, BlockShape::k1x128, host,
-                                  false);
-    Tensor d(DType::kFloat32, Shape{8, 16}), d_rs(DType::kFloat32, Shape{2, 16});
-    GemmArgs args;
-    args.a = GemmOperand::fp8_block(a.view());
-    args.b = GemmOperand::fp8_block(b.view());
-    args.d = d;
-    EXPECT_QMESH_ERROR(
-        all_gather_gemm(comm, args, GemmOperand::fp8_block(gathered.view()), Overlap::kRing),
-        "all_gather_gemm: block-scaled FP8 operands are not supported");
-    args.d = d_rs;
-    EXPECT_QMESH_ERROR(gemm_reduce_scatter(comm, args, Overlap::kRing),
-                       "gemm_reduce_scatter: block-scaled FP8 operands are not supported");
-  });
-}
-
 TEST(CollectiveGemm, Fp8ScalesThatDifferAreAnError) {
   EXPECT_QMESH_ERROR(
       run_local_ranks(2,
