@@ -2,8 +2,9 @@
 // rstd, the rowwise and columnwise codes, scale_inv and amax, for LayerNorm and RMSNorm, fp32
 // and bf16 input and output, widths below, at and above the kernel's 256 lanes and not
 // multiples of 16, row counts that fill the kernel's 32-row tiles or leave a partial one
-// (with and without whole 16-byte stores of the columnwise copy), rows with a NaN, and the
-// amax-only pass of current scaling; an empty input is an error. Skips without a CUDA device.
+// (with and without whole 16-byte stores of the columnwise copy), a columnwise copy that is not
+// 16-byte aligned, rows with a NaN, and the amax-only pass of current scaling; an empty input
+// is an error. Skips without a CUDA device.
 #include <gtest/gtest.h>
 
 #include <limits>
@@ -35,9 +36,12 @@ std::vector<uint8_t> bytes_of(const TensorView& t) {
 struct NormRun {
   Tensor y, mean, rstd, pass1_amax;
   QuantizedTensor q;
+  // The columnwise codes: q's own, or (t_offset > 0) t_offset bytes into a buffer of their own.
+  Tensor t_storage;
+  TensorView codes_t;
 
   NormRun(const Tensor& x, const Tensor& gamma, const Tensor& beta, NormType type, DType y_dtype,
-          Device device)
+          Device device, int64_t t_offset = 0)
       : y(y_dtype, x.shape(), device),
         mean(DType::kFloat32, Shape{x.shape().rows()}, device),
         rstd(DType::kFloat32, Shape{x.shape().rows()}, device),
@@ -51,7 +55,14 @@ struct NormRun {
     NormOutputs out;
     out.y_dtype = y_dtype;
     out.y = y;
+    codes_t = q.data_t();
+    if (t_offset > 0) {
+      t_storage = Tensor(DType::kFloat8E4M3, Shape{x.shape().numel() + t_offset}, device);
+      codes_t = TensorView(static_cast<uint8_t*>(t_storage.data()) + t_offset, DType::kFloat8E4M3,
+                           q.data_t().shape(), device);
+    }
     out.codes = q.view();
+    out.codes.data_t = codes_t;
     if (!rms) out.mean = mean;
     out.rstd = rstd;
     norm_forward(dx, dg, rms ? TensorView{} : db.view(), spec, out);
@@ -90,10 +101,24 @@ TEST(NormGpu, MatchesTheHostTwinBitForBit) {
             }
             EXPECT_EQ(bytes_of(gpu.rstd), bytes_of(host.rstd));
             EXPECT_EQ(bytes_of(gpu.q.data()), bytes_of(host.q.data()));
-            EXPECT_EQ(bytes_of(gpu.q.data_t()), bytes_of(host.q.data_t()));
+            EXPECT_EQ(bytes_of(gpu.codes_t), bytes_of(host.codes_t));
             EXPECT_EQ(bytes_of(gpu.q.scalars()), bytes_of(host.q.scalars()));
             EXPECT_EQ(bytes_of(gpu.pass1_amax), bytes_of(host.pass1_amax));
           }
+}
+
+TEST(NormGpu, UnalignedColumnwiseCopyMatchesTheHostTwin) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  // rows % 16 == 0, but the columnwise copy starts 1 byte past a 16-byte boundary: the kernel
+  // falls back to element stores.
+  const int64_t rows = 96, cols = 300;
+  const Tensor x = test::random_wide(DType::kBFloat16, Shape{rows, cols}, 6);
+  const Tensor gamma = test::random_wide(DType::kFloat32, Shape{cols}, 7);
+  const Tensor beta = test::random_wide(DType::kFloat32, Shape{cols}, 8);
+  const NormRun host(x, gamma, beta, NormType::kLayerNorm, DType::kBFloat16, Device::host());
+  const NormRun gpu(x, gamma, beta, NormType::kLayerNorm, DType::kBFloat16, kGpu, 1);
+  EXPECT_EQ(bytes_of(gpu.codes_t), bytes_of(host.codes_t));
+  EXPECT_EQ(bytes_of(gpu.q.data()), bytes_of(host.q.data()));
 }
 
 TEST(NormGpu, EmptyInputIsAnError) {
