@@ -14,8 +14,9 @@
 #   bench   runs the GPU benchmarks (those whose name matches TEST_REGEX if given), 240 s each
 #           at most
 #   profile Nsight Compute (ncu): LaunchStats, Occupancy and MemoryWorkloadAnalysis of the
-#           cast_transpose kernel at 8192 x 8192 (bf16 and fp32 -> e4m3), and the GEMM vs
-#           non-GEMM time of one LayerNormMLP step per recipe (skipped without ncu)
+#           cast_transpose kernel at 8192 x 8192 (bf16 and fp32 -> e4m3) and of the
+#           norm_forward kernel at 8192 x 4096, and the GEMM vs non-GEMM time of one
+#           LayerNormMLP step per recipe (skipped without ncu)
 #   sanitize compute-sanitizer (memcheck, racecheck, synccheck) over the GPU test programs
 #           matching TEST_REGEX (all if none), 240 s each at most; not part of check or all
 #   jax     builds the XLA FFI handlers against the machine's jax (needs build's configure),
@@ -242,6 +243,12 @@ if has_step profile; then
       --section MemoryWorkloadAnalysis --kernel-name regex:cast_tiled_kernel --csv \
       build-gpu/bench/quant_gpu_bench --case "e4m3 8192x8192" >"$out/ncu-cast.csv" 2>"$out/ncu-cast.log"
     record "profile cast" "$([ $? -eq 0 ] && echo passed || echo FAILED)"
+    # The same sections for the norm kernel (norm_forward: LayerNorm fused with the cast and
+    # its columnwise copy, bf16 and fp32 -> e4m3 at 8192 x 4096): the sectors its stores take.
+    timeout "$(bounded 60 30)" ncu --section LaunchStats --section Occupancy \
+      --section MemoryWorkloadAnalysis --kernel-name regex:norm_kernel --csv \
+      build-gpu/bench/quant_gpu_bench --case "norm_forward" >"$out/ncu-norm.csv" 2>"$out/ncu-norm.log"
+    record "profile norm" "$([ $? -eq 0 ] && echo passed || echo FAILED)"
     # Per recipe, every kernel of 3 steps (2 warm-up, 1 timed), serialized: the GEMM share.
     for recipe in bf16:fp32 bf16 delayed current block; do
       [ "$(left)" -gt 40 ] || { record "profile $recipe" "skipped (budget)"; continue; }

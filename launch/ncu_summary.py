@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Summarizes the Nsight Compute CSVs of launch/gpu_check.sh's profile step as JSON.
 
-Usage: ncu_summary.py OUT_DIR  (reads OUT_DIR/ncu-cast.csv and OUT_DIR/ncu-step-*.csv, prints
-JSON to stdout)
+Usage: ncu_summary.py OUT_DIR  (reads OUT_DIR/ncu-cast.csv, OUT_DIR/ncu-norm.csv and
+OUT_DIR/ncu-step-*.csv, prints JSON to stdout)
 
-ncu-cast.csv: `ncu --section ... --csv` of the cast kernel: every metric of every profiled
-launch, by section. ncu-step-RECIPE.csv: `ncu --metrics gpu__time_duration.sum --csv` of
+ncu-cast.csv, ncu-norm.csv: `ncu --section ... --csv` of the cast kernel and of the
+norm_forward kernel: every metric of every profiled launch, by section. ncu-step-RECIPE.csv: `ncu --metrics gpu__time_duration.sum --csv` of
 dense_gpu_bench --iters 1 (3 steps: 2 warm-up, 1 timed): the kernels' serialized durations,
 split into GEMM kernels (cuBLASLt's) and the rest, per step.
 """
@@ -74,9 +74,11 @@ def step_split(path):
 def main():
     out = sys.argv[1]
     summary = {}
-    cast = os.path.join(out, "ncu-cast.csv")
-    if os.path.exists(cast):
-        summary["cast_transpose_8192x8192"] = cast_kernels(cast)
+    for name, key in (("ncu-cast.csv", "cast_transpose_8192x8192"),
+                      ("ncu-norm.csv", "norm_forward_8192x4096")):
+        path = os.path.join(out, name)
+        if os.path.exists(path):
+            summary[key] = cast_kernels(path)
     for path in sorted(glob.glob(os.path.join(out, "ncu-step-*.csv"))):
         recipe = os.path.basename(path)[len("ncu-step-"):-len(".csv")]
         summary.setdefault("layer_norm_mlp_step", {})[recipe] = step_split(path)

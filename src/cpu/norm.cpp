@@ -1,8 +1,8 @@
 // Host twin of the CUDA norm kernel (cuda/norm.cu): the same sums in the same order (lanes of
 // kNormLanes columns, a pairwise tree within each group of 32 lanes as the warp shuffles add,
-// the group sums in order as block_sum adds them) and the per-element arithmetic of
-// ops/norm_job.h, compiled without contraction (src/cpu/sources.cmake), so that y, the
-// statistics, the codes and the amax equal the device's bit for bit.
+// the group sums in order from 0) and the per-element arithmetic of ops/norm_job.h, compiled
+// without contraction (src/cpu/sources.cmake), so that y, the statistics, the codes and the
+// amax equal the device's bit for bit.
 #include "cpu/norm.h"
 
 #include <algorithm>

@@ -40,7 +40,7 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr int kVec = 16;  // elements per thread per step: one 16-byte store of codes
+constexpr int kVec = kCodeVec;  // elements per thread per step: one 16-byte store of codes
 // Flat kernel: elements one block covers.
 constexpr int kFlatIters = 4;
 constexpr int64_t kFlatChunk = int64_t{kThreads} * kVec * kFlatIters;
@@ -100,18 +100,6 @@ __device__ __forceinline__ void activate_vec(const T* pre, int64_t row, int64_t 
     if constexpr (kAct == CastActivation::kDgelu) load_vec(pre + row, i, n, vec, p);
 #pragma unroll
     for (int k = 0; k < kVec; ++k) v[k] = activate<kAct>(v[k], p[k]);
-  }
-}
-
-// Stores the first min(kVec, n - i) codes at out[i].
-__device__ __forceinline__ void store_vec(uint8_t* out, int64_t i, int64_t n, bool vec,
-                                          const uint8_t (&codes)[kVec]) {
-  if (vec && i + kVec <= n) {
-    *reinterpret_cast<uint4*>(out + i) = *reinterpret_cast<const uint4*>(codes);
-  } else {
-#pragma unroll
-    for (int k = 0; k < kVec; ++k)
-      if (i + k < n) out[i + k] = codes[k];
   }
 }
 

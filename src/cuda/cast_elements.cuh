@@ -1,6 +1,7 @@
-// Element access shared by the CUDA cast kernels (cuda/cast.cu, cuda/block_cast.cu):
-// widening loads, rounding stores, the host dispatch that picks the kernel instance for an
-// input dtype and FP8 format, and the deterministic sum of per-tile column sums.
+// Element access shared by the CUDA cast kernels (cuda/cast.cu, cuda/block_cast.cu,
+// cuda/norm.cu): widening loads, rounding stores, the bounded 16-byte store of codes, the host
+// dispatch that picks the kernel instance for an input dtype and FP8 format, and the
+// deterministic sum of per-tile column sums.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -69,6 +70,22 @@ void sum_tile_partials(const float* partials, int64_t row_tiles, int64_t cols, f
                        cudaStream_t stream);
 
 inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// FP8 codes per 16-byte store.
+constexpr int kCodeVec = 16;
+
+// Stores the first min(kCodeVec, n - i) codes at out[i]: one 16-byte store where `vec` (out
+// 16-byte aligned, i and n multiples of kCodeVec) and all of them are in range.
+__device__ __forceinline__ void store_vec(uint8_t* out, int64_t i, int64_t n, bool vec,
+                                          const uint8_t (&codes)[kCodeVec]) {
+  if (vec && i + kCodeVec <= n) {
+    *reinterpret_cast<uint4*>(out + i) = *reinterpret_cast<const uint4*>(codes);
+  } else {
+#pragma unroll
+    for (int k = 0; k < kCodeVec; ++k)
+      if (i + k < n) out[i + k] = codes[k];
+  }
+}
 
 template <class T>
 struct TypeTag {
