@@ -24,8 +24,9 @@ import jax
 import jax.numpy as jnp
 
 from qmesh.jax import dense as _dense
+from qmesh.jax.autocast import recipe_in_force
 from qmesh.jax.common import F32
-from qmesh.jax.layer_norm import layer_norm_bwd, layer_norm_fwd_quantize
+from qmesh.jax.layer_norm import layer_norm, layer_norm_bwd, layer_norm_fwd_quantize
 from qmesh.jax.recipe import DelayedScaling
 
 
@@ -83,16 +84,21 @@ def layernorm_dense(
     bias=None,
     state=None,
     *,
-    recipe,
+    recipe=None,
     eps: float = 1e-6,
     activation: str | None = None,
     row_axes: tuple | None = None,
 ):
     """(act(layer_norm(x) @ kernel + bias), layer_norm(x)) with the norm and the FP8 cast of
     its output fused. x: float32 [..., H]; gamma, beta: float32 [H]; kernel: float32 [H, N];
-    bias: [N] or None; state: init_state(recipe); recipe: a DelayedScaling; activation: None
-    or "gelu"; row_axes: as dense(). Differentiate with respect to `state` to get the updated
-    state."""
+    bias: [N] or None; state: init_state(recipe); recipe: a DelayedScaling (None: as dense(),
+    the autocast's; under autocast(enabled=False) layer_norm then the high-precision dense);
+    activation: None or "gelu"; row_axes: as dense(). Differentiate with respect to `state`
+    to get the updated state."""
+    recipe = recipe_in_force(recipe, DelayedScaling())
+    if recipe is None:
+        ln = layer_norm(x, gamma, beta, eps)
+        return _dense.dense(ln, kernel, bias, state, activation=activation), ln
     if not isinstance(recipe, DelayedScaling):
         raise TypeError(
             f"layernorm_dense: the fused LayerNorm+cast takes a DelayedScaling "

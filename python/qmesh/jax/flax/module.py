@@ -5,7 +5,8 @@ share) and the mixins Norm and LoRA; the fields these add are keyword-only.
 
 Names and arguments follow TransformerEngine's Flax modules. `recipe` picks the FP8 recipe
 (qmesh.jax.recipe.DelayedScaling(), Float8CurrentScaling() or Float8BlockScaling()); None runs
-the layer unquantised in `dtype` (the baseline). DelayedScaling state lives in the
+the layer unquantised in `dtype` (the baseline), unless an autocast block sets a recipe
+(qmesh.jax.autocast). DelayedScaling state lives in the
 `_overwrite_with_gradient` collection (see dot_general.py).
 
 Sharding (the policy is in sharding.py): parameters carry logical axis names (kernel_axes,
@@ -35,8 +36,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from qmesh.jax.autocast import recipe_in_force
 from qmesh.jax.dense import FALLBACKS, dense, fp8_unsupported_reason
-from qmesh.jax.flax.dot_general import fp8_state
 from qmesh.jax.flax.sharding import (
     DOT_1_INPUT_AXES,
     HIDDEN_AXES,
@@ -47,6 +48,7 @@ from qmesh.jax.flax.sharding import (
     rows_of,
     token_layout,
 )
+from qmesh.jax.flax.state_module import fp8_state
 from qmesh.jax.gemm import gelu
 from qmesh.jax.layer_norm import layer_norm
 from qmesh.jax.layernorm_dense import layernorm_dense
@@ -101,6 +103,11 @@ class QuantizedModule(nn.Module):
         """Whether a low-rank adapter runs beside the (then frozen) kernel (see LoRA)."""
         return False
 
+    @property
+    def _recipe(self):
+        """`recipe`, else the autocast's (qmesh.jax.autocast); None: unquantised."""
+        return recipe_in_force(self.recipe, None)
+
     def _check_config(self):
         if self.recipe is not None:
             check_recipe(self.recipe)
@@ -123,7 +130,7 @@ class QuantizedModule(nn.Module):
         math in x's dtype when the module has no recipe. input_spec: the mesh axes x's rows
         are gathered to in front of the GEMM (the FP8 codes in FP8 mode), None for as they
         come."""
-        if self.recipe is None:
+        if self._recipe is None:
             if input_spec is not None:
                 x = constrain(x, (*input_spec[:-1], jax.sharding.PartitionSpec.UNCONSTRAINED))
             y = jnp.matmul(x, kernel.astype(x.dtype), preferred_element_type=jnp.float32)
@@ -133,8 +140,8 @@ class QuantizedModule(nn.Module):
             x,
             kernel.astype(x.dtype),
             None if bias is None else bias.astype(x.dtype),
-            fp8_state(self, self.recipe, prefix),
-            recipe=self.recipe,
+            fp8_state(self, self._recipe, prefix),
+            recipe=self._recipe,
             activation=activation,
             fallback=self.fallback,
             row_axes=rows_of(input_spec),
@@ -276,7 +283,7 @@ class Norm(nn.Module):
         GEMM (layernorm_dense): DelayedScaling, LayerNorm, float32 input and module dtype, no
         LoRA, and a GEMM FP8 can take."""
         return (
-            isinstance(self.recipe, DelayedScaling)
+            isinstance(self._recipe, DelayedScaling)
             and self.layernorm_type == "layernorm"
             and x.dtype == jnp.float32
             and jnp.dtype(self.dtype) == jnp.float32
@@ -294,8 +301,8 @@ class Norm(nn.Module):
                 *params,
                 kernel,
                 bias,
-                fp8_state(self, self.recipe, prefix),
-                recipe=self.recipe,
+                fp8_state(self, self._recipe, prefix),
+                recipe=self._recipe,
                 eps=self.epsilon,
                 activation=activation,
                 row_axes=rows_of(dot_spec),
@@ -480,7 +487,7 @@ class LayerNormMLP(Norm, QuantizedModule):
         casts around it): an FP8 recipe, the one activation GELU, GEMMs FP8 can take."""
         h, i = x.shape[-1], self.intermediate_dim
         return (
-            self.recipe is not None
+            self._recipe is not None
             and acts == ("gelu",)
             and fp8_unsupported_reason(self.dtype, h, i) is None
             and fp8_unsupported_reason(self.dtype, i, h) is None
@@ -496,7 +503,7 @@ class LayerNormMLP(Norm, QuantizedModule):
         dtype = self.dtype
         kernels = (k1.astype(dtype), k2.astype(dtype))
         biases = tuple(None if b is None else b.astype(dtype) for b in (b1, b2))
-        states = (fp8_state(self, self.recipe, "wi_"), fp8_state(self, self.recipe, "wo_"))
+        states = (fp8_state(self, self._recipe, "wi_"), fp8_state(self, self._recipe, "wo_"))
         row_axes = (rows_of(dot1), rows_of(dot2))
         if self._fuses_norm(x, self.intermediate_dim):
             y, ln = layernorm_mlp(
@@ -505,13 +512,13 @@ class LayerNormMLP(Norm, QuantizedModule):
                 kernels,
                 biases,
                 states,
-                recipe=self.recipe,
+                recipe=self._recipe,
                 eps=self.epsilon,
                 row_axes=row_axes,
             )
             return y, constrain_activation(ln, seq_t)
         ln = constrain_activation(self._norm(x, norm), seq_t)
-        y = mlp(ln.astype(dtype), kernels, biases, states, recipe=self.recipe, row_axes=row_axes)
+        y = mlp(ln.astype(dtype), kernels, biases, states, recipe=self._recipe, row_axes=row_axes)
         return y, ln
 
 
