@@ -38,6 +38,7 @@ from jax import lax
 
 from qmesh.jax.autocast import recipe_in_force
 from qmesh.jax.dense import FALLBACKS, dense, fp8_unsupported_reason
+from qmesh.jax.flax.layer_norm import norm_params, normalize
 from qmesh.jax.flax.sharding import (
     DOT_1_INPUT_AXES,
     HIDDEN_AXES,
@@ -50,7 +51,6 @@ from qmesh.jax.flax.sharding import (
 )
 from qmesh.jax.flax.state_module import fp8_state
 from qmesh.jax.gemm import gelu
-from qmesh.jax.layer_norm import layer_norm
 from qmesh.jax.layernorm_dense import layernorm_dense
 from qmesh.jax.mlp import layernorm_mlp, mlp
 from qmesh.jax.recipe import DelayedScaling, check_recipe
@@ -62,7 +62,6 @@ ACTIVATIONS: dict[str, Callable] = {
     "silu": jax.nn.silu,
     "linear": lambda x: x,
 }
-NORMS = ("layernorm", "rmsnorm")
 SOFTMAX_TYPES = ("scaled", "scaled_masked", "scaled_upper_triang_masked")
 
 
@@ -253,30 +252,22 @@ class Norm(nn.Module):
 
     def _norm_params(self, h: int):
         """(gamma, beta): the scale (+ 1 with zero_centered_gamma) and, for LayerNorm,
-        ln_bias (None for RMSNorm), float32 [h]."""
-        if self.layernorm_type not in NORMS:
-            raise ValueError(f"layernorm_type must be one of {NORMS}, not {self.layernorm_type!r}")
-        zc = self.zero_centered_gamma
-        scale_init = self.scale_init or (nn.initializers.zeros if zc else nn.initializers.ones)
-        gamma = self._param("scale", scale_init, (h,), jnp.float32, tuple(self.scale_axes))
-        gamma = gamma + 1.0 if zc else gamma
-        beta = None
-        if self.layernorm_type == "layernorm":
-            beta = self._param(
-                "ln_bias", self.ln_bias_init, (h,), jnp.float32, tuple(self.ln_bias_axes)
-            )
-        return gamma, beta
+        ln_bias (None for RMSNorm), float32 [h] (flax/layer_norm.py)."""
+        return norm_params(
+            self,
+            h,
+            layernorm_type=self.layernorm_type,
+            zero_centered_gamma=self.zero_centered_gamma,
+            scale_init=self.scale_init,
+            scale_axes=self.scale_axes,
+            bias_init=self.ln_bias_init,
+            bias_axes=self.ln_bias_axes,
+        )
 
     def _norm(self, x, params):
         """LayerNorm (qmesh's float32 op) or RMSNorm of x over the last dimension with
         params = _norm_params(...)."""
-        gamma, beta = params
-        xf = x.astype(jnp.float32)
-        if beta is not None:
-            y = layer_norm(xf, gamma, beta, self.epsilon)
-        else:
-            y = xf * lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + self.epsilon) * gamma
-        return y.astype(x.dtype)
+        return normalize(x, *params, self.epsilon)
 
     def _fuses_norm(self, x, n: int) -> bool:
         """Whether LayerNorm and the FP8 cast of its output run as one op in front of the first
