@@ -21,21 +21,10 @@ import flax.linen as nn
 import jax.numpy as jnp
 from jax import lax
 
+from qmesh.jax.flax.sharding import logical_param
 from qmesh.jax.layer_norm import layer_norm
 
 NORMS = ("layernorm", "rmsnorm")
-
-
-def _param(module: nn.Module, name: str, init, shape: tuple, dtype, axes: tuple):
-    """The parameter `name`, partitioned by its logical axes (one per dimension, or ())."""
-    if axes:
-        if len(axes) != len(shape):
-            raise ValueError(
-                f"{name}: {len(axes)} logical axes {axes} for a {len(shape)}-D parameter "
-                f"of shape {shape}"
-            )
-        init = nn.with_logical_partitioning(init, axes)
-    return module.param(name, init, shape, dtype)
 
 
 def norm_params(
@@ -56,11 +45,11 @@ def norm_params(
     if layernorm_type not in NORMS:
         raise ValueError(f"layernorm_type must be one of {NORMS}, not {layernorm_type!r}")
     init = scale_init or (nn.initializers.zeros if zero_centered_gamma else nn.initializers.ones)
-    gamma = _param(module, "scale", init, (h,), dtype, tuple(scale_axes)).astype(jnp.float32)
+    gamma = logical_param(module, "scale", init, (h,), dtype, tuple(scale_axes)).astype(jnp.float32)
     gamma = gamma + 1.0 if zero_centered_gamma else gamma
     beta = None
     if layernorm_type == "layernorm":
-        beta = _param(module, "ln_bias", bias_init, (h,), dtype, tuple(bias_axes))
+        beta = logical_param(module, "ln_bias", bias_init, (h,), dtype, tuple(bias_axes))
         beta = beta.astype(jnp.float32)
     return gamma, beta
 

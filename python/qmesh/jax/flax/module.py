@@ -46,6 +46,7 @@ from qmesh.jax.flax.sharding import (
     activation_spec,
     check_divisible,
     constrain_activation,
+    logical_param,
     rows_of,
     token_layout,
 )
@@ -115,14 +116,7 @@ class QuantizedModule(nn.Module):
 
     def _param(self, name, init, shape, dtype, axes):
         """The parameter `name`, partitioned by its logical axes (one per dimension, or ())."""
-        if axes:
-            if len(axes) != len(shape):
-                raise ValueError(
-                    f"{name}: {len(axes)} logical axes {axes} for a {len(shape)}-D "
-                    f"parameter of shape {shape}"
-                )
-            init = nn.with_logical_partitioning(init, axes)
-        return self.param(name, init, shape, dtype)
+        return logical_param(self, name, init, shape, dtype, axes)
 
     def _matmul(self, x, kernel, bias, prefix="", activation=None, input_spec=None):
         """act(x @ kernel + bias) for x [..., K] and kernel [K, N]: the FP8 dense op, or plain
