@@ -33,7 +33,13 @@ def _dims(dims, ndim: int, what: str) -> list:
 
 
 def quantized_dot_general(
-    states: States, lhs, rhs, dimension_numbers, preferred_element_type=None, fallback=None
+    states: States,
+    lhs,
+    rhs,
+    dimension_numbers,
+    precision=None,
+    preferred_element_type=None,
+    fallback=None,
 ):
     """lax.dot_general(lhs, rhs, dimension_numbers) as qmesh's FP8 dense op: lhs's free
     dimensions become the GEMM's rows, the contracting dimensions its K (rhs is the kernel
@@ -41,12 +47,12 @@ def quantized_dot_general(
     (jax.vmap; the state is shared: under delayed scaling the batch's amaxes combine by
     maximum, current and block scaling scale each batch element on its own). The result has
     dot_general's layout: batch, lhs free, rhs free. Under autocast(enabled=False) (states.recipe
-    None): lax.dot_general itself."""
+    None): lax.dot_general itself, with `precision` (which the FP8 GEMM ignores)."""
     lhs, rhs = jnp.asarray(lhs), jnp.asarray(rhs)
     out_dtype = preferred_element_type or jnp.result_type(lhs.dtype, rhs.dtype)
     if states.recipe is None:
         return lax.dot_general(
-            lhs, rhs, dimension_numbers, preferred_element_type=preferred_element_type
+            lhs, rhs, dimension_numbers, precision, preferred_element_type=preferred_element_type
         ).astype(out_dtype)
     (lc, rc), (lb, rb) = dimension_numbers
     lc, lb = _dims(lc, lhs.ndim, "lhs dimensions"), _dims(lb, lhs.ndim, "lhs dimensions")
@@ -119,7 +125,7 @@ def make_dot_general_cls(recipe=None, fallback: str | None = None):
         if lhs is None or rhs is None or dimension_numbers is None:
             raise TypeError(_MIXUP + " (an instance was passed as dot_general_cls=)")
         return quantized_dot_general(
-            states, lhs, rhs, dimension_numbers, preferred_element_type, fallback
+            states, lhs, rhs, dimension_numbers, precision, preferred_element_type, fallback
         )
 
     class QmeshDotGeneral(wrap_function_in_state_module(dot_general, recipe)):

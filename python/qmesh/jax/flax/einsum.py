@@ -83,7 +83,8 @@ def make_einsum_cls(recipe=None, fallback: str | None = None):
     """A Flax module class whose instances compute jnp.einsum(eqn, x, kernel) with qmesh's
     FP8 dense op: called as einsum(eqn, x, kernel, precision=None,
     preferred_element_type=None), the kernel cast to x's dtype, the result in
-    preferred_element_type (default: the operands' result type). recipe: as
+    preferred_element_type (default: the operands' result type); precision applies in high
+    precision only. recipe: as
     make_dot_general_cls (None: the autocast's); fallback: None or "bf16" (as dense())."""
     if recipe is not None:
         check_recipe(recipe)
@@ -94,7 +95,9 @@ def make_einsum_cls(recipe=None, fallback: str | None = None):
         """jnp.einsum(eqn, x, kernel) as one FP8 GEMM; see make_einsum_cls."""
         x, kernel = jnp.asarray(x), jnp.asarray(kernel)
         dims, perm = parse_equation(eqn, x.ndim, kernel.ndim)
-        y = quantized_dot_general(states, x, kernel, dims, preferred_element_type, fallback)
+        y = quantized_dot_general(
+            states, x, kernel, dims, precision, preferred_element_type, fallback
+        )
         return jnp.transpose(y, perm)
 
     return wrap_function_in_state_module(einsum, recipe, "QmeshEinsum")
