@@ -16,7 +16,8 @@ columns N), indices of both operands and the output are batch dimensions (one GE
 element, see quantized_dot_general); operands are transposed as needed and the result is
 transposed to the output's order. Shardings of the operands' dimensions carry through the
 transposes and reshapes to qmesh's GEMM primitives, whose rules keep the rows' and columns'
-shardings and sum the partial products of a sharded K. Refused, with the reason: ellipsis,
+shardings and sum the partial products of a sharded K (a batch index runs as a loop, which
+does not keep its sharding). Refused, with the reason: ellipsis,
 anything but two operands, an implicit output (no "->"), an index repeated within a term
 (diagonals, traces), an index summed within one operand only, an output index of neither
 operand, no contracted index (an outer product).
