@@ -15,6 +15,7 @@ from qmesh.jax.block_quantize import (
     block_dequantize,
     block_quantize,
     block_scale_shape,
+    grouped_block_quantize,
 )
 from qmesh.jax.delayed_state import combine_state_grads, keep_unused_state, share_state, split_state
 from qmesh.jax.dense import init_state
@@ -58,6 +59,7 @@ __all__ = [
     "block_dequantize",
     "block_quantize",
     "block_scale_shape",
+    "grouped_block_quantize",
     "built_with_jaxlib",
     "combine_state_grads",
     "current_scale",

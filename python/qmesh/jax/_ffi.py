@@ -29,6 +29,7 @@ HANDLERS = {
     "GroupedQuantize": "qmesh_grouped_quantize",
     "BlockQuantize": "qmesh_block_quantize",
     "BlockDbiasQuantize": "qmesh_block_dbias_quantize",
+    "GroupedBlockQuantize": "qmesh_grouped_block_quantize",
     "BlockDequantize": "qmesh_block_dequantize",
     "DelayedScalingUpdate": "qmesh_delayed_scaling_update",
     "Gemm": "qmesh_gemm",
