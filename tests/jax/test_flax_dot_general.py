@@ -212,10 +212,19 @@ def test_bad_input_raises(rng):
     with pytest.raises(ValueError, match="fallback"):
         make_dot_general_cls(DelayedScaling(), fallback="fp16")
     cls = make_dot_general_cls(Float8CurrentScaling())
-    with pytest.raises(ValueError, match="batch dimensions"):
-        cls().init(
-            jax.random.key(0),
-            jnp.ones((2, 4, 8)),
-            jnp.ones((2, 8, 16)),
-            (((2,), (1,)), ((0,), (0,))),
-        )
+    with pytest.raises(ValueError, match="contracts no dimension"):
+        cls().init(jax.random.key(0), jnp.ones((2, 4)), jnp.ones((2, 8)), (((), ()), ((), ())))
+
+
+def test_batch_dimensions_map_over_one_gemm_each(rng):
+    """A batched dot_general (the batch not leading) against each batch element's own
+    dense call: the same FP8 GEMMs, each element scaled on its own (current scaling)."""
+    recipe = Float8CurrentScaling()
+    lhs = jnp.asarray(rng.standard_normal((4, 3, 32)).astype(np.float32))  # [M, B, K]
+    rhs = jnp.asarray(rng.standard_normal((3, 32, 16)).astype(np.float32))  # [B, K, N]
+    dims = (((2,), (1,)), ((1,), (0,)))
+    cls = make_dot_general_cls(recipe)
+    y = cls().apply({}, lhs, rhs, dims)
+    want = jnp.stack([qj.dense(lhs[:, b], rhs[b], recipe=recipe) for b in range(3)])
+    assert y.shape == (3, 4, 16)
+    np.testing.assert_array_equal(np.asarray(y), np.asarray(want))

@@ -1,14 +1,14 @@
 """qmesh for JAX: FP8 primitives backed by qmesh's C++ ops through XLA FFI handlers, with
 sharding rules (Shardy) for meshes described by a MeshResource. See docs/jax.md.
 
-The modules dense, gemm, layer_norm and stats can be called as their main function:
+The modules autocast, dense, gemm, layer_norm and stats can be called as their main function:
 qmesh.jax.dense(...) is qmesh.jax.dense.dense(...), qmesh.jax.stats() is
-qmesh.jax.stats.stats()."""
+qmesh.jax.stats.stats(), `with qmesh.jax.autocast(...)` is qmesh.jax.autocast.autocast."""
 
 import sys
 import types
 
-from qmesh.jax import dense, gemm, layer_norm, recipe, stats
+from qmesh.jax import autocast, dense, gemm, layer_norm, recipe, stats
 from qmesh.jax._ffi import built_with_jaxlib
 from qmesh.jax.block_quantize import (
     block_dbias_quantize,
@@ -43,7 +43,7 @@ class _CallableModule(types.ModuleType):
         return getattr(self, self.__name__.rsplit(".", 1)[1])(*args, **kwargs)
 
 
-for _module in (dense, gemm, layer_norm, stats):
+for _module in (autocast, dense, gemm, layer_norm, stats):
     sys.modules[_module.__name__].__class__ = _CallableModule
 
 __all__ = [
@@ -55,6 +55,7 @@ __all__ = [
     "MeshResource",
     "Quantized",
     "amax",
+    "autocast",
     "block_dbias_quantize",
     "block_dequantize",
     "block_quantize",

@@ -57,6 +57,7 @@ from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import PartitionSpec
 
 from qmesh.jax import delayed_state, sharding, stats
+from qmesh.jax.autocast import recipe_in_force
 from qmesh.jax.block_quantize import block_dbias_quantize, block_quantize
 from qmesh.jax.common import F32, FP8_DTYPES, WIDE_DTYPES, entry
 from qmesh.jax.gemm import Epilogue, dgelu, gelu, gemm
@@ -462,9 +463,9 @@ def _pass_state(y, state):
 _pass_state.defvjp(lambda y, state: (y, state), lambda state, g: (g, state))
 
 
-def _fallback(x, kernel, bias, activation, out_dtype):
-    bf = jnp.bfloat16
-    y = jnp.matmul(x.astype(bf), kernel.astype(bf), preferred_element_type=F32)
+def unquantized(x, kernel, bias, activation, out_dtype, dtype=jnp.bfloat16):
+    """act(x @ kernel + bias) without FP8: operands in `dtype`, float32 accumulation."""
+    y = jnp.matmul(x.astype(dtype), kernel.astype(dtype), preferred_element_type=F32)
     if bias is not None:
         y = y + bias.astype(F32)
     if activation == "gelu":
@@ -488,8 +489,9 @@ def dense(
 
     x: [..., K] (float32, bfloat16 or float16); kernel: [K, N]; bias: [N] or None; state: the
     delayed-scaling state (init_state(recipe)) or None for Float8CurrentScaling and
-    Float8BlockScaling; recipe: DelayedScaling() (default), Float8CurrentScaling() or
-    Float8BlockScaling(); activation: None or "gelu" (tanh
+    Float8BlockScaling; recipe: DelayedScaling(), Float8CurrentScaling() or
+    Float8BlockScaling(); None: the autocast's (high precision under
+    autocast(enabled=False)), DelayedScaling() outside autocast; activation: None or "gelu" (tanh
     approximation); out_dtype: default x's dtype; fallback: None (raise when FP8 cannot be
     used) or "bf16" (run in bfloat16 then, counted in qmesh.jax.stats()); row_axes: None, or
     the mesh axes (a tuple, () for replicated) the rows of x's and the output gradient's FP8
@@ -497,8 +499,9 @@ def dense(
     without one).
 
     Returns y [..., N]. Differentiate with respect to `state` to get the updated state."""
-    recipe = DelayedScaling() if recipe is None else recipe
-    check_recipe(recipe)
+    recipe = recipe_in_force(recipe, DelayedScaling())
+    if recipe is not None:
+        check_recipe(recipe)
     if activation not in ACTIVATIONS:
         raise ValueError(f"dense: activation must be one of {ACTIVATIONS}, not {activation!r}")
     if fallback not in FALLBACKS:
@@ -515,7 +518,6 @@ def dense(
             raise ValueError(
                 f"dense: bias must be [N] = [{kernel.shape[1]}], not {list(bias.shape)}"
             )
-    check_state(state, recipe)
     out_dtype = jnp.dtype(x.dtype if out_dtype is None else out_dtype)
     for dtype, what in ((x.dtype, "x"), (kernel.dtype, "kernel"), (out_dtype, "out_dtype")):
         if not jnp.issubdtype(dtype, jnp.floating) or dtype in FP8_DTYPES:
@@ -523,6 +525,10 @@ def dense(
                 f"dense: {what} must be a floating dtype wider than FP8 (float32, "
                 f"bfloat16, float16; others run with fallback='bf16'), not {dtype}"
             )
+    if recipe is None:  # high precision (autocast(enabled=False))
+        y = unquantized(x, kernel, bias, activation, out_dtype, x.dtype)
+        return y if state is None else _pass_state(y, state)
+    check_state(state, recipe)
     reason = fp8_unsupported_reason(x.dtype, kernel.shape[0], kernel.shape[1])
     if reason is None and kernel.dtype not in WIDE_DTYPES:
         reason = f"dense: kernel must be float32, bfloat16 or float16 for FP8, not {kernel.dtype}"
@@ -530,7 +536,7 @@ def dense(
         if fallback is None:
             raise ValueError(f"{reason}; pass fallback='bf16' to run such layers in bfloat16")
         stats.count_fallback(reason)
-        y = _fallback(x, kernel, bias, activation, out_dtype)
+        y = unquantized(x, kernel, bias, activation, out_dtype)
         return y if state is None else _pass_state(y, state)
     if row_axes is not None:
         row_axes = tuple(row_axes)

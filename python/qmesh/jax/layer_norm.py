@@ -390,6 +390,14 @@ def layer_norm(x, gamma, beta, eps: float = 1e-5):
     return layer_norm_fwd(x, gamma, beta, eps)[0]
 
 
+def norm(x, gamma, beta, eps: float = 1e-5):
+    """LayerNorm (beta float32 [H]) or RMSNorm (beta None) of x over its last dimension on
+    qmesh's float32 ops, differentiable; the result in x's dtype."""
+    xf = jnp.asarray(x).astype(jnp.float32)
+    y = layer_norm(xf, gamma, beta, eps) if beta is not None else rms_norm(xf, gamma, eps)
+    return y.astype(x.dtype)
+
+
 def _layer_norm_fwd_rule(x, gamma, beta, eps):
     y, mean, rstd = layer_norm_fwd(x, gamma, beta, eps)
     return y, (x, gamma, mean, rstd)

@@ -28,8 +28,15 @@ import jax
 import jax.numpy as jnp
 
 from qmesh.jax import dense as _dense
+from qmesh.jax.autocast import recipe_in_force
 from qmesh.jax.common import F32, WIDE_DTYPES
-from qmesh.jax.layer_norm import layer_norm_bwd, norm_fwd_amax, norm_fwd_quantize, rms_norm_bwd
+from qmesh.jax.layer_norm import (
+    layer_norm_bwd,
+    norm,
+    norm_fwd_amax,
+    norm_fwd_quantize,
+    rms_norm_bwd,
+)
 from qmesh.jax.quantize import current_scale, quantize
 from qmesh.jax.recipe import DelayedScaling, Float8CurrentScaling, check_recipe
 
@@ -101,7 +108,7 @@ def layernorm_dense(
     bias=None,
     state=None,
     *,
-    recipe,
+    recipe=None,
     eps: float = 1e-6,
     activation: str | None = None,
     row_axes: tuple | None = None,
@@ -110,8 +117,14 @@ def layernorm_dense(
     fused: LayerNorm, or RMSNorm when beta is None. x: float32 or bfloat16 [..., H]; gamma,
     beta: float32 [H]; kernel: [H, N]; bias: [N] or None; state: init_state(recipe) (None for
     Float8CurrentScaling and Float8BlockScaling); recipe: DelayedScaling, Float8CurrentScaling
-    or Float8BlockScaling; activation: None or "gelu"; row_axes: as dense(). y and norm(x) are
-    in x's dtype. Differentiate with respect to `state` to get the updated state."""
+    or Float8BlockScaling (None: as dense(), the autocast's; under autocast(enabled=False) the
+    norm, then the high-precision dense); activation: None or "gelu"; row_axes: as dense(). y
+    and norm(x) are in x's dtype. Differentiate with respect to `state` to get the updated
+    state."""
+    recipe = recipe_in_force(recipe, DelayedScaling())
+    if recipe is None:
+        ln = norm(x, gamma, beta, eps)
+        return _dense.dense(ln, kernel, bias, state, activation=activation), ln
     check_recipe(recipe)
     if activation not in _dense.ACTIVATIONS:
         raise ValueError(

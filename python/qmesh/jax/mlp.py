@@ -38,8 +38,10 @@ from qmesh.jax.activation_quantize import (
     gelu_quantize,
     gelu_quantize_current,
 )
+from qmesh.jax.autocast import recipe_in_force
 from qmesh.jax.common import F32
 from qmesh.jax.gemm import dgelu, gelu
+from qmesh.jax.layer_norm import norm
 from qmesh.jax.layernorm_dense import norm_backward, norm_forward
 from qmesh.jax.recipe import DelayedScaling, Float8BlockScaling, check_recipe
 
@@ -168,14 +170,21 @@ def _config(name, x, kernels, biases, states, recipe, row_axes, out_dtype):
     return Config(layer(biases[0], row_axes[0]), layer(biases[1], row_axes[1]))
 
 
-def mlp(x, kernels, biases=(None, None), states=(None, None), *, recipe, row_axes=(None, None)):
+def mlp(
+    x, kernels, biases=(None, None), states=(None, None), *, recipe=None, row_axes=(None, None)
+):
     """fc2(gelu(fc1(x))) with FP8 GEMMs and GELU fused into the casts. x: [..., H] (float32,
     bfloat16 or float16); kernels: ([H, F], [F, H]) in x's dtype; biases: ([F] or None, [H] or
     None); states: init_state(recipe) of each GEMM (None for Float8CurrentScaling and
     Float8BlockScaling); recipe: DelayedScaling, Float8CurrentScaling or Float8BlockScaling
-    (GELU then the block cast: the GELU-fused casts are per-tensor); row_axes: (fc1's,
-    fc2's), as dense(). Returns y [..., H] in x's dtype. Differentiate with respect to
-    `states` for the updated states."""
+    (GELU then the block cast: the GELU-fused casts are per-tensor); None: as dense(), the
+    autocast's (high precision under autocast(enabled=False)); row_axes: (fc1's, fc2's), as
+    dense(). Returns y [..., H] in x's dtype. Differentiate with respect to `states` for the
+    updated states."""
+    recipe = recipe_in_force(recipe, DelayedScaling())
+    if recipe is None:
+        h = _dense.dense(x, kernels[0], biases[0], states[0], activation="gelu")
+        return _dense.dense(h, kernels[1], biases[1], states[1])
     x = jnp.asarray(x)
     kernels = tuple(jnp.asarray(k) for k in kernels)
     biases = tuple(None if b is None else jnp.asarray(b) for b in biases)
@@ -191,13 +200,17 @@ def layernorm_mlp(
     biases=(None, None),
     states=(None, None),
     *,
-    recipe,
+    recipe=None,
     eps: float = 1e-6,
     row_axes=(None, None),
 ):
     """(mlp(norm(x)), norm(x)) with the norm (LayerNorm, or RMSNorm when beta is None) fused
     with fc1's input cast as layernorm_dense fuses it, for every recipe. x: float32 or bfloat16
     [..., H]; gamma, beta: float32 [H]; the other arguments as mlp()."""
+    recipe = recipe_in_force(recipe, DelayedScaling())
+    if recipe is None:
+        ln = norm(x, gamma, beta, eps)
+        return mlp(ln, kernels, biases, states, row_axes=row_axes), ln
     x = jnp.asarray(x)
     if x.dtype not in (F32, jnp.bfloat16):
         raise TypeError(f"layernorm_mlp: x must be float32 or bfloat16, not {x.dtype}")

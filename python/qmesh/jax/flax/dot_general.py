@@ -8,77 +8,90 @@ optimizer stay as they are). With DelayedScaling it keeps, in the collection
 `_overwrite_with_gradient` (flax.linen.fp8_ops.OVERWRITE_WITH_GRADIENT), the amax history and
 scale of its input, kernel and output gradient (Flax's variable names); the backward pass
 returns their updated values as their gradient, which TrainState.apply_gradients writes back.
-Float8CurrentScaling keeps no state.
+Float8CurrentScaling keeps no state. Built on wrap_function_in_state_module (state_module.py).
 """
 
 from __future__ import annotations
 
 import math
-import weakref
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
-from flax.linen.fp8_ops import OVERWRITE_WITH_GRADIENT
+from jax import lax
 
-from qmesh.jax.delayed_state import split_state
-from qmesh.jax.dense import FALLBACKS, OPERANDS, dense
-from qmesh.jax.recipe import DelayedScaling, check_recipe
-
-# Per root scope (one init/apply): the unused half of the last split of each GEMM's state, for
-# a module called more than once (see fp8_state).
-_uses: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+from qmesh.jax.dense import FALLBACKS, dense
+from qmesh.jax.flax.state_module import States, wrap_function_in_state_module
+from qmesh.jax.recipe import check_recipe
 
 
-def fp8_state(module: nn.Module, recipe, prefix: str = "") -> dict | None:
-    """Declares (or reads) the delayed-scaling variables of one GEMM in `module`'s
-    _overwrite_with_gradient collection; None for a recipe without state.
-
-    A module called more than once in one traced apply (a shared drop-in, a Dense called
-    twice) gives each call its own use of the state through delayed_state.split_state, so the
-    calls' state gradients combine by maximum, as one call on all their rows would."""
-    if not isinstance(recipe, DelayedScaling):
-        return None
-    state = {}
-    for name in OPERANDS:
-        h = f"{name}_amax_history"
-        s = f"{name}_scale"
-        state[h] = module.variable(
-            OVERWRITE_WITH_GRADIENT, prefix + h, jnp.zeros, (recipe.amax_history_len,), jnp.float32
-        ).value
-        state[s] = module.variable(
-            OVERWRITE_WITH_GRADIENT, prefix + s, jnp.ones, (), jnp.float32
-        ).value
-    first = state["input_scale"]
-    if not isinstance(first, jax.core.Tracer):  # not traced: nothing to differentiate
-        return state
-    uses = _uses.setdefault(module.scope.root, {})
-    key = (tuple(module.scope.path), prefix)
-    if key in uses and uses[key][0] is first:  # a later call in the same apply
-        state = uses[key][1]
-    use, rest = split_state(state)
-    uses[key] = (first, rest)
-    return use
+def _dims(dims, ndim: int, what: str) -> list:
+    """dims as non-negative dimensions of an ndim-D operand (raises for one out of range)."""
+    dims = list(dims)
+    if any(not -ndim <= d < ndim for d in dims):
+        raise ValueError(f"{what} {tuple(dims)} out of range for a {ndim}-D operand")
+    return [d % ndim for d in dims]
 
 
-def _as_matrix(lhs, rhs, dimension_numbers):
-    """lhs as [M, K] and rhs as [K, N] for a dot_general without batch dimensions, and the
-    output shape (lhs free dims, then rhs free dims)."""
+def quantized_dot_general(
+    states: States,
+    lhs,
+    rhs,
+    dimension_numbers,
+    precision=None,
+    preferred_element_type=None,
+    fallback=None,
+):
+    """lax.dot_general(lhs, rhs, dimension_numbers) as qmesh's FP8 dense op: lhs's free
+    dimensions become the GEMM's rows, the contracting dimensions its K (rhs is the kernel
+    [K, N], its free dimensions flattened to N). Batch dimensions map over one GEMM each
+    (jax.vmap; the state is shared: under delayed scaling the batch's amaxes combine by
+    maximum, current and block scaling scale each batch element on its own). The result has
+    dot_general's layout: batch, lhs free, rhs free. Under autocast(enabled=False) (states.recipe
+    None): lax.dot_general itself, with `precision` (which the FP8 GEMM ignores)."""
+    lhs, rhs = jnp.asarray(lhs), jnp.asarray(rhs)
+    out_dtype = preferred_element_type or jnp.result_type(lhs.dtype, rhs.dtype)
+    if states.recipe is None:
+        return lax.dot_general(
+            lhs, rhs, dimension_numbers, precision, preferred_element_type=preferred_element_type
+        ).astype(out_dtype)
     (lc, rc), (lb, rb) = dimension_numbers
-    if lb or rb:
+    lc, lb = _dims(lc, lhs.ndim, "lhs dimensions"), _dims(lb, lhs.ndim, "lhs dimensions")
+    rc, rb = _dims(rc, rhs.ndim, "rhs dimensions"), _dims(rb, rhs.ndim, "rhs dimensions")
+    if len(lc) != len(rc) or len(lb) != len(rb):
+        raise ValueError(f"dot_general: unpaired dimensions in {dimension_numbers}")
+    if not lc:
         raise ValueError(
-            "qmesh's dot_general takes no batch dimensions (got "
-            f"{dimension_numbers}); use it for Dense/DenseGeneral kernels"
+            f"qmesh's dot_general: {dimension_numbers} contracts no dimension (an outer "
+            "product, no GEMM): compute it as a broadcast multiplication"
         )
-    lc = [d % lhs.ndim for d in lc]
-    rc = [d % rhs.ndim for d in rc]
-    lfree = [d for d in range(lhs.ndim) if d not in lc]
-    rfree = [d for d in range(rhs.ndim) if d not in rc]
+    for a, b in zip(lc + lb, rc + rb):
+        if lhs.shape[a] != rhs.shape[b]:
+            raise ValueError(
+                f"dot_general: lhs dimension {a} ({lhs.shape[a]}) and rhs dimension {b} "
+                f"({rhs.shape[b]}) are paired but differ in size"
+            )
+    lfree = [d for d in range(lhs.ndim) if d not in lc + lb]
+    rfree = [d for d in range(rhs.ndim) if d not in rc + rb]
+    batch = tuple(lhs.shape[d] for d in lb)
     k = math.prod(lhs.shape[d] for d in lc)
-    x = jnp.transpose(lhs, lfree + lc).reshape(-1, k)
-    w = jnp.transpose(rhs, rc + rfree).reshape(k, -1)
-    out_shape = tuple(lhs.shape[d] for d in lfree) + tuple(rhs.shape[d] for d in rfree)
-    return x, w, out_shape
+    x = jnp.transpose(lhs, lb + lfree + lc)
+    x = x.reshape(math.prod(batch), *x.shape[len(lb) : len(lb) + len(lfree)], k)
+    w = jnp.transpose(rhs, rb + rc + rfree).reshape(math.prod(batch), k, -1)
+    state = states()
+
+    def gemm(x, w):
+        return dense(
+            x,
+            w.astype(x.dtype) if w.dtype != x.dtype else w,
+            None,
+            state,
+            recipe=states.recipe,
+            out_dtype=out_dtype,
+            fallback=fallback,
+        )
+
+    y = jax.vmap(gemm)(x, w) if lb else gemm(x[0], w[0])
+    return y.reshape(*batch, *(lhs.shape[d] for d in lfree), *(rhs.shape[d] for d in rfree))
 
 
 _MIXUP = (
@@ -88,47 +101,37 @@ _MIXUP = (
 )
 
 
-def make_dot_general_cls(recipe, fallback: str | None = None):
+def make_dot_general_cls(recipe=None, fallback: str | None = None):
     """A Flax module class computing lax.dot_general's result with qmesh's FP8 dense op.
 
-    recipe: qmesh.jax.recipe.DelayedScaling(), Float8CurrentScaling() or Float8BlockScaling();
-    fallback: None (raise when FP8 cannot be used) or "bf16" (run such calls in bfloat16,
-    counted in stats)."""
-    check_recipe(recipe)
+    recipe: qmesh.jax.recipe.DelayedScaling(), Float8CurrentScaling(), Float8BlockScaling(),
+    or None: the autocast's when called (qmesh.jax.autocast; DelayedScaling() outside
+    autocast); fallback: None (raise when FP8 cannot be used) or "bf16" (run such calls in
+    bfloat16, counted in stats)."""
+    if recipe is not None:
+        check_recipe(recipe)
     if fallback not in FALLBACKS:
         raise ValueError(f"fallback must be None or 'bf16', not {fallback!r}")
 
-    class QmeshDotGeneral(nn.Module):
-        """lhs . rhs (contracting dims only) as an FP8 GEMM; see make_dot_general_cls."""
+    def dot_general(
+        states,
+        lhs=None,
+        rhs=None,
+        dimension_numbers=None,
+        precision=None,
+        preferred_element_type=None,
+    ):
+        """lhs . rhs as an FP8 GEMM; see make_dot_general_cls."""
+        if lhs is None or rhs is None or dimension_numbers is None:
+            raise TypeError(_MIXUP + " (an instance was passed as dot_general_cls=)")
+        return quantized_dot_general(
+            states, lhs, rhs, dimension_numbers, precision, preferred_element_type, fallback
+        )
 
+    class QmeshDotGeneral(wrap_function_in_state_module(dot_general, recipe)):
         def __new__(cls, *args, **kwargs):
             if args:  # Flax called the class as the dot_general function
                 raise TypeError(_MIXUP + " (the class was passed as dot_general=)")
-            return super().__new__(cls)
+            return super().__new__(cls, **kwargs)
 
-        @nn.compact
-        def __call__(
-            self,
-            lhs=None,
-            rhs=None,
-            dimension_numbers=None,
-            precision=None,
-            preferred_element_type=None,
-        ):
-            if lhs is None or rhs is None or dimension_numbers is None:
-                raise TypeError(_MIXUP + " (an instance was passed as dot_general_cls=)")
-            x, w, out_shape = _as_matrix(jnp.asarray(lhs), jnp.asarray(rhs), dimension_numbers)
-            out_dtype = preferred_element_type or jnp.result_type(lhs.dtype, rhs.dtype)
-            y = dense(
-                x,
-                w.astype(x.dtype) if w.dtype != x.dtype else w,
-                None,
-                fp8_state(self, recipe),
-                recipe=recipe,
-                out_dtype=out_dtype,
-                fallback=fallback,
-            )
-            return y.reshape(out_shape)
-
-    QmeshDotGeneral.recipe = recipe
     return QmeshDotGeneral

@@ -5,7 +5,8 @@ share) and the mixins Norm and LoRA; the fields these add are keyword-only.
 
 Names and arguments follow TransformerEngine's Flax modules. `recipe` picks the FP8 recipe
 (qmesh.jax.recipe.DelayedScaling(), Float8CurrentScaling() or Float8BlockScaling()); None runs
-the layer unquantised in `dtype` (the baseline). DelayedScaling state lives in the
+the layer unquantised in `dtype` (the baseline), unless an autocast block sets a recipe
+(qmesh.jax.autocast). DelayedScaling state lives in the
 `_overwrite_with_gradient` collection (see dot_general.py).
 
 Sharding (the policy is in sharding.py): parameters carry logical axis names (kernel_axes,
@@ -35,8 +36,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from qmesh.jax.autocast import recipe_in_force
 from qmesh.jax.dense import FALLBACKS, dense, fp8_unsupported_reason
-from qmesh.jax.flax.dot_general import fp8_state
+from qmesh.jax.flax.layer_norm import norm_params, normalize
 from qmesh.jax.flax.sharding import (
     DOT_1_INPUT_AXES,
     HIDDEN_AXES,
@@ -44,11 +46,12 @@ from qmesh.jax.flax.sharding import (
     activation_spec,
     check_divisible,
     constrain_activation,
+    logical_param,
     rows_of,
     token_layout,
 )
+from qmesh.jax.flax.state_module import fp8_state
 from qmesh.jax.gemm import gelu
-from qmesh.jax.layer_norm import layer_norm, rms_norm
 from qmesh.jax.layernorm_dense import layernorm_dense
 from qmesh.jax.mlp import layernorm_mlp, mlp
 from qmesh.jax.recipe import check_recipe
@@ -60,7 +63,6 @@ ACTIVATIONS: dict[str, Callable] = {
     "silu": jax.nn.silu,
     "linear": lambda x: x,
 }
-NORMS = ("layernorm", "rmsnorm")
 SOFTMAX_TYPES = ("scaled", "scaled_masked", "scaled_upper_triang_masked")
 
 
@@ -101,6 +103,11 @@ class QuantizedModule(nn.Module):
         """Whether a low-rank adapter runs beside the (then frozen) kernel (see LoRA)."""
         return False
 
+    @property
+    def _recipe(self):
+        """`recipe`, else the autocast's (qmesh.jax.autocast); None: unquantised."""
+        return recipe_in_force(self.recipe, None)
+
     def _check_config(self):
         if self.recipe is not None:
             check_recipe(self.recipe)
@@ -109,21 +116,14 @@ class QuantizedModule(nn.Module):
 
     def _param(self, name, init, shape, dtype, axes):
         """The parameter `name`, partitioned by its logical axes (one per dimension, or ())."""
-        if axes:
-            if len(axes) != len(shape):
-                raise ValueError(
-                    f"{name}: {len(axes)} logical axes {axes} for a {len(shape)}-D "
-                    f"parameter of shape {shape}"
-                )
-            init = nn.with_logical_partitioning(init, axes)
-        return self.param(name, init, shape, dtype)
+        return logical_param(self, name, init, shape, dtype, axes)
 
     def _matmul(self, x, kernel, bias, prefix="", activation=None, input_spec=None):
         """act(x @ kernel + bias) for x [..., K] and kernel [K, N]: the FP8 dense op, or plain
         math in x's dtype when the module has no recipe. input_spec: the mesh axes x's rows
         are gathered to in front of the GEMM (the FP8 codes in FP8 mode), None for as they
         come."""
-        if self.recipe is None:
+        if self._recipe is None:
             if input_spec is not None:
                 x = constrain(x, (*input_spec[:-1], jax.sharding.PartitionSpec.UNCONSTRAINED))
             y = jnp.matmul(x, kernel.astype(x.dtype), preferred_element_type=jnp.float32)
@@ -133,8 +133,8 @@ class QuantizedModule(nn.Module):
             x,
             kernel.astype(x.dtype),
             None if bias is None else bias.astype(x.dtype),
-            fp8_state(self, self.recipe, prefix),
-            recipe=self.recipe,
+            fp8_state(self, self._recipe, prefix),
+            recipe=self._recipe,
             activation=activation,
             fallback=self.fallback,
             row_axes=rows_of(input_spec),
@@ -246,37 +246,29 @@ class Norm(nn.Module):
 
     def _norm_params(self, h: int):
         """(gamma, beta): the scale (+ 1 with zero_centered_gamma) and, for LayerNorm,
-        ln_bias (None for RMSNorm), float32 [h]."""
-        if self.layernorm_type not in NORMS:
-            raise ValueError(f"layernorm_type must be one of {NORMS}, not {self.layernorm_type!r}")
-        zc = self.zero_centered_gamma
-        scale_init = self.scale_init or (nn.initializers.zeros if zc else nn.initializers.ones)
-        gamma = self._param("scale", scale_init, (h,), jnp.float32, tuple(self.scale_axes))
-        gamma = gamma + 1.0 if zc else gamma
-        beta = None
-        if self.layernorm_type == "layernorm":
-            beta = self._param(
-                "ln_bias", self.ln_bias_init, (h,), jnp.float32, tuple(self.ln_bias_axes)
-            )
-        return gamma, beta
+        ln_bias (None for RMSNorm), float32 [h] (flax/layer_norm.py)."""
+        return norm_params(
+            self,
+            h,
+            layernorm_type=self.layernorm_type,
+            zero_centered_gamma=self.zero_centered_gamma,
+            scale_init=self.scale_init,
+            scale_axes=self.scale_axes,
+            bias_init=self.ln_bias_init,
+            bias_axes=self.ln_bias_axes,
+        )
 
     def _norm(self, x, params):
-        """LayerNorm or RMSNorm (qmesh's float32 ops) of x over the last dimension with
-        params = _norm_params(...), in x's dtype."""
-        gamma, beta = params
-        xf = x.astype(jnp.float32)
-        if beta is not None:
-            y = layer_norm(xf, gamma, beta, self.epsilon)
-        else:
-            y = rms_norm(xf, gamma, self.epsilon)
-        return y.astype(x.dtype)
+        """LayerNorm (qmesh's float32 op) or RMSNorm of x over the last dimension with
+        params = _norm_params(...)."""
+        return normalize(x, *params, self.epsilon)
 
     def _fuses_norm(self, x, n: int) -> bool:
         """Whether the norm and the FP8 cast of its output run as one op in front of the first
         GEMM (layernorm_dense): an FP8 recipe, float32 or bfloat16 input in the module's dtype,
         no LoRA, and a GEMM FP8 can take."""
         return (
-            self.recipe is not None
+            self._recipe is not None
             and x.dtype in (jnp.float32, jnp.bfloat16)
             and x.dtype == jnp.dtype(self.dtype)
             and not self.lora_enabled
@@ -293,8 +285,8 @@ class Norm(nn.Module):
                 *params,
                 kernel.astype(x.dtype),
                 None if bias is None else bias.astype(x.dtype),
-                fp8_state(self, self.recipe, prefix),
-                recipe=self.recipe,
+                fp8_state(self, self._recipe, prefix),
+                recipe=self._recipe,
                 eps=self.epsilon,
                 activation=activation,
                 row_axes=rows_of(dot_spec),
@@ -479,7 +471,7 @@ class LayerNormMLP(Norm, QuantizedModule):
         casts around it): an FP8 recipe, the one activation GELU, GEMMs FP8 can take."""
         h, i = x.shape[-1], self.intermediate_dim
         return (
-            self.recipe is not None
+            self._recipe is not None
             and acts == ("gelu",)
             and fp8_unsupported_reason(self.dtype, h, i) is None
             and fp8_unsupported_reason(self.dtype, i, h) is None
@@ -495,7 +487,7 @@ class LayerNormMLP(Norm, QuantizedModule):
         dtype = self.dtype
         kernels = (k1.astype(dtype), k2.astype(dtype))
         biases = tuple(None if b is None else b.astype(dtype) for b in (b1, b2))
-        states = (fp8_state(self, self.recipe, "wi_"), fp8_state(self, self.recipe, "wo_"))
+        states = (fp8_state(self, self._recipe, "wi_"), fp8_state(self, self._recipe, "wo_"))
         row_axes = (rows_of(dot1), rows_of(dot2))
         if self._fuses_norm(x, self.intermediate_dim):
             y, ln = layernorm_mlp(
@@ -504,13 +496,13 @@ class LayerNormMLP(Norm, QuantizedModule):
                 kernels,
                 biases,
                 states,
-                recipe=self.recipe,
+                recipe=self._recipe,
                 eps=self.epsilon,
                 row_axes=row_axes,
             )
             return y, constrain_activation(ln, seq_t)
         ln = constrain_activation(self._norm(x, norm), seq_t)
-        y = mlp(ln.astype(dtype), kernels, biases, states, recipe=self.recipe, row_axes=row_axes)
+        y = mlp(ln.astype(dtype), kernels, biases, states, recipe=self._recipe, row_axes=row_axes)
         return y, ln
 
 

@@ -36,6 +36,19 @@ def logical_axis_rules(resource: MeshResource | None = None) -> tuple:
     )
 
 
+def logical_param(module: nn.Module, name: str, init, shape: tuple, dtype, axes: tuple):
+    """module.param(name, ...), partitioned by its logical axes (one per dimension; () for
+    none)."""
+    if axes:
+        if len(axes) != len(shape):
+            raise ValueError(
+                f"{name}: {len(axes)} logical axes {axes} for a {len(shape)}-D parameter "
+                f"of shape {shape}"
+            )
+        init = nn.with_logical_partitioning(init, axes)
+    return module.param(name, init, shape, dtype)
+
+
 def check_divisible(size: int, axes: tuple, what: str) -> None:
     """Raises ValueError when a parameter dimension mapped to the tp axis does not divide."""
     mesh = jax.sharding.get_abstract_mesh()
