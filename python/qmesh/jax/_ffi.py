@@ -35,6 +35,8 @@ HANDLERS = {
     "LayerNormForward": "qmesh_layer_norm_forward",
     "LayerNormBackward": "qmesh_layer_norm_backward",
     "LayerNormForwardQuantize": "qmesh_layer_norm_forward_quantize",
+    "AllGatherGemm": "qmesh_all_gather_gemm",
+    "GemmReduceScatter": "qmesh_gemm_reduce_scatter",
 }
 
 _LIBRARY_NAME = "libqmesh_jax_ffi.so"
@@ -76,6 +78,8 @@ def _load() -> ctypes.CDLL:
     lib = ctypes.CDLL(str(library_path()))
     lib.qmesh_jax_built_with_jaxlib.restype = ctypes.c_char_p
     lib.qmesh_jax_set_cpu_thread_limit.argtypes = [ctypes.c_int]
+    lib.qmesh_jax_make_local_comm.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64]
+    lib.qmesh_jax_make_local_comm.restype = ctypes.c_int64
     check_versions(lib.qmesh_jax_built_with_jaxlib().decode(), jaxlib.__version__)
     return lib
 
