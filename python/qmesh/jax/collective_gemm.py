@@ -14,7 +14,8 @@ Two levels:
   `layernorm_dense(...)` likewise, `mlp` / `layernorm_mlp(..., collective_gemm="ring")` (fc1
   column parallel, fc2 row parallel) and the Flax modules' `collective_gemm` field. The axis
   is the MeshResource's tpsp_resource (else tp_resource); the rows of the token operands are
-  sharded over (dp_resource, fsdp_resource present in the mesh, then that axis). Forward and
+  sharded over (dp_resource when the mesh has it, then that axis) in contiguous blocks: the
+  token layout of the Flax modules (flax/sharding.py, token_layout). Forward and
   backward: column parallel runs all-gather + GEMM forward and GEMM + reduce-scatter for the
   input gradient; row parallel the mirror image. The weight gradient reuses the gathered
   operand (the FP8 codes the ring gathered), as the C++ layers do.
@@ -150,14 +151,14 @@ def _scale(s):
     return jnp.ones((1,), F32) if s is None else jnp.reshape(s, (1,)).astype(F32)
 
 
-def _call(target, results, a, b, a_scale_inv, b_scale_inv, axis, overlap, split_accumulator):
+def _call(target, results, a, b, a_scale_inv, b_scale_inv, axis, overlap, split, timeout_s):
     mesh = jax.sharding.get_abstract_mesh()
     if mesh.empty or axis not in mesh.axis_names:
         raise ValueError(
             f"collective_gemm: call {target} inside a shard_map over a mesh with the axis "
             f"{axis!r} (jax.shard_map over every axis of the mesh)"
         )
-    comm = communicator(mesh, axis)
+    comm = communicator(mesh, axis, timeout_s)
     call = jax.ffi.ffi_call(target, results, has_side_effect=True)
     return call(
         a,
@@ -168,7 +169,7 @@ def _call(target, results, a, b, a_scale_inv, b_scale_inv, axis, overlap, split_
         comm=np.int64(comm),
         overlap=np.int32(OVERLAPS[check_overlap(overlap)]),
         trans_b=True,
-        split_accumulator=bool(split_accumulator),
+        split_accumulator=bool(split),
     )
 
 
@@ -181,12 +182,22 @@ def _check_operands(name, a, b):
 
 
 def all_gather_gemm(
-    a, b, a_scale_inv=None, b_scale_inv=None, *, axis, overlap="ring", split_accumulator=False
+    a,
+    b,
+    a_scale_inv=None,
+    b_scale_inv=None,
+    *,
+    axis,
+    overlap="ring",
+    split_accumulator=False,
+    timeout_s=None,
 ):
     """(d, gathered): d float32 [tp * T, N] = gather(a) @ b.T, gathered [tp * T, K] = the
     chunks a of the tp devices of `axis`, in rank order. Per device, inside a shard_map over
     every mesh axis. a: [T, K], b: [N, K], both FP8 with their float32 scalar scale_inv (every
-    device's a_scale_inv the same: an amax reduced over the axis) or both one plain dtype."""
+    device's a_scale_inv the same: an amax reduced over the axis) or both one plain dtype.
+    overlap: "none", "ring" or "bidir"; split_accumulator: as gemm(); timeout_s: as
+    communicator()."""
     _check_operands("all_gather_gemm", a, b)
     tp = jax.sharding.get_abstract_mesh().shape.get(axis, 1)
     results = (
@@ -195,14 +206,30 @@ def all_gather_gemm(
         jax.ShapeDtypeStruct((3,), F32),
     )
     d, gathered, _ = _call(
-        "qmesh_all_gather_gemm", results, a, b, a_scale_inv, b_scale_inv, axis, overlap,
+        "qmesh_all_gather_gemm",
+        results,
+        a,
+        b,
+        a_scale_inv,
+        b_scale_inv,
+        axis,
+        overlap,
         split_accumulator,
+        timeout_s,
     )
     return d, gathered
 
 
 def gemm_reduce_scatter(
-    a, b, a_scale_inv=None, b_scale_inv=None, *, axis, overlap="ring", split_accumulator=False
+    a,
+    b,
+    a_scale_inv=None,
+    b_scale_inv=None,
+    *,
+    axis,
+    overlap="ring",
+    split_accumulator=False,
+    timeout_s=None,
 ):
     """d float32 [T / tp, N]: this device's chunk (rank order on `axis`) of the sum over the
     devices of `axis` of a @ b.T. Per device, inside a shard_map over every mesh axis. a:
@@ -216,8 +243,16 @@ def gemm_reduce_scatter(
         )
     results = jax.ShapeDtypeStruct((a.shape[0] // tp, b.shape[0]), F32)
     return _call(
-        "qmesh_gemm_reduce_scatter", results, a, b, a_scale_inv, b_scale_inv, axis, overlap,
+        "qmesh_gemm_reduce_scatter",
+        results,
+        a,
+        b,
+        a_scale_inv,
+        b_scale_inv,
+        axis,
+        overlap,
         split_accumulator,
+        timeout_s,
     )
 
 
@@ -241,11 +276,7 @@ def _layout(m: int) -> _Layout:
             "tpsp_resource (or tp_resource) names its sequence-parallel axis "
             "(qmesh.jax.global_shard_guard)"
         )
-    batch = tuple(
-        a
-        for a in (resource.dp_resource, resource.fsdp_resource)
-        if a is not None and a in mesh.axis_names and a != axis
-    )
+    batch = tuple(a for a in (resource.dp_resource,) if a in mesh.axis_names and a != axis)
     shards = math.prod(mesh.shape[a] for a in (*batch, axis))
     if m % shards:
         raise ValueError(
@@ -313,6 +344,4 @@ def dgrad(ring: CollectiveGemm, g, g_scale_inv, w, w_scale_inv):
         return all_gather_gemm(g, w, s, t, axis=axis, overlap=ring.overlap, split_accumulator=True)
 
     specs = (lay.rows, scalar, P(axis, None), scalar)
-    return _shard_map(body, lay, specs, (P(whole, axis), lay.whole))(
-        g, g_scale_inv, w, w_scale_inv
-    )
+    return _shard_map(body, lay, specs, (P(whole, axis), lay.whole))(g, g_scale_inv, w, w_scale_inv)

@@ -23,6 +23,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from qmesh.jax import collective_gemm as _cgemm
 from qmesh.jax import dense as _dense
 from qmesh.jax.common import F32
 from qmesh.jax.layer_norm import layer_norm_bwd, layer_norm_fwd_quantize
@@ -87,12 +88,13 @@ def layernorm_dense(
     eps: float = 1e-6,
     activation: str | None = None,
     row_axes: tuple | None = None,
+    collective_gemm: _cgemm.CollectiveGemm | None = None,
 ):
     """(act(layer_norm(x) @ kernel + bias), layer_norm(x)) with the norm and the FP8 cast of
     its output fused. x: float32 [..., H]; gamma, beta: float32 [H]; kernel: float32 [H, N];
     bias: [N] or None; state: init_state(recipe); recipe: a DelayedScaling; activation: None
-    or "gelu"; row_axes: as dense(). Differentiate with respect to `state` to get the updated
-    state."""
+    or "gelu"; row_axes, collective_gemm: as dense(). Differentiate with respect to `state`
+    to get the updated state."""
     if not isinstance(recipe, DelayedScaling):
         raise TypeError(
             f"layernorm_dense: the fused LayerNorm+cast takes a DelayedScaling "
@@ -119,9 +121,8 @@ def layernorm_dense(
             f"layernorm_dense: bias must be [N] = [{kernel.shape[1]}], not {list(jnp.shape(bias))}"
         )
     _dense.check_state(state, recipe)
-    cfg = _dense.Config(
-        recipe, activation, bias is not None, F32, None if row_axes is None else tuple(row_axes)
-    )
+    row_axes = None if row_axes is None or collective_gemm is not None else tuple(row_axes)
+    cfg = _dense.Config(recipe, activation, bias is not None, F32, row_axes, collective_gemm)
     return _layernorm_dense(
         cfg,
         float(eps),

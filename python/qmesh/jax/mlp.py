@@ -31,6 +31,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from qmesh.jax import collective_gemm as _cgemm
 from qmesh.jax import dense as _dense
 from qmesh.jax.activation_quantize import (
     dgelu_dbias_quantize,
@@ -136,7 +137,7 @@ def _layernorm_mlp(cfg, eps, x, gamma, beta, kernels, biases, states):
 _layernorm_mlp.defvjp(_fused_fwd, _fused_bwd)
 
 
-def _config(name, x, kernels, biases, states, recipe, row_axes, out_dtype):
+def _config(name, x, kernels, biases, states, recipe, row_axes, out_dtype, collective_gemm=None):
     """The checked Config of an MLP call (raises ValueError/TypeError naming the argument)."""
     check_recipe(recipe)
     if len(kernels) != 2 or len(biases) != 2 or len(states) != 2 or len(row_axes) != 2:
@@ -161,25 +162,41 @@ def _config(name, x, kernels, biases, states, recipe, row_axes, out_dtype):
     for state in states:
         _dense.check_state(state, recipe)
 
-    def layer(bias, axes):
-        axes = None if axes is None else tuple(axes)
-        return _dense.Config(recipe, None, bias is not None, out_dtype, axes)
+    _cgemm.check_recipe(collective_gemm, recipe)
 
-    return Config(layer(biases[0], row_axes[0]), layer(biases[1], row_axes[1]))
+    def layer(bias, axes, parallel):
+        ring = _cgemm.of(collective_gemm, parallel)
+        axes = None if axes is None or ring is not None else tuple(axes)
+        return _dense.Config(recipe, None, bias is not None, out_dtype, axes, ring)
+
+    return Config(layer(biases[0], row_axes[0], "column"), layer(biases[1], row_axes[1], "row"))
 
 
-def mlp(x, kernels, biases=(None, None), states=(None, None), *, recipe, row_axes=(None, None)):
+def mlp(
+    x,
+    kernels,
+    biases=(None, None),
+    states=(None, None),
+    *,
+    recipe,
+    row_axes=(None, None),
+    collective_gemm: str | None = None,
+):
     """fc2(gelu(fc1(x))) with FP8 GEMMs and GELU fused into the casts. x: [..., H] (float32,
     bfloat16 or float16); kernels: ([H, F], [F, H]) in x's dtype; biases: ([F] or None, [H] or
     None); states: init_state(recipe) of each GEMM (None for Float8CurrentScaling and
     Float8BlockScaling); recipe: DelayedScaling, Float8CurrentScaling or Float8BlockScaling
     (GELU then the block cast: the GELU-fused casts are per-tensor); row_axes: (fc1's,
-    fc2's), as dense(). Returns y [..., H] in x's dtype. Differentiate with respect to
+    fc2's), as dense(); collective_gemm: None or an overlap ("none", "ring", "bidir"): fc1
+    column parallel and fc2 row parallel through qmesh's rings (collective_gemm.py).
+    Returns y [..., H] in x's dtype. Differentiate with respect to
     `states` for the updated states."""
     x = jnp.asarray(x)
     kernels = tuple(jnp.asarray(k) for k in kernels)
     biases = tuple(None if b is None else jnp.asarray(b) for b in biases)
-    cfg = _config("mlp", x, kernels, biases, tuple(states), recipe, row_axes, x.dtype)
+    cfg = _config(
+        "mlp", x, kernels, biases, tuple(states), recipe, row_axes, x.dtype, collective_gemm
+    )
     return _mlp(cfg, x, kernels, biases, tuple(states))
 
 
@@ -194,6 +211,7 @@ def layernorm_mlp(
     recipe,
     eps: float = 1e-6,
     row_axes=(None, None),
+    collective_gemm: str | None = None,
 ):
     """(mlp(layer_norm(x)), layer_norm(x)) with LayerNorm fused with fc1's input cast, as
     layernorm_dense: DelayedScaling, float32 x, gamma, beta and kernels. Arguments as mlp()."""
@@ -208,7 +226,9 @@ def layernorm_mlp(
         if a.dtype != F32:
             raise TypeError(f"layernorm_mlp: {what} must be float32, not {a.dtype}")
     biases = tuple(None if b is None else jnp.asarray(b, F32) for b in biases)
-    cfg = _config("layernorm_mlp", x, kernels, biases, tuple(states), recipe, row_axes, F32)
+    cfg = _config(
+        "layernorm_mlp", x, kernels, biases, tuple(states), recipe, row_axes, F32, collective_gemm
+    )
     return _layernorm_mlp(
         cfg, float(eps), x, jnp.asarray(gamma), jnp.asarray(beta), kernels, biases, tuple(states)
     )
