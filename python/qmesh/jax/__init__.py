@@ -16,6 +16,7 @@ from qmesh.jax.block_quantize import (
     block_quantize,
     block_scale_shape,
 )
+from qmesh.jax.collective_gemm import CollectiveGemm, all_gather_gemm, gemm_reduce_scatter
 from qmesh.jax.delayed_state import combine_state_grads, keep_unused_state, share_state, split_state
 from qmesh.jax.dense import init_state
 from qmesh.jax.gemm import Epilogue
@@ -45,6 +46,7 @@ for _module in (dense, gemm, layer_norm, stats):
     sys.modules[_module.__name__].__class__ = _CallableModule
 
 __all__ = [
+    "CollectiveGemm",
     "DelayedScaling",
     "Epilogue",
     "Float8BlockScaling",
@@ -52,6 +54,7 @@ __all__ = [
     "Format",
     "MeshResource",
     "Quantized",
+    "all_gather_gemm",
     "amax",
     "block_dbias_quantize",
     "block_dequantize",
@@ -64,6 +67,7 @@ __all__ = [
     "dense",
     "dequantize",
     "gemm",
+    "gemm_reduce_scatter",
     "global_mesh_resource",
     "global_shard_guard",
     "grouped_quantize",
