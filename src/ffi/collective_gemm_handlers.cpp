@@ -16,8 +16,10 @@
 //                          scale_inv, amax).
 //   QmeshGemmReduceScatter: a [T, K] -> d f32 [T/tp, N] (rank `rank`'s chunk of the sum).
 // Every wait is bounded by the communicator's timeout (a peer that never calls is an FFI
-// error of kind kDeadlineExceeded). Host tensors only: the CUDA symbols exist (one FFI macro)
-// and refuse the call.
+// error of kind kDeadlineExceeded, whose message says that the axis must lie inside one
+// process). Several processes (jax.distributed) work when each process holds whole groups:
+// every process registers the same worlds and uses those of its own devices. Host tensors only: the
+// CUDA symbols exist (one FFI macro) and refuse the call.
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -65,6 +67,21 @@ void require_host(const Where& w) {
                    "(the local backend); on GPUs use collective_gemm=None");
 }
 
+// Runs one ring; a timeout gets the likely causes that JAX users can fix.
+template <class Ring>
+void run_ring(Ring&& ring) {
+  try {
+    ring();
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::kTimeout) throw;
+    QMESH_THROW_KIND(ErrorKind::kTimeout, e.message(),
+                     "; the rings of qmesh.jax run on the local backend, so every device of the "
+                     "mesh axis must belong to this process (with jax.distributed, keep the "
+                     "sequence-parallel axis inside each process), and every device must run "
+                     "the same collective GEMMs in the same order");
+  }
+}
+
 GemmArgs gemm_args(const Where& w, const AnyBuffer& a, const AnyBuffer& b,
                    const AnyBuffer& a_scale_inv, const AnyBuffer& b_scale_inv, bool trans_b,
                    bool split_accumulator, Result<AnyBuffer>& d) {
@@ -99,7 +116,8 @@ void all_gather_gemm_impl(const Where& w, AnyBuffer a, AnyBuffer b, AnyBuffer a_
     q.amax = s + 2;
     out = GemmOperand::fp8(q);
   }
-  all_gather_gemm(communicator(comm, coords), args, out, to_overlap(overlap));
+  Communicator& c = communicator(comm, coords);
+  run_ring([&] { all_gather_gemm(c, args, out, to_overlap(overlap)); });
 }
 
 void gemm_reduce_scatter_impl(const Where& w, AnyBuffer a, AnyBuffer b, AnyBuffer a_scale_inv,
@@ -107,7 +125,8 @@ void gemm_reduce_scatter_impl(const Where& w, AnyBuffer a, AnyBuffer b, AnyBuffe
                               int64_t comm, int32_t overlap, bool trans_b, bool split_accumulator) {
   require_host(w);
   const GemmArgs args = gemm_args(w, a, b, a_scale_inv, b_scale_inv, trans_b, split_accumulator, d);
-  gemm_reduce_scatter(communicator(comm, coords), args, to_overlap(overlap));
+  Communicator& c = communicator(comm, coords);
+  run_ring([&] { gemm_reduce_scatter(c, args, to_overlap(overlap)); });
 }
 
 }  // namespace

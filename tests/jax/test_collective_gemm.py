@@ -2,6 +2,7 @@
 math, the three overlap modes bit for bit, the layers' option against XLA's all-gather /
 reduce-scatter path, the HLO without those collectives, and the refusals."""
 
+import json
 import os
 import subprocess
 import sys
@@ -373,3 +374,45 @@ def test_a_device_that_never_joins_is_a_timeout():
         timeout=120,
     )
     assert "ERROR" in run.stdout and "timed out after 0.5 s" in run.stdout, run.stdout + run.stderr
+
+
+def _checksums(cmd, env):
+    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0, run.stdout + run.stderr
+    lines = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    return {r["variant"]: [float.fromhex(v) for v in r["checksums"]] for r in lines}
+
+
+def test_two_processes_of_two_devices():
+    """jax.distributed with 2 processes x 2 CPU devices (dp across the processes, tp inside
+    each): the modes give the bits of "none", and those of one process with 4 devices."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    script = os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "collective_gemm_processes.py"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), PYTHONUNBUFFERED="1")
+    env.pop("XLA_FLAGS", None)
+    two = _checksums(
+        [
+            os.path.join(root, "launch", "jaxrun"),
+            "-n",
+            "2",
+            "--cpu-devices",
+            "2",
+            "--",
+            sys.executable,
+            script,
+        ],
+        env,
+    )
+    one = _checksums([sys.executable, script], env)
+    assert set(two) == set(one) == {"None", *MODES}
+    for mode in ("ring", "bidir"):
+        assert two[mode] == two["none"], mode
+    # Against one process: every checksum but the last, fc2's bias gradient, which XLA sums
+    # with an all-reduce over (dp, tp) that gloo orders differently across processes.
+    assert two["None"] == one["None"]
+    for mode in MODES:
+        assert two[mode][:-1] == one[mode][:-1], mode
+        np.testing.assert_allclose(two[mode][-1], one[mode][-1], rtol=1e-6)
+    np.testing.assert_allclose(two["none"], two["None"], rtol=1e-5)

@@ -35,9 +35,14 @@ number of rows M (docs/design/overlap.md), and XLA's reduce-scatter sums in its 
 "none" (the rings' unoverlapped schedule through the same handlers) is the bitwise reference,
 and collective_gemm=None agrees within the GEMM's rounding (docs/jax.md).
 
+Several processes (jax.distributed on the CPU) work when the axis lies inside each process
+(e.g. dp across processes, tp across the devices of a process); an axis across processes
+needs MPI, UCX or NCCL communicators, which are not done: its ring times out with an error
+saying so.
+
 Refused: a token count that the batch axes times the axis do not divide (ValueError; pad the
 sequence), Float8BlockScaling (the rings take per-tensor FP8 or plain operands),
-GPUs (the handlers run the local backend on the CPU), several processes.
+GPUs (the handlers run the local backend on the CPU).
 """
 
 from __future__ import annotations
@@ -114,12 +119,9 @@ def communicator(mesh, axis: str, timeout_s: float | None = None) -> int:
     """The id of the local-backend communicator of `axis` of `mesh` (made at the first call
     for this (mesh shape, axis, timeout), reused afterwards): one world of mesh.shape[axis]
     ranks per index combination of the other axes. timeout_s: the bound of every wait (None:
-    QMESH_COMM_TIMEOUT_S, else qmesh's default)."""
-    if jax.process_count() > 1:
-        raise NotImplementedError(
-            "collective_gemm: the rings run on the local backend, across the devices of one "
-            "process; with several processes use collective_gemm=None"
-        )
+    QMESH_COMM_TIMEOUT_S, else qmesh's default). With several processes (jax.distributed)
+    each process makes the same worlds and its devices use theirs: every group of `axis` must
+    lie inside one process (else the ring times out, saying so)."""
     if axis not in mesh.axis_names:
         raise ValueError(f"collective_gemm: the mesh has no axis {axis!r} ({mesh.axis_names})")
     if timeout_s is not None and not timeout_s > 0:
