@@ -295,28 +295,23 @@ def test_refusals(rng):
     x, gamma, beta, kernels, biases, r = mlp_data(rng, s=30)  # 60 tokens, 8 sequence shards
     states = (init_state(qj.DelayedScaling()), init_state(qj.DelayedScaling()))
     with jax.set_mesh(mesh), qj.global_shard_guard(SP):
+
+        def mlp(cg):
+            return layernorm_mlp(
+                x,
+                gamma,
+                beta,
+                kernels,
+                biases,
+                states,
+                recipe=qj.DelayedScaling(),
+                collective_gemm=cg,
+            )
+
         with pytest.raises(ValueError, match="do not split into 8 sequence shards"):
-            layernorm_mlp(
-                x,
-                gamma,
-                beta,
-                kernels,
-                biases,
-                states,
-                recipe=qj.DelayedScaling(),
-                collective_gemm="ring",
-            )
+            mlp("ring")
         with pytest.raises(ValueError, match="overlap must be one of"):
-            layernorm_mlp(
-                x,
-                gamma,
-                beta,
-                kernels,
-                biases,
-                states,
-                recipe=qj.DelayedScaling(),
-                collective_gemm="ringg",
-            )
+            mlp("ringg")
         with pytest.raises(NotImplementedError, match="Float8BlockScaling"):
             dense(
                 x,

@@ -153,7 +153,11 @@ def _scale(s):
     return jnp.ones((1,), F32) if s is None else jnp.reshape(s, (1,)).astype(F32)
 
 
-def _call(target, results, a, b, a_scale_inv, b_scale_inv, axis, overlap, split, timeout_s):
+def _call(target, results, operands, options):
+    """The FFI call of one ring: operands (a, b, a_scale_inv, b_scale_inv), options (axis,
+    overlap, split_accumulator, timeout_s)."""
+    a, b, a_scale_inv, b_scale_inv = operands
+    axis, overlap, split, timeout_s = options
     mesh = jax.sharding.get_abstract_mesh()
     if mesh.empty or axis not in mesh.axis_names:
         raise ValueError(
@@ -207,17 +211,9 @@ def all_gather_gemm(
         jax.ShapeDtypeStruct((tp * a.shape[0], a.shape[1]), a.dtype),
         jax.ShapeDtypeStruct((3,), F32),
     )
+    options = (axis, overlap, split_accumulator, timeout_s)
     d, gathered, _ = _call(
-        "qmesh_all_gather_gemm",
-        results,
-        a,
-        b,
-        a_scale_inv,
-        b_scale_inv,
-        axis,
-        overlap,
-        split_accumulator,
-        timeout_s,
+        "qmesh_all_gather_gemm", results, (a, b, a_scale_inv, b_scale_inv), options
     )
     return d, gathered
 
@@ -244,18 +240,8 @@ def gemm_reduce_scatter(
             f"(the size of axis {axis!r}); pad the sequence to a multiple of {tp}"
         )
     results = jax.ShapeDtypeStruct((a.shape[0] // tp, b.shape[0]), F32)
-    return _call(
-        "qmesh_gemm_reduce_scatter",
-        results,
-        a,
-        b,
-        a_scale_inv,
-        b_scale_inv,
-        axis,
-        overlap,
-        split_accumulator,
-        timeout_s,
-    )
+    options = (axis, overlap, split_accumulator, timeout_s)
+    return _call("qmesh_gemm_reduce_scatter", results, (a, b, a_scale_inv, b_scale_inv), options)
 
 
 @dataclasses.dataclass(frozen=True)
