@@ -239,11 +239,10 @@ def test_hlo_has_no_all_gather_or_reduce_scatter(rng):
     assert texts["ring"].count('custom_call_target="qmesh_gemm_reduce_scatter"') == 2
 
 
-@pytest.mark.parametrize("tp", TPS)
-def test_flax_modules_modes_are_bitwise_equal(rng, tp):
+def test_flax_modules_modes_are_bitwise_equal(rng, tp=4):
     """LayerNormDenseGeneral (column) then DenseGeneral (row, sequence-sharded output) and
-    LayerNormMLP, fwd + bwd: ring and bidir give the bits of "none", and XLA's path within
-    rounding."""
+    LayerNormMLP, fwd + bwd on tp = 4 (2, 4 and 8 are covered by the functional tests): ring
+    and bidir give the bits of "none", and XLA's path within rounding."""
     mesh = mesh_for(tp)
     x = jnp.asarray(rng.standard_normal((8 // tp, 32, 64)).astype(np.float32))
     recipe = qj.Float8CurrentScaling()
