@@ -15,11 +15,14 @@
 //                          order), gathered_scalars f32 [3] (scratch for gathered's scale,
 //                          scale_inv, amax).
 //   QmeshGemmReduceScatter: a [T, K] -> d f32 [T/tp, N] (rank `rank`'s chunk of the sum).
+// The calls have no side effect for XLA (jax.checkpoint may recompute them). Two rings of one
+// device run one after the other (a lock per rank); every device must run them in the same
+// order, as one XLA schedule of the program does (otherwise they time out).
 // Every wait is bounded by the communicator's timeout (a peer that never calls is an FFI
 // error of kind kDeadlineExceeded, whose message says that the axis must lie inside one
 // process). Several processes (jax.distributed) work when each process holds whole groups:
-// every process registers the same worlds and uses those of its own devices. Host tensors only: the
-// CUDA symbols exist (one FFI macro) and refuse the call.
+// every process registers the same worlds and uses those of its own devices. Host tensors
+// only: the CUDA symbols exist (one FFI macro) and refuse the call.
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -34,13 +37,21 @@
 namespace qmesh::ffi {
 namespace {
 
+// One rank's communicator and the lock that keeps its rings one at a time: a communicator is
+// used by one thread at a time, and XLA may run two independent custom calls of one device
+// side by side.
+struct Rank {
+  std::shared_ptr<Communicator> comm;
+  std::unique_ptr<std::mutex> busy = std::make_unique<std::mutex>();
+};
+
 // The worlds of one registered (mesh, axis): groups[g][r] is rank r of group g.
-using Worlds = std::vector<std::vector<std::shared_ptr<Communicator>>>;
+using Worlds = std::vector<std::vector<Rank>>;
 
 std::mutex registry_mutex;
 std::deque<Worlds> registry;  // the id is the index; a deque keeps elements in place
 
-Communicator& communicator(int64_t id, const AnyBuffer& coords) {
+Rank& rank_of(int64_t id, const AnyBuffer& coords) {
   require_dtype(coords, {DType::kInt32}, "coords (int32 [2]: group, rank on the axis)");
   require_count(coords, 2, "coords (int32 [2]: group, rank on the axis)");
   const auto* c = static_cast<const int32_t*>(coords.untyped_data());
@@ -52,7 +63,7 @@ Communicator& communicator(int64_t id, const AnyBuffer& coords) {
                   size_t(c[1]) < worlds[size_t(c[0])].size(),
               "coords (group ", c[0], ", rank ", c[1], ") are outside communicator ", id, " (",
               worlds.size(), " groups of ", worlds.empty() ? 0 : worlds[0].size(), " ranks)");
-  return *worlds[size_t(c[0])][size_t(c[1])];
+  return worlds[size_t(c[0])][size_t(c[1])];
 }
 
 Overlap to_overlap(int32_t value) {
@@ -67,11 +78,13 @@ void require_host(const Where& w) {
                    "(the local backend); on GPUs use collective_gemm=None");
 }
 
-// Runs one ring; a timeout gets the likely causes that JAX users can fix.
+// Runs ring(comm) on `rank`'s communicator, after the rank's earlier rings; a timeout gets
+// the likely causes that JAX users can fix.
 template <class Ring>
-void run_ring(Ring&& ring) {
+void run_ring(Rank& rank, Ring&& ring) {
   try {
-    ring();
+    const std::lock_guard<std::mutex> lock(*rank.busy);
+    ring(*rank.comm);
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::kTimeout) throw;
     QMESH_THROW_KIND(ErrorKind::kTimeout, e.message(),
@@ -116,8 +129,8 @@ void all_gather_gemm_impl(const Where& w, AnyBuffer a, AnyBuffer b, AnyBuffer a_
     q.amax = s + 2;
     out = GemmOperand::fp8(q);
   }
-  Communicator& c = communicator(comm, coords);
-  run_ring([&] { all_gather_gemm(c, args, out, to_overlap(overlap)); });
+  run_ring(rank_of(comm, coords),
+           [&](Communicator& c) { all_gather_gemm(c, args, out, to_overlap(overlap)); });
 }
 
 void gemm_reduce_scatter_impl(const Where& w, AnyBuffer a, AnyBuffer b, AnyBuffer a_scale_inv,
@@ -125,8 +138,8 @@ void gemm_reduce_scatter_impl(const Where& w, AnyBuffer a, AnyBuffer b, AnyBuffe
                               int64_t comm, int32_t overlap, bool trans_b, bool split_accumulator) {
   require_host(w);
   const GemmArgs args = gemm_args(w, a, b, a_scale_inv, b_scale_inv, trans_b, split_accumulator, d);
-  Communicator& c = communicator(comm, coords);
-  run_ring([&] { gemm_reduce_scatter(c, args, to_overlap(overlap)); });
+  run_ring(rank_of(comm, coords),
+           [&](Communicator& c) { gemm_reduce_scatter(c, args, to_overlap(overlap)); });
 }
 
 }  // namespace
@@ -143,9 +156,10 @@ QMESH_API int64_t qmesh_jax_make_local_comm(int groups, int size, int64_t timeou
   try {
     Worlds worlds;
     for (int g = 0; g < groups; ++g) {
-      worlds.push_back(qmesh::make_local_world(size));
-      if (timeout_ms > 0) {
-        for (auto& comm : worlds.back()) comm->set_timeout(std::chrono::milliseconds(timeout_ms));
+      worlds.emplace_back();
+      for (auto& comm : qmesh::make_local_world(size)) {
+        if (timeout_ms > 0) comm->set_timeout(std::chrono::milliseconds(timeout_ms));
+        worlds.back().push_back(Rank{std::move(comm)});
       }
     }
     const std::lock_guard<std::mutex> lock(registry_mutex);

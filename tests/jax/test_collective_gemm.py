@@ -410,3 +410,32 @@ def test_two_processes_of_two_devices():
         assert two[mode][:-1] == one[mode][:-1], mode
         np.testing.assert_allclose(two[mode][-1], one[mode][-1], rtol=1e-6)
     np.testing.assert_allclose(two["none"], two["None"], rtol=1e-5)
+
+
+def test_remat_and_independent_rings(rng):
+    """jax.checkpoint around the layer recomputes the forward rings in backward with the same
+    bits; two independent layers in one step (rings XLA may run side by side on a device)
+    give the bits of each layer alone."""
+    mesh = mesh_for(2)
+    x, gamma, beta, kernels, biases, r = mlp_data(rng, b=4)
+    recipe = qj.DelayedScaling()
+    states = (init_state(recipe), init_state(recipe))
+
+    def layer(x, kernels, biases):
+        return layernorm_mlp(
+            x, gamma, beta, kernels, biases, states, recipe=recipe, collective_gemm="ring"
+        )[0]
+
+    def grads(f):
+        return jax.jit(jax.value_and_grad(f, argnums=(0, 1)))
+
+    with jax.set_mesh(mesh), qj.global_shard_guard(SP):
+        (x, _, _, kernels, biases), r = sp_args(mesh, x, gamma, beta, kernels, biases, r)
+        plain = grads(lambda x, k: jnp.sum(layer(x, k, biases) * r))(x, kernels)
+        remat = grads(lambda x, k: jnp.sum(jax.checkpoint(layer)(x, k, biases) * r))(x, kernels)
+        both = grads(lambda x, k: jnp.sum(layer(x, k, biases) * r) + jnp.sum(layer(-x, k, biases)))
+        twice = both(x, kernels)
+        other = grads(lambda x, k: jnp.sum(layer(-x, k, biases)))(x, kernels)
+    assert leaves_equal(remat, plain)
+    want = jax.tree_util.tree_map(lambda a, b: a + b, plain, other)
+    ref.assert_trees_close(twice, want, tol=1e-6)

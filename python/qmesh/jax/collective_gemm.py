@@ -165,7 +165,7 @@ def _call(target, results, operands, options):
             f"{axis!r} (jax.shard_map over every axis of the mesh)"
         )
     comm = communicator(mesh, axis, timeout_s)
-    call = jax.ffi.ffi_call(target, results, has_side_effect=True)
+    call = jax.ffi.ffi_call(target, results)
     return call(
         a,
         b,
