@@ -5,12 +5,14 @@ target_sources(qmesh PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/cast.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cpu_threads.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gelu.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/gemm_cpu.cpp)
-# GELU on the host (the GELU-fused casts, the gelu/dgelu layer ops) must give the CUDA
-# backend's bits: no contraction into fused multiply-adds in these host twins (cpu/gelu.h).
+  ${CMAKE_CURRENT_LIST_DIR}/gemm_cpu.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/norm.cpp)
+# GELU and the norms on the host (the GELU-fused casts, the gelu/dgelu layer ops,
+# norm_forward) must give the CUDA backend's bits: no contraction into fused multiply-adds in
+# these host twins (cpu/gelu.h).
 if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
   set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/cast.cpp
-    ${CMAKE_CURRENT_LIST_DIR}/gelu.cpp PROPERTIES COMPILE_OPTIONS -ffp-contract=off)
+    ${CMAKE_CURRENT_LIST_DIR}/gelu.cpp ${CMAKE_CURRENT_LIST_DIR}/norm.cpp PROPERTIES COMPILE_OPTIONS -ffp-contract=off)
 endif()
 if(QMESH_WITH_BLAS)
   target_link_libraries(qmesh PRIVATE BLAS::BLAS)

@@ -67,6 +67,11 @@ void require_rank(const AnyBuffer& buffer, size_t rank, const std::string& what)
 GemmOperand gemm_operand(const Where& w, const AnyBuffer& x, const AnyBuffer& scale_inv,
                          int32_t block, const char* what, const char* scale_what);
 
+// The row counts of a group_sizes operand (int32 [G], G >= 1) as host integers (a device
+// operand is copied, stream-ordered, and waited for); Error unless each is >= 0 and they add
+// up to `rows`.
+std::vector<int32_t> group_rows(const Where& where, const AnyBuffer& sizes, int64_t rows);
+
 // Bytes of the workspace result that the CUDA GEMM handler takes (cuBLASLt's workspace and
 // room to align it to 256 bytes; gemm_handlers.cpp).
 size_t gemm_workspace_result_bytes();

@@ -15,6 +15,7 @@ from qmesh.jax.block_quantize import (
     block_dequantize,
     block_quantize,
     block_scale_shape,
+    grouped_block_quantize,
 )
 from qmesh.jax.collective_gemm import CollectiveGemm, all_gather_gemm, gemm_reduce_scatter
 from qmesh.jax.delayed_state import combine_state_grads, keep_unused_state, share_state, split_state
@@ -60,6 +61,7 @@ __all__ = [
     "block_dequantize",
     "block_quantize",
     "block_scale_shape",
+    "grouped_block_quantize",
     "built_with_jaxlib",
     "combine_state_grads",
     "current_scale",
