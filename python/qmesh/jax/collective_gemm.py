@@ -164,6 +164,11 @@ def _call(target, results, operands, options):
             f"collective_gemm: call {target} inside a shard_map over a mesh with the axis "
             f"{axis!r} (jax.shard_map over every axis of the mesh)"
         )
+    if jax.default_backend() != "cpu":
+        raise NotImplementedError(
+            "collective_gemm: the rings from JAX run on CPU devices (the local backend); "
+            "NCCL communicators for GPUs are not done: use collective_gemm=None on GPUs"
+        )
     comm = communicator(mesh, axis, timeout_s)
     call = jax.ffi.ffi_call(target, results)
     return call(
