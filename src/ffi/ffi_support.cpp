@@ -18,6 +18,40 @@ xffi::ErrorCode error_code(ErrorKind kind) {
   return xffi::ErrorCode::kInternal;
 }
 
+void require_rank(const AnyBuffer& buffer, size_t rank, const std::string& what) {
+  QMESH_CHECK(buffer.dimensions().size() == rank, what, " must have rank ", rank, ", got rank ",
+              buffer.dimensions().size());
+}
+
+GemmOperand gemm_operand(const Where& w, const AnyBuffer& x, const AnyBuffer& scale_inv,
+                         int32_t block, const char* what, const char* scale_what) {
+  require_rank(x, 2, what);
+  const TensorView v = view(x, w, what);
+  QMESH_CHECK(block >= 0 && block <= 2,
+              "the block scaling of an operand must be 0 (per tensor), 1 (1x128) or 2 "
+              "(128x128), not ",
+              block);
+  QMESH_CHECK(block == 0 || is_fp8(v.dtype), what,
+              " is block-scaled but not FP8: only FP8 codes have block scales");
+  if (block != 0) {
+    BlockQuantizedTensorView q;
+    q.block = block == 1 ? BlockShape::k1x128 : BlockShape::k128x128;
+    q.data = v;
+    q.scale_inv = view(scale_inv, w, scale_what);
+    return GemmOperand::fp8_block(q);
+  }
+  if (!is_fp8(v.dtype)) return GemmOperand::plain(v);
+  require_dtype(scale_inv, {DType::kFloat32}, scale_what);
+  require_count(scale_inv, 1, scale_what);
+  auto* s = static_cast<float*>(scale_inv.untyped_data());
+  QuantizedTensorView q;
+  q.data = v;
+  q.scale = s;
+  q.scale_inv = s;
+  q.amax = s;
+  return GemmOperand::fp8(q);
+}
+
 DType to_dtype(xffi::DataType type, const std::string& what) {
   switch (type) {
     case xffi::DataType::F32:

@@ -18,6 +18,7 @@
 #include "qmesh/dtype.h"
 #include "qmesh/error.h"
 #include "qmesh/export.h"
+#include "qmesh/ops/gemm.h"
 #include "qmesh/shape.h"
 #include "qmesh/stream.h"
 #include "qmesh/tensor.h"
@@ -55,6 +56,16 @@ void require_dtype(const AnyBuffer& buffer, std::initializer_list<DType> allowed
                    const std::string& what);
 // Error naming `what` unless the buffer holds exactly `count` elements.
 void require_count(const AnyBuffer& buffer, int64_t count, const std::string& what);
+
+// Error naming `what` unless the buffer has `rank` dimensions.
+void require_rank(const AnyBuffer& buffer, size_t rank, const std::string& what);
+
+// One 2-D GEMM input: a plain tensor, FP8 codes with their fp32 scale_inv [1], or
+// block-scaled FP8 codes (`block` 1: 1x128, 2: 128x128) with their scale tensor. An FP8
+// operand's scale and amax point at its scale_inv (validate() wants them set; the GEMMs only
+// read scale_inv). Error naming `what` / `scale_what` for a bad operand.
+GemmOperand gemm_operand(const Where& w, const AnyBuffer& x, const AnyBuffer& scale_inv,
+                         int32_t block, const char* what, const char* scale_what);
 
 // The row counts of a group_sizes operand (int32 [G], G >= 1) as host integers (a device
 // operand is copied, stream-ordered, and waited for); Error unless each is >= 0 and they add

@@ -71,44 +71,6 @@ GemmEpilogue to_epilogue(int32_t value) {
   return static_cast<GemmEpilogue>(value);
 }
 
-void require_rank(const AnyBuffer& b, size_t rank, const std::string& what) {
-  QMESH_CHECK(b.dimensions().size() == rank, what, " must have rank ", rank, ", got rank ",
-              b.dimensions().size());
-}
-
-// One GEMM input: a plain tensor, FP8 codes with their scale_inv, or block-scaled FP8 codes
-// (`block` 1 or 2) with their scale tensor. The GEMM reads only scale_inv of an FP8 operand;
-// validate() wants scale and amax set too, so they point at the same read-only scalar (never
-// written by the GEMM).
-GemmOperand operand(const Where& w, const AnyBuffer& x, const AnyBuffer& scale_inv, int32_t block,
-                    const char* what, const char* scale_what) {
-  require_rank(x, 2, what);
-  const TensorView v = view(x, w, what);
-  QMESH_CHECK(block >= 0 && block <= 2,
-              "the block scaling of an operand must be 0 (per tensor), 1 (1x128) or 2 "
-              "(128x128), not ",
-              block);
-  QMESH_CHECK(block == 0 || is_fp8(v.dtype), what,
-              " is block-scaled but not FP8: only FP8 codes have block scales");
-  if (block != 0) {
-    BlockQuantizedTensorView q;
-    q.block = block == 1 ? BlockShape::k1x128 : BlockShape::k128x128;
-    q.data = v;
-    q.scale_inv = view(scale_inv, w, scale_what);
-    return GemmOperand::fp8_block(q);
-  }
-  if (!is_fp8(v.dtype)) return GemmOperand::plain(v);
-  require_dtype(scale_inv, {DType::kFloat32}, scale_what);
-  require_count(scale_inv, 1, scale_what);
-  auto* s = static_cast<float*>(scale_inv.untyped_data());
-  QuantizedTensorView q;
-  q.data = v;
-  q.scale = s;
-  q.scale_inv = s;
-  q.amax = s;
-  return GemmOperand::fp8(q);
-}
-
 }  // namespace
 
 size_t gemm_workspace_result_bytes() {
@@ -158,8 +120,10 @@ void gemm_impl(const Where& w, AnyBuffer a, AnyBuffer b, AnyBuffer a_scale_inv,
     workspace = reinterpret_cast<void*>((start + align - 1) / align * align);
   }
 
-  args.a = operand(w, a, a_scale_inv, a_block, "a", "a_scale_inv (the FP8 operand a's scale_inv)");
-  args.b = operand(w, b, b_scale_inv, b_block, "b", "b_scale_inv (the FP8 operand b's scale_inv)");
+  args.a =
+      gemm_operand(w, a, a_scale_inv, a_block, "a", "a_scale_inv (the FP8 operand a's scale_inv)");
+  args.b =
+      gemm_operand(w, b, b_scale_inv, b_block, "b", "b_scale_inv (the FP8 operand b's scale_inv)");
   args.trans_a = trans_a ? GemmTranspose::kYes : GemmTranspose::kNo;
   args.trans_b = trans_b ? GemmTranspose::kYes : GemmTranspose::kNo;
 

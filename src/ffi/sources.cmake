@@ -1,6 +1,7 @@
 # src/ffi: libqmesh_jax_ffi, the XLA FFI handlers that python/qmesh registers with JAX.
 target_sources(qmesh_jax_ffi PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/block_quantize_handlers.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/collective_gemm_handlers.cpp
   ${CMAKE_CURRENT_LIST_DIR}/ffi_support.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gemm_handlers.cpp
   ${CMAKE_CURRENT_LIST_DIR}/layer_norm_handlers.cpp

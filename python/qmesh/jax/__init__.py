@@ -17,6 +17,7 @@ from qmesh.jax.block_quantize import (
     block_scale_shape,
     grouped_block_quantize,
 )
+from qmesh.jax.collective_gemm import CollectiveGemm, all_gather_gemm, gemm_reduce_scatter
 from qmesh.jax.delayed_state import combine_state_grads, keep_unused_state, share_state, split_state
 from qmesh.jax.dense import init_state
 from qmesh.jax.gemm import Epilogue
@@ -47,6 +48,7 @@ for _module in (autocast, dense, gemm, layer_norm, stats):
     sys.modules[_module.__name__].__class__ = _CallableModule
 
 __all__ = [
+    "CollectiveGemm",
     "DelayedScaling",
     "Epilogue",
     "Float8BlockScaling",
@@ -54,6 +56,7 @@ __all__ = [
     "Format",
     "MeshResource",
     "Quantized",
+    "all_gather_gemm",
     "amax",
     "autocast",
     "block_dbias_quantize",
@@ -68,6 +71,7 @@ __all__ = [
     "dense",
     "dequantize",
     "gemm",
+    "gemm_reduce_scatter",
     "global_mesh_resource",
     "global_shard_guard",
     "grouped_quantize",

@@ -38,6 +38,8 @@ HANDLERS = {
     "LayerNormForward": "qmesh_layer_norm_forward",
     "LayerNormBackward": "qmesh_layer_norm_backward",
     "NormForward": "qmesh_norm_forward",
+    "AllGatherGemm": "qmesh_all_gather_gemm",
+    "GemmReduceScatter": "qmesh_gemm_reduce_scatter",
 }
 
 _LIBRARY_NAME = "libqmesh_jax_ffi.so"
@@ -79,6 +81,8 @@ def _load() -> ctypes.CDLL:
     lib = ctypes.CDLL(str(library_path()))
     lib.qmesh_jax_built_with_jaxlib.restype = ctypes.c_char_p
     lib.qmesh_jax_set_cpu_thread_limit.argtypes = [ctypes.c_int]
+    lib.qmesh_jax_make_local_comm.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64]
+    lib.qmesh_jax_make_local_comm.restype = ctypes.c_int64
     check_versions(lib.qmesh_jax_built_with_jaxlib().decode(), jaxlib.__version__)
     return lib
 

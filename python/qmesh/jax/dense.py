@@ -56,6 +56,7 @@ from jax import lax
 from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import PartitionSpec
 
+from qmesh.jax import collective_gemm as _cgemm
 from qmesh.jax import delayed_state, sharding, stats
 from qmesh.jax.autocast import recipe_in_force
 from qmesh.jax.block_quantize import block_dbias_quantize, block_quantize
@@ -114,6 +115,7 @@ class Config:
     has_bias: bool
     out_dtype: object
     row_axes: tuple | None = None
+    collective_gemm: _cgemm.CollectiveGemm | None = None  # the SP GEMMs through qmesh's rings
     # delayed_state's reporting, read when the layer is called (a static part of the trace).
     report: bool = dataclasses.field(default_factory=delayed_state.reporting)
 
@@ -236,8 +238,9 @@ def tokens_columnwise(cfg) -> bool:
     transposed; except where row_axes gathers their tokens (sequence parallelism): there the
     gathered codes are transposed locally for the weight gradient, which costs less than
     gathering a second copy. Block-scaled codes always get their columnwise copy (the blocks of
-    a transpose differ)."""
-    return cfg.row_axes is None or isinstance(cfg.recipe, Float8BlockScaling)
+    a transpose differ). Likewise under collective_gemm (the rings gather the rowwise codes)."""
+    tokens_whole = cfg.row_axes is None and cfg.collective_gemm is None
+    return tokens_whole or isinstance(cfg.recipe, Float8BlockScaling)
 
 
 # FP8 residuals are kept as their uint8 bit patterns under this checkpoint name: jax.checkpoint
@@ -295,7 +298,9 @@ def _forward(cfg, x, kernel, bias, step, xq=None):
     # (and the GELU's aux) in D's type; with a float32 D they run after the GEMM, in float32
     # (XLA fuses them into one elementwise pass). The host GEMM follows the same rule, so both
     # platforms compute the same function.
-    if cfg.has_bias and cfg.out_dtype in (jnp.bfloat16, jnp.float16):
+    # The rings write float32 and take no epilogue: bias and GELU follow in float32.
+    fused = cfg.has_bias and cfg.out_dtype in (jnp.bfloat16, jnp.float16)
+    if fused and cfg.collective_gemm is None:
         out = gemm(
             a,
             b,
@@ -309,14 +314,18 @@ def _forward(cfg, x, kernel, bias, step, xq=None):
         out, aux = out if gelu_on else (out, None)
     else:
         wide = cfg.has_bias or gelu_on
-        out = gemm(
-            a,
-            b,
-            a_scale_inv,
-            b_scale_inv,
-            out_dtype=F32 if wide else cfg.out_dtype,
-            **blocks,
-        )
+        if cfg.collective_gemm is None:
+            out = gemm(
+                a,
+                b,
+                a_scale_inv,
+                b_scale_inv,
+                out_dtype=F32 if wide else cfg.out_dtype,
+                **blocks,
+            )
+        else:
+            out, kept = _cgemm.forward(cfg.collective_gemm, a, a_scale_inv, b, b_scale_inv)
+            out, xq = out.astype(F32 if wide else cfg.out_dtype), xq._replace(q=kept)
         if cfg.has_bias:
             out = out + bias.astype(F32)
         aux = out if gelu_on else None  # the float32 pre-activation
@@ -417,16 +426,20 @@ def backward_quantized(cfg, res: Residuals, gq, dbias):
     columnwise = tokens_columnwise(cfg)
     g, g_scale_inv = copy_of(gq, False)
     g_t, g_t_scale_inv = copy_of(gq, columnwise)
+    if cfg.collective_gemm is None:
+        dx = gemm(
+            g,
+            w_q,
+            g_scale_inv,
+            res.kernel_scale_inv,
+            out_dtype=res.x_like.dtype,
+            split_accumulator=True,
+            **block_blocks(recipe, "grad", "kernel"),
+        )
+    else:  # g_t: g's codes with the rows of x_kept (gathered by the ring for row parallel)
+        dx, g_t = _cgemm.dgrad(cfg.collective_gemm, g, g_scale_inv, w_q, res.kernel_scale_inv)
+        dx = dx.astype(res.x_like.dtype)
     x_t, g_t = (x_kept, g_t) if columnwise else (x_kept.T, g_t.T)
-    dx = gemm(
-        g,
-        w_q,
-        g_scale_inv,
-        res.kernel_scale_inv,
-        out_dtype=res.x_like.dtype,
-        split_accumulator=True,
-        **block_blocks(recipe, "grad", "kernel"),
-    )
     dw = gemm(
         x_t,
         g_t,
@@ -484,6 +497,7 @@ def dense(
     out_dtype=None,
     fallback: str | None = None,
     row_axes: tuple | None = None,
+    collective_gemm: _cgemm.CollectiveGemm | None = None,
 ):
     """act(x @ kernel + bias) with FP8 GEMMs in forward and backward.
 
@@ -496,7 +510,9 @@ def dense(
     used) or "bf16" (run in bfloat16 then, counted in qmesh.jax.stats()); row_axes: None, or
     the mesh axes (a tuple, () for replicated) the rows of x's and the output gradient's FP8
     codes are constrained to before their GEMMs, under the mesh of the context (no effect
-    without one).
+    without one); collective_gemm: None, or a CollectiveGemm: under sequence parallelism the
+    GEMMs run through qmesh's all-gather/reduce-scatter rings (collective_gemm.py; row_axes is
+    then not used).
 
     Returns y [..., N]. Differentiate with respect to `state` to get the updated state."""
     recipe = recipe_in_force(recipe, DelayedScaling())
@@ -526,19 +542,22 @@ def dense(
                 f"bfloat16, float16; others run with fallback='bf16'), not {dtype}"
             )
     if recipe is None:  # high precision (autocast(enabled=False))
+        _cgemm.check_quantized(collective_gemm, recipe)
         y = unquantized(x, kernel, bias, activation, out_dtype, x.dtype)
         return y if state is None else _pass_state(y, state)
     check_state(state, recipe)
     reason = fp8_unsupported_reason(x.dtype, kernel.shape[0], kernel.shape[1])
     if reason is None and kernel.dtype not in WIDE_DTYPES:
         reason = f"dense: kernel must be float32, bfloat16 or float16 for FP8, not {kernel.dtype}"
+    _cgemm.check_recipe(collective_gemm, recipe)
+    if reason is not None and collective_gemm is not None:
+        raise ValueError(f"{reason}; collective_gemm needs the FP8 GEMMs")
     if reason is not None:
         if fallback is None:
             raise ValueError(f"{reason}; pass fallback='bf16' to run such layers in bfloat16")
         stats.count_fallback(reason)
         y = unquantized(x, kernel, bias, activation, out_dtype)
         return y if state is None else _pass_state(y, state)
-    if row_axes is not None:
-        row_axes = tuple(row_axes)
-    cfg = Config(recipe, activation, bias is not None, out_dtype, row_axes)
+    row_axes = None if row_axes is None or collective_gemm is not None else tuple(row_axes)
+    cfg = Config(recipe, activation, bias is not None, out_dtype, row_axes, collective_gemm)
     return _dense(cfg, x, kernel, bias, state)

@@ -27,6 +27,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from qmesh.jax import collective_gemm as _cgemm
 from qmesh.jax import dense as _dense
 from qmesh.jax.autocast import recipe_in_force
 from qmesh.jax.common import F32, WIDE_DTYPES
@@ -112,20 +113,26 @@ def layernorm_dense(
     eps: float = 1e-6,
     activation: str | None = None,
     row_axes: tuple | None = None,
+    collective_gemm: _cgemm.CollectiveGemm | None = None,
 ):
     """(act(norm(x) @ kernel + bias), norm(x)) with the norm and the FP8 cast of its output
     fused: LayerNorm, or RMSNorm when beta is None. x: float32 or bfloat16 [..., H]; gamma,
     beta: float32 [H]; kernel: [H, N]; bias: [N] or None; state: init_state(recipe) (None for
     Float8CurrentScaling and Float8BlockScaling); recipe: DelayedScaling, Float8CurrentScaling
     or Float8BlockScaling (None: as dense(), the autocast's; under autocast(enabled=False) the
-    norm, then the high-precision dense); activation: None or "gelu"; row_axes: as dense(). y
+    norm, then the high-precision dense); activation: None or "gelu"; row_axes, collective_gemm: as
+    dense(). y
     and norm(x) are in x's dtype. Differentiate with respect to `state` to get the updated
     state."""
     recipe = recipe_in_force(recipe, DelayedScaling())
     if recipe is None:
         ln = norm(x, gamma, beta, eps)
-        return _dense.dense(ln, kernel, bias, state, activation=activation), ln
+        y = _dense.dense(
+            ln, kernel, bias, state, activation=activation, collective_gemm=collective_gemm
+        )
+        return y, ln
     check_recipe(recipe)
+    _cgemm.check_recipe(collective_gemm, recipe)
     if activation not in _dense.ACTIVATIONS:
         raise ValueError(
             f"layernorm_dense: activation must be one of {_dense.ACTIVATIONS}, not {activation!r}"
@@ -150,9 +157,8 @@ def layernorm_dense(
             f"layernorm_dense: bias must be [N] = [{kernel.shape[1]}], not {list(jnp.shape(bias))}"
         )
     _dense.check_state(state, recipe)
-    cfg = _dense.Config(
-        recipe, activation, bias is not None, x.dtype, None if row_axes is None else tuple(row_axes)
-    )
+    row_axes = None if row_axes is None or collective_gemm is not None else tuple(row_axes)
+    cfg = _dense.Config(recipe, activation, bias is not None, x.dtype, row_axes, collective_gemm)
     return _layernorm_dense(
         cfg,
         float(eps),

@@ -31,6 +31,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from qmesh.jax import collective_gemm as _cgemm
 from qmesh.jax import dense as _dense
 from qmesh.jax.activation_quantize import (
     dgelu_dbias_quantize,
@@ -138,7 +139,7 @@ def _layernorm_mlp(cfg, eps, x, gamma, beta, kernels, biases, states):
 _layernorm_mlp.defvjp(_fused_fwd, _fused_bwd)
 
 
-def _config(name, x, kernels, biases, states, recipe, row_axes, out_dtype):
+def _config(name, x, kernels, biases, states, recipe, row_axes, out_dtype, collective_gemm=None):
     """The checked Config of an MLP call (raises ValueError/TypeError naming the argument)."""
     check_recipe(recipe)
     if len(kernels) != 2 or len(biases) != 2 or len(states) != 2 or len(row_axes) != 2:
@@ -163,15 +164,25 @@ def _config(name, x, kernels, biases, states, recipe, row_axes, out_dtype):
     for state in states:
         _dense.check_state(state, recipe)
 
-    def layer(bias, axes):
-        axes = None if axes is None else tuple(axes)
-        return _dense.Config(recipe, None, bias is not None, out_dtype, axes)
+    _cgemm.check_recipe(collective_gemm, recipe)
 
-    return Config(layer(biases[0], row_axes[0]), layer(biases[1], row_axes[1]))
+    def layer(bias, axes, parallel):
+        ring = _cgemm.of(collective_gemm, parallel)
+        axes = None if axes is None or ring is not None else tuple(axes)
+        return _dense.Config(recipe, None, bias is not None, out_dtype, axes, ring)
+
+    return Config(layer(biases[0], row_axes[0], "column"), layer(biases[1], row_axes[1], "row"))
 
 
 def mlp(
-    x, kernels, biases=(None, None), states=(None, None), *, recipe=None, row_axes=(None, None)
+    x,
+    kernels,
+    biases=(None, None),
+    states=(None, None),
+    *,
+    recipe=None,
+    row_axes=(None, None),
+    collective_gemm: str | None = None,
 ):
     """fc2(gelu(fc1(x))) with FP8 GEMMs and GELU fused into the casts. x: [..., H] (float32,
     bfloat16 or float16); kernels: ([H, F], [F, H]) in x's dtype; biases: ([F] or None, [H] or
@@ -179,16 +190,20 @@ def mlp(
     Float8BlockScaling); recipe: DelayedScaling, Float8CurrentScaling or Float8BlockScaling
     (GELU then the block cast: the GELU-fused casts are per-tensor); None: as dense(), the
     autocast's (high precision under autocast(enabled=False)); row_axes: (fc1's, fc2's), as
-    dense(). Returns y [..., H] in x's dtype. Differentiate with respect to `states` for the
-    updated states."""
+    dense(); collective_gemm: None or an overlap ("none", "ring", "bidir"): fc1 column parallel
+    and fc2 row parallel through qmesh's rings (collective_gemm.py). Returns y [..., H] in x's
+    dtype. Differentiate with respect to `states` for the updated states."""
     recipe = recipe_in_force(recipe, DelayedScaling())
     if recipe is None:
+        _cgemm.check_quantized(collective_gemm, recipe)
         h = _dense.dense(x, kernels[0], biases[0], states[0], activation="gelu")
         return _dense.dense(h, kernels[1], biases[1], states[1])
     x = jnp.asarray(x)
     kernels = tuple(jnp.asarray(k) for k in kernels)
     biases = tuple(None if b is None else jnp.asarray(b) for b in biases)
-    cfg = _config("mlp", x, kernels, biases, tuple(states), recipe, row_axes, x.dtype)
+    cfg = _config(
+        "mlp", x, kernels, biases, tuple(states), recipe, row_axes, x.dtype, collective_gemm
+    )
     return _mlp(cfg, x, kernels, biases, tuple(states))
 
 
@@ -203,12 +218,14 @@ def layernorm_mlp(
     recipe=None,
     eps: float = 1e-6,
     row_axes=(None, None),
+    collective_gemm: str | None = None,
 ):
     """(mlp(norm(x)), norm(x)) with the norm (LayerNorm, or RMSNorm when beta is None) fused
     with fc1's input cast as layernorm_dense fuses it, for every recipe. x: float32 or bfloat16
     [..., H]; gamma, beta: float32 [H]; the other arguments as mlp()."""
     recipe = recipe_in_force(recipe, DelayedScaling())
     if recipe is None:
+        _cgemm.check_quantized(collective_gemm, recipe)
         ln = norm(x, gamma, beta, eps)
         return mlp(ln, kernels, biases, states, row_axes=row_axes), ln
     x = jnp.asarray(x)
@@ -216,7 +233,17 @@ def layernorm_mlp(
         raise TypeError(f"layernorm_mlp: x must be float32 or bfloat16, not {x.dtype}")
     kernels = tuple(jnp.asarray(k) for k in kernels)
     biases = tuple(None if b is None else jnp.asarray(b) for b in biases)
-    cfg = _config("layernorm_mlp", x, kernels, biases, tuple(states), recipe, row_axes, x.dtype)
+    cfg = _config(
+        "layernorm_mlp",
+        x,
+        kernels,
+        biases,
+        tuple(states),
+        recipe,
+        row_axes,
+        x.dtype,
+        collective_gemm,
+    )
     beta = None if beta is None else jnp.asarray(beta)
     return _layernorm_mlp(
         cfg, float(eps), x, jnp.asarray(gamma), beta, kernels, biases, tuple(states)

@@ -36,6 +36,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from qmesh.jax import collective_gemm as _cgemm
 from qmesh.jax.autocast import recipe_in_force
 from qmesh.jax.dense import FALLBACKS, dense, fp8_unsupported_reason
 from qmesh.jax.flax.layer_norm import norm_params, normalize
@@ -89,7 +90,8 @@ class QuantizedModule(nn.Module):
     """The fields and the dense computation every quantized module shares (keyword-only):
     kernel_init / bias_init (default: variance scaling, zeros), dtype (of the parameters and
     the computation), recipe (None: unquantised, the baseline), fallback (None or "bf16", as
-    dense())."""
+    dense()), collective_gemm (None, or "none", "ring", "bidir": the sequence-parallel GEMMs
+    through qmesh's rings, qmesh.jax.collective_gemm; needs an FP8 recipe)."""
 
     _: dataclasses.KW_ONLY
     kernel_init: Callable | None = None
@@ -97,6 +99,7 @@ class QuantizedModule(nn.Module):
     dtype: Any = jnp.float32
     recipe: Any = None
     fallback: str | None = None
+    collective_gemm: str | None = None
 
     @property
     def lora_enabled(self) -> bool:
@@ -113,16 +116,23 @@ class QuantizedModule(nn.Module):
             check_recipe(self.recipe)
         if self.fallback not in FALLBACKS:
             raise ValueError(f"fallback must be None or 'bf16', not {self.fallback!r}")
+        if self.collective_gemm is not None:
+            _cgemm.check_overlap(self.collective_gemm)
+            if self.recipe is None:
+                raise ValueError("collective_gemm runs the FP8 GEMMs: set an FP8 recipe")
 
     def _param(self, name, init, shape, dtype, axes):
         """The parameter `name`, partitioned by its logical axes (one per dimension, or ())."""
         return logical_param(self, name, init, shape, dtype, axes)
 
-    def _matmul(self, x, kernel, bias, prefix="", activation=None, input_spec=None):
+    def _matmul(
+        self, x, kernel, bias, prefix="", activation=None, input_spec=None, parallel="column"
+    ):
         """act(x @ kernel + bias) for x [..., K] and kernel [K, N]: the FP8 dense op, or plain
         math in x's dtype when the module has no recipe. input_spec: the mesh axes x's rows
         are gathered to in front of the GEMM (the FP8 codes in FP8 mode), None for as they
-        come."""
+        come. parallel: the layer's tensor-parallel role for collective_gemm ("column" or
+        "row")."""
         if self._recipe is None:
             if input_spec is not None:
                 x = constrain(x, (*input_spec[:-1], jax.sharding.PartitionSpec.UNCONSTRAINED))
@@ -138,6 +148,7 @@ class QuantizedModule(nn.Module):
             activation=activation,
             fallback=self.fallback,
             row_axes=rows_of(input_spec),
+            collective_gemm=_cgemm.of(self.collective_gemm, parallel),
         )
 
     def _dense_general(
@@ -150,6 +161,7 @@ class QuantizedModule(nn.Module):
         kernel_axes=(),
         bias_axes=(),
         input_spec=None,
+        parallel="column",
     ):
         """The DenseGeneral computation shared by the modules: contracts `axis` of x with a
         kernel (*x.shape[axis], *features); returns [...rest of x, *features]. input_spec: x's
@@ -162,7 +174,9 @@ class QuantizedModule(nn.Module):
         kernel, bias = self._dense_params(in_shape, features, prefix, kernel_axes, bias_axes)
         x2 = jnp.transpose(x, rest + list(axis)).reshape(*(x.shape[d] for d in rest), k)
         rows_spec = None if input_spec is None else (*(input_spec[d] for d in rest), None)
-        y = self._matmul(x2.astype(self.dtype), kernel, bias, prefix, activation, rows_spec)
+        y = self._matmul(
+            x2.astype(self.dtype), kernel, bias, prefix, activation, rows_spec, parallel
+        )
         if self.lora_enabled:
             if activation is not None:
                 raise ValueError("LoRA is applied before the activation: use activation=None")
@@ -290,6 +304,7 @@ class Norm(nn.Module):
                 eps=self.epsilon,
                 activation=activation,
                 row_axes=rows_of(dot_spec),
+                collective_gemm=_cgemm.of(self.collective_gemm, "column"),
             )
             return y, constrain_activation(ln, seq_spec)
         ln = constrain_activation(self._norm(x, params), seq_spec)
@@ -303,7 +318,8 @@ class DenseGeneral(LoRA, QuantizedModule):
     dimension; () constrains nothing), applied as the LayerNorm modules' (under a mesh and a
     MeshResource naming tp or tpsp). A row-parallel projection under sequence parallelism:
     input_axes=("batch", None, "heads", "kv"), output_axes=("batch", "seq", "embed"), its
-    product reduce-scattered straight to sequence shards."""
+    product reduce-scattered straight to sequence shards. With collective_gemm, a DenseGeneral
+    whose output is sequence-sharded so is row parallel, any other column parallel."""
 
     features: int | tuple
     axis: int | tuple = -1
@@ -332,6 +348,7 @@ class DenseGeneral(LoRA, QuantizedModule):
             kernel_axes=self.kernel_axes,
             bias_axes=self.bias_axes,
             input_spec=in_t,
+            parallel="row" if sp is not None and sp[1] is not None else "column",
         )
         return constrain_activation(leave(constrain_activation(y, out_t)), out_spec)
 
@@ -445,7 +462,7 @@ class LayerNormMLP(Norm, QuantizedModule):
             z = z[..., 0]
         k2, b2 = self._fc2_params(h)
         z = constrain_activation(z, dot2)
-        y = self._matmul(z.astype(self.dtype), k2, b2, "wo_", input_spec=dot2)
+        y = self._matmul(z.astype(self.dtype), k2, b2, "wo_", input_spec=dot2, parallel="row")
         y = constrain_activation(y, seq_t)
         y = constrain_activation(leave(y), seq)
         ln = constrain_activation(leave(ln), seq) if self.return_layernorm_output else None
@@ -499,10 +516,19 @@ class LayerNormMLP(Norm, QuantizedModule):
                 recipe=self._recipe,
                 eps=self.epsilon,
                 row_axes=row_axes,
+                collective_gemm=self.collective_gemm,
             )
             return y, constrain_activation(ln, seq_t)
         ln = constrain_activation(self._norm(x, norm), seq_t)
-        y = mlp(ln.astype(dtype), kernels, biases, states, recipe=self._recipe, row_axes=row_axes)
+        y = mlp(
+            ln.astype(dtype),
+            kernels,
+            biases,
+            states,
+            recipe=self._recipe,
+            row_axes=row_axes,
+            collective_gemm=self.collective_gemm,
+        )
         return y, ln
 
 
