@@ -5,7 +5,8 @@ target_sources(qmesh PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/cast.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cpu_threads.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gelu.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/gemm_cpu.cpp)
+  ${CMAKE_CURRENT_LIST_DIR}/gemm_cpu.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/mxfp8_cast.cpp)
 # GELU on the host (the GELU-fused casts, the gelu/dgelu layer ops) must give the CUDA
 # backend's bits: no contraction into fused multiply-adds in these host twins (cpu/gelu.h).
 if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
