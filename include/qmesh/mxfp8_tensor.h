@@ -56,7 +56,9 @@ class QMESH_API MxFp8Tensor {
   // copy if `columnwise`); codes 0, scales 127 (1.0).
   MxFp8Tensor(DType fp8, Shape shape, Device device, bool columnwise);
 
+  // Error when empty() (default-constructed).
   MxFp8TensorView view() const;
+  bool empty() const { return data_.data() == nullptr; }
   DType dtype() const { return data_.dtype(); }
   const Shape& shape() const { return data_.shape(); }
   Device device() const { return data_.device(); }

@@ -125,13 +125,19 @@ struct Dense::Impl {
   }
 
   bool fsdp() const { return ctx.fsdp().enabled(); }
-  bool block_scaled() const { return ctx.recipe() == Recipe::kFp8Block; }
+  // Block scaling or MXFP8: per-block scales, no collective GEMM.
+  bool block_scaled() const {
+    return ctx.recipe() == Recipe::kFp8Block || ctx.recipe() == Recipe::kMxfp8;
+  }
 
   // Under block scaling a shard is whole blocks (1x128 of x and dy, 128x128 tiles of W): then
   // each rank's blocks are the unsharded tensor's and sharded == unsharded. The sharded
   // feature count must be a multiple of 128 (Error naming the sizes otherwise).
   void check_block_sharding(int64_t in, int64_t out, int tp_size) const {
-    if (!block_scaled() || tp_size == 1 || options.parallelism == DenseParallelism::kNone) return;
+    // (MXFP8's 1x32 blocks: the casts refuse shards that are not multiples of 32.)
+    if (ctx.recipe() != Recipe::kFp8Block || tp_size == 1 ||
+        options.parallelism == DenseParallelism::kNone)
+      return;
     const bool col = options.parallelism == DenseParallelism::kColumn;
     const int64_t local = col ? out_local : in_local;
     QMESH_CHECK(local % kScaleBlock == 0, name, ": the block-scaling recipe shards ",
@@ -243,6 +249,7 @@ struct Dense::Impl {
     }
     // The block-scaled GEMM accumulates in fp32 (Float8BlockScaling::fp8_gemm_fprop).
     args.accumulation = block_scaled() ? GemmAccumulation::kSplit : GemmAccumulation::kFast;
+    args.emulate_microscaled = ctx.mxfp8_scaling().emulate;
     check_residual(residual, out);
     const bool residual_fused = residual_in_gemm(args, residual);
     if (residual_fused) {  // D = residual, then D += x · Wᵀ + b
@@ -501,6 +508,7 @@ struct Dense::Impl {
     wgrad.trans_b = GemmTranspose::kNo;
     wgrad.d = weight_grad();
     wgrad.accumulation = GemmAccumulation::kSplit;
+    wgrad.emulate_microscaled = ctx.mxfp8_scaling().emulate;
     gemm(wgrad, ctx.stream());
   }
 
@@ -516,6 +524,7 @@ struct Dense::Impl {
     dgrad.b = last_w;
     dgrad.trans_b = GemmTranspose::kNo;
     dgrad.accumulation = GemmAccumulation::kSplit;
+    dgrad.emulate_microscaled = ctx.mxfp8_scaling().emulate;
     return dgrad;
   }
 

@@ -12,6 +12,7 @@
 #include "qmesh/ops/convert.h"
 #include "qmesh/ops/dbias_quantize.h"
 #include "qmesh/ops/gelu.h"
+#include "qmesh/ops/mxfp8_quantize.h"
 #include "qmesh/ops/quantize.h"
 #include "qmesh/scaling/current_scaling.h"
 
@@ -80,6 +81,20 @@ GemmOperand OperandCast::cast_block(const TensorView& x_in, const CastFusion& fu
   return GemmOperand::fp8_block(block_.view());
 }
 
+GemmOperand OperandCast::cast_mxfp8(const TensorView& x_in, const CastFusion& fusion) {
+  const TensorView x =
+      apply_separately(x_in, CastFusion{fusion.kind, fusion.pre, TensorView()}, false);
+  const Shape shape{x.shape.rows(), x.shape.cols()};
+  if (mx_.empty() || !(mx_.shape() == shape))
+    mx_ = MxFp8Tensor(ctx_.fp8_dtype(role_), shape, x.device, true);
+  const float margin = ctx_.mxfp8_scaling().margin;
+  if (fusion.dbias.empty())
+    mxfp8_quantize(x, mx_.view(), margin, ctx_.stream());
+  else
+    mxfp8_dbias_quantize(x, mx_.view(), fusion.dbias, margin, ctx_.stream());
+  return GemmOperand::mxfp8(mx_.view());
+}
+
 GemmOperand OperandCast::cast(const TensorView& x_in, bool columnwise,
                               const CastFusion& fusion_in) {
   QMESH_CHECK(x_in.dtype == DType::kFloat32 || x_in.dtype == DType::kBFloat16,
@@ -110,6 +125,8 @@ GemmOperand OperandCast::cast(const TensorView& x_in, bool columnwise,
     }
     case Recipe::kFp8Block:
       return cast_block(x, fusion);
+    case Recipe::kMxfp8:
+      return cast_mxfp8(x, fusion);
     case Recipe::kFp8Delayed:
     case Recipe::kFp8Current:
       break;
