@@ -19,6 +19,7 @@ from qmesh.jax.block_quantize import (
 from qmesh.jax.delayed_state import combine_state_grads, keep_unused_state, share_state, split_state
 from qmesh.jax.dense import init_state
 from qmesh.jax.gemm import Epilogue
+from qmesh.jax.mxfp8 import mxfp8_dbias_quantize, mxfp8_dequantize, mxfp8_quantize
 from qmesh.jax.quantize import (
     Quantized,
     amax,
@@ -29,7 +30,13 @@ from qmesh.jax.quantize import (
     quantize,
     quantize_current,
 )
-from qmesh.jax.recipe import DelayedScaling, Float8BlockScaling, Float8CurrentScaling, Format
+from qmesh.jax.recipe import (
+    DelayedScaling,
+    Float8BlockScaling,
+    Float8CurrentScaling,
+    Format,
+    MXFP8BlockScaling,
+)
 from qmesh.jax.sharding import MeshResource, global_mesh_resource, global_shard_guard
 
 
@@ -50,6 +57,7 @@ __all__ = [
     "Float8BlockScaling",
     "Float8CurrentScaling",
     "Format",
+    "MXFP8BlockScaling",
     "MeshResource",
     "Quantized",
     "amax",
@@ -70,6 +78,9 @@ __all__ = [
     "init_state",
     "keep_unused_state",
     "layer_norm",
+    "mxfp8_dbias_quantize",
+    "mxfp8_dequantize",
+    "mxfp8_quantize",
     "quantize",
     "quantize_current",
     "recipe",

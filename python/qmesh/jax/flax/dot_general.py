@@ -23,7 +23,7 @@ from flax.linen.fp8_ops import OVERWRITE_WITH_GRADIENT
 
 from qmesh.jax.delayed_state import split_state
 from qmesh.jax.dense import FALLBACKS, OPERANDS, dense
-from qmesh.jax.recipe import DelayedScaling, check_recipe
+from qmesh.jax.recipe import DelayedScaling, MXFP8BlockScaling, check_recipe
 
 # Per root scope (one init/apply): the unused half of the last split of each GEMM's state, for
 # a module called more than once (see fp8_state).
@@ -91,10 +91,12 @@ _MIXUP = (
 def make_dot_general_cls(recipe, fallback: str | None = None):
     """A Flax module class computing lax.dot_general's result with qmesh's FP8 dense op.
 
-    recipe: qmesh.jax.recipe.DelayedScaling(), Float8CurrentScaling() or Float8BlockScaling();
-    fallback: None (raise when FP8 cannot be used) or "bf16" (run such calls in bfloat16,
-    counted in stats)."""
-    check_recipe(recipe)
+    recipe: qmesh.jax.recipe.DelayedScaling(), Float8CurrentScaling(), Float8BlockScaling()
+    or MXFP8BlockScaling() (GEMMs emulated, qmesh/jax/mxfp8_dense.py); fallback: None (raise
+    when FP8 cannot be used) or "bf16" (run such calls in bfloat16, counted in stats; not used
+    under MXFP8)."""
+    if not isinstance(recipe, MXFP8BlockScaling):
+        check_recipe(recipe)
     if fallback not in FALLBACKS:
         raise ValueError(f"fallback must be None or 'bf16', not {fallback!r}")
 
