@@ -39,7 +39,7 @@ namespace {
 std::string what_is_missing(const Device& d) {
   if (d.is_host()) return "the host backend has no native MXFP8 GEMM";
   std::string missing = concat("qmesh was built without CUDA, so ", d.str(), " is unusable");
-  on_cuda(d.index, [&](int index) {
+  on_cuda(d.index, [&](auto index) {
     const cuda::DeviceArch arch = cuda::device_arch(index);
     const std::string device = concat(arch.name, " (", arch.major, ".", arch.minor, ")");
     missing = arch.major < 10
