@@ -9,6 +9,7 @@
 #include <tuple>
 #include <vector>
 
+#include "gpu_cast_test_util.h"
 #include "qmesh/copy.h"
 #include "qmesh/mxfp8_tensor.h"
 #include "qmesh/ops/gemm.h"
@@ -20,36 +21,12 @@ namespace {
 
 const Device kGpu = Device::cuda(0);
 
-#define SKIP_WITHOUT_GPU() \
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device"
-
-std::vector<uint8_t> bytes_of(const TensorView& t) {
-  std::vector<uint8_t> out(t.nbytes());
-  copy_bytes(out.data(), Device::host(), t.data, t.device, t.nbytes());
-  return out;
-}
-
-// Random values with zeros and huge and tiny ones mixed in (and Inf and NaN if `nonfinite`:
-// then only codes and scales compare bitwise, NaN payloads of sums and products differ).
-Tensor input(DType dtype, const Shape& shape, uint32_t seed, bool nonfinite) {
-  Tensor x = test::random_wide(dtype, shape, seed);
-  const float specials[] = {0.0f,
-                            -0.0f,
-                            3e4f,
-                            -1e-30f,
-                            std::numeric_limits<float>::infinity(),
-                            std::numeric_limits<float>::quiet_NaN()};
-  const size_t kinds = nonfinite ? std::size(specials) : std::size(specials) - 2;
-  for (int64_t i = 3; i < x.numel(); i += 2017) test::set_wide(x, i, specials[(i / 2017) % kinds]);
-  return x;
-}
-
 void expect_same(const MxFp8TensorView& d, const MxFp8TensorView& h) {
-  EXPECT_EQ(bytes_of(d.data), bytes_of(h.data)) << "rowwise codes";
-  EXPECT_EQ(bytes_of(d.scale), bytes_of(h.scale)) << "rowwise scales";
+  EXPECT_EQ(test::bytes_of(d.data), test::bytes_of(h.data)) << "rowwise codes";
+  EXPECT_EQ(test::bytes_of(d.scale), test::bytes_of(h.scale)) << "rowwise scales";
   if (!h.has_columnwise()) return;
-  EXPECT_EQ(bytes_of(d.data_t), bytes_of(h.data_t)) << "columnwise codes";
-  EXPECT_EQ(bytes_of(d.scale_t), bytes_of(h.scale_t)) << "columnwise scales";
+  EXPECT_EQ(test::bytes_of(d.data_t), test::bytes_of(h.data_t)) << "columnwise codes";
+  EXPECT_EQ(test::bytes_of(d.scale_t), test::bytes_of(h.scale_t)) << "columnwise scales";
 }
 
 using Param = std::tuple<DType, DType, int64_t, int64_t>;
@@ -59,7 +36,7 @@ TEST_P(Mxfp8GpuTest, QuantizeDbiasAndDequantizeMatchHostBitwise) {
   SKIP_WITHOUT_GPU();
   const auto [in, fp8, rows, cols] = GetParam();
   const Shape shape{rows, cols};
-  const Tensor x = input(in, shape, 7, /*nonfinite=*/false);
+  const Tensor x = test::special_input(in, shape, 7, /*nonfinite=*/false);
   Tensor dx(in, shape, kGpu);
   copy_tensor(dx, x);
   for (const bool columnwise : {false, true})
@@ -73,12 +50,12 @@ TEST_P(Mxfp8GpuTest, QuantizeDbiasAndDequantizeMatchHostBitwise) {
       mxfp8_dbias_quantize(x, h.view(), hb, margin);
       mxfp8_dbias_quantize(dx, d.view(), db, margin);
       expect_same(d.view(), h.view());
-      EXPECT_EQ(bytes_of(db), bytes_of(hb)) << "dbias";
+      EXPECT_EQ(test::bytes_of(db), test::bytes_of(hb)) << "dbias";
       for (const DType out : {DType::kFloat32, DType::kBFloat16}) {
         Tensor hy(out, shape), dy(out, shape, kGpu);
         mxfp8_dequantize(h.view(), hy);
         mxfp8_dequantize(d.view(), dy);
-        EXPECT_EQ(bytes_of(dy), bytes_of(hy)) << "dequantized to " << dtype_name(out);
+        EXPECT_EQ(test::bytes_of(dy), test::bytes_of(hy)) << "dequantized to " << dtype_name(out);
       }
     }
 }
@@ -93,7 +70,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Mxfp8GpuTest,
 TEST(Mxfp8Gpu, NanAndInfBlocksMatchHostBitwise) {
   SKIP_WITHOUT_GPU();
   const Shape shape{320, 544};
-  const Tensor x = input(DType::kBFloat16, shape, 9, /*nonfinite=*/true);
+  const Tensor x = test::special_input(DType::kBFloat16, shape, 9, /*nonfinite=*/true);
   Tensor dx(x.dtype(), shape, kGpu);
   copy_tensor(dx, x);
   MxFp8Tensor h(DType::kFloat8E4M3, shape, Device::host(), true);

@@ -61,19 +61,6 @@ Expected reference(const std::vector<float>& x, int64_t rows, int64_t cols, DTyp
   return e;
 }
 
-std::vector<float> widened(const Tensor& x) {
-  std::vector<float> v(x.numel());
-  for (int64_t i = 0; i < x.numel(); ++i) v[i] = test::wide_at(x, i);
-  return v;
-}
-
-std::vector<float> transposed(const std::vector<float>& v, int64_t rows, int64_t cols) {
-  std::vector<float> t(v.size());
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) t[c * rows + r] = v[r * cols + c];
-  return t;
-}
-
 void expect_matches(const MxFp8Tensor& q, const std::vector<float>& x, int64_t rows, int64_t cols,
                     double margin) {
   const MxFp8TensorView v = q.view();
@@ -81,7 +68,7 @@ void expect_matches(const MxFp8Tensor& q, const std::vector<float>& x, int64_t r
   EXPECT_EQ(host_vector<uint8_t>(v.data), row.codes) << "rowwise codes";
   EXPECT_EQ(host_vector<uint8_t>(v.scale), row.scale) << "rowwise scales";
   if (!q.has_columnwise()) return;
-  const Expected col = reference(transposed(x, rows, cols), cols, rows, q.dtype(), margin);
+  const Expected col = reference(test::transposed(x, rows, cols), cols, rows, q.dtype(), margin);
   EXPECT_EQ(host_vector<uint8_t>(v.data_t), col.codes) << "columnwise codes";
   EXPECT_EQ(host_vector<uint8_t>(v.scale_t), col.scale) << "columnwise scales";
 }
@@ -95,7 +82,7 @@ TEST(Mxfp8Quantize, MatchesFloat64ReferenceForEveryDtypeAndFormat) {
         const Tensor x = test::random_wide(in, Shape{rows, cols}, 5);
         MxFp8Tensor q(fp8, Shape{rows, cols}, Device::host(), columnwise);
         mxfp8_quantize(x.view(), q.view());
-        expect_matches(q, widened(x), rows, cols, 0.0);
+        expect_matches(q, test::widened(x), rows, cols, 0.0);
       }
 }
 
@@ -103,7 +90,7 @@ TEST(Mxfp8Quantize, MarginLowersTheLargestCodeByItsPowerOfTwo) {
   const Tensor x = test::random_wide(DType::kFloat32, Shape{32, 64}, 9);
   MxFp8Tensor q(DType::kFloat8E4M3, Shape{32, 64}, Device::host(), true);
   mxfp8_quantize(x.view(), q.view(), 2.0f);
-  expect_matches(q, widened(x), 32, 64, 2.0);
+  expect_matches(q, test::widened(x), 32, 64, 2.0);
   for (const uint8_t code : host_vector<uint8_t>(q.view().data))
     EXPECT_LE(std::fabs(e4m3_to_float(code)), 448.0f / 4.0f);
   EXPECT_QMESH_ERROR(mxfp8_quantize(x.view(), q.view(), -1.0f), "margin must be finite and >= 0");
@@ -155,7 +142,7 @@ TEST(Mxfp8Quantize, DequantizeIsCodeTimesTheScale) {
     }
   }
   // Quantization error of a block: at most half a code step of its largest binade.
-  const auto xv = widened(x);
+  const auto xv = test::widened(x);
   Tensor y(DType::kFloat32, Shape{rows, cols});
   mxfp8_dequantize(q.view(), y.view());
   for (int64_t i = 0; i < rows * cols; ++i)
@@ -170,7 +157,7 @@ TEST(Mxfp8Quantize, DbiasIsTheColumnSum) {
   MxFp8Tensor q(DType::kFloat8E5M2, Shape{rows, cols}, Device::host(), true);
   Tensor dbias(DType::kFloat32, Shape{cols});
   mxfp8_dbias_quantize(g.view(), q.view(), dbias.view());
-  const auto gv = widened(g);
+  const auto gv = test::widened(g);
   expect_matches(q, gv, rows, cols, 0.0);
   for (int64_t c = 0; c < cols; ++c) {
     double sum = 0.0, mag = 0.0;
