@@ -14,6 +14,7 @@ from jax.sharding import PartitionSpec as P
 
 import qmesh.jax as qj
 from qmesh.jax import stats as qstats
+from qmesh.jax.mlp import mlp
 from qmesh.jax.recipe import MXFP8BlockScaling
 
 E8M0 = ml_dtypes.float8_e8m0fnu
@@ -120,3 +121,26 @@ def test_dense_without_emulation_raises_naming_the_device():
     k = np.zeros((64, 32), np.float32)
     with pytest.raises(ValueError, match="CPU backend has no native MXFP8 GEMM.*emulate=True"):
         qj.dense(x, k, recipe=MXFP8BlockScaling())
+
+
+def test_mlp_is_the_two_emulated_dense_layers():
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((32, 64)).astype(np.float32)
+    k1 = (rng.standard_normal((64, 96)) / 8).astype(np.float32)
+    k2 = (rng.standard_normal((96, 64)) / 8).astype(np.float32)
+    b1 = rng.standard_normal(96).astype(np.float32)
+    recipe = MXFP8BlockScaling(emulate=True)
+
+    def fused(x, k1, k2):
+        return jnp.sum(mlp(x, (k1, k2), (b1, None), recipe=recipe) ** 2)
+
+    def composed(x, k1, k2):
+        h = qj.dense(x, k1, b1, recipe=recipe, activation="gelu")
+        return jnp.sum(qj.dense(h, k2, recipe=recipe) ** 2)
+
+    for a, b in zip(
+        jax.grad(fused, (0, 1, 2))(x, k1, k2), jax.grad(composed, (0, 1, 2))(x, k1, k2)
+    ):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    with pytest.raises(ValueError, match="takes no states"):
+        mlp(x, (k1, k2), states=({}, None), recipe=recipe)

@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 
 from qmesh.jax import dense as _dense
+from qmesh.jax import mxfp8_dense
 from qmesh.jax.activation_quantize import (
     dgelu_dbias_quantize,
     dgelu_dbias_quantize_current,
@@ -41,7 +42,7 @@ from qmesh.jax.activation_quantize import (
 from qmesh.jax.common import F32
 from qmesh.jax.gemm import dgelu, gelu
 from qmesh.jax.layernorm_dense import norm_backward, norm_forward
-from qmesh.jax.recipe import DelayedScaling, Float8BlockScaling, check_recipe
+from qmesh.jax.recipe import DelayedScaling, Float8BlockScaling, MXFP8BlockScaling, check_recipe
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,9 +174,15 @@ def mlp(x, kernels, biases=(None, None), states=(None, None), *, recipe, row_axe
     bfloat16 or float16); kernels: ([H, F], [F, H]) in x's dtype; biases: ([F] or None, [H] or
     None); states: init_state(recipe) of each GEMM (None for Float8CurrentScaling and
     Float8BlockScaling); recipe: DelayedScaling, Float8CurrentScaling or Float8BlockScaling
-    (GELU then the block cast: the GELU-fused casts are per-tensor); row_axes: (fc1's,
-    fc2's), as dense(). Returns y [..., H] in x's dtype. Differentiate with respect to
-    `states` for the updated states."""
+    (GELU then the block cast: the GELU-fused casts are per-tensor), or MXFP8BlockScaling
+    (the two emulated dense layers of mxfp8_dense.py, GELU between; no states or row_axes);
+    row_axes: (fc1's, fc2's), as dense(). Returns y [..., H] in x's dtype. Differentiate with
+    respect to `states` for the updated states."""
+    if isinstance(recipe, MXFP8BlockScaling):
+        if any(s is not None for s in states) or any(a is not None for a in row_axes):
+            raise ValueError("mlp: MXFP8BlockScaling takes no states and no row_axes")
+        h = mxfp8_dense.dense(x, kernels[0], biases[0], recipe, "gelu", None)
+        return mxfp8_dense.dense(h, kernels[1], biases[1], recipe, None, None)
     x = jnp.asarray(x)
     kernels = tuple(jnp.asarray(k) for k in kernels)
     biases = tuple(None if b is None else jnp.asarray(b) for b in biases)
