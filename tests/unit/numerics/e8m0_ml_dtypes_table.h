@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+// clang-format off
 inline constexpr uint32_t kMlDtypesE8M0Bits[256] = {
     0x00400000u, 0x00800000u, 0x01000000u, 0x01800000u, 0x02000000u, 0x02800000u,
     0x03000000u, 0x03800000u, 0x04000000u, 0x04800000u, 0x05000000u, 0x05800000u,
@@ -49,3 +50,4 @@ inline constexpr uint32_t kMlDtypesE8M0Bits[256] = {
     0x7B000000u, 0x7B800000u, 0x7C000000u, 0x7C800000u, 0x7D000000u, 0x7D800000u,
     0x7E000000u, 0x7E800000u, 0x7F000000u, 0x7FC00000u,
 };
+// clang-format on
