@@ -503,8 +503,8 @@ def dense(
     if activation not in ACTIVATIONS:
         raise ValueError(f"dense: activation must be one of {ACTIVATIONS}, not {activation!r}")
     if isinstance(recipe, MXFP8BlockScaling):
-        if state is not None:
-            raise ValueError("dense: MXFP8BlockScaling keeps no state; pass state=None")
+        if state is not None or row_axes is not None:
+            raise ValueError("dense: MXFP8BlockScaling takes no state and no row_axes")
         return mxfp8_dense.dense(x, kernel, bias, recipe, activation, out_dtype)
     check_recipe(recipe)
     if fallback not in FALLBACKS:
