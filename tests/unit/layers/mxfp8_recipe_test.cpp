@@ -5,6 +5,7 @@
 
 #include <vector>
 
+#include "counting_communicator.h"
 #include "dense_reference.h"
 #include "expect_error.h"
 #include "mlp_harness.h"
@@ -72,6 +73,30 @@ TEST(Mxfp8Recipe, DenseMatchesFloat64ReferenceWithEmulatedGemms) {
     EXPECT_LT(rel_norm(doubles(dense.weight().grad), want.dw), 0.05);
     EXPECT_LT(rel_norm(doubles(b.grad), want.db), 1e-5);
     EXPECT_GT(rel_norm(y, want.y), 1e-4);  // the operands are FP8: not the fp32 result
+  });
+}
+
+// Each block's scale is its own: a tp = 2 column-parallel layer reduces no amax in forward
+// and end_step issues no all-reduce (counted), and no scaling state is registered.
+TEST(Mxfp8Recipe, IssuesNoAmaxReduction) {
+  run_local_ranks(2, [&](Communicator& world) {
+    auto counting = std::make_shared<testing::CountingCommunicator>(borrowed(world), true);
+    LayerContextOptions options;
+    options.mxfp8.emulate = true;
+    LayerContext ctx(Mesh(counting, {{"tp", 2}}), Recipe::kMxfp8, options);
+    DenseOptions column;
+    column.parallelism = DenseParallelism::kColumn;
+    Dense dense("d", 128, 256, column, ctx, 4);
+    const Tensor x = test::random_tensor(Shape{32, 128}, 1);
+    const Tensor dy = test::random_tensor(Shape{32, 128}, 2);
+    const int before_forward = counting->all_reduces();
+    dense.forward(x);
+    EXPECT_EQ(counting->all_reduces() - before_forward, 0);
+    dense.backward(dy);  // one all-reduce of the partial dx
+    const int before_end = counting->all_reduces();
+    ctx.end_step();
+    EXPECT_EQ(counting->all_reduces() - before_end, 0);
+    EXPECT_QMESH_ERROR(ctx.scaling(), "no FP8 operands were registered");
   });
 }
 
