@@ -144,3 +144,25 @@ def test_mlp_is_the_two_emulated_dense_layers():
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     with pytest.raises(ValueError, match="takes no states"):
         mlp(x, (k1, k2), states=({}, None), recipe=recipe)
+
+
+def test_flax_modules_take_the_recipe():
+    from qmesh.jax.flax import DenseGeneral, LayerNormMLP
+
+    x = jnp.asarray(np.random.default_rng(5).standard_normal((8, 4, 32)), jnp.float32)
+    mx = MXFP8BlockScaling(emulate=True)
+    for make in (
+        lambda r: LayerNormMLP(intermediate_dim=64, recipe=r),
+        lambda r: DenseGeneral(features=64, recipe=r),
+    ):
+        v = make(None).init(jax.random.key(0), x)
+
+        def out(r):
+            y = make(r).apply(v, x)
+            return y[0] if isinstance(y, tuple) else y
+
+        want = np.asarray(out(None), np.float64)
+        got = np.asarray(out(mx), np.float64)
+        assert 1e-4 < np.linalg.norm(got - want) / np.linalg.norm(want) < 0.08
+    with pytest.raises(ValueError, match="multiples of 32"):
+        DenseGeneral(features=48, recipe=mx).init(jax.random.key(0), x)

@@ -491,7 +491,7 @@ def dense(
     delayed-scaling state (init_state(recipe)) or None for Float8CurrentScaling and
     Float8BlockScaling; recipe: DelayedScaling() (default), Float8CurrentScaling() or
     Float8BlockScaling() (or MXFP8BlockScaling(): GEMMs emulated, see mxfp8_dense.py; no
-    state, fallback or row_axes); activation: None or "gelu" (tanh
+    state; fallback and row_axes have no effect); activation: None or "gelu" (tanh
     approximation); out_dtype: default x's dtype; fallback: None (raise when FP8 cannot be
     used) or "bf16" (run in bfloat16 then, counted in qmesh.jax.stats()); row_axes: None, or
     the mesh axes (a tuple, () for replicated) the rows of x's and the output gradient's FP8
@@ -503,8 +503,8 @@ def dense(
     if activation not in ACTIVATIONS:
         raise ValueError(f"dense: activation must be one of {ACTIVATIONS}, not {activation!r}")
     if isinstance(recipe, MXFP8BlockScaling):
-        if state is not None or row_axes is not None:
-            raise ValueError("dense: MXFP8BlockScaling takes no state and no row_axes")
+        if state is not None:
+            raise ValueError("dense: MXFP8BlockScaling keeps no state; pass state=None")
         return mxfp8_dense.dense(x, kernel, bias, recipe, activation, out_dtype)
     check_recipe(recipe)
     if fallback not in FALLBACKS:

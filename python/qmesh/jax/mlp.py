@@ -175,12 +175,13 @@ def mlp(x, kernels, biases=(None, None), states=(None, None), *, recipe, row_axe
     None); states: init_state(recipe) of each GEMM (None for Float8CurrentScaling and
     Float8BlockScaling); recipe: DelayedScaling, Float8CurrentScaling or Float8BlockScaling
     (GELU then the block cast: the GELU-fused casts are per-tensor), or MXFP8BlockScaling
-    (the two emulated dense layers of mxfp8_dense.py, GELU between; no states or row_axes);
+    (the two emulated dense layers of mxfp8_dense.py, GELU between; no states, row_axes have
+    no effect);
     row_axes: (fc1's, fc2's), as dense(). Returns y [..., H] in x's dtype. Differentiate with
     respect to `states` for the updated states."""
     if isinstance(recipe, MXFP8BlockScaling):
-        if any(s is not None for s in states) or any(a is not None for a in row_axes):
-            raise ValueError("mlp: MXFP8BlockScaling takes no states and no row_axes")
+        if any(s is not None for s in states):
+            raise ValueError("mlp: MXFP8BlockScaling takes no states")
         h = mxfp8_dense.dense(x, kernels[0], biases[0], recipe, "gelu", None)
         return mxfp8_dense.dense(h, kernels[1], biases[1], recipe, None, None)
     x = jnp.asarray(x)

@@ -4,7 +4,8 @@ quantized modules derive from QuantizedModule (the fields and the dense computat
 share) and the mixins Norm and LoRA; the fields these add are keyword-only.
 
 Names and arguments follow TransformerEngine's Flax modules. `recipe` picks the FP8 recipe
-(qmesh.jax.recipe.DelayedScaling(), Float8CurrentScaling() or Float8BlockScaling()); None runs
+(qmesh.jax.recipe.DelayedScaling(), Float8CurrentScaling(), Float8BlockScaling() or
+MXFP8BlockScaling() with emulated GEMMs, sizes multiples of 32); None runs
 the layer unquantised in `dtype` (the baseline). DelayedScaling state lives in the
 `_overwrite_with_gradient` collection (see dot_general.py).
 
@@ -51,7 +52,7 @@ from qmesh.jax.gemm import gelu
 from qmesh.jax.layer_norm import layer_norm
 from qmesh.jax.layernorm_dense import layernorm_dense
 from qmesh.jax.mlp import layernorm_mlp, mlp
-from qmesh.jax.recipe import DelayedScaling, check_recipe
+from qmesh.jax.recipe import DelayedScaling, MXFP8BlockScaling, check_recipe
 from qmesh.jax.sharding import constrain
 
 ACTIVATIONS: dict[str, Callable] = {
@@ -102,7 +103,7 @@ class QuantizedModule(nn.Module):
         return False
 
     def _check_config(self):
-        if self.recipe is not None:
+        if self.recipe is not None and not isinstance(self.recipe, MXFP8BlockScaling):
             check_recipe(self.recipe)
         if self.fallback not in FALLBACKS:
             raise ValueError(f"fallback must be None or 'bf16', not {self.fallback!r}")
