@@ -33,7 +33,7 @@ import numpy as np
 import qmesh.jax as qj
 from hlo_gemms import fp8_gemm_counts
 from qmesh.jax.gemm import Epilogue, gemm
-from qmesh.jax.layer_norm import layer_norm_fwd, layer_norm_fwd_quantize
+from qmesh.jax.layer_norm import layer_norm_fwd, norm_fwd_quantize
 from qmesh.jax.recipe import DelayedScaling
 from qmesh.jax.scaling import update_delayed_scaling
 
@@ -59,6 +59,11 @@ def jax_layer_norm(x, g, b, eps=1e-5):
     mean = jnp.mean(x, -1, keepdims=True)
     var = jnp.mean(jnp.square(x - mean), -1, keepdims=True)
     return (x - mean) * jax.lax.rsqrt(var + eps) * g + b
+
+
+def jax_rms_norm(x, g, eps=1e-5):
+    xf = x.astype(jnp.float32)
+    return (xf * jax.lax.rsqrt(jnp.mean(xf * xf, -1, keepdims=True) + eps) * g).astype(x.dtype)
 
 
 def jax_delayed_update(h, s, margin=0.0):
@@ -146,8 +151,13 @@ def cases(rows, cols, n, history_len, groups):
          lambda v, sc: tuple(qj.grouped_quantize(v, sizes, sc)), jax_grouped, (x, scales), 5 * elems, None),
         ("layer_norm fwd", lambda v: layer_norm_fwd(v, g, b), lambda v: jax_layer_norm(v, g, b), (x,),
          8 * elems, None),
-        ("layer_norm fwd+quantize", lambda v: layer_norm_fwd_quantize(v, g, b, s)[1].q,
+        ("layer_norm fwd+quantize", lambda v: norm_fwd_quantize(v, g, b, s)[1].q,
          lambda v: cast(jax_layer_norm(v, g, b), s, E4M3), (x,), 9 * elems, None),
+        ("layer_norm fwd+quantize bf16", lambda v: norm_fwd_quantize(v, g, b, s)[1].q,
+         lambda v: cast(jax_layer_norm(v.astype(jnp.float32), g, b).astype(v.dtype), s, E4M3), (xb,),
+         5 * elems, None),
+        ("rms_norm fwd+quantize bf16", lambda v: norm_fwd_quantize(v, g, None, s)[1].q,
+         lambda v: cast(jax_rms_norm(v, g), s, E4M3), (xb,), 5 * elems, None),
         (f"delayed update 1000 x {history_len}",
          lambda h, sc: update_delayed_scaling(h, sc, [E4M3] * 1000, DelayedScaling(amax_history_len=history_len)),
          jax_delayed_update, (hist, hs), 8 * hist.size, None),

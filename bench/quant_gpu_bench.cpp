@@ -1,8 +1,9 @@
 // GPU throughput of the fused casts against the measured device-to-device copy bandwidth
 // (bytes read + written in both cases; target >= 90 % of the copy): cast_transpose + amax from
-// bf16 and fp32 to e4m3 and e5m2, and the GELU-fused casts of the LayerNormMLP step
-// (gelu_cast_transpose, dgelu_dbias_cast_transpose), the block-scaled casts with their
-// columnwise copy (block_quantize, 1x128 and 128x128 blocks); and the latency of the fused
+// bf16 and fp32 to e4m3 and e5m2, the GELU-fused casts of the LayerNormMLP step
+// (gelu_cast_transpose, dgelu_dbias_cast_transpose), LayerNorm fused with the cast
+// (norm_forward), the block-scaled casts with their columnwise copy (block_quantize, 1x128 and
+// 128x128 blocks); and the latency of the fused
 // delayed-scaling update of 1000 tensors x history 1024. Prints a table, then one JSON object
 // (also to --json FILE). --case NAME runs only the casts whose name contains NAME, once each
 // after one warm-up (for a profiler: ncu). Without a GPU it says "no GPU" and exits 0.
@@ -21,6 +22,7 @@
 #include "qmesh/ops/activation_cast.h"
 #include "qmesh/ops/block_quantize.h"
 #include "qmesh/ops/cast_transpose.h"
+#include "qmesh/ops/norm_forward.h"
 #include "qmesh/scaling/scaling_states.h"
 
 namespace {
@@ -51,7 +53,7 @@ double time_ms(Fn&& fn, int iters) {
   return ms / iters;
 }
 
-enum class Kind { kCastTranspose, kGelu, kDgelu, kBlock1x128, kBlock128x128 };
+enum class Kind { kCastTranspose, kGelu, kDgelu, kBlock1x128, kBlock128x128, kLayerNorm };
 
 struct Case {
   const char* name;
@@ -83,6 +85,12 @@ const Case kCases[] = {
      DType::kFloat8E4M3, 8192, 8192},
     {"block_quantize 128x128 bf16->e4m3 8192x8192", Kind::kBlock128x128, DType::kBFloat16,
      DType::kFloat8E4M3, 8192, 8192},
+    // LayerNorm fused with the cast and its columnwise copy (norm_forward), LayerNormMLP's
+    // [T, H] input.
+    {"norm_forward layernorm fp32->e4m3 8192x4096", Kind::kLayerNorm, DType::kFloat32,
+     DType::kFloat8E4M3, 8192, 4096},
+    {"norm_forward layernorm bf16->e4m3 8192x4096", Kind::kLayerNorm, DType::kBFloat16,
+     DType::kFloat8E4M3, 8192, 4096},
 };
 
 struct Row {
@@ -129,6 +137,12 @@ int main(int argc, char** argv) try {
       const Shape shape{c.rows, c.cols};
       qmesh::Tensor x(c.in, shape, gpu), pre(c.in, shape, gpu);
       qmesh::Tensor dbias(DType::kFloat32, Shape{c.cols}, gpu);
+      qmesh::Tensor gamma(DType::kFloat32, Shape{c.cols}, gpu),
+          beta(DType::kFloat32, Shape{c.cols}, gpu);
+      qmesh::Tensor mean(DType::kFloat32, Shape{c.rows}, gpu),
+          rstd(DType::kFloat32, Shape{c.rows}, gpu);
+      QMESH_CHECK_CUDA(cudaMemset(gamma.data(), 0, gamma.nbytes()));
+      QMESH_CHECK_CUDA(cudaMemset(beta.data(), 0, beta.nbytes()));
       QMESH_CHECK_CUDA(cudaMemset(x.data(), 0x3F, x.nbytes()));  // bf16 0x3F3F ~ 0.75
       QMESH_CHECK_CUDA(cudaMemset(pre.data(), 0x3E, pre.nbytes()));
       qmesh::QuantizedTensor q(c.fp8, shape, gpu, true);
@@ -150,6 +164,13 @@ int main(int argc, char** argv) try {
           case Kind::kBlock1x128:
           case Kind::kBlock128x128:
             return qmesh::block_quantize(x, bq.view(), qmesh::QParams{});
+          case Kind::kLayerNorm: {
+            qmesh::NormOutputs out;
+            out.codes = q.view();
+            out.mean = mean;
+            out.rstd = rstd;
+            return qmesh::norm_forward(x, gamma, beta, {}, out);
+          }
         }
       };
       const double ms = time_ms(cast, iters);

@@ -18,13 +18,14 @@ enum class DType : uint8_t {
   kFloat8E5M2 = 4,  // OCP float8_e5m2: IEEE-like, max 57344
   kInt32 = 5,
   kFloat64 = 6,
-  kFloat8E8M0 = 7,  // OCP E8M0 scale (MX formats): 2^(byte - 127), 0xFF = NaN; no arithmetic
+  kFloat4E2M1x2 = 7,  // two OCP float4_e2m1fn codes per byte: element 2k low nibble, 2k+1 high
+  kFloat8E8M0 = 8,    // OCP E8M0 scale (MX formats): 2^(byte - 127), 0xFF = NaN; no arithmetic
 };
 
 // Bytes per element. Throws qmesh::Error for a value outside the enum.
 QMESH_API size_t dtype_size(DType dtype);
 // Canonical lower-case name: "fp32", "fp16", "bf16", "fp8e4m3", "fp8e5m2", "int32", "fp64",
-// "fp8e8m0".
+// "fp4e2m1x2", "fp8e8m0".
 QMESH_API std::string_view dtype_name(DType dtype);
 // Inverse of dtype_name; also accepts "e4m3"/"e5m2". Unknown names are an Error listing the
 // accepted ones.

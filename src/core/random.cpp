@@ -2,15 +2,12 @@
 
 #include <cmath>
 
+#include "core/splitmix64.h"
+
 namespace qmesh {
 
 namespace {
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
+using detail::splitmix64;
 // Uniform in (0, 1]: the top 53 bits, shifted away from 0 so the logarithm is finite.
 double unit(uint64_t bits) { return (double(bits >> 11) + 1.0) * 0x1.0p-53; }
 }  // namespace

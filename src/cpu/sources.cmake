@@ -6,12 +6,15 @@ target_sources(qmesh PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/cpu_threads.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gelu.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gemm_cpu.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/mxfp8_cast.cpp)
-# GELU on the host (the GELU-fused casts, the gelu/dgelu layer ops) must give the CUDA
-# backend's bits: no contraction into fused multiply-adds in these host twins (cpu/gelu.h).
+  ${CMAKE_CURRENT_LIST_DIR}/mxfp8_cast.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/norm.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/nvfp4_cast.cpp)
+# GELU, the norms and the NVFP4 casts on the host must give the CUDA backend's bits: no
+# contraction into fused multiply-adds in these host twins (cpu/gelu.h).
 if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
   set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/cast.cpp
-    ${CMAKE_CURRENT_LIST_DIR}/gelu.cpp PROPERTIES COMPILE_OPTIONS -ffp-contract=off)
+    ${CMAKE_CURRENT_LIST_DIR}/gelu.cpp ${CMAKE_CURRENT_LIST_DIR}/norm.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/nvfp4_cast.cpp PROPERTIES COMPILE_OPTIONS -ffp-contract=off)
 endif()
 if(QMESH_WITH_BLAS)
   target_link_libraries(qmesh PRIVATE BLAS::BLAS)

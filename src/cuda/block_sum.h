@@ -1,5 +1,7 @@
-// Block-wide sum for CUDA kernels (internal).
+// Block-wide reductions for CUDA kernels (internal): a sum, and the amax of a cast.
 #pragma once
+
+#include <cstdint>
 
 namespace qmesh::detail::cuda {
 
@@ -17,6 +19,23 @@ __device__ T block_sum(T v, T* scratch) {
   T total = 0;
   for (int w = 0; w < kBlockThreads / 32; ++w) total += scratch[w];
   return total;
+}
+
+// Block-wide max of m (|x| bits; every thread of the block calls it), then one atomicMax
+// into *amax by thread 0: non-negative floats order like their bits and NaN sorts above +inf
+// (the NaN-propagating amax of ops/amax.h).
+template <int kBlockThreads>
+__device__ void block_amax(uint32_t m, float* amax) {
+  static_assert(kBlockThreads % 32 == 0 && kBlockThreads <= 1024, "whole warps only");
+  __shared__ uint32_t warp_max[kBlockThreads / 32];
+  m = __reduce_max_sync(0xFFFFFFFFu, m);
+  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = m;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    m = threadIdx.x < kBlockThreads / 32 ? warp_max[threadIdx.x] : 0u;
+    m = __reduce_max_sync(0xFFFFFFFFu, m);
+    if (threadIdx.x == 0) atomicMax(reinterpret_cast<unsigned int*>(amax), m);
+  }
 }
 
 }  // namespace qmesh::detail::cuda

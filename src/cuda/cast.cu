@@ -24,6 +24,7 @@
 #include <span>
 #include <vector>
 
+#include "cuda/block_sum.h"
 #include "cuda/cast.h"
 #include "cuda/cast_elements.cuh"
 #include "cuda/device_scalar.h"
@@ -114,19 +115,6 @@ __device__ __forceinline__ void store_vec(uint8_t* out, int64_t i, int64_t n, bo
   }
 }
 
-// Block-wide max of m (every thread calls it), then one atomicMax into *amax by thread 0.
-__device__ void block_amax(uint32_t m, float* amax) {
-  __shared__ uint32_t warp_max[kWarps];
-  m = __reduce_max_sync(0xFFFFFFFFu, m);
-  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = m;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    m = threadIdx.x < kWarps ? warp_max[threadIdx.x] : 0u;
-    m = __reduce_max_sync(0xFFFFFFFFu, m);
-    if (threadIdx.x == 0) atomicMax(reinterpret_cast<unsigned int*>(amax), m);
-  }
-}
-
 // ---- flat kernel: quantize / amax / grouped quantize ---------------------------------------
 
 struct FlatGroup {
@@ -177,7 +165,7 @@ __global__ void __launch_bounds__(kThreads) cast_flat_kernel(FlatParams p) {
     for (int k = 0; k < kVec; ++k) m = max(m, abs_bits(v[k]));
     if (grp.out) store_vec(grp.out, i, grp.n, vec, codes);
   }
-  block_amax(m, grp.amax);
+  block_amax<kThreads>(m, grp.amax);
   if (grp.out && int64_t(blockIdx.x) == grp.first_block && threadIdx.x == 0)
     *grp.scale_inv = 1.0f / scale;
 }
@@ -279,7 +267,7 @@ __global__ void __launch_bounds__(kThreads) cast_tiled_kernel(TileParams p) {
     }
     __syncthreads();
   }
-  block_amax(m, p.amax);
+  block_amax<kThreads>(m, p.amax);
   if (blockIdx.x == 0 && threadIdx.x == 0) *p.scale_inv = 1.0f / scale;
 }
 

@@ -9,9 +9,6 @@
 
 namespace qmesh::detail::cuda {
 
-void layer_norm_forward(int device, const float* x, const float* gamma, const float* beta,
-                        float eps, float* y, float* mean, float* rstd, int64_t rows, int64_t cols,
-                        Stream stream);
 // residual: null, or added to dx (ops/layer_norm.h).
 void layer_norm_backward(int device, const float* dy, const float* x, const float* gamma,
                          const float* mean, const float* rstd, const float* residual, float* dx,

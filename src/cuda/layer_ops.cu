@@ -2,10 +2,10 @@
 // also read or write bf16 activations), one launch per call,
 // asynchronous on the caller's stream.
 //
-// LayerNorm: one block per row; the row's sums are block reductions (warp shuffles, then
-// shared memory across warps), in two passes like the host loop (mean, then squared
-// deviations). The column sums (bias and LayerNorm parameter gradients) run in two passes:
-// blocks of kSumRows rows write partial sums, then one thread per column adds them up.
+// LayerNorm backward: one block per row; the row's sums are block reductions (warp shuffles,
+// then shared memory across warps); the forward is cuda/norm.cu. The column sums (bias and
+// LayerNorm parameter gradients) run in two passes: blocks of kSumRows rows write partial sums,
+// then one thread per column adds them up.
 #include <cuda_bf16.h>
 
 #include <cstdint>
@@ -50,27 +50,6 @@ cudaStream_t native(Stream stream) { return static_cast<cudaStream_t>(stream.han
 // Blocks of kThreads covering n elements; n must be > 0 (a grid of size 0 is an error):
 // every entry point returns early for empty tensors.
 unsigned blocks_for(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
-
-__global__ void __launch_bounds__(kThreads)
-    layer_norm_forward_kernel(const float* x, const float* gamma, const float* beta, float eps,
-                              float* y, float* mean, float* rstd, int64_t cols) {
-  __shared__ float scratch[kWarps];
-  const int64_t row = blockIdx.x;
-  const float* xr = x + row * cols;
-  float s = 0.0f;
-  for (int64_t c = threadIdx.x; c < cols; c += kThreads) s += xr[c];
-  const float m = block_sum<kThreads>(s, scratch) / float(cols);
-  float sq = 0.0f;
-  for (int64_t c = threadIdx.x; c < cols; c += kThreads) sq += (xr[c] - m) * (xr[c] - m);
-  const float r = 1.0f / sqrtf(block_sum<kThreads>(sq, scratch) / float(cols) + eps);
-  float* yr = y + row * cols;
-  for (int64_t c = threadIdx.x; c < cols; c += kThreads)
-    yr[c] = (xr[c] - m) * r * gamma[c] + beta[c];
-  if (threadIdx.x == 0) {
-    mean[row] = m;
-    rstd[row] = r;
-  }
-}
 
 __global__ void __launch_bounds__(kThreads)
     layer_norm_dx_kernel(const float* dy, const float* x, const float* gamma, const float* mean,
@@ -232,16 +211,6 @@ __global__ void adamw_kernel(float* w, const float* g, float* m, float* v, int64
 }
 
 }  // namespace
-
-void layer_norm_forward(int device, const float* x, const float* gamma, const float* beta,
-                        float eps, float* y, float* mean, float* rstd, int64_t rows, int64_t cols,
-                        Stream stream) {
-  const DeviceGuard guard(device);
-  if (rows == 0) return;
-  layer_norm_forward_kernel<<<static_cast<unsigned>(rows), kThreads, 0, native(stream)>>>(
-      x, gamma, beta, eps, y, mean, rstd, cols);
-  QMESH_CHECK_CUDA(cudaGetLastError());
-}
 
 void layer_norm_backward(int device, const float* dy, const float* x, const float* gamma,
                          const float* mean, const float* rstd, const float* residual, float* dx,

@@ -14,6 +14,8 @@ target_sources(qmesh PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/layer_ops.cu
   ${CMAKE_CURRENT_LIST_DIR}/loss.cu
   ${CMAKE_CURRENT_LIST_DIR}/mxfp8_cast.cu
+  ${CMAKE_CURRENT_LIST_DIR}/norm.cu
+  ${CMAKE_CURRENT_LIST_DIR}/nvfp4_cast.cu
   ${CMAKE_CURRENT_LIST_DIR}/ring_add.cu
   ${CMAKE_CURRENT_LIST_DIR}/ring_checks.cu
   ${CMAKE_CURRENT_LIST_DIR}/ring_device.cpp

@@ -85,6 +85,22 @@ void require_count(const AnyBuffer& buffer, int64_t count, const std::string& wh
               element_count(buffer));
 }
 
+std::vector<int32_t> group_rows(const Where& where, const AnyBuffer& sizes, int64_t rows) {
+  require_dtype(sizes, {DType::kInt32}, "group_sizes");
+  std::vector<int32_t> counts(element_count(sizes));
+  QMESH_CHECK(!counts.empty(), "group_sizes must list at least one group");
+  copy_bytes_async(counts.data(), Device::host(), sizes.untyped_data(), where.device,
+                   counts.size() * sizeof(int32_t), where.stream);
+  synchronize(where.device, where.stream);
+  int64_t total = 0;
+  for (int32_t r : counts) {
+    QMESH_CHECK(r >= 0, "group_sizes must not be negative, got ", r);
+    total += r;
+  }
+  QMESH_CHECK(total == rows, "group_sizes add up to ", total, " rows but x has ", rows, " rows");
+  return counts;
+}
+
 void store_scalar(float* dst, float value, const Where& where) {
   if (where.device.is_host()) {
     *dst = value;

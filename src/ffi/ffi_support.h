@@ -56,6 +56,11 @@ void require_dtype(const AnyBuffer& buffer, std::initializer_list<DType> allowed
 // Error naming `what` unless the buffer holds exactly `count` elements.
 void require_count(const AnyBuffer& buffer, int64_t count, const std::string& what);
 
+// The row counts of a group_sizes operand (int32 [G], G >= 1) as host integers (a device
+// operand is copied, stream-ordered, and waited for); Error unless each is >= 0 and they add
+// up to `rows`.
+std::vector<int32_t> group_rows(const Where& where, const AnyBuffer& sizes, int64_t rows);
+
 // Bytes of the workspace result that the CUDA GEMM handler takes (cuBLASLt's workspace and
 // room to align it to 256 bytes; gemm_handlers.cpp).
 size_t gemm_workspace_result_bytes();

@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "ffi/ffi_support.h"
-#include "qmesh/copy.h"
 #include "qmesh/fp8.h"
 #include "qmesh/ops/activation_cast.h"
 #include "qmesh/ops/amax.h"
@@ -180,18 +179,6 @@ void dgelu_amax_impl(const Where& w, AnyBuffer dh, AnyBuffer pre, Result<AnyBuff
              TensorView(scalar(out, "amax"), DType::kFloat32, Shape{1}, w.device), w.stream);
 }
 
-// The groups' row counts as host integers (a device operand is copied, stream-ordered, and
-// waited for: the launch configuration depends on them).
-std::vector<int32_t> group_rows(const Where& w, const AnyBuffer& sizes) {
-  require_dtype(sizes, {DType::kInt32}, "group_sizes");
-  std::vector<int32_t> rows(element_count(sizes));
-  QMESH_CHECK(!rows.empty(), "group_sizes must list at least one group");
-  copy_bytes_async(rows.data(), Device::host(), sizes.untyped_data(), w.device,
-                   rows.size() * sizeof(int32_t), w.stream);
-  synchronize(w.device, w.stream);
-  return rows;
-}
-
 // x [rows, cols] holds groups of group_sizes[g] rows back to back; each is quantized with
 // scales[g] into the same rows of q, with amax[g] and scale_inv[g]. With a columnwise copy,
 // q_t holds each group's [cols, rows_g] transpose back to back (flat). Empty groups get
@@ -200,7 +187,7 @@ void grouped_quantize_impl(const Where& w, AnyBuffer x, AnyBuffer group_sizes, A
                            Result<AnyBuffer> q, Result<AnyBuffer> q_t, Result<AnyBuffer> amax,
                            Result<AnyBuffer> scale_inv) {
   const TensorView input = wide_input(x, w, "x");
-  const std::vector<int32_t> rows = group_rows(w, group_sizes);
+  const std::vector<int32_t> rows = group_rows(w, group_sizes, input.shape.rows());
   const auto groups = static_cast<int64_t>(rows.size());
   for (const auto* b : {&scales}) require_dtype(*b, {DType::kFloat32}, "scales");
   require_count(scales, groups, "scales (one per group)");
@@ -216,13 +203,7 @@ void grouped_quantize_impl(const Where& w, AnyBuffer x, AnyBuffer group_sizes, A
     QMESH_CHECK(q_t->element_type() == q->element_type(), "q_t must have q's FP8 dtype");
     require_count(*q_t, input.numel(), "q_t (the groups' transposes, flat)");
   }
-  int64_t total = 0;
-  for (int32_t r : rows) {
-    QMESH_CHECK(r >= 0, "group_sizes must not be negative, got ", r);
-    total += r;
-  }
-  QMESH_CHECK(total == input.shape.rows(), "group_sizes add up to ", total, " rows but x has ",
-              input.shape.rows(), " rows");
+  const int64_t total = input.shape.rows();
 
   const DType fp8 = to_dtype(q->element_type(), "q");
   auto* codes = static_cast<uint8_t*>(q->untyped_data());

@@ -203,7 +203,8 @@ struct Dense::Impl {
   // The CUDA FP8 GEMM is TN-only: backward needs the transposed copies there.
   bool columnwise() const { return x_in.device.is_cuda(); }
 
-  TensorView forward(const TensorView& x, const TensorView& residual) {
+  TensorView forward(const TensorView& x, const TensorView& residual,
+                     const CastFusion& fusion = {}) {
     check_activation(x, name + " input");
     QMESH_CHECK(!column() || x.dtype == DType::kFloat32, name,
                 ": a column-parallel layer takes an fp32 input (its gradient is reduced over tp "
@@ -218,7 +219,7 @@ struct Dense::Impl {
     QMESH_CHECK(!(row() && sp()) || tokens % tp->size() == 0, name, ": ", tokens,
                 " tokens cannot be reduce-scattered over tp=", tp->size());
     GemmArgs args;
-    CastFusion input_fusion;
+    CastFusion input_fusion = fusion;
     if (options.gelu_split == DenseGeluSplit::kConsumer)
       input_fusion.kind = CastFusion::Kind::kGelu;
     // Block scaling gathers the high-precision input and casts all of it (the collective
@@ -567,6 +568,10 @@ Dense::Dense(Dense&&) noexcept = default;
 TensorView Dense::forward(const TensorView& x, const TensorView& residual) {
   impl_->ctx.check_forward(impl_->backward_step, impl_->name);
   return impl_->forward(x, residual);
+}
+TensorView Dense::forward_fused(const TensorView& x, const CastFusion& input_fusion) {
+  impl_->ctx.check_forward(impl_->backward_step, impl_->name);
+  return impl_->forward(x, {}, input_fusion);
 }
 TensorView Dense::backward(const TensorView& dy) {
   const TensorView dx = impl_->backward(dy);

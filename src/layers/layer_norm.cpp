@@ -4,6 +4,7 @@
 
 #include "layers/activation_buffer.h"
 #include "layers/fsdp_layer.h"
+#include "layers/operand_cast.h"
 #include "qmesh/comm/stream_ordered.h"
 #include "qmesh/error.h"
 #include "qmesh/ops/layer_norm.h"
@@ -54,7 +55,8 @@ struct LayerNorm::Impl {
     return fsdp() ? sharding.full_grad(p, Shape{hidden}) : p.grad.view();
   }
 
-  TensorView forward(const TensorView& x_in) {
+  // Checks x and keeps it for backward; sizes mean and rstd.
+  void start_forward(const TensorView& x_in) {
     const Device device = placement.device;
     check_dtype(x_in, DType::kFloat32, "LayerNorm input");
     check_device(x_in, device, "LayerNorm input");
@@ -62,13 +64,36 @@ struct LayerNorm::Impl {
                 hidden, ", got shape ", x_in.shape.str());
     const int64_t rows = x_in.shape.rows();
     x = x_in;
+    ensure_tensor(mean, DType::kFloat32, Shape{rows}, device);
+    ensure_tensor(rstd, DType::kFloat32, Shape{rows}, device);
+  }
+
+  TensorView forward(const TensorView& x_in) {
+    start_forward(x_in);
     if (fsdp()) sharding.acquire(true);
     layer_norm_forward(x_in, value(gamma, 0), value(beta, 1), eps,
-                       ensure_tensor(y, DType::kFloat32, x_in.shape, device),
-                       ensure_tensor(mean, DType::kFloat32, Shape{rows}, device),
-                       ensure_tensor(rstd, DType::kFloat32, Shape{rows}, device), placement.stream);
+                       ensure_tensor(y, DType::kFloat32, x_in.shape, placement.device), mean, rstd,
+                       placement.stream);
     if (fsdp() && !ctx.fsdp_options().keep_gathered) sharding.release();
     return y.view();
+  }
+
+  bool fuses_into_cast() const {
+    return (ctx.recipe() == Recipe::kFp8Delayed || ctx.recipe() == Recipe::kFp8Current) && !fsdp();
+  }
+
+  CastFusion fused_forward(const TensorView& x_in) {
+    QMESH_CHECK(fuses_into_cast(), gamma.name,
+                ": the LayerNorm runs in the next cast only under per-tensor FP8 without FSDP");
+    start_forward(x_in);
+    CastFusion fusion;
+    fusion.kind = CastFusion::Kind::kLayerNorm;
+    fusion.gamma = gamma.value;
+    fusion.beta = beta.value;
+    fusion.eps = eps;
+    fusion.mean = mean;
+    fusion.rstd = rstd;
+    return fusion;
   }
 
   TensorView backward(const TensorView& dy, const TensorView& residual) {
@@ -109,6 +134,8 @@ LayerNorm::~LayerNorm() = default;
 LayerNorm::LayerNorm(LayerNorm&&) noexcept = default;
 
 TensorView LayerNorm::forward(const TensorView& x) { return impl_->forward(x); }
+bool LayerNorm::fuses_into_cast() const { return impl_->fuses_into_cast(); }
+CastFusion LayerNorm::fused_forward(const TensorView& x) { return impl_->fused_forward(x); }
 TensorView LayerNorm::backward(const TensorView& dy, const TensorView& residual) {
   return impl_->backward(dy, residual);
 }

@@ -1,5 +1,6 @@
 #include "qmesh/layers/layer_norm_mlp.h"
 
+#include "layers/operand_cast.h"
 #include "qmesh/error.h"
 
 namespace qmesh {
@@ -36,8 +37,12 @@ LayerNormMLP::LayerNormMLP(std::string name, int64_t hidden, int64_t ffn,
            ctx, seed * 2 + 2) {}
 
 TensorView LayerNormMLP::forward(const TensorView& x) {
+  // Under per-tensor FP8 the LayerNorm runs inside fc1's input cast (norm_forward): its output
+  // is never written in fp32, only as fc1's FP8 codes.
+  const TensorView h = norm_.fuses_into_cast() ? fc1_.forward_fused(x, norm_.fused_forward(x))
+                                               : fc1_.forward(norm_.forward(x));
   // fc2 adds the residual: in its GEMM at tp = 1 (with its bias), else after the reduction.
-  return fc2_.forward(fc1_.forward(norm_.forward(x)), x);
+  return fc2_.forward(h, x);
 }
 
 TensorView LayerNormMLP::backward(const TensorView& dy) {
@@ -58,7 +63,10 @@ LayerNormDense::LayerNormDense(std::string name, int64_t hidden, int64_t out,
                           DenseActivation::kNone, std::nullopt},
              ctx, seed) {}
 
-TensorView LayerNormDense::forward(const TensorView& x) { return dense_.forward(norm_.forward(x)); }
+TensorView LayerNormDense::forward(const TensorView& x) {  // as LayerNormMLP's fc1
+  return norm_.fuses_into_cast() ? dense_.forward_fused(x, norm_.fused_forward(x))
+                                 : dense_.forward(norm_.forward(x));
+}
 
 TensorView LayerNormDense::backward(const TensorView& dy) {
   return norm_.backward(dense_.backward(dy));

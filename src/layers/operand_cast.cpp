@@ -12,11 +12,29 @@
 #include "qmesh/ops/convert.h"
 #include "qmesh/ops/dbias_quantize.h"
 #include "qmesh/ops/gelu.h"
+#include "qmesh/ops/layer_norm.h"
 #include "qmesh/ops/mxfp8_quantize.h"
+#include "qmesh/ops/norm_forward.h"
 #include "qmesh/ops/quantize.h"
 #include "qmesh/scaling/current_scaling.h"
 
 namespace qmesh {
+
+namespace {
+
+// norm_forward of CastFusion::Kind::kLayerNorm, writing `codes` or else `amax`.
+void layer_norm_cast(const TensorView& x, const CastFusion& fusion,
+                     const QuantizedTensorView& codes, const TensorView& amax, Stream stream) {
+  NormOutputs out;
+  out.codes = codes;
+  out.amax = amax;
+  out.mean = fusion.mean;
+  out.rstd = fusion.rstd;
+  norm_forward(x, fusion.gamma, fusion.beta, NormSpec{NormType::kLayerNorm, fusion.eps, false}, out,
+               stream);
+}
+
+}  // namespace
 
 OperandCast::OperandCast(LayerContext& ctx, OperandRole role) : ctx_(ctx), role_(role) {
   if (ctx.recipe() == Recipe::kFp8Delayed) slot_ = ctx.add_operand(role);
@@ -32,6 +50,9 @@ TensorView OperandCast::apply_separately(const TensorView& x, const CastFusion& 
     v = ensure_tensor(activated_, DType::kFloat32, x.shape, x.device);
     if (fusion.kind == CastFusion::Kind::kGelu)
       gelu(x, v, stream);
+    else if (fusion.kind == CastFusion::Kind::kLayerNorm)
+      layer_norm_forward(x, fusion.gamma, fusion.beta, fusion.eps, v, fusion.mean, fusion.rstd,
+                         stream);
     else if (fusion.kind == CastFusion::Kind::kDgelu)
       dgelu(x, fusion.pre, v, stream);
     else
@@ -49,6 +70,8 @@ void OperandCast::quantize_fused(const TensorView& x, const CastFusion& fusion, 
       return gelu_cast_transpose(x, q, stream);
     case CastFusion::Kind::kDgelu:
       return dgelu_dbias_cast_transpose(x, fusion.pre, q, fusion.dbias, stream);
+    case CastFusion::Kind::kLayerNorm:
+      return layer_norm_cast(x, fusion, q, {}, stream);
     case CastFusion::Kind::kNone:
       if (!fusion.dbias.empty()) return dbias_quantize(x, q, fusion.dbias, stream);
       if (columnwise) return cast_transpose(x, q, stream);
@@ -69,8 +92,9 @@ GemmOperand OperandCast::cast_block(const TensorView& x_in, const CastFusion& fu
   }
   const BlockShape block = block_dim == 2 ? BlockShape::k128x128 : BlockShape::k1x128;
   // GELU or its backward first, in its own pass; the bias gradient in the block cast.
-  const TensorView x =
-      apply_separately(x_in, CastFusion{fusion.kind, fusion.pre, TensorView()}, false);
+  CastFusion activation = fusion;
+  activation.dbias = TensorView();
+  const TensorView x = apply_separately(x_in, activation, false);
   const Shape shape{x.shape.rows(), x.shape.cols()};
   if (!block_.data().data() || !(block_.shape() == shape) || block_.block() != block)
     block_ = BlockQuantizedTensor(ctx_.fp8_dtype(role_), shape, block, x.device, true);
@@ -82,8 +106,10 @@ GemmOperand OperandCast::cast_block(const TensorView& x_in, const CastFusion& fu
 }
 
 GemmOperand OperandCast::cast_mxfp8(const TensorView& x_in, const CastFusion& fusion) {
-  const TensorView x =
-      apply_separately(x_in, CastFusion{fusion.kind, fusion.pre, TensorView()}, false);
+  // GELU, its backward or the LayerNorm first, in its own pass; the bias gradient in the cast.
+  CastFusion activation = fusion;
+  activation.dbias = TensorView();
+  const TensorView x = apply_separately(x_in, activation, false);
   const Shape shape{x.shape.rows(), x.shape.cols()};
   if (mx_.empty() || !(mx_.shape() == shape))
     mx_ = MxFp8Tensor(ctx_.fp8_dtype(role_), shape, x.device, true);
@@ -100,8 +126,10 @@ GemmOperand OperandCast::cast(const TensorView& x_in, bool columnwise,
   QMESH_CHECK(x_in.dtype == DType::kFloat32 || x_in.dtype == DType::kBFloat16,
               "layer operand: must be fp32 or bf16, got ", dtype_name(x_in.dtype));
   check_device(x_in, ctx_.device(), "layer operand");
-  QMESH_CHECK(fusion_in.kind != CastFusion::Kind::kGelu || fusion_in.dbias.empty(),
-              "OperandCast: a bias gradient is summed over a gradient, not over GELU's output");
+  QMESH_CHECK(fusion_in.dbias.empty() || fusion_in.kind == CastFusion::Kind::kNone ||
+                  fusion_in.kind == CastFusion::Kind::kDgelu,
+              "OperandCast: a bias gradient is summed over a gradient, not over GELU's or a "
+              "LayerNorm's output");
   QMESH_CHECK(fusion_in.kind != CastFusion::Kind::kDgelu || !fusion_in.dbias.empty(),
               "OperandCast: GELU's backward is fused with the bias gradient; pass dbias");
   const Stream stream = ctx_.stream();
@@ -150,6 +178,9 @@ GemmOperand OperandCast::cast(const TensorView& x_in, bool columnwise,
         break;
       case CastFusion::Kind::kDgelu:
         dgelu_amax(x, fusion.pre, amax_view, stream);
+        break;
+      case CastFusion::Kind::kLayerNorm:  // the cast's pass writes the same mean and rstd
+        layer_norm_cast(x, fusion, {}, amax_view, stream);
         break;
     }
     all_reduce_in_stream_order(*ctx_.mesh().amax_group(), amax_view, ReduceOp::kMax, stream);

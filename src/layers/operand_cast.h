@@ -4,9 +4,10 @@
 // per operand), so that all ranks holding pieces of one tensor quantize it with one scale. All work
 // is ordered on the context's stream (on CUDA the scale never leaves the device). Owns the
 // converted storage, which stays valid until the next cast (backward reuses forward's
-// operands). A cast can first apply GELU or GELU's backward and sum the bias gradient
-// (CastFusion): under FP8 in the same pass as the quantization (ops/activation_cast.h,
-// ops/dbias_quantize.h), otherwise in separate passes before it. Under block scaling
+// operands). A cast can first apply GELU, GELU's backward or a LayerNorm and sum the bias
+// gradient (CastFusion): under per-tensor FP8 in the same pass as the quantization
+// (ops/activation_cast.h, ops/dbias_quantize.h, ops/norm_forward.h), otherwise in separate
+// passes before it. Under block scaling
 // (Recipe::kFp8Block) GELU and GELU's backward are separate passes (the fused casts are
 // per-tensor only) and the bias gradient is summed in the block cast (block_dbias_quantize);
 // the operand is block-scaled with the block shape and QParams the recipe gives its role, always
@@ -27,13 +28,17 @@ namespace qmesh {
 
 // What OperandCast::cast does to its input x first: the operand is f(x) with
 //   kNone: f(x) = x;   kGelu: gelu(x);   kDgelu: x · gelu'(pre) (x the gradient w.r.t. GELU's
-//   output, pre the pre-activation GELU saw, shaped like x and of x's dtype),
-// and if dbias is set (fp32 [cols]; required with kDgelu, not allowed with kGelu) it receives
-// the column sums of f(x).
+//   output, pre the pre-activation GELU saw, shaped like x and of x's dtype);
+//   kLayerNorm: LayerNorm(x) with gamma, beta and eps (x fp32; ops/norm_forward.h), writing
+//   mean and rstd (fp32 [rows]) for its backward;
+// and if dbias is set (fp32 [cols]; required with kDgelu, only with kNone or kDgelu) it
+// receives the column sums of f(x).
 struct CastFusion {
-  enum class Kind { kNone, kGelu, kDgelu } kind = Kind::kNone;
+  enum class Kind { kNone, kGelu, kDgelu, kLayerNorm } kind = Kind::kNone;
   TensorView pre;
   TensorView dbias;
+  TensorView gamma, beta, mean, rstd;  // kLayerNorm
+  float eps = 0.0f;
 };
 
 class OperandCast {

@@ -8,18 +8,15 @@
 #include "cpu/block_cast.h"
 #include "cuda/block_cast.h"
 #include "ops/block_cast_job.h"
+#include "ops/check_wide.h"
 #include "qmesh/detail/cuda_dispatch.h"
+#include "qmesh/ops/grouped_quantize.h"
 
 namespace qmesh {
 
 namespace {
 
-void check_wide(const TensorView& t, const char* what) {
-  check_not_empty(t, what);
-  QMESH_CHECK(
-      t.dtype == DType::kFloat32 || t.dtype == DType::kBFloat16 || t.dtype == DType::kFloat16, what,
-      " must be fp32, bf16 or fp16, got ", dtype_name(t.dtype), "; convert it first");
-}
+using detail::check_wide;
 
 void check_params(const QParams& params, const char* op) {
   QMESH_CHECK(std::isfinite(params.amax_epsilon) && params.amax_epsilon >= 0.0f, op,
@@ -69,6 +66,23 @@ void run(const Device& device, const detail::BlockCastJob& job, Stream stream) {
 void block_quantize(const TensorView& x, const BlockQuantizedTensorView& out, const QParams& params,
                     Stream stream) {
   run(x.device, make_job(x, out, params, "block_quantize"), stream);
+}
+
+void grouped_block_quantize(const TensorView& x, std::span<const BlockQuantizedTensorView> outs,
+                            const QParams& params, Stream stream) {
+  check_wide(x, "grouped_block_quantize input");
+  int64_t total = 0;
+  for (const BlockQuantizedTensorView& out : outs) total += out.data.empty() ? 0 : out.data.numel();
+  QMESH_CHECK(total == x.numel(), "grouped_block_quantize: the groups' outputs hold ", total,
+              " elements but x ", x.shape.str(), " has ", x.numel(),
+              "; give one output per group, shaped like its part of x");
+  auto* at = static_cast<char*>(x.data);
+  for (const BlockQuantizedTensorView& out : outs) {
+    if (out.data.empty()) continue;
+    const TensorView group(at, x.dtype, out.data.shape, x.device);
+    run(x.device, make_job(group, out, params, "grouped_block_quantize"), stream);
+    at += out.data.numel() * static_cast<int64_t>(dtype_size(x.dtype));
+  }
 }
 
 void block_dbias_quantize(const TensorView& g, const BlockQuantizedTensorView& out,

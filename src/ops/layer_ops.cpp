@@ -1,5 +1,6 @@
-// Argument checks, host loops and CUDA dispatch of the layer ops (layer_norm, bias, gelu, add,
-// convert, transpose). The CUDA kernels are in cuda/layer_ops.cu.
+// Argument checks, host loops and CUDA dispatch of the layer ops (layer_norm_backward, bias,
+// gelu, add, convert, transpose; layer_norm_forward is in ops/norm_forward.cpp). The CUDA
+// kernels are in cuda/layer_ops.cu.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -77,43 +78,6 @@ void store_fp32(const float* in, const TensorView& t, int64_t i0, int64_t n) {
 using detail::dispatch;
 
 }  // namespace
-
-void layer_norm_forward(const TensorView& x, const TensorView& gamma, const TensorView& beta,
-                        float eps, const TensorView& y, const TensorView& mean,
-                        const TensorView& rstd, Stream stream) {
-  check_fp32(x, x.device, "layer_norm_forward input");
-  const int64_t rows = x.shape.rows(), cols = x.shape.cols();
-  QMESH_CHECK(eps > 0, "layer_norm_forward: eps must be > 0, got ", eps);
-  check_args("layer_norm_forward", x.device, Shape{cols}, {{gamma, "gamma"}, {beta, "beta"}});
-  check_args("layer_norm_forward", x.device, x.shape, {{y, "output"}});
-  check_args("layer_norm_forward", x.device, Shape{rows}, {{mean, "mean"}, {rstd, "rstd"}});
-  const float* in = x.data_as<float>();
-  const float* g = gamma.data_as<float>();
-  const float* b = beta.data_as<float>();
-  float* out = y.data_as<float>();
-  float* mu = mean.data_as<float>();
-  float* rs = rstd.data_as<float>();
-  dispatch(
-      x.device,
-      [&] {
-        for (int64_t r = 0; r < rows; ++r) {
-          const float* xr = in + r * cols;
-          float sum = 0.0f;
-          for (int64_t c = 0; c < cols; ++c) sum += xr[c];
-          const float m = sum / float(cols);
-          float sq = 0.0f;
-          for (int64_t c = 0; c < cols; ++c) sq += (xr[c] - m) * (xr[c] - m);
-          const float s = 1.0f / std::sqrt(sq / float(cols) + eps);
-          float* yr = out + r * cols;
-          for (int64_t c = 0; c < cols; ++c) yr[c] = (xr[c] - m) * s * g[c] + b[c];
-          mu[r] = m;
-          rs[r] = s;
-        }
-      },
-      [&](auto device) {
-        detail::cuda::layer_norm_forward(device, in, g, b, eps, out, mu, rs, rows, cols, stream);
-      });
-}
 
 void layer_norm_backward(const TensorView& dy, const TensorView& x, const TensorView& gamma,
                          const TensorView& mean, const TensorView& rstd, const TensorView& dx,

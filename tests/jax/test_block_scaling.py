@@ -14,7 +14,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import qmesh.jax as qj
-from qmesh.jax.block_quantize import block_scale_shape
+from qmesh.jax.block_quantize import block_scale_shape, grouped_scale_size
 from qmesh.jax.mlp import mlp
 from qmesh.jax.recipe import Float8BlockScaling, MMParams, QParams, check_recipe
 
@@ -66,7 +66,7 @@ def test_qparams_errors_name_the_field():
 
 
 def ref_block_quantize(x, block, power_of_two=True, epsilon=0.0, dtype=E4M3):
-    """(codes uint8, scale_inv) of x [R, C] in the layout of block_scale_shape."""
+    """(codes uint8, scale_inv) of x [R, C], the scales one per block (block_scale_shape)."""
     x = np.asarray(x, np.float32)
     rows, cols = x.shape
     codes = np.zeros((rows, cols), np.uint8)
@@ -77,8 +77,7 @@ def ref_block_quantize(x, block, power_of_two=True, epsilon=0.0, dtype=E4M3):
             tile = x[r0 : r0 + edge[0], c0 : c0 + edge[1]]
             s = ref.current_scale(ref.amax(tile), dtype, power_of_two, epsilon)
             codes[r0 : r0 + edge[0], c0 : c0 + edge[1]] = ref.quantize(tile, s, dtype)
-            at = (c0 // 128, r0) if block == 1 else (r0 // 128, c0 // 128)
-            scales[at] = np.float32(1) / s
+            scales[r0 // edge[0], c0 // 128] = np.float32(1) / s
     return codes, scales
 
 
@@ -88,7 +87,7 @@ def decoded(codes, scales, block, dtype=E4M3):
     rows, cols = codes.shape
     r, c = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
     s = np.asarray(scales, np.float64)
-    per = s[c // 128, r] if block == 1 else s[r // 128, c // 128]
+    per = s[r, c // 128] if block == 1 else s[r // 128, c // 128]
     return codes * per
 
 
@@ -115,7 +114,7 @@ def test_block_quantize_matches_the_reference(rng, shape, block, power_2):
     for got_q, got_s, src in ((q, s, x), (q_t, s_t, x.T)):
         want_q, want_s = ref_block_quantize(src, block, power_2)
         assert ref.codes_equal(got_q, want_q, E4M3)
-        np.testing.assert_array_equal(np.asarray(got_s), want_s)  # padding zero included
+        np.testing.assert_array_equal(np.asarray(got_s), want_s)
     # dequantize: code * scale_inv exactly (fp32 output)
     np.testing.assert_array_equal(
         np.asarray(qj.block_dequantize(q, s, block=block)), decoded(q, s, block).astype(np.float32)
@@ -155,10 +154,70 @@ def test_block_primitives_clear_errors():
     with pytest.raises(TypeError, match="float32, bfloat16 or float16"):
         qj.block_quantize(x.astype(jnp.int32))
     q, s, _, _ = qj.block_quantize(x)
-    with pytest.raises(ValueError, match=r"must be float32\[2, 4\]"):
+    with pytest.raises(ValueError, match=r"must be float32\[4, 2\] \(block_scale_shape\)"):
         qj.block_dequantize(q, s[:1])
     with pytest.raises(ValueError, match="amax_epsilon"):
         qj.block_quantize(x, amax_epsilon=-1.0)
+
+
+# ---- grouped block quantize -------------------------------------------------------------------
+
+
+def cpp_layout(scales, block):
+    """Scales one per block -> the C++ layout (include/qmesh/block_quantized_tensor.h)."""
+    s = scales.T if block == 1 else scales
+    return np.pad(s, ((0, 0), (0, -s.shape[1] % 4)))
+
+
+@pytest.mark.parametrize("block", [1, 2])
+@pytest.mark.parametrize("sizes", [[130, 0, 3, 256, 1], [384], [0, 7]], ids=["5", "1", "empty"])
+def test_grouped_block_quantize_is_block_quantize_of_each_group(rng, block, sizes):
+    """Each group: the numpy reference of its own rows (its own blocks from its first row),
+    bit for bit, and block_quantize of it; scales flat in the C++ layout, then zeros."""
+    cols = 300
+    x = outliers(rng, (sum(sizes), cols))
+    f = jax.jit(lambda v, g: qj.grouped_block_quantize(v, g, block=block, columnwise=True))
+    q, s, q_t, s_t = (np.asarray(a) for a in f(x, np.asarray(sizes, np.int32)))
+    size = grouped_scale_size
+    assert s.shape == (size(len(x), cols, len(sizes), block),)
+    assert s_t.shape == (size(len(x), cols, len(sizes), block, columnwise=True),)
+    want_q, want_q_t, want_s, want_s_t = [], [], [], []
+    start = 0
+    for n in sizes:
+        part = x[start : start + n]
+        start += n
+        if n == 0:
+            continue
+        for src, codes, scales in ((part, want_q, want_s), (part.T, want_q_t, want_s_t)):
+            c, sc = ref_block_quantize(src, block)
+            codes.append(c.reshape(-1))
+            scales.append(cpp_layout(sc, block).reshape(-1))
+        one = qj.block_quantize(part, block=block, columnwise=True)  # the same, via the op
+        np.testing.assert_array_equal(np.asarray(one[3]), ref_block_quantize(part.T, block)[1])
+
+    def flat(parts, length):
+        got = np.concatenate(parts) if parts else np.zeros(0, np.float32)
+        return np.pad(got, (0, length - got.size))
+
+    assert ref.codes_equal(q.reshape(-1), np.concatenate(want_q), E4M3)
+    assert ref.codes_equal(q_t, np.concatenate(want_q_t), E4M3)
+    np.testing.assert_array_equal(s, flat(want_s, s.size))  # the tail zero included
+    np.testing.assert_array_equal(s_t, flat(want_s_t, s_t.size))
+
+
+def test_grouped_block_quantize_clear_errors():
+    x = jnp.ones((8, 256), jnp.float32)
+    f = jax.jit(lambda v, g: qj.grouped_block_quantize(v, g))
+    with pytest.raises(Exception, match="group_sizes add up to 7 rows but x has 8 rows"):
+        f(x, np.asarray([3, 4], np.int32))[0].block_until_ready()
+    with pytest.raises(Exception, match="group_sizes must not be negative"):
+        f(x, np.asarray([10, -2], np.int32))[0].block_until_ready()
+    with pytest.raises(TypeError, match="group_sizes must be int32"):
+        qj.grouped_block_quantize(x, np.asarray([8.0], np.float32))
+    with pytest.raises(ValueError, match="no groups for 8 rows"):
+        qj.grouped_block_quantize(x, np.zeros(0, np.int32))
+    with pytest.raises(ValueError, match="block must be 1"):
+        qj.grouped_block_quantize(x, np.asarray([8], np.int32), block=0)
 
 
 # ---- the block-scaled GEMM --------------------------------------------------------------------
@@ -214,16 +273,49 @@ def test_sharded_block_quantize_equals_unsharded(mesh, rng, block, spec):
         np.testing.assert_array_equal(np.asarray(g).view(np.uint8), np.asarray(w).view(np.uint8))
     assert ref.rel_err(got[4], want[4]) < 1e-6  # dbias: summed in another order
 
+    # The scales are sharded with their data: quantize and dequantize move nothing.
+    def roundtrip(v):
+        q, s, q_t, s_t = qj.block_quantize(v, block=block, columnwise=True)
+        return qj.block_dequantize(q, s, block=block), qj.block_dequantize(q_t, s_t, block=block)
+
+    with qj.global_shard_guard(qj.MeshResource(dp_resource="dp", tp_resource="tp")):
+        hlo = jax.jit(roundtrip).lower(_put(mesh, x, spec)).compile().as_text()
+    moves = ("all-gather", "all-to-all", "collective-permute", "all-reduce", "reduce-scatter")
+    assert not [ln for ln in hlo.splitlines() if any(f" {m}" in ln for m in moves)]
+
+
+@pytest.mark.parametrize("block", [1, 2])
+def test_row_shards_of_any_size_carry_their_scales(mesh, rng, block):
+    """Rows that are no multiple of 4 (the C++ layout's padding) or of 128 a shard: the
+    scales are sharded with their rows, bit for bit, and dequantize on the shards."""
+    rows = 6 * 8 if block == 1 else 128 * 8  # 6 rows a device over dp x tp
+    x = outliers(rng, (rows, 384))
+    spec = P(("dp", "tp"), None)
+
+    def f(v):
+        q, s, _, _ = qj.block_quantize(v, block=block)
+        return q, s, qj.block_dequantize(q, s, block=block)
+
+    with qj.global_shard_guard(qj.MeshResource(dp_resource="dp", tp_resource="tp")):
+        got = jax.jit(f)(_put(mesh, x, spec))
+    want = f(x)
+    assert got[1].sharding.spec[0] == ("dp", "tp")  # the scales' rows follow x's rows
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(np.asarray(g).view(np.uint8), np.asarray(w).view(np.uint8))
+
 
 def test_sharding_that_cuts_a_block_is_a_clear_error():
     mesh = make_mesh((2, 4))
-    x = _put(mesh, np.ones((256, 256), np.float32), P(None, "tp"))  # 64 columns a shard
     with qj.global_shard_guard(qj.MeshResource(dp_resource="dp", tp_resource="tp")):
-        with pytest.raises(Exception, match="would cut a scaling block"):
-            jax.jit(qj.block_quantize)(x).__getitem__(0).block_until_ready()
-        x = _put(mesh, np.ones((256, 256), np.float32), P(None, "dp"))  # 1 tile of 2 a shard
-        with pytest.raises(Exception, match="padded to a multiple of 4"):
+        x = _put(mesh, np.ones((256, 256), np.float32), P(None, "tp"))  # 64 columns a shard
+        want = r"x \[256, 256\]: the columns \(256\) is sharded over mesh axes \('tp',\) into "
+        with pytest.raises(Exception, match=want + "shards of 64.*would cut a scaling block"):
+            jax.jit(qj.block_quantize)(x)[0].block_until_ready()
+        x = _put(mesh, np.ones((256, 256), np.float32), P("tp", None))  # 64 rows a shard
+        with pytest.raises(Exception, match=r"the rows \(128x128 tiles\).*multiples of 128"):
             jax.jit(lambda v: qj.block_quantize(v, block=2))(x)[0].block_until_ready()
+        with pytest.raises(Exception, match=r"its columnwise copy \[256, 256\]: the columns"):
+            jax.jit(lambda v: qj.block_quantize(v, columnwise=True))(x)[0].block_until_ready()
 
 
 # ---- dense and mlp ----------------------------------------------------------------------------
@@ -268,29 +360,35 @@ def test_dense_forward_and_backward_against_float64(rng):
     assert ref.rel_err(db, g.sum(0)) < 0.06
 
 
-LAYOUTS = [  # (x spec, kernel spec, bias spec): column parallel, row parallel, data parallel
-    (P("dp", None, None), P(None, "tp"), P("tp")),
-    (P("dp", None, "tp"), P("tp", None), P(None)),
-    (P(("dp", "tp"), None, None), P(None, None), P(None)),
-]
+LAYOUTS = {  # (x spec, kernel spec, bias spec), and the results each device computes from
+    # whole rows and columns of the unsharded GEMMs (bit for bit; the others are sums over
+    # shards, in another order)
+    "column": ((P("dp", None, None), P(None, "tp"), P("tp")), ("y",)),
+    "row": ((P("dp", None, "tp"), P("tp", None), P(None)), ()),
+    "dp": ((P(("dp", "tp"), None, None), P(None, None), P(None)), ("y", "dx")),
+}
 
 
-@pytest.mark.parametrize("layout", LAYOUTS, ids=["column", "row", "dp"])
+@pytest.mark.parametrize("layout", LAYOUTS)
 def test_sharded_dense_equals_unsharded(mesh, rng, layout):
     x, w, b, r = _data(rng)
-    xs, ws, bs = layout
+    (xs, ws, bs), bitwise = LAYOUTS[layout]
     f = _step(Float8BlockScaling())
     with qj.global_shard_guard(qj.MeshResource(dp_resource="dp", tp_resource="tp")):
         got = f(_put(mesh, x, xs), _put(mesh, w, ws), _put(mesh, b, bs), _put(mesh, r, xs))
     want = f(x, w, b, r)
-    for g, wv in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
-        assert g.shape == wv.shape and ref.rel_err(g, wv) < 1e-5
+    for name, g, wv in zip(("y", "dx", "dw", "db"), jax.tree.leaves(got), jax.tree.leaves(want)):
+        assert g.shape == wv.shape
+        if name in bitwise:
+            np.testing.assert_array_equal(np.asarray(g), np.asarray(wv), err_msg=name)
+        else:
+            assert ref.rel_err(g, wv) < 1e-5, name
 
 
 def test_hlo_of_a_sharded_block_step_has_no_amax_all_reduce(rng):
     mesh = make_mesh((2, 4))
     x, w, b, r = _data(rng)
-    xs, ws, bs = LAYOUTS[0]
+    xs, ws, bs = LAYOUTS["column"][0]
     args = (_put(mesh, x, xs), _put(mesh, w, ws), _put(mesh, b, bs), _put(mesh, r, xs))
     with qj.global_shard_guard(qj.MeshResource(dp_resource="dp", tp_resource="tp")):
         hlo = _step(Float8BlockScaling()).lower(*args).compile().as_text()
@@ -300,6 +398,53 @@ def test_hlo_of_a_sharded_block_step_has_no_amax_all_reduce(rng):
     # Only the parameter gradients' sums over dp (wgrad and the bias gradient).
     shapes = sorted(ln.split("=", 1)[1].split(" all-reduce")[0].strip() for ln in reduces)
     assert 1 <= len(reduces) <= 2 and all("f32[" in s for s in shapes), reduces
+
+
+MLP_LAYOUTS = {  # x, kernels, biases; MeshResource extras; the results that are bitwise equal
+    # data parallel: every result row comes from its own rows (the weight gradients are
+    # sums over the rows, the bias gradients too: another order)
+    "dp": ((P("dp"), P(), P(), P(), P()), {}, ("y", "dx")),
+    # fc1 column, fc2 row parallel: fc2's output and dx are sums over the hidden shards
+    "tp": ((P("dp"), P(None, "tp"), P("tp", None), P("tp"), P()), {}, ()),
+    # and sequence parallel: x's sequence sharded over tp, fc2's output reduce-scattered
+    "sp": (
+        (P("dp", "tp"), P(None, "tp"), P("tp", None), P("tp"), P()),
+        {"tpsp_resource": "tp"},
+        (),
+    ),
+}
+
+
+@pytest.mark.parametrize("layout", MLP_LAYOUTS)
+def test_sharded_mlp_equals_unsharded(rng, layout):
+    """The block-scaled MLP over dp, tp and SP against one device: bit for bit where each
+    device computes its results from its own rows, else only summed in another order."""
+    mesh = make_mesh((2, 4))
+    b, s, h, f = 4, 128, 512, 1024
+    x = outliers(rng, (b, s, h))
+    k1 = (rng.standard_normal((h, f)) / np.sqrt(h)).astype(np.float32)
+    k2 = (rng.standard_normal((f, h)) / np.sqrt(f)).astype(np.float32)
+    b1, b2 = rng.standard_normal(f).astype(np.float32), rng.standard_normal(h).astype(np.float32)
+    r = rng.standard_normal((b, s, h)).astype(np.float32)
+    recipe = Float8BlockScaling()
+
+    def y(x, k1, k2, b1, b2):
+        return mlp(x, (k1, k2), (b1, b2), recipe=recipe)
+
+    step = jax.jit(
+        lambda *a: (y(*a), jax.grad(lambda *v: jnp.sum(y(*v) * r), argnums=range(5))(*a))
+    )
+    specs, extra, bitwise = MLP_LAYOUTS[layout]
+    args = (x, k1, k2, b1, b2)
+    with qj.global_shard_guard(qj.MeshResource(dp_resource="dp", tp_resource="tp", **extra)):
+        got = step(*(_put(mesh, v, sp) for v, sp in zip(args, specs)))
+    want = step(*args)
+    names = ("y", "dx", "dk1", "dk2", "db1", "db2")
+    for name, g, w in zip(names, jax.tree.leaves(got), jax.tree.leaves(want)):
+        if name in bitwise:
+            np.testing.assert_array_equal(np.asarray(g), np.asarray(w), err_msg=name)
+        else:
+            assert ref.rel_err(g, w) < 1e-6, name
 
 
 def test_mlp_with_the_block_recipe_against_float64(rng):

@@ -18,7 +18,7 @@ from qmesh.jax.activation_quantize import (
     gelu_quantize_current,
 )
 from qmesh.jax.gemm import Epilogue, gemm
-from qmesh.jax.layer_norm import layer_norm
+from qmesh.jax.layer_norm import layer_norm, norm_fwd_amax, norm_fwd_quantize
 from qmesh.jax.mlp import mlp
 from qmesh.jax.recipe import DelayedScaling, Float8BlockScaling, Float8CurrentScaling
 
@@ -188,6 +188,23 @@ def test_layer_norm(rng):
     gpu, cpu = on_both(jax.value_and_grad(loss, argnums=(0, 1, 2)), x, gamma, beta)
     for g, c in zip(jax.tree.leaves(gpu), jax.tree.leaves(cpu)):
         assert ref.rel_err(g, c) < 1e-5
+
+
+@pytest.mark.parametrize("x_dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize("rms", [False, True], ids=["layernorm", "rmsnorm"])
+def test_fused_norm_is_bitwise_equal(rng, x_dtype, rms):
+    # y, the codes (both layouts), amax, scale_inv, mean and rstd: one summation order on both
+    x = random(rng, (96, 300), x_dtype, scale=3.0)
+    gamma, beta = random(rng, (300,)), None if rms else random(rng, (300,))
+
+    def fused(x, g):
+        return norm_fwd_quantize(x, g, beta, jnp.float32(20.0), E4M3, columnwise=True), (
+            norm_fwd_amax(x, g, beta)
+        )
+
+    gpu, cpu = on_both(fused, x, gamma)
+    for g, c in zip(jax.tree.leaves(gpu), jax.tree.leaves(cpu)):
+        np.testing.assert_array_equal(bits(g), bits(c))
 
 
 @pytest.mark.parametrize("x_dtype", [jnp.bfloat16, jnp.float32])

@@ -344,7 +344,7 @@ def _layers(rng):
                 (w, b, state),
             )
         )
-    recipe = DelayedScaling(amax_history_len=4)  # the fused LayerNorm + cast: delayed only
+    recipe = DelayedScaling(amax_history_len=4)  # the fused LayerNorm + cast
     cases.append(
         (
             "layernorm_dense",

@@ -99,6 +99,8 @@ struct DenseOptions {
   DType output_dtype = DType::kFloat32;
 };
 
+struct CastFusion;  // internal (src/layers/operand_cast.h)
+
 class QMESH_API Dense {
  public:
   // in_features / out_features are the global (unsharded) sizes; the sharded one must be
@@ -136,6 +138,12 @@ class QMESH_API Dense {
   DenseEpilogue forward_epilogue() const;
 
  private:
+  friend class LayerNormMLP;
+  friend class LayerNormDense;
+  // forward(x) with `input_fusion` applied in x's cast (a LayerNorm of x computed in the cast
+  // that feeds this layer's GEMM: LayerNorm::fused_forward).
+  TensorView forward_fused(const TensorView& x, const CastFusion& input_fusion);
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -13,6 +13,8 @@
 
 namespace qmesh {
 
+struct CastFusion;  // internal (src/layers/operand_cast.h)
+
 class QMESH_API LayerNorm {
  public:
   // A LayerNorm of a model built on `ctx`, on its placement: gamma starts at 1, beta at 0.
@@ -41,6 +43,16 @@ class QMESH_API LayerNorm {
   int64_t hidden() const;
 
  private:
+  friend class LayerNormMLP;
+  friend class LayerNormDense;
+  // Whether the next layer's input cast can compute this norm (fused_forward): a per-tensor
+  // FP8 recipe (delayed or current scaling) and no FSDP.
+  bool fuses_into_cast() const;
+  // forward(x) left to the next layer's input cast: checks and keeps x for backward as forward
+  // does, and returns the fusion (kLayerNorm) that computes y = LayerNorm(x) in that cast and
+  // writes this layer's mean and rstd. y itself is never written.
+  CastFusion fused_forward(const TensorView& x);
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -15,11 +15,13 @@ from qmesh.jax.block_quantize import (
     block_dequantize,
     block_quantize,
     block_scale_shape,
+    grouped_block_quantize,
 )
 from qmesh.jax.delayed_state import combine_state_grads, keep_unused_state, share_state, split_state
 from qmesh.jax.dense import init_state
 from qmesh.jax.gemm import Epilogue
 from qmesh.jax.mxfp8 import mxfp8_dbias_quantize, mxfp8_dequantize, mxfp8_quantize
+from qmesh.jax.nvfp4 import nvfp4_dequantize, nvfp4_quantize
 from qmesh.jax.quantize import (
     Quantized,
     amax,
@@ -65,6 +67,7 @@ __all__ = [
     "block_dequantize",
     "block_quantize",
     "block_scale_shape",
+    "grouped_block_quantize",
     "built_with_jaxlib",
     "combine_state_grads",
     "current_scale",
@@ -76,6 +79,8 @@ __all__ = [
     "global_shard_guard",
     "grouped_quantize",
     "init_state",
+    "nvfp4_dequantize",
+    "nvfp4_quantize",
     "keep_unused_state",
     "layer_norm",
     "mxfp8_dbias_quantize",

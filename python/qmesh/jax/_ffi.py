@@ -29,15 +29,18 @@ HANDLERS = {
     "GroupedQuantize": "qmesh_grouped_quantize",
     "BlockQuantize": "qmesh_block_quantize",
     "BlockDbiasQuantize": "qmesh_block_dbias_quantize",
+    "GroupedBlockQuantize": "qmesh_grouped_block_quantize",
     "BlockDequantize": "qmesh_block_dequantize",
     "Mxfp8Quantize": "qmesh_mxfp8_quantize",
     "Mxfp8DbiasQuantize": "qmesh_mxfp8_dbias_quantize",
     "Mxfp8Dequantize": "qmesh_mxfp8_dequantize",
+    "Nvfp4Quantize": "qmesh_nvfp4_quantize",
+    "Nvfp4Dequantize": "qmesh_nvfp4_dequantize",
     "DelayedScalingUpdate": "qmesh_delayed_scaling_update",
     "Gemm": "qmesh_gemm",
     "LayerNormForward": "qmesh_layer_norm_forward",
     "LayerNormBackward": "qmesh_layer_norm_backward",
-    "LayerNormForwardQuantize": "qmesh_layer_norm_forward_quantize",
+    "NormForward": "qmesh_norm_forward",
 }
 
 _LIBRARY_NAME = "libqmesh_jax_ffi.so"

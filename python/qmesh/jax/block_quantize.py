@@ -4,31 +4,37 @@ dbias + quantize and block dequantize, each running qmesh's C++ op on every devi
 
 x is 2-D [R, C]. `block` is 1 (1x128 blocks: every 128 consecutive elements of a row) or 2
 (128x128 tiles). Every block has its own current scale from its own amax; x ~= code *
-scale_inv[block]. The scales are float32 in the layout cuBLASLt reads
-(include/qmesh/block_quantized_tensor.h), given by `block_scale_shape`:
+scale_inv[block]. In JAX the scales are float32, one per block, unpadded and in the order of
+the blocks (`block_scale_shape`):
 
-    1x128:   [ceil(C/128), round_up(R, 4)]            scale_inv[kb, r]
-    128x128: [ceil(R/128), round_up(ceil(C/128), 4)]  scale_inv[rb, cb]
+    1x128:   [R, ceil(C/128)]             scale_inv[r, kb]:  x[r, 128 kb : 128 kb + 128]
+    128x128: [ceil(R/128), ceil(C/128)]   scale_inv[rb, cb]: the tile at (128 rb, 128 cb)
 
-(padding zero). The columnwise copy q_t [C, R] is the transpose, block-scaled on its own rows
-(with 1x128 blocks: 128x1 blocks of x), with scale_inv_t = block_scale_shape(C, R, block).
+The columnwise copy q_t [C, R] is the transpose, block-scaled on its own rows (with 1x128
+blocks: 128x1 blocks of x), with scale_inv_t of block_scale_shape(C, R, block).
 
-Sharding: codes keep x's sharding (q_t the transposed one) and each scale tensor is sharded
-with its data: for 1x128 scales the blocks of a row (C / 128) follow x's columns and the rows
-follow x's rows; for 128x128 scales the tile rows follow x's rows and the tile columns x's
-columns. A shard boundary must not cut a block: a sharded dimension that is cut into
-128-blocks must give shards that are multiples of 128. The padded dimension of a scale tensor
-(the rows of 1x128 scales, the tile columns of 128x128 scales) may be sharded when the global
-tensor has no padding there (R, or ceil(C/128), a multiple of 4): each device then holds its
-shard's scales unpadded, and the ops pad them to the layout of their local shape (zeros)
-before they call the C++ op. Any other sharding raises ValueError naming the dimension
-(replicate it, or shard it so). No amax is shared between devices: block scaling issues no
-collective (the bias gradient is summed over the axes of g's rows).
+The C++ ops and cuBLASLt read another layout (include/qmesh/block_quantized_tensor.h: 1x128
+scales [ceil(C/128), round_up(R, 4)], tile scales [ceil(R/128), round_up(ceil(C/128), 4)],
+padding zero). Each device converts its own shard's scales between the two around the
+handlers (`to_layout`, `from_layout`: a transpose and a pad of R/128 or less of the data's
+bytes): a shard of the data then holds exactly the block of the scale array of its blocks, so
+every sharding that keeps whole blocks shards the scales with their data, as a plain slice.
+
+Sharding: codes keep x's sharding (q_t the transposed one) and each scale tensor follows its
+data: the scales' first dimension follows the data's rows, the second its columns (the
+Shardy rules say so with compound factors: a dimension of whole 128-blocks is the factors
+(blocks, 128)). A shard boundary must not cut a block: a dimension cut into 128-blocks (the
+columns; the rows too with 128x128 tiles or with the 1x128 columnwise copy) must give shards
+that are multiples of 128, else ValueError naming the tensor, the dimension, the mesh axes
+and what to do. No amax is shared between devices: block scaling issues no collective (the
+bias gradient is summed over the axes of g's rows).
 """
 
 from __future__ import annotations
 
 import math
+import re
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -59,11 +65,30 @@ def check_block(block) -> int:
 
 
 def block_scale_shape(rows: int, cols: int, block: int) -> tuple[int, int]:
-    """The shape of the scale_inv tensor of a [rows, cols] tensor with `block` blocks."""
-    ceil = -(-cols // BLOCK)
-    if check_block(block) == 1:
-        return ceil, -(-rows // ALIGN) * ALIGN
-    return -(-rows // BLOCK), -(-ceil // ALIGN) * ALIGN
+    """The shape of the scale_inv of a [rows, cols] tensor with `block` blocks, in JAX: one
+    float32 per block, [rows, ceil(cols/128)] or [ceil(rows/128), ceil(cols/128)] (the C++
+    function of this name gives the C++ layout's: layout_shape here)."""
+    edge = BLOCK if check_block(block) == 2 else 1
+    return -(-rows // edge), -(-cols // BLOCK)
+
+
+def layout_shape(rows: int, cols: int, block: int) -> tuple[int, int]:
+    """The shape of the same scales in the C++ ops' (and cuBLASLt's) layout, rows padded."""
+    blocks = block_scale_shape(rows, cols, block)
+    padded = blocks[::-1] if block == 1 else blocks
+    return padded[0], -(-padded[1] // ALIGN) * ALIGN
+
+
+def to_layout(scale_inv, block):
+    """Scales of block_scale_shape -> the C++ layout (padding zero)."""
+    s = scale_inv.T if block == 1 else scale_inv
+    return jnp.pad(s, ((0, 0), (0, -s.shape[1] % ALIGN)))
+
+
+def from_layout(scale_inv, shape, block):
+    """Scales of a [rows, cols] tensor in the C++ layout -> block_scale_shape."""
+    rows, cols = block_scale_shape(*shape, block)
+    return scale_inv[:, :rows].T if block == 1 else scale_inv[:, :cols]
 
 
 def _whole_blocks(mesh, axes, size, what):
@@ -71,60 +96,61 @@ def _whole_blocks(mesh, axes, size, what):
     count = math.prod(dict(zip(mesh.axis_names, mesh.devices.shape))[a] for a in axes)
     if axes and (size // count) % BLOCK:
         raise ValueError(
-            f"{what} ({size}) is sharded over {axes} into shards of {size // count}, which "
-            f"is not a multiple of {BLOCK}: a shard boundary would cut a scaling block. Shard "
-            f"it into multiples of {BLOCK}, or replicate it"
-        )
-
-
-def _unpadded(axes, count, multiple, what):
-    """Raises ValueError if the padded scale dimension holding `count` scales is sharded
-    (over `axes`) while the global scale tensor pads it; `multiple`: the size that avoids it."""
-    if axes and count % ALIGN:
-        raise ValueError(
-            f"{what} is sharded over {axes}, but its {count} scales are padded to a multiple "
-            f"of {ALIGN} in the scale layout, which cannot be split with the data: make it a "
-            f"multiple of {multiple}, or replicate it"
+            f"{what} ({size}) is sharded over mesh axes {axes} into shards of {size // count}, "
+            f"which is not a multiple of {BLOCK}: a shard boundary would cut a scaling block. "
+            f"Shard it into multiples of {BLOCK} (fewer devices on those axes, or a size "
+            f"that is a multiple of {BLOCK} times their device count), or replicate it"
         )
 
 
 def block_scale_spec(mesh, shape, block, row_axes, col_axes, what):
     """The PartitionSpec entries of the scales of a [rows, cols] block-scaled tensor sharded
-    as (row_axes, col_axes), after checking that the sharding cuts no block and that the
-    padded scale dimension is not padded where it is sharded (see above)."""
+    as (row_axes, col_axes), after checking that the sharding cuts no block."""
     rows, cols = shape
     _whole_blocks(mesh, col_axes, cols, f"{what}: the columns")
-    if block == 1:
-        _unpadded(row_axes, rows, ALIGN, f"{what}: the rows (padded in 1x128 scales)")
-        return entry(col_axes), entry(row_axes)
-    _whole_blocks(mesh, row_axes, rows, f"{what}: the rows")
-    _unpadded(
-        col_axes, -(-cols // BLOCK), ALIGN * BLOCK, f"{what}: the columns (padded in tile scales)"
-    )
+    if block == 2:
+        _whole_blocks(mesh, row_axes, rows, f"{what}: the rows (128x128 tiles)")
     return entry(row_axes), entry(col_axes)
 
 
-def unpad_scales(scale_inv, shape, block):
-    """A device's scales of its [rows, cols] shard without the layout's padding."""
-    used = shape[0] if block == 1 else -(-shape[1] // BLOCK)
-    return scale_inv[:, :used]
+class Dim(NamedTuple):
+    """A dimension in a Shardy rule: `dim` (its factors), `blocks` (the factor of its
+    128-blocks) and the factor sizes."""
+
+    dim: str
+    blocks: str
+    sizes: dict
 
 
-def pad_scales(scale_inv, shape, block):
-    """A device's scales of its [rows, cols] shard in the layout of that shape (the padding
-    that unpad_scales took off, as zeros); unchanged when they are in it."""
-    want = block_scale_shape(*shape, block)
-    missing = want[1] - scale_inv.shape[1]
-    return jnp.pad(scale_inv, ((0, 0), (0, missing))) if missing > 0 else scale_inv
+def rule_dim(name: str, size: int, mesh) -> Dim:
+    """The Dim of a dimension of `size` on `mesh`, with factors named after `name`. When its
+    block count is a multiple of the mesh's device count, the dimension is the compound
+    (blocks, 128): any mesh axes that shard it shard its blocks, whole, and the scales with
+    them. Otherwise its blocks are a factor of their own (Shardy would otherwise split a mesh
+    axis between the two factors, which the partitioning callbacks cannot take): the
+    callbacks still shard the scales with the data (or refuse a sharding that cuts a block),
+    and the partitioner moves the scales where the rule left them elsewhere."""
+    if size and size % (BLOCK * math.prod(mesh.shape.values())) == 0:
+        return Dim(f"({name}b {name}e)", f"{name}b", {f"{name}b": size // BLOCK, f"{name}e": BLOCK})
+    return Dim(name, f"{name}b", {})
+
+
+def sized(rule: str, sizes: dict) -> tuple[str, dict]:
+    """(rule, the factor sizes Shardy takes for it: those of the factors that appear only in
+    compounds; the size of a factor that is a whole dimension somewhere comes from it)."""
+    whole = set(re.sub(r"\([^)]*\)|->|,", " ", rule).split())
+    return rule, {f: v for f, v in sizes.items() if f not in whole}
+
+
+def scale_rule(rows: Dim, cols: Dim, block: int) -> str:
+    """The Shardy dimensions of the scales of a [rows, cols] tensor."""
+    return f"{rows.dim if block == 1 else rows.blocks} {cols.blocks}"
 
 
 def expand_scales(scale_inv, rows: int, cols: int, block: int):
     """The scale_inv of every element of a [rows, cols] block-scaled tensor, [rows, cols]."""
-    if block == 1:
-        per_block = scale_inv[:, :rows].T  # [rows, ceil(C/128)]
-        return jnp.repeat(per_block, BLOCK, axis=1)[:, :cols]
-    tiles = scale_inv[:, : -(-cols // BLOCK)]
-    return jnp.repeat(jnp.repeat(tiles, BLOCK, axis=0), BLOCK, axis=1)[:rows, :cols]
+    per_row = scale_inv if block == 1 else jnp.repeat(scale_inv, BLOCK, axis=0)[:rows]
+    return jnp.repeat(per_row, BLOCK, axis=1)[:, :cols]
 
 
 # ---- block quantize and block dbias + quantize ------------------------------------------------
@@ -139,30 +165,25 @@ def _check_x(x, what):
         )
 
 
-def _block_avals(x, *, out_dtype, block, columnwise):
+def _block_avals(x, *, out_dtype, block, columnwise, shape_of=block_scale_shape):
     """(q, scale_inv, q_t, scale_inv_t) of block-quantizing x (the last two empty without the
-    columnwise copy)."""
+    columnwise copy), the scales of `shape_of` (block_scale_shape, or layout_shape for the
+    handlers)."""
     _check_x(x, "x")
     out_dtype = check_fp8(out_dtype)
     rows, cols = x.shape
     outs = [
         jax.core.ShapedArray(x.shape, out_dtype),
-        jax.core.ShapedArray(block_scale_shape(rows, cols, block), F32),
+        jax.core.ShapedArray(shape_of(rows, cols, block), F32),
     ]
     if columnwise:
         outs += [
             jax.core.ShapedArray((cols, rows), out_dtype),
-            jax.core.ShapedArray(block_scale_shape(cols, rows, block), F32),
+            jax.core.ShapedArray(shape_of(cols, rows, block), F32),
         ]
     else:
         outs += [jax.core.ShapedArray((0,), out_dtype), jax.core.ShapedArray((0,), F32)]
     return outs
-
-
-def _scale_zeros(x, **params):
-    """The zero-filled buffers the handler's scale results alias (their padding stays 0)."""
-    _, s, _, s_t = _block_avals(x, **params)
-    return jnp.zeros(s.shape, F32), jnp.zeros(s_t.shape, F32)
 
 
 def _block_shardings(mesh, x_info, block, columnwise):
@@ -170,28 +191,34 @@ def _block_shardings(mesh, x_info, block, columnwise):
     spec = even_spec(mesh, x_info)
     rows, cols = axes_of(spec[0]), axes_of(spec[1])
     shape = tuple(x_info.shape)
-    scale = named(mesh, *block_scale_spec(mesh, shape, block, rows, cols, "block quantize: x"))
-    outs = [named(mesh, *spec), scale, named(mesh), named(mesh)]
+    what = f"block quantize: x {list(shape)}"
+    outs = [
+        named(mesh, *spec),
+        named(mesh, *block_scale_spec(mesh, shape, block, rows, cols, what)),
+        named(mesh),
+        named(mesh),
+    ]
     if columnwise:
         outs[2] = named(mesh, spec[1], spec[0])
-        outs[3] = named(
-            mesh,
-            *block_scale_spec(
-                mesh, shape[::-1], block, cols, rows, "block quantize: the columnwise copy of x"
-            ),
-        )
+        what_t = f"{what}, its columnwise copy {list(shape[::-1])}"
+        outs[3] = named(mesh, *block_scale_spec(mesh, shape[::-1], block, cols, rows, what_t))
     return named(mesh, *spec), outs, rows
 
 
-def _block_rule(columnwise):
-    """The Shardy rule's results: codes follow x; the scales' dimensions are factors of their
-    own (the `shardings` callback shards them with their data)."""
-    return "i j, s0 s1, j i, t0 t1" if columnwise else "i j, s0 s1, z, t"
+def _block_rule(shape, block, columnwise, mesh):
+    """x's dimensions, the results' (codes follow x, the scales their codes' blocks), the
+    factor sizes of the Shardy rule, and x's columns."""
+    rows, cols = rule_dim("r", shape[0], mesh), rule_dim("c", shape[1], mesh)
+    x = f"{rows.dim} {cols.dim}"
+    outs = [x, scale_rule(rows, cols, block)]
+    outs += [f"{cols.dim} {rows.dim}", scale_rule(cols, rows, block)] if columnwise else ["z", "t"]
+    return x, outs, {**rows.sizes, **cols.sizes}, cols.dim
 
 
 class _BlockCast(Op):
     """What block quantize and block dbias + quantize share: x -> (q, scale_inv, q_t,
-    scale_inv_t[, ...]); the inner primitive also takes the two zero-filled scale buffers."""
+    scale_inv_t[, ...]); the inner primitive also takes two zero-filled scale buffers in the
+    C++ layout, which its scale results alias (their padding stays 0)."""
 
     num_inputs = 1
     static_params = ("out_dtype", "block", "columnwise", "power_2_scale", "amax_epsilon")
@@ -202,6 +229,11 @@ class _BlockCast(Op):
         return tuple(
             _block_avals(x, out_dtype=out_dtype, block=check_block(block), columnwise=columnwise)
         )
+
+    @classmethod
+    def inner_abstract(cls, x, *zeros, out_dtype, block, columnwise, **scaling):
+        params = dict(out_dtype=out_dtype, block=check_block(block), columnwise=columnwise)
+        return tuple(_block_avals(x, shape_of=layout_shape, **params))
 
     @classmethod
     def attributes(cls, *, block, power_2_scale, amax_epsilon, **_):
@@ -216,39 +248,29 @@ class _BlockCast(Op):
         return x.size == 0
 
     @classmethod
-    def empty(cls, x, *zeros, out_dtype, block, columnwise, **_):
-        avals = _block_avals(x, out_dtype=out_dtype, block=block, columnwise=columnwise)
-        return tuple(jnp.zeros(a.shape, a.dtype) for a in avals)
+    def empty(cls, x, *zeros, **params):
+        return tuple(jnp.zeros(a.shape, a.dtype) for a in cls.inner_abstract(x, **params))
 
     @classmethod
     def local(cls, plan, x, **params):
-        """plan: (unpad the scales, unpad the columnwise copy's scales), or None."""
         block = params["block"]
-        sizes = dict(out_dtype=params["out_dtype"], block=block)
-        zeros = _scale_zeros(x, columnwise=params["columnwise"], **sizes)
+        _, s, _, s_t = cls.inner_abstract(x, **params)[:4]
+        zeros = jnp.zeros(s.shape, F32), jnp.zeros(s_t.shape, F32)
         q, s, q_t, s_t, *rest = cls.inner.bind(x, *zeros, **params)
-        unpad, unpad_t = plan or (False, False)
-        if unpad:
-            s = unpad_scales(s, x.shape, block)
-        if unpad_t:
-            s_t = unpad_scales(s_t, x.shape[::-1], block)
+        s = from_layout(s, x.shape, block)
+        if params["columnwise"]:
+            s_t = from_layout(s_t, x.shape[::-1], block)
         return (q, s, q_t, s_t, *rest)
-
-    @classmethod
-    def _plan(cls, mesh, x_info, block, columnwise):
-        rows, cols = even_spec(mesh, x_info)
-        unpad = bool(axes_of(rows if block == 1 else cols))
-        unpad_t = columnwise and bool(axes_of(cols if block == 1 else rows))
-        return unpad, unpad_t
 
     @classmethod
     def shardings(cls, mesh, arg_infos, *, block, columnwise, **_):
         x, outs, _ = _block_shardings(mesh, arg_infos[0], block, columnwise)
-        return (x,), outs, cls._plan(mesh, arg_infos[0], block, columnwise)
+        return (x,), outs, None
 
     @classmethod
-    def sharding_rule(cls, value_types, result_types, *, columnwise, **_):
-        return f"i j -> {_block_rule(columnwise)}"
+    def mesh_sharding_rule(cls, mesh, value_types, result_types, *, block, columnwise, **_):
+        x, outs, sizes, _ = _block_rule(value_types[0].shape, block, columnwise, mesh)
+        return sized(f"{x} -> {', '.join(outs)}", sizes)
 
 
 @register
@@ -267,28 +289,106 @@ class BlockDbiasQuantize(_BlockCast):
 
     @classmethod
     def abstract(cls, g, *zeros, **params):
-        outs = super().abstract(g, *zeros, **params)
+        return (*super().abstract(g, *zeros, **params), jax.core.ShapedArray((g.shape[1],), F32))
+
+    @classmethod
+    def inner_abstract(cls, g, *zeros, **params):
+        outs = super().inner_abstract(g, *zeros, **params)
         return (*outs, jax.core.ShapedArray((g.shape[1],), F32))
 
     @classmethod
-    def empty(cls, g, *zeros, **params):
-        return (*super().empty(g, **params), jnp.zeros((g.shape[1],), F32))
-
-    @classmethod
     def local(cls, plan, g, **params):
-        """plan: (the _BlockCast plan, the mesh axes of g's rows), or None."""
-        *outs, dbias = super().local(plan and plan[0], g, **params)
-        return (*outs, lax.psum(dbias, plan[1]) if plan and plan[1] else dbias)
+        """plan: the mesh axes of g's rows (the bias gradient's sum), or None."""
+        *outs, dbias = super().local(None, g, **params)
+        return (*outs, lax.psum(dbias, plan) if plan else dbias)
 
     @classmethod
     def shardings(cls, mesh, arg_infos, *, block, columnwise, **_):
         g, outs, rows = _block_shardings(mesh, arg_infos[0], block, columnwise)
         dbias = named(mesh, g.spec[1] if len(g.spec) > 1 else None)
-        return (g,), (*outs, dbias), (cls._plan(mesh, arg_infos[0], block, columnwise), rows)
+        return (g,), (*outs, dbias), rows
 
     @classmethod
-    def sharding_rule(cls, value_types, result_types, *, columnwise, **_):
-        return f"i j -> {_block_rule(columnwise)}, j"
+    def mesh_sharding_rule(cls, mesh, value_types, result_types, *, block, columnwise, **_):
+        x, outs, sizes, cols = _block_rule(value_types[0].shape, block, columnwise, mesh)
+        return sized(f"{x} -> {', '.join(outs)}, {cols}", sizes)
+
+
+# ---- grouped block quantize -------------------------------------------------------------------
+
+
+def grouped_scale_size(rows: int, cols: int, groups: int, block: int, columnwise=False) -> int:
+    """The length of the flat scales of grouped_block_quantize of [rows, cols] in `groups`
+    groups (of the columnwise copy with `columnwise`): room for any split of the rows."""
+    # Over the groups, sum ceil(rows_g / 128) <= ceil(rows / 128) + groups - 1 and
+    # round_up(n, 4) <= n + 3.
+    blocks = -(-cols // BLOCK)
+    row_blocks = max(0, -(-rows // BLOCK) + groups - 1)
+    pad = (ALIGN - 1) * groups
+    if check_block(block) == 1:
+        return row_blocks * (-(-cols // ALIGN) * ALIGN) if columnwise else blocks * (rows + pad)
+    return blocks * (row_blocks + pad) if columnwise else row_blocks * (-(-blocks // ALIGN) * ALIGN)
+
+
+@register
+class GroupedBlockQuantize(Op):
+    """(x [rows, cols], group_sizes int32 [G]) -> (q, scale_inv, q_t, scale_inv_t): groups of
+    rows back to back, each block-quantized as block_quantize of its rows (see
+    grouped_block_quantize for the layouts). The inner primitive also takes two zero-filled
+    scale buffers, which its scale results alias. The operands are replicated (group
+    boundaries are runtime values)."""
+
+    name, target = "qmesh_grouped_block_quantize", "qmesh_grouped_block_quantize"
+    num_inputs = 2
+    static_params = _BlockCast.static_params
+    output_aliases = {2: 1, 3: 3}
+
+    @classmethod
+    def abstract(cls, x, group_sizes, *zeros, out_dtype, block, columnwise, **scaling):
+        _check_x(x, "x")
+        if group_sizes.dtype != jnp.int32 or group_sizes.ndim != 1:
+            raise TypeError(
+                f"group_sizes must be int32 [G], not {group_sizes.dtype}{list(group_sizes.shape)}"
+            )
+        rows, cols = x.shape
+        groups = group_sizes.shape[0]
+        if groups == 0 and rows > 0:
+            raise ValueError(
+                f"grouped block quantize: no groups for {rows} rows; group_sizes must cover "
+                "every row of x"
+            )
+        out_dtype = check_fp8(out_dtype)
+        size = grouped_scale_size(rows, cols, groups, block)
+        outs = [jax.core.ShapedArray(x.shape, out_dtype), jax.core.ShapedArray((size,), F32)]
+        if columnwise:
+            size_t = grouped_scale_size(rows, cols, groups, block, columnwise=True)
+            outs += [
+                jax.core.ShapedArray((x.size,), out_dtype),
+                jax.core.ShapedArray((size_t,), F32),
+            ]
+        else:
+            outs += [jax.core.ShapedArray((0,), out_dtype), jax.core.ShapedArray((0,), F32)]
+        return tuple(outs)
+
+    attributes = _BlockCast.attributes
+
+    @classmethod
+    def is_empty(cls, x, group_sizes, *zeros, **params):
+        return x.size == 0 or group_sizes.size == 0
+
+    @classmethod
+    def empty(cls, x, group_sizes, *zeros, **params):
+        return tuple(jnp.zeros(a.shape, a.dtype) for a in cls.abstract(x, group_sizes, **params))
+
+    @classmethod
+    def local(cls, plan, x, group_sizes, **params):
+        _, s, _, s_t = cls.abstract(x, group_sizes, **params)
+        zeros = jnp.zeros(s.shape, F32), jnp.zeros(s_t.shape, F32)
+        return cls.inner.bind(x, group_sizes, *zeros, **params)
+
+    @classmethod
+    def sharding_rule(cls, value_types, result_types, **params):
+        return "i j, g -> i j, s, k, t"
 
 
 # ---- block dequantize -------------------------------------------------------------------------
@@ -296,18 +396,23 @@ class BlockDbiasQuantize(_BlockCast):
 
 @register
 class BlockDequantize(Op):
-    """(q, scale_inv) -> code * scale_inv of its block, in `out_dtype`."""
+    """(q, scale_inv) -> code * scale_inv of its block, in `out_dtype`; the inner primitive
+    takes the scales in the C++ layout."""
 
     name, target, num_inputs = "qmesh_block_dequantize", "qmesh_block_dequantize", 2
     static_params = ("block", "out_dtype")
 
     @classmethod
-    def abstract(cls, q, scale_inv, *, block, out_dtype):
+    def abstract(cls, q, scale_inv, *, block, out_dtype, shape_of=block_scale_shape):
         check_fp8(q.dtype)
         if q.ndim != 2:
             raise ValueError(f"block dequantize takes q as [rows, cols], not shape {q.shape}")
-        check_scale_inv(scale_inv, q.shape, check_block(block), "scale_inv")
+        check_scale_inv(scale_inv, q.shape, check_block(block), "scale_inv", shape_of)
         return (jax.core.ShapedArray(q.shape, check_wide(out_dtype, "out_dtype")),)
+
+    @classmethod
+    def inner_abstract(cls, q, scale_inv, **params):
+        return cls.abstract(q, scale_inv, shape_of=layout_shape, **params)
 
     @classmethod
     def attributes(cls, *, block, **_):
@@ -323,30 +428,34 @@ class BlockDequantize(Op):
 
     @classmethod
     def local(cls, plan, q, scale_inv, **params):
-        return cls.inner.bind(q, pad_scales(scale_inv, q.shape, params["block"]), **params)
+        return cls.inner.bind(q, to_layout(scale_inv, params["block"]), **params)
 
     @classmethod
     def shardings(cls, mesh, arg_infos, *, block, **_):
         spec = even_spec(mesh, arg_infos[0])
         rows, cols = axes_of(spec[0]), axes_of(spec[1])
+        shape = tuple(arg_infos[0].shape)
         scale = block_scale_spec(
-            mesh, tuple(arg_infos[0].shape), block, rows, cols, "block dequantize: q"
+            mesh, shape, block, rows, cols, f"block dequantize: q {list(shape)}"
         )
         q = named(mesh, *spec)
         return (q, named(mesh, *scale)), (q,), None
 
     @classmethod
-    def sharding_rule(cls, value_types, result_types, **params):
-        return "i j, s0 s1 -> i j"
+    def mesh_sharding_rule(cls, mesh, value_types, result_types, *, block, **_):
+        shape = value_types[0].shape
+        rows, cols = rule_dim("r", shape[0], mesh), rule_dim("c", shape[1], mesh)
+        x = f"{rows.dim} {cols.dim}"
+        return sized(f"{x}, {scale_rule(rows, cols, block)} -> {x}", {**rows.sizes, **cols.sizes})
 
 
-def check_scale_inv(scale_inv, shape, block, what):
-    """Raises ValueError unless scale_inv is float32 of block_scale_shape(*shape, block)."""
-    want = block_scale_shape(*shape, block)
+def check_scale_inv(scale_inv, shape, block, what, shape_of=block_scale_shape):
+    """Raises ValueError unless scale_inv is float32 of shape_of(*shape, block)."""
+    want = shape_of(*shape, block)
     if scale_inv.dtype != F32 or tuple(scale_inv.shape) != want:
         raise ValueError(
             f"{what} of a {list(shape)} tensor in {BLOCK_SHAPES[block]} blocks must be "
-            f"float32{list(want)} (block_scale_shape), not {scale_inv.dtype}"
+            f"float32{list(want)} ({shape_of.__name__}), not {scale_inv.dtype}"
             f"{list(scale_inv.shape)}"
         )
 
@@ -396,6 +505,35 @@ def block_dequantize(q, scale_inv, *, block: int = 1, out_dtype=jnp.float32):
         block=check_block(block),
         out_dtype=check_wide(out_dtype, "out_dtype"),
     )[0]
+
+
+def grouped_block_quantize(
+    x,
+    group_sizes,
+    out_dtype=jnp.float8_e4m3fn,
+    *,
+    block: int = 1,
+    columnwise: bool = False,
+    power_2_scale: bool = True,
+    amax_epsilon: float = 0.0,
+):
+    """Block-quantizes the row groups of x [R, C] (group g: the next group_sizes[g] rows, int32
+    [G], adding up to R; a group may be empty), each exactly as block_quantize of its rows
+    (its own blocks, from its first row): (q, scale_inv, q_t, scale_inv_t).
+
+    q [R, C] holds each group's codes in its rows; with `columnwise`, q_t [R * C] each group's
+    [C, R_g] transpose back to back (else q_t and scale_inv_t are empty). The scales are flat
+    float32, grouped_scale_size(R, C, G, block[, columnwise]) long: group g's scales in the
+    C++ layout of its shape (layout_shape(R_g, C, block); for q_t layout_shape(C, R_g,
+    block)), flattened, back to back from group 0 on, then zeros. (Not one float per block as
+    block_quantize gives them: the groups' boundaries are runtime values, and this is the
+    layout the C++ ops and cuBLASLt read, group by group.) With 1x128 blocks q and the
+    per-group scales equal block_quantize(x)'s, as no 1x128 block crosses a row."""
+    return GroupedBlockQuantize.bind(
+        jnp.asarray(x),
+        jnp.asarray(group_sizes),
+        **_cast_params(out_dtype, block, columnwise, power_2_scale, amax_epsilon),
+    )
 
 
 def _cast_params(out_dtype, block, columnwise, power_2_scale, amax_epsilon):

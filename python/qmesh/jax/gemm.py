@@ -38,10 +38,12 @@ Block-scaled operands (the Float8BlockScaling recipe; a_block / b_block = 1 for 
 2 for 128x128 tiles, 0 for a per-tensor scalar scale_inv): both operands are then FP8 and
 block-scaled, not both in 128x128 tiles, in the TN form (each stored contiguous along K: pass
 the columnwise copies qmesh.jax.block_quantize makes), and each scale_inv is the operand's
-scale tensor, block_scale_shape of its stored shape (qmesh.jax.block_quantize). Each block
-is dequantized in float32 and the products accumulated in float32. The scales are sharded
-with their operand (block_quantize.block_scale_spec); a sharded K must give shards that are
-multiples of 128 (of 512 for a 128x128 operand), and the partial products are psum'd as above.
+scale tensor, one float32 per block in block_scale_shape of its stored shape
+(qmesh.jax.block_quantize; the handler reads the C++ layout, converted on each device). Each
+block is dequantized in float32 and the products accumulated in float32. The scales are
+sharded with their operand (block_quantize.block_scale_spec); a sharded K (and the M or N of
+a 128x128 operand) must give shards that are multiples of 128, and the partial products are
+psum'd as above.
 """
 
 from __future__ import annotations
@@ -59,11 +61,18 @@ from jax.interpreters import mlir
 
 from qmesh.jax import _ffi, primitive, sharding
 from qmesh.jax.block_quantize import (
+    Dim,
+    block_scale_shape,
     block_scale_spec,
     check_block,
     check_scale_inv,
     expand_scales,
-    pad_scales,
+    from_layout,
+    layout_shape,
+    rule_dim,
+    scale_rule,
+    sized,
+    to_layout,
 )
 from qmesh.jax.common import (
     F32,
@@ -159,8 +168,10 @@ def _problem(a, b, trans_a, trans_b):
     return m, k, n
 
 
-def _check_blocks(a, b, a_scale_inv, b_scale_inv, *, trans_a, trans_b, a_block, b_block):
-    """The rules of block-scaled operands (module docstring)."""
+def _check_blocks(
+    a, b, a_scale_inv, b_scale_inv, *, trans_a, trans_b, a_block, b_block, scale_shape
+):
+    """The rules of block-scaled operands (module docstring); the scales of `scale_shape`."""
     if not (a_block and b_block):
         raise TypeError(
             "gemm: a block-scaled GEMM needs both operands block-scaled (a_block and b_block "
@@ -180,13 +191,13 @@ def _check_blocks(a, b, a_scale_inv, b_scale_inv, *, trans_a, trans_b, a_block, 
     for x, s, blk, name in ((a, a_scale_inv, a_block, "a"), (b, b_scale_inv, b_block, "b")):
         if x.dtype not in FP8_DTYPES:
             raise TypeError(f"gemm: the block-scaled operand {name} must be FP8, not {x.dtype}")
-        check_scale_inv(s, tuple(x.shape), blk, f"gemm: {name}_scale_inv")
+        check_scale_inv(s, tuple(x.shape), blk, f"gemm: {name}_scale_inv", scale_shape)
 
 
-def _check_operands(a, b, a_scale_inv, b_scale_inv, **layout):
+def _check_operands(a, b, a_scale_inv, b_scale_inv, scale_shape, **layout):
     if layout.get("a_block") or layout.get("b_block"):
         _problem(a, b, layout["trans_a"], layout["trans_b"])
-        return _check_blocks(a, b, a_scale_inv, b_scale_inv, **layout)
+        return _check_blocks(a, b, a_scale_inv, b_scale_inv, scale_shape=scale_shape, **layout)
     fp8 = (a.dtype in FP8_DTYPES, b.dtype in FP8_DTYPES)
     if any(fp8):
         if not all(fp8):
@@ -225,6 +236,7 @@ def _avals(
     alpha,
     a_block,
     b_block,
+    scale_shape=block_scale_shape,
 ):
     epilogue = Epilogue(epilogue)
     _check_operands(
@@ -232,6 +244,7 @@ def _avals(
         b,
         a_scale_inv,
         b_scale_inv,
+        scale_shape,
         trans_a=trans_a,
         trans_b=trans_b,
         a_block=a_block,
@@ -318,11 +331,13 @@ def _reference(
     b_block,
     **_,
 ):
-    """The GEMM in plain JAX (used for inputs with no elements)."""
+    """The GEMM in plain JAX on the inner primitive's arguments (used for inputs with no
+    elements)."""
 
     def decoded(x, s, block):
         if block:
-            return x.astype(F32) * expand_scales(s, *x.shape, block)
+            grid = from_layout(s, x.shape, block)  # the handler's arguments
+            return x.astype(F32) * expand_scales(grid, *x.shape, block)
         return x.astype(F32) * (s if x.dtype in FP8_DTYPES else 1.0)
 
     fa, fb = decoded(a, a_scale_inv, a_block), decoded(b, b_scale_inv, b_block)
@@ -377,6 +392,11 @@ class Gemm(Op):
         return _avals(*_split(avals, params["epilogue"]), **params)
 
     @classmethod
+    def inner_abstract(cls, *avals, **params):
+        """The handler takes block scales in the C++ layout."""
+        return _avals(*_split(avals, params["epilogue"]), scale_shape=layout_shape, **params)
+
+    @classmethod
     def attributes(
         cls, *, trans_a, trans_b, epilogue, split_accumulator, alpha, a_block, b_block, **_
     ):
@@ -421,9 +441,9 @@ class Gemm(Op):
     @classmethod
     def local(cls, plan, *args, **params):
         a, b, a_si, b_si, extra = _split(args, params["epilogue"])
-        if params["a_block"]:  # a shard's scales in the layout of its shape
-            a_si = pad_scales(a_si, a.shape, params["a_block"])
-            b_si = pad_scales(b_si, b.shape, params["b_block"])
+        if params["a_block"]:  # the shard's scales in the C++ layout
+            a_si = to_layout(a_si, params["a_block"])
+            b_si = to_layout(b_si, params["b_block"])
         if not plan:  # K not sharded: the whole GEMM with its epilogue on each device
             return cls._device_gemm(*_handler_args(a, b, a_si, b_si, extra), **params)
         k_axes, scatter_axis = plan
@@ -484,8 +504,11 @@ class Gemm(Op):
         scales = [named(mesh), named(mesh)]
         if a_block:  # TN: a [M, K], b [N, K]
             scales = [
-                named(mesh, *block_scale_spec(mesh, a.shape, a_block, m, k, "gemm: a")),
-                named(mesh, *block_scale_spec(mesh, b.shape, b_block, n, k, "gemm: b")),
+                named(
+                    mesh,
+                    *block_scale_spec(mesh, x.shape, blk, rows, k, f"gemm: {w} {list(x.shape)}"),
+                )
+                for x, blk, rows, w in ((a, a_block, m, "a"), (b, b_block, n, "b"))
             ]
         args = [named(mesh, *a_spec), named(mesh, *b_spec), *scales]
         args.append(extra(operand) if operand else named(mesh))
@@ -493,18 +516,30 @@ class Gemm(Op):
         return args, outs, (k, scatter) if k else None
 
     @classmethod
-    def sharding_rule(
-        cls, value_types, result_types, *, trans_a, trans_b, epilogue, a_block, b_block, **_
+    def mesh_sharding_rule(
+        cls, mesh, value_types, result_types, *, trans_a, trans_b, epilogue, a_block, b_block, **_
     ):
         epilogue = Epilogue(epilogue)
         operand, result = EPILOGUES[epilogue]
-        # Block scales: factors of their own (the `shardings` callback shards them with their
-        # operand).
-        scales = ["sa0 sa1", "sb0 sb1"] if a_block else ["", ""]
-        operands = ["k m" if trans_a else "m k", "n k" if trans_b else "k n", *scales]
-        operands.append(EXTRA_DIMS[operand] if operand else "z")
-        results = ["m n"] + ([EXTRA_DIMS[result]] if result else [])
-        return f"{', '.join(operands)} -> {', '.join(results)}", {"reduction_factors": ("k",)}
+        if a_block:  # TN; the scales follow their operand's blocks (block_quantize.rule_dim)
+            (m, k), (n, _) = (t.shape for t in value_types[:2])
+            dims = {d: rule_dim(d, size, mesh) for d, size in (("m", m), ("k", k), ("n", n))}
+            scales = [scale_rule(dims["m"], dims["k"], a_block)]
+            scales.append(scale_rule(dims["n"], dims["k"], b_block))
+            sizes = {f: v for d in dims.values() for f, v in d.sizes.items()}
+        else:
+            dims = {d: Dim(d, "", {}) for d in "mkn"}
+            scales, sizes = ["", ""], {}
+        reduce = tuple(dims["k"].dim.strip("()").split())  # k, or its two factors
+
+        def factors(names):
+            return " ".join(dims[d].dim for d in names.split())
+
+        operands = [factors("k m" if trans_a else "m k"), factors("n k" if trans_b else "k n")]
+        operands += [*scales, factors(EXTRA_DIMS[operand]) if operand else "z"]
+        results = [factors("m n")] + ([factors(EXTRA_DIMS[result])] if result else [])
+        rule, sizes = sized(f"{', '.join(operands)} -> {', '.join(results)}", sizes)
+        return rule, {**sizes, "reduction_factors": reduce}
 
 
 # On CUDA the handler takes cuBLASLt's workspace as one more result, which XLA allocates and

@@ -1,9 +1,11 @@
-"""LayerNorm over the last dimension on qmesh's op (float32 only), forward, backward, and the
-forward fused with the FP8 cast of its output (what a LayerNorm -> FP8 Dense feeds the GEMM):
+"""LayerNorm over the last dimension on qmesh's op (float32), forward and backward; RMSNorm;
+and either norm's forward fused with the FP8 cast of its output (float32 or bfloat16 x: what a
+norm -> FP8 Dense feeds the GEMM; qmesh::norm_forward, docs/numerics.md "Norms"):
 
-    y = (x - mean) / sqrt(var + eps) * gamma + beta,   var the biased variance of the row,
+    LayerNorm: y = (x - mean) / sqrt(var + eps) * gamma + beta,  var the biased variance,
+    RMSNorm:   y = x / sqrt(mean(x^2) + eps) * gamma,
 
-with mean and rstd = 1 / sqrt(var + eps) float32 of shape x.shape[:-1] (kept for backward).
+with mean and rstd (1 / the square root) float32 of shape x.shape[:-1] (kept for backward).
 
 Sharding: the rows (every dimension but the last) keep their sharding; the normalised (last)
 dimension is never sharded: the Shardy rule marks it need-replication and the partitioner
@@ -196,55 +198,80 @@ class LayerNormBackward(Op):
         return (f"{r} c, {r} c, c, {r}, {r} -> {r} c, c, c", {"need_replication_factors": ("c",)})
 
 
-@register
-class LayerNormForwardQuantize(Op):
-    """(x, gamma, beta, scale) -> (y, q, q_t, amax, scale_inv, mean, rstd): LayerNorm, then
-    the FP8 cast of y with the given scale (q shaped like x; q_t its [cols, rows] transpose
-    when `columnwise`, for a 2-D x, else an empty array)."""
+_EMPTY = jax.core.ShapedArray((0,), F32)
 
-    name, target = "qmesh_layer_norm_fwd_quantize", "qmesh_layer_norm_forward_quantize"
-    num_inputs = 4
-    static_params = ("eps", "out_dtype", "columnwise")
+
+@register
+class NormForward(Op):
+    """(x, gamma, beta, scale) -> (y, q, q_t, amax, scale_inv, mean, rstd): LayerNorm, or RMSNorm
+    when `rms` (beta and mean are then empty arrays), of float32 or bfloat16 x, in one pass with
+    the FP8 cast of its output y (y_dtype: float32 or bfloat16; the cast takes y rounded to
+    it). With out_dtype: q shaped like x and, when `columnwise` (2-D x), q_t its [cols, rows]
+    transpose, with the given scale; scale_inv = 1 / scale. Without (out_dtype None: q, q_t and
+    scale_inv are empty arrays, scale is not read): no codes, for current scaling. amax is
+    max|y| over the whole (global) array either way."""
+
+    name, target, num_inputs = "qmesh_norm_fwd", "qmesh_norm_forward", 4
+    static_params = ("eps", "rms", "y_dtype", "out_dtype", "columnwise")
 
     @classmethod
-    def abstract(cls, x, gamma, beta, scale, *, eps, out_dtype, columnwise):
-        y, mean, rstd = LayerNormForward.abstract(x, gamma, beta, eps=eps)
-        check_scalar(scale, "layer_norm: scale")
-        out_dtype = check_fp8(out_dtype)
-        if columnwise and x.ndim != 2:
+    def abstract(cls, x, gamma, beta, scale, *, eps, rms, y_dtype, out_dtype, columnwise):
+        if x.dtype not in (F32, jnp.bfloat16):
+            raise TypeError(f"norm: x must be float32 or bfloat16, not {x.dtype}")
+        if x.ndim < 1:
             raise ValueError(
-                f"layer_norm: the columnwise copy needs a 2-D x, not shape "
+                f"norm: x must have at least one dimension (the normalised one), not shape "
+                f"{tuple(x.shape)}"
+            )
+        _check_vector(gamma, x, "gamma")
+        if rms:
+            if beta.shape != (0,):
+                raise ValueError("norm: RMSNorm takes no beta (pass an empty array)")
+        else:
+            _check_vector(beta, x, "beta")
+        _check_eps(eps)
+        if jnp.dtype(y_dtype) not in (F32, jnp.bfloat16):
+            raise TypeError(f"norm: y_dtype must be float32 or bfloat16, not {y_dtype}")
+        check_scalar(scale, "norm: scale")
+        if columnwise and (x.ndim != 2 or out_dtype is None):
+            raise ValueError(
+                f"norm: the columnwise copy needs codes and a 2-D x, not shape "
                 f"{tuple(x.shape)}: reshape to [rows, cols] first"
             )
-        q_t = (x.shape[1], x.shape[0]) if columnwise else (0,)
         scalar = jax.core.ShapedArray((), F32)
-        return (
-            y,
-            jax.core.ShapedArray(x.shape, out_dtype),
-            jax.core.ShapedArray(q_t, out_dtype),
-            scalar,
-            scalar,
-            mean,
-            rstd,
-        )
+        y = jax.core.ShapedArray(x.shape, jnp.dtype(y_dtype))
+        mean, rstd = _stats_avals(x)
+        if out_dtype is None:
+            q = q_t = scale_inv = _EMPTY
+        else:
+            out_dtype = check_fp8(out_dtype)
+            q = jax.core.ShapedArray(x.shape, out_dtype)
+            q_t = jax.core.ShapedArray((x.shape[1], x.shape[0]) if columnwise else (0,), out_dtype)
+            scale_inv = scalar
+        return y, q, q_t, scalar, scale_inv, _EMPTY if rms else mean, rstd
 
     @classmethod
     def attributes(cls, *, eps, **_):
         return dict(eps=np.float32(eps))
 
     @classmethod
-    def empty(cls, x, gamma, beta, scale, *, eps, out_dtype, columnwise):
-        y, mean, rstd = _reference_forward(x, gamma, beta, eps)
-        q_t = (x.shape[1], x.shape[0]) if columnwise else (0,)
-        return (
-            y,
-            jnp.zeros(x.shape, out_dtype),
-            jnp.zeros(q_t, out_dtype),
-            jnp.zeros((), F32),
-            1.0 / scale,
-            mean,
-            rstd,
+    def is_empty(cls, x, *avals, **params):
+        return x.size == 0  # beta is an empty array for RMSNorm
+
+    @classmethod
+    def empty(cls, x, gamma, beta, scale, *, eps, rms, y_dtype, out_dtype, columnwise):
+        avals = cls.abstract(
+            *(jax.core.ShapedArray(a.shape, a.dtype) for a in (x, gamma, beta, scale)),
+            eps=eps,
+            rms=rms,
+            y_dtype=y_dtype,
+            out_dtype=out_dtype,
+            columnwise=columnwise,
         )
+        outs = [jnp.zeros(a.shape, a.dtype) for a in avals]
+        if out_dtype is not None:
+            outs[4] = 1.0 / scale
+        return tuple(outs)
 
     @classmethod
     def local(cls, plan, *args, **params):
@@ -254,28 +281,26 @@ class LayerNormForwardQuantize(Op):
         return y, q, q_t, amax, scale_inv, mean, rstd
 
     @classmethod
-    def shardings(cls, mesh, arg_infos, *, columnwise, **_):
+    def shardings(cls, mesh, arg_infos, *, rms, out_dtype, columnwise, **_):
         x = arg_infos[0]
         rows = [entry(a) for a in _row_axes(mesh, x, x.ndim)]
+        by_row = named(mesh, *rows, None)
+        codes = by_row if out_dtype is not None else named(mesh)
         q_t = named(mesh, None, rows[0]) if columnwise else named(mesh)
-        args = (named(mesh, *rows, None), named(mesh), named(mesh), named(mesh))
-        outs = (
-            named(mesh, *rows, None),
-            named(mesh, *rows, None),
-            q_t,
-            named(mesh),
-            named(mesh),
-            named(mesh, *rows),
-            named(mesh, *rows),
-        )
+        stats = named(mesh, *rows)
+        args = (by_row, named(mesh), named(mesh), named(mesh))
+        outs = (by_row, codes, q_t, named(mesh), named(mesh), named(mesh) if rms else stats, stats)
         return args, outs, sharding.amax_axes(mesh)
 
     @classmethod
-    def sharding_rule(cls, value_types, result_types, *, columnwise, **_):
+    def sharding_rule(cls, value_types, result_types, *, rms, out_dtype, columnwise, **_):
         r = " ".join(_factors(value_types))
-        q_t = f"c {r}" if columnwise else "z"
+        codes = f"{r} c" if out_dtype is not None else "zq"
+        q_t = f"c {r}" if columnwise else "zt"
+        scale_inv = "" if out_dtype is not None else "zs"
+        beta, mean = ("zb", "zm") if rms else ("c", r)
         return (
-            f"{r} c, c, c, -> {r} c, {r} c, {q_t}, , , {r}, {r}",
+            f"{r} c, c, {beta}, -> {r} c, {codes}, {q_t}, , {scale_inv}, {mean}, {r}",
             {"need_replication_factors": ("c",)},
         )
 
@@ -291,23 +316,71 @@ def layer_norm_bwd(dy, x, gamma, mean, rstd):
     return tuple(LayerNormBackward.bind(dy, x, gamma, mean, rstd))
 
 
-def layer_norm_fwd_quantize(
-    x, gamma, beta, scale, dtype=jnp.float8_e4m3fn, *, eps: float = 1e-5, columnwise: bool = False
+def _norm_args(x, gamma, beta):
+    """(x, gamma, beta as the handler takes it, rms): beta None means RMSNorm."""
+    rms = beta is None
+    return jnp.asarray(x), jnp.asarray(gamma), jnp.zeros((0,), F32) if rms else beta, rms
+
+
+def norm_fwd_quantize(
+    x,
+    gamma,
+    beta,
+    scale,
+    dtype=jnp.float8_e4m3fn,
+    *,
+    eps: float = 1e-5,
+    columnwise: bool = False,
+    y_dtype=None,
 ):
-    """(y, Quantized, mean, rstd): LayerNorm of x and its FP8 cast with `scale` (delayed
-    scaling): q = saturate(round(y * scale)); amax = max|y| over the whole (global) array; with
-    columnwise=True (x 2-D) q_t holds the transpose's codes."""
+    """(y, Quantized, mean, rstd): LayerNorm of x (float32 or bfloat16), or RMSNorm when beta is
+    None (mean is then None), and the FP8 cast of its output with `scale` (delayed scaling) in
+    one pass: q = saturate(round(y * scale)) of y rounded to y_dtype (default x's dtype); amax
+    = max|y| over the whole (global) array; with columnwise=True (x 2-D) q_t holds the
+    transpose's codes."""
+    x, gamma, beta, rms = _norm_args(x, gamma, beta)
     scale = jnp.asarray(scale)
-    y, q, q_t, amax, scale_inv, mean, rstd = LayerNormForwardQuantize.bind(
+    y, q, q_t, amax, scale_inv, mean, rstd = NormForward.bind(
         x,
         gamma,
         beta,
         scale,
         eps=float(eps),
+        rms=rms,
+        y_dtype=jnp.dtype(x.dtype if y_dtype is None else y_dtype),
         out_dtype=check_fp8(dtype),
         columnwise=bool(columnwise),
     )
-    return y, Quantized(q, q_t, amax, scale, scale_inv), mean, rstd
+    return y, Quantized(q, q_t, amax, scale, scale_inv), None if rms else mean, rstd
+
+
+def norm_fwd_amax(x, gamma, beta, *, eps: float = 1e-5, y_dtype=None):
+    """(y, amax, mean, rstd): the norm of norm_fwd_quantize without codes, with amax = max|y|
+    over the whole (global) array measured in the same pass (current scaling's input)."""
+    x, gamma, beta, rms = _norm_args(x, gamma, beta)
+    y, _, _, amax, _, mean, rstd = NormForward.bind(
+        x,
+        gamma,
+        beta,
+        jnp.ones((), F32),
+        eps=float(eps),
+        rms=rms,
+        y_dtype=jnp.dtype(x.dtype if y_dtype is None else y_dtype),
+        out_dtype=None,
+        columnwise=False,
+    )
+    return y, amax, None if rms else mean, rstd
+
+
+def rms_norm_bwd(dy, x, gamma, rstd):
+    """(dx, dgamma) of y = x * rstd * gamma, rstd = 1 / sqrt(mean(x^2) + eps), from forward's
+    rstd (x.shape[:-1]), in float32 (dx in x's dtype):
+    dx = rstd * (dy*gamma - x * rstd^2 * mean(dy*gamma*x)),  dgamma = sum_rows dy * x * rstd."""
+    xf, dyf, r = x.astype(F32), dy.astype(F32), rstd[..., None]
+    g = dyf * gamma
+    dx = r * (g - xf * (r * r) * jnp.mean(g * xf, axis=-1, keepdims=True))
+    dgamma = jnp.sum((dyf * xf * r).reshape(-1, x.shape[-1]), axis=0)
+    return dx.astype(x.dtype), dgamma
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
@@ -328,3 +401,22 @@ def _layer_norm_bwd_rule(eps, residuals, dy):
 
 
 layer_norm.defvjp(_layer_norm_fwd_rule, _layer_norm_bwd_rule)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def rms_norm(x, gamma, eps: float = 1e-5):
+    """RMSNorm of x (float32 or bfloat16) over its last dimension on qmesh's norm op, y in x's
+    dtype, differentiable (the backward is rms_norm_bwd)."""
+    return norm_fwd_amax(x, gamma, None, eps=eps)[0]
+
+
+def _rms_norm_fwd_rule(x, gamma, eps):
+    y, _, _, rstd = norm_fwd_amax(x, gamma, None, eps=eps)
+    return y, (x, gamma, rstd)
+
+
+def _rms_norm_bwd_rule(eps, residuals, dy):
+    return rms_norm_bwd(dy, *residuals)
+
+
+rms_norm.defvjp(_rms_norm_fwd_rule, _rms_norm_bwd_rule)

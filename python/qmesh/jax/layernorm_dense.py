@@ -1,19 +1,23 @@
-"""LayerNorm fused with the FP8 cast of its output, then the FP8 dense layer, as one
-differentiable JAX function (delayed scaling):
+"""LayerNorm or RMSNorm fused with the FP8 cast of its output, then the FP8 dense layer, as one
+differentiable JAX function, for every recipe:
 
     y, ln = layernorm_dense(x, gamma, beta, kernel, bias, state, recipe=DelayedScaling())
-    # ln = layer_norm(x); y = act(ln @ kernel + bias)
+    # ln = layer_norm(x) (rms_norm(x) when beta is None); y = act(ln @ kernel + bias)
 
-The LayerNorm handler writes the normalised rows and their FP8 codes (with this step's
-input scale) in one pass (layer_norm_fwd_quantize), so the norm output is not read a second
-time to be quantized; the GEMM takes those codes. Backward: the dense layer's backward
-(dense.py) gives the gradient of the norm output; the norm output's own cotangent (when `ln`
-is used) is added, and layer_norm_bwd takes the sum to x, gamma and beta. The state is updated
-as dense() updates it (this step's input amax is the norm output's global amax).
+The norm handler (norm_forward) writes the normalised rows together with what the first GEMM's
+input cast needs, so the norm output is read once less than "norm, then cast":
+  DelayedScaling: the FP8 codes with this step's input scale, in the norm's own pass;
+  Float8CurrentScaling: max|ln| in the norm's pass (the scale needs it before any code), then
+    the cast of ln with the scale from it (the composition quantize_current(ln) gives);
+  Float8BlockScaling: the norm, then the block cast of ln (blocks take their own amaxes; the
+    amax the norm measures is not used).
+Backward: the dense layer's backward (dense.py) gives the gradient of the norm output; the norm
+output's own cotangent (when `ln` is used) is added, and layer_norm_bwd (rms_norm_bwd) takes
+the sum to x, gamma and beta. The state is updated as dense() updates it (this step's input
+amax is the norm output's global amax).
 
-DelayedScaling only (current scaling needs the amax before the cast), float32 x and
-parameters (qmesh's LayerNorm is float32-only). Sharding: as layer_norm.py and dense.py
-(row_axes as in dense()).
+x float32 or bfloat16 (ln and y in x's dtype; the GEMM operands as dense() takes them), norm
+parameters float32. Sharding: as layer_norm.py and dense.py (row_axes as in dense()).
 """
 
 from __future__ import annotations
@@ -24,32 +28,46 @@ import jax
 import jax.numpy as jnp
 
 from qmesh.jax import dense as _dense
-from qmesh.jax.common import F32
-from qmesh.jax.layer_norm import layer_norm_bwd, layer_norm_fwd_quantize
-from qmesh.jax.recipe import DelayedScaling
+from qmesh.jax.common import F32, WIDE_DTYPES
+from qmesh.jax.layer_norm import layer_norm_bwd, norm_fwd_amax, norm_fwd_quantize, rms_norm_bwd
+from qmesh.jax.quantize import current_scale, quantize
+from qmesh.jax.recipe import DelayedScaling, Float8CurrentScaling, check_recipe
 
 
 def norm_forward(cfg, eps, x, gamma, beta, step):
-    """(ln [M, H], its Quantized codes, mean, rstd): LayerNorm of x [..., H] fused with the
-    cast of its output for the first GEMM (dense Config `cfg`, this step's `step`)."""
-    return layer_norm_fwd_quantize(
-        x.reshape(-1, x.shape[-1]),
-        gamma,
-        beta,
-        step[1][0],
-        cfg.recipe.fp8_format.fwd_dtype,
-        eps=eps,
-        columnwise=_dense.tokens_columnwise(cfg),
+    """(ln [M, H], its FP8 operand for the first GEMM, mean or None for RMSNorm, rstd): the norm
+    of x [..., H] (RMSNorm when beta is None) fused with the cast of its output for the first
+    GEMM (dense Config `cfg`, this step's `step`)."""
+    x2 = x.reshape(-1, x.shape[-1])
+    recipe = cfg.recipe
+    dtype = recipe.fp8_format.fwd_dtype
+    columnwise = _dense.tokens_columnwise(cfg)
+    if isinstance(recipe, DelayedScaling):
+        return norm_fwd_quantize(x2, gamma, beta, step[1][0], dtype, eps=eps, columnwise=columnwise)
+    ln, amax, mean, rstd = norm_fwd_amax(x2, gamma, beta, eps=eps)
+    if not isinstance(recipe, Float8CurrentScaling):  # block-scaled: the cast after the norm
+        return ln, _dense._quantize(ln, None, dtype, recipe, columnwise), mean, rstd
+    scale = current_scale(
+        amax,
+        dtype,
+        power_of_two_scales=recipe.power_of_two_scales,
+        amax_epsilon=recipe.amax_epsilon,
     )
+    q = quantize(ln, scale, dtype, columnwise=columnwise)
+    return ln, q._replace(amax=amax), mean, rstd
 
 
 def norm_backward(d_ln, g_ln, x, gamma, mean, rstd):
-    """(dx shaped like x, dgamma, dbeta) from the first GEMM's input gradient d_ln [M, H] and
-    the norm output's own cotangent g_ln (shaped like x)."""
+    """(dx shaped like x, dgamma, dbeta or None for RMSNorm: mean None) from the first GEMM's
+    input gradient d_ln [M, H] and the norm output's own cotangent g_ln (shaped like x)."""
     x2 = x.reshape(-1, x.shape[-1])
     d_ln = d_ln.astype(F32) + g_ln.reshape(d_ln.shape).astype(F32)
-    dx, dgamma, dbeta = layer_norm_bwd(d_ln, x2, gamma, mean, rstd)
-    return dx.reshape(x.shape), dgamma, dbeta
+    if mean is None:
+        dx, dgamma = rms_norm_bwd(d_ln, x2, gamma, rstd)
+        dbeta = None
+    else:
+        dx, dgamma, dbeta = layer_norm_bwd(d_ln, x2.astype(F32), gamma, mean, rstd)
+    return dx.astype(x.dtype).reshape(x.shape), dgamma, dbeta
 
 
 def _fwd(cfg, eps, x, gamma, beta, kernel, bias, state):
@@ -88,24 +106,24 @@ def layernorm_dense(
     activation: str | None = None,
     row_axes: tuple | None = None,
 ):
-    """(act(layer_norm(x) @ kernel + bias), layer_norm(x)) with the norm and the FP8 cast of
-    its output fused. x: float32 [..., H]; gamma, beta: float32 [H]; kernel: float32 [H, N];
-    bias: [N] or None; state: init_state(recipe); recipe: a DelayedScaling; activation: None
-    or "gelu"; row_axes: as dense(). Differentiate with respect to `state` to get the updated
-    state."""
-    if not isinstance(recipe, DelayedScaling):
-        raise TypeError(
-            f"layernorm_dense: the fused LayerNorm+cast takes a DelayedScaling "
-            f"recipe (the scale comes from the state), not {type(recipe).__name__}"
-        )
+    """(act(norm(x) @ kernel + bias), norm(x)) with the norm and the FP8 cast of its output
+    fused: LayerNorm, or RMSNorm when beta is None. x: float32 or bfloat16 [..., H]; gamma,
+    beta: float32 [H]; kernel: [H, N]; bias: [N] or None; state: init_state(recipe) (None for
+    Float8CurrentScaling and Float8BlockScaling); recipe: DelayedScaling, Float8CurrentScaling
+    or Float8BlockScaling; activation: None or "gelu"; row_axes: as dense(). y and norm(x) are
+    in x's dtype. Differentiate with respect to `state` to get the updated state."""
+    check_recipe(recipe)
     if activation not in _dense.ACTIVATIONS:
         raise ValueError(
             f"layernorm_dense: activation must be one of {_dense.ACTIVATIONS}, not {activation!r}"
         )
     x, kernel = jnp.asarray(x), jnp.asarray(kernel)
-    for a, what in ((x, "x"), (kernel, "kernel")):
-        if a.dtype != F32:
-            raise TypeError(f"layernorm_dense: {what} must be float32, not {a.dtype}")
+    if x.dtype not in (F32, jnp.bfloat16):
+        raise TypeError(f"layernorm_dense: x must be float32 or bfloat16, not {x.dtype}")
+    if kernel.dtype not in WIDE_DTYPES:
+        raise TypeError(
+            f"layernorm_dense: kernel must be float32, bfloat16 or float16, not {kernel.dtype}"
+        )
     if kernel.ndim != 2 or x.ndim < 1 or x.shape[-1] != kernel.shape[0]:
         raise ValueError(
             f"layernorm_dense: x must be [..., H] and kernel [H, N] with the same "
@@ -120,15 +138,15 @@ def layernorm_dense(
         )
     _dense.check_state(state, recipe)
     cfg = _dense.Config(
-        recipe, activation, bias is not None, F32, None if row_axes is None else tuple(row_axes)
+        recipe, activation, bias is not None, x.dtype, None if row_axes is None else tuple(row_axes)
     )
     return _layernorm_dense(
         cfg,
         float(eps),
         x,
         jnp.asarray(gamma),
-        jnp.asarray(beta),
+        None if beta is None else jnp.asarray(beta),
         kernel,
-        None if bias is None else jnp.asarray(bias, F32),
+        None if bias is None else jnp.asarray(bias),
         state,
     )

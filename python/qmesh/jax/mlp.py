@@ -1,8 +1,8 @@
 """The FP8 GELU MLP, fc2(gelu(fc1(x))), as one differentiable JAX function, with GELU fused into
-the casts around it (and, in layernorm_mlp, LayerNorm fused with fc1's input cast):
+the casts around it (and, in layernorm_mlp, LayerNorm or RMSNorm fused with fc1's input cast):
 
     y = mlp(x, (kernel_1, kernel_2), (bias_1, bias_2), states, recipe=recipe)
-    y, ln = layernorm_mlp(x, gamma, beta, kernels, biases, states, recipe=DelayedScaling())
+    y, ln = layernorm_mlp(x, gamma, beta, kernels, biases, states, recipe=recipe)
 
 Forward: fc1's FP8 GEMM writes the pre-activation (its bias in the GEMM's epilogue, as
 dense.py does); gelu_quantize casts GELU(pre) straight to fc2's input codes (with their
@@ -203,20 +203,16 @@ def layernorm_mlp(
     eps: float = 1e-6,
     row_axes=(None, None),
 ):
-    """(mlp(layer_norm(x)), layer_norm(x)) with LayerNorm fused with fc1's input cast, as
-    layernorm_dense: DelayedScaling, float32 x, gamma, beta and kernels. Arguments as mlp()."""
-    if not isinstance(recipe, DelayedScaling):
-        raise TypeError(
-            f"layernorm_mlp: the fused LayerNorm+cast takes a DelayedScaling recipe (the "
-            f"scale comes from the state), not {type(recipe).__name__}; use layer_norm, then mlp"
-        )
+    """(mlp(norm(x)), norm(x)) with the norm (LayerNorm, or RMSNorm when beta is None) fused
+    with fc1's input cast as layernorm_dense fuses it, for every recipe. x: float32 or bfloat16
+    [..., H]; gamma, beta: float32 [H]; the other arguments as mlp()."""
     x = jnp.asarray(x)
+    if x.dtype not in (F32, jnp.bfloat16):
+        raise TypeError(f"layernorm_mlp: x must be float32 or bfloat16, not {x.dtype}")
     kernels = tuple(jnp.asarray(k) for k in kernels)
-    for a, what in ((x, "x"), *((k, f"kernel_{i + 1}") for i, k in enumerate(kernels))):
-        if a.dtype != F32:
-            raise TypeError(f"layernorm_mlp: {what} must be float32, not {a.dtype}")
-    biases = tuple(None if b is None else jnp.asarray(b, F32) for b in biases)
-    cfg = _config("layernorm_mlp", x, kernels, biases, tuple(states), recipe, row_axes, F32)
+    biases = tuple(None if b is None else jnp.asarray(b) for b in biases)
+    cfg = _config("layernorm_mlp", x, kernels, biases, tuple(states), recipe, row_axes, x.dtype)
+    beta = None if beta is None else jnp.asarray(beta)
     return _layernorm_mlp(
-        cfg, float(eps), x, jnp.asarray(gamma), jnp.asarray(beta), kernels, biases, tuple(states)
+        cfg, float(eps), x, jnp.asarray(gamma), beta, kernels, biases, tuple(states)
     )

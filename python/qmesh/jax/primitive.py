@@ -46,6 +46,12 @@ class Op:
         raise NotImplementedError(cls.name)
 
     @classmethod
+    def inner_abstract(cls, *avals, **params):
+        """The inner primitive's outputs, where the handler's differ from what users see
+        (`local` converts). Default: `abstract`."""
+        return cls.abstract(*avals, **params)
+
+    @classmethod
     def attributes(cls, **params) -> dict:
         """The FFI attributes (numpy-typed scalars: np.int32, np.float32, bool)."""
         return {}
@@ -57,7 +63,7 @@ class Op:
 
     @classmethod
     def empty(cls, *args, **params):
-        """The outputs for inputs with no elements, in plain JAX."""
+        """The inner primitive's outputs for inputs with no elements, in plain JAX."""
         raise NotImplementedError(cls.name)
 
     @classmethod
@@ -79,6 +85,12 @@ class Op:
     def sharding_rule(cls, value_types, result_types, **params):
         """The Shardy rule: an einsum-like string, or (string, factor sizes)."""
         raise NotImplementedError(cls.name)
+
+    @classmethod
+    def mesh_sharding_rule(cls, mesh, value_types, result_types, **params):
+        """The Shardy rule for a rule that depends on the mesh's axis sizes. Default:
+        sharding_rule."""
+        return cls.sharding_rule(value_types, result_types, **params)
 
     # Set by register():
     inner: Primitive
@@ -155,7 +167,7 @@ def register(op: type[Op]) -> type[Op]:
 
     inner = Primitive(f"{op.name}_ffi")
     inner.multiple_results = True
-    inner.def_abstract_eval(lambda *avals, **params: op.abstract(*avals, **params))
+    inner.def_abstract_eval(lambda *avals, **params: op.inner_abstract(*avals, **params))
     inner.def_impl(functools.partial(apply_primitive, inner))
     mlir.register_lowering(inner, functools.partial(_lower_inner, op))
     op.inner = inner
@@ -186,8 +198,9 @@ def register(op: type[Op]) -> type[Op]:
             return tuple(op.shardings(mesh, arg_infos, **params)[1])
 
     def rule(*static_and_more):
-        *static, _mesh, value_types, result_types = static_and_more
-        return op.sharding_rule(value_types, result_types, **strip(dict(zip(statics, static))))
+        *static, mesh, value_types, result_types = static_and_more
+        params = strip(dict(zip(statics, static)))
+        return op.mesh_sharding_rule(mesh, value_types, result_types, **params)
 
     partitioned.def_partition(
         partition=partition, infer_sharding_from_operands=infer, sharding_rule=rule

@@ -8,9 +8,10 @@ namespace qmesh {
 namespace {
 
 TEST(DType, SizesAndNamesRoundTrip) {
-  const std::pair<DType, size_t> expected[] = {
-      {DType::kFloat32, 4},    {DType::kFloat16, 2}, {DType::kBFloat16, 2}, {DType::kFloat8E4M3, 1},
-      {DType::kFloat8E5M2, 1}, {DType::kInt32, 4},   {DType::kFloat64, 8}};
+  const std::pair<DType, size_t> expected[] = {{DType::kFloat32, 4},    {DType::kFloat16, 2},
+                                               {DType::kBFloat16, 2},   {DType::kFloat8E4M3, 1},
+                                               {DType::kFloat8E5M2, 1}, {DType::kInt32, 4},
+                                               {DType::kFloat64, 8},    {DType::kFloat4E2M1x2, 1}};
   for (auto [dtype, size] : expected) {
     EXPECT_EQ(dtype_size(dtype), size);
     EXPECT_EQ(parse_dtype(dtype_name(dtype)), dtype);

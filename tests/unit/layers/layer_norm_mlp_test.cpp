@@ -301,5 +301,84 @@ TEST(Dense, GeluSplitEqualsGeluInTheFirstLayer) {
   }
 }
 
+// Under per-tensor FP8 LayerNormMLP and LayerNormDense run their LayerNorm inside the first
+// layer's input cast (norm_forward): the same bits as the LayerNorm, then that layer, built
+// from the same parts (y, dx and every gradient, over two steps of delayed scaling).
+TEST(LayerNormMLP, NormFusedIntoTheCastEqualsTheUnfusedLayers) {
+  for (Recipe recipe : {Recipe::kFp8Delayed, Recipe::kFp8Current}) {
+    for (DType activations : kActivationDtypes) {
+      run_local_ranks(1, [&](Communicator& comm) {
+        Mesh mesh(borrowed(comm), {{"dp", 1}, {"tp", 1}});
+        const int64_t T = 24, H = 32, F = 64;
+        auto doubles = [](const TensorView& t) {
+          const float* p = static_cast<const float*>(t.data);
+          return std::vector<double>(p, p + t.numel());
+        };
+        // y, dx and the parameters' gradients of two steps, concatenated.
+        auto steps = [&](LayerContext& ctx, auto&& forward, auto&& backward,
+                         const std::vector<Parameter*>& params) {
+          std::vector<double> out;
+          for (int step = 0; step < 2; ++step) {
+            const Tensor x = test::random_tensor(Shape{T, H}, 10 + step, -2.0f, 3.0f);
+            const Tensor dy = test::random_tensor(Shape{T, H}, 20 + step);
+            for (const TensorView& t : {forward(x), backward(dy)}) {
+              const std::vector<double> v = doubles(t);
+              out.insert(out.end(), v.begin(), v.end());
+            }
+            for (Parameter* p : params) {
+              const std::vector<double> g = doubles(p->grad);
+              out.insert(out.end(), g.begin(), g.end());
+            }
+            ctx.end_step();
+          }
+          return out;
+        };
+        const LayerContextOptions options{.activation_dtype = activations};
+        LayerContext fused_ctx(mesh, recipe, options), ctx(mesh, recipe, options);
+        LayerNormMLP block("m", H, F, {}, fused_ctx, 7);
+        LayerNorm ln("m.ln", H, 1e-5f, ctx, false);
+        Dense fc1("m.fc1", H, F,
+                  DenseOptions{DenseParallelism::kColumn, false, true, DenseActivation::kGelu,
+                               std::nullopt, GatheredInput::kSave, DenseGeluSplit::kProducer,
+                               activations},
+                  ctx, 15);
+        Dense fc2("m.fc2", F, H,
+                  DenseOptions{DenseParallelism::kRow, false, true, DenseActivation::kNone,
+                               std::nullopt, GatheredInput::kSave, DenseGeluSplit::kConsumer},
+                  ctx, 16);
+        std::vector<Parameter*> params = ln.parameters();
+        for (Dense* d : {&fc1, &fc2})
+          for (Parameter* p : d->parameters()) params.push_back(p);
+        const std::vector<double> fused = steps(
+            fused_ctx, [&](const Tensor& x) { return block.forward(x); },
+            [&](const Tensor& dy) { return block.backward(dy); }, block.parameters());
+        const std::vector<double> unfused = steps(
+            ctx, [&](const Tensor& x) { return fc2.forward(fc1.forward(ln.forward(x)), x); },
+            [&](const Tensor& dy) { return ln.backward(fc1.backward(fc2.backward(dy)), dy); },
+            params);
+        EXPECT_EQ(fused, unfused) << recipe_name(recipe) << ", " << dtype_name(activations);
+
+        LayerContext dense_fused_ctx(mesh, recipe, options), dense_ctx(mesh, recipe, options);
+        LayerNormDense ln_dense("d", H, F, false, dense_fused_ctx, 9);
+        LayerNorm ln2("d.ln", H, 1e-5f, dense_ctx, false);
+        Dense dense("d.dense", H, F,
+                    DenseOptions{DenseParallelism::kColumn, false, true, DenseActivation::kNone,
+                                 std::nullopt},
+                    dense_ctx, 9);
+        std::vector<Parameter*> params2 = ln2.parameters();
+        for (Parameter* p : dense.parameters()) params2.push_back(p);
+        const Tensor dy_dense = test::random_tensor(Shape{T, F}, 30);
+        const std::vector<double> fused2 = steps(
+            dense_fused_ctx, [&](const Tensor& x) { return ln_dense.forward(x); },
+            [&](const Tensor&) { return ln_dense.backward(dy_dense); }, ln_dense.parameters());
+        const std::vector<double> unfused2 = steps(
+            dense_ctx, [&](const Tensor& x) { return dense.forward(ln2.forward(x)); },
+            [&](const Tensor&) { return ln2.backward(dense.backward(dy_dense)); }, params2);
+        EXPECT_EQ(fused2, unfused2) << recipe_name(recipe) << ", LayerNormDense";
+      });
+    }
+  }
+}
+
 }  // namespace
 }  // namespace qmesh

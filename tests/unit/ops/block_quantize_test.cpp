@@ -1,7 +1,7 @@
-// block_quantize / block_dbias_quantize / block_dequantize against a reference computed here:
-// float64 block amax, the scale rule of docs/numerics.md in float64 (rounded once to fp32),
-// and the FP8 encoding of qmesh/fp8.h (checked against CUDA's conversion for every fp32
-// input by numerics_exhaustive_test).
+// block_quantize / block_dbias_quantize / block_dequantize / grouped_block_quantize against a
+// reference computed here: float64 block amax, the scale rule of docs/numerics.md in float64
+// (rounded once to fp32) and the FP8 encoding of qmesh/fp8.h (checked against CUDA's
+// conversion for every fp32 input by numerics_exhaustive_test).
 #include "qmesh/ops/block_quantize.h"
 
 #include <gtest/gtest.h>
@@ -14,6 +14,7 @@
 #include "expect_error.h"
 #include "qmesh/block_quantized_tensor.h"
 #include "qmesh/fp8.h"
+#include "qmesh/ops/grouped_quantize.h"
 #include "quant_test_util.h"
 
 namespace qmesh {
@@ -247,6 +248,46 @@ TEST(BlockDequantize, DecodesEveryBlockWithItsScale) {
         EXPECT_LE(std::fabs(f32.data_as<float>()[i] - x_i), std::fabs(x_i) / 16 + 1e-3 * s);
       }
   }
+}
+
+TEST(GroupedBlockQuantize, EachGroupIsBlockQuantizedOnItsOwnRows) {
+  const int64_t cols = 300;
+  const int64_t sizes[] = {130, 0, 3, 256};  // blocks of each group start at its first row
+  const Tensor x = with_specials(DType::kBFloat16, Shape{389, cols}, 7);
+  const std::vector<float> v = widened(x);
+  for (BlockShape block : {BlockShape::k1x128, BlockShape::k128x128}) {
+    SCOPED_TRACE(block == BlockShape::k1x128 ? "1x128" : "128x128");
+    std::vector<BlockQuantizedTensor> groups;
+    std::vector<BlockQuantizedTensorView> outs;
+    for (int64_t rows : sizes) {
+      if (rows == 0) {
+        outs.emplace_back();  // an empty group: empty views
+        continue;
+      }
+      groups.emplace_back(DType::kFloat8E4M3, Shape{rows, cols}, block, Device::host(), true);
+      outs.push_back(groups.back().view());
+    }
+    grouped_block_quantize(x, outs, QParams{});
+    int64_t start = 0, g = 0;
+    for (int64_t rows : sizes) {
+      if (rows == 0) continue;
+      const std::vector<float> part(v.begin() + start * cols, v.begin() + (start + rows) * cols);
+      const BlockQuantizedTensor& q = groups[g++];
+      const QParams params{};
+      expect_matches(q.data(), q.scale_inv(),
+                     reference(part, rows, cols, block, DType::kFloat8E4M3, params), "rowwise");
+      expect_matches(
+          q.data_t(), q.scale_inv_t(),
+          reference(transposed(part, rows, cols), cols, rows, block, DType::kFloat8E4M3, params),
+          "columnwise");
+      start += rows;
+    }
+  }
+  BlockQuantizedTensor one(DType::kFloat8E4M3, Shape{388, cols}, BlockShape::k1x128, Device::host(),
+                           false);
+  const BlockQuantizedTensorView short_outs[] = {one.view()};
+  EXPECT_QMESH_ERROR(grouped_block_quantize(x, short_outs, QParams{}),
+                     "hold 116400 elements but x [389, 300] has 116700");
 }
 
 TEST(BlockQuantize, BadArgumentsAreClearErrors) {

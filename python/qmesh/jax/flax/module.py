@@ -49,10 +49,10 @@ from qmesh.jax.flax.sharding import (
     token_layout,
 )
 from qmesh.jax.gemm import gelu
-from qmesh.jax.layer_norm import layer_norm
+from qmesh.jax.layer_norm import layer_norm, rms_norm
 from qmesh.jax.layernorm_dense import layernorm_dense
 from qmesh.jax.mlp import layernorm_mlp, mlp
-from qmesh.jax.recipe import DelayedScaling, MXFP8BlockScaling, check_recipe
+from qmesh.jax.recipe import MXFP8BlockScaling, check_recipe
 from qmesh.jax.sharding import constrain
 
 ACTIVATIONS: dict[str, Callable] = {
@@ -262,25 +262,24 @@ class Norm(nn.Module):
         return gamma, beta
 
     def _norm(self, x, params):
-        """LayerNorm (qmesh's float32 op) or RMSNorm of x over the last dimension with
-        params = _norm_params(...)."""
+        """LayerNorm or RMSNorm (qmesh's float32 ops) of x over the last dimension with
+        params = _norm_params(...), in x's dtype."""
         gamma, beta = params
         xf = x.astype(jnp.float32)
         if beta is not None:
             y = layer_norm(xf, gamma, beta, self.epsilon)
         else:
-            y = xf * lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + self.epsilon) * gamma
+            y = rms_norm(xf, gamma, self.epsilon)
         return y.astype(x.dtype)
 
     def _fuses_norm(self, x, n: int) -> bool:
-        """Whether LayerNorm and the FP8 cast of its output run as one op in front of the first
-        GEMM (layernorm_dense): DelayedScaling, LayerNorm, float32 input and module dtype, no
-        LoRA, and a GEMM FP8 can take."""
+        """Whether the norm and the FP8 cast of its output run as one op in front of the first
+        GEMM (layernorm_dense): an FP8 recipe, float32 or bfloat16 input in the module's dtype,
+        no LoRA, and a GEMM FP8 can take."""
         return (
-            isinstance(self.recipe, DelayedScaling)
-            and self.layernorm_type == "layernorm"
-            and x.dtype == jnp.float32
-            and jnp.dtype(self.dtype) == jnp.float32
+            self.recipe is not None
+            and x.dtype in (jnp.float32, jnp.bfloat16)
+            and x.dtype == jnp.dtype(self.dtype)
             and not self.lora_enabled
             and fp8_unsupported_reason(x.dtype, x.shape[-1], n) is None
         )
@@ -293,8 +292,8 @@ class Norm(nn.Module):
             y, ln = layernorm_dense(
                 x,
                 *params,
-                kernel,
-                bias,
+                kernel.astype(x.dtype),
+                None if bias is None else bias.astype(x.dtype),
                 fp8_state(self, self.recipe, prefix),
                 recipe=self.recipe,
                 eps=self.epsilon,

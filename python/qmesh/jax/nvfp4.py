@@ -1,0 +1,181 @@
+"""NVFP4 quantization primitives (docs/design/nvfp4.md): quantize and dequantize, each running
+qmesh's C++ op (include/qmesh/ops/nvfp4_quantize.h) through its XLA FFI handler.
+
+x is 2-D [R, C], R and C multiples of 16 (pad first). One copy of the quantized tensor is
+
+    data       uint8 [R, C // 2]           two float4_e2m1fn codes per byte, element 2k in the
+                                           low nibble (bits 0-3), 2k + 1 in the high nibble
+    scale      float8_e4m3fn [R, C // 16]  the decode scale of 16 consecutive elements of a row
+    scale_inv  float32 [1]                 the per-tensor decode scale
+
+and x[r, c] ~= e2m1(code) * scale[r, c // 16] * scale_inv. With `columnwise` the quantize also
+returns the copy of x.T ([C, R]; with `rht`, of the random Hadamard transform of its 16-element
+blocks), else three empty arrays. `tiles_2d` gives one scale per 16x16 tile (repeated on the
+tile's 16 rows). Stochastic rounding (`stochastic_rounding`) takes its seed from `key`, a
+jax.random key (typed, or raw uint32 [2] key data): the same key gives the same bits on the host
+and on a GPU, and a Flax rng stream can feed it.
+
+The per-tensor amax spans the whole tensor, so these primitives run unpartitioned: a sharded x
+is gathered to every device (each computes the same result).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from qmesh.jax.common import F32, check_wide, named
+from qmesh.jax.primitive import Op, register
+
+BLOCK = 16  # elements per E4M3 scale
+U8 = jnp.dtype(jnp.uint8)
+E4M3 = jnp.dtype(jnp.float8_e4m3fn)
+I32 = jnp.dtype(jnp.int32)
+
+
+def _check_shape(shape, what):
+    if len(shape) != 2 or shape[0] % BLOCK or shape[1] % BLOCK or 0 in shape:
+        raise ValueError(
+            f"nvfp4: {what} must be 2-D [rows, cols] with rows and cols positive multiples of "
+            f"{BLOCK}, not shape {tuple(shape)}: pad it to multiples of {BLOCK}"
+        )
+
+
+def _copy_avals(rows, cols):
+    return [
+        jax.core.ShapedArray((rows, cols // 2), U8),
+        jax.core.ShapedArray((rows, cols // BLOCK), E4M3),
+        jax.core.ShapedArray((1,), F32),
+    ]
+
+
+def _replicated(mesh, arg_infos, outs):
+    return [named(mesh)] * len(arg_infos), [named(mesh)] * len(outs), None
+
+
+@register
+class Nvfp4Quantize(Op):
+    """(x, key words int32 [2]) -> (data, scale, scale_inv, data_t, scale_t, scale_inv_t)."""
+
+    name, target, num_inputs = "qmesh_nvfp4_quantize", "qmesh_nvfp4_quantize", 2
+    static_params = ("columnwise", "stochastic_rounding", "tiles_2d", "rht", "rht_signs")
+
+    @classmethod
+    def abstract(cls, x, key, *, columnwise, **_):
+        check_wide(x.dtype, "nvfp4_quantize: x")
+        _check_shape(x.shape, "x")
+        if key.dtype != I32 or key.shape != (2,):
+            raise TypeError(f"nvfp4_quantize: the key words must be int32[2], not {key}")
+        rows, cols = x.shape
+        outs = _copy_avals(rows, cols)
+        if columnwise:
+            return tuple(outs + _copy_avals(cols, rows))
+        return tuple(outs + [jax.core.ShapedArray((0,), a.dtype) for a in outs])
+
+    @classmethod
+    def attributes(cls, *, stochastic_rounding, tiles_2d, rht, rht_signs, **_):
+        return dict(
+            stochastic_rounding=bool(stochastic_rounding),
+            tiles_2d=bool(tiles_2d),
+            rht=bool(rht),
+            rht_signs=np.int32(rht_signs),
+        )
+
+    @classmethod
+    def shardings(cls, mesh, arg_infos, **params):
+        return _replicated(mesh, arg_infos, range(6))
+
+    @classmethod
+    def sharding_rule(cls, value_types, result_types, *, columnwise, **_):
+        t = "f g, h l, m" if columnwise else "f, h, m"
+        return (f"i j, k -> a b, c d, e, {t}", {"need_replication_factors": ("i", "j")})
+
+
+@register
+class Nvfp4Dequantize(Op):
+    """(data, scale, scale_inv) -> the copy's values [rows, cols] in `out_dtype`."""
+
+    name, target, num_inputs = "qmesh_nvfp4_dequantize", "qmesh_nvfp4_dequantize", 3
+    static_params = ("out_dtype",)
+
+    @classmethod
+    def abstract(cls, data, scale, scale_inv, *, out_dtype):
+        rows, cols = (data.shape[0], 2 * data.shape[1]) if data.ndim == 2 else (0, 0)
+        want = _copy_avals(rows, cols) if data.ndim == 2 else []
+        got = [jax.core.ShapedArray(a.shape, a.dtype) for a in (data, scale, scale_inv)]
+        if data.ndim != 2 or got != want:
+            raise ValueError(
+                "nvfp4_dequantize takes one copy (data uint8[rows, cols // 2], scale "
+                "float8_e4m3fn[rows, cols // 16], scale_inv float32[1]), not "
+                f"{', '.join(str(g) for g in got)}"
+            )
+        _check_shape((rows, cols), "the copy")
+        return (jax.core.ShapedArray((rows, cols), check_wide(out_dtype, "out_dtype")),)
+
+    @classmethod
+    def shardings(cls, mesh, arg_infos, **params):
+        return _replicated(mesh, arg_infos, range(1))
+
+    @classmethod
+    def sharding_rule(cls, value_types, result_types, **params):
+        return ("i j, k l, m -> a b", {"need_replication_factors": ("i", "j", "k", "l")})
+
+
+def key_words(key):
+    """The int32 [2] operand of a jax.random key (typed or raw uint32 [2] key data)."""
+    if jnp.issubdtype(jnp.asarray(key).dtype, jax.dtypes.prng_key):
+        key = jax.random.key_data(key)
+    key = jnp.asarray(key)
+    if key.shape != (2,) or key.dtype != jnp.uint32:
+        raise TypeError(
+            f"nvfp4_quantize: key must be a jax.random key or uint32[2] key data, not "
+            f"{key.dtype}{list(key.shape)}"
+        )
+    return lax.bitcast_convert_type(key, jnp.int32)
+
+
+def nvfp4_quantize(
+    x,
+    key=None,
+    *,
+    columnwise: bool = False,
+    stochastic_rounding: bool = False,
+    tiles_2d: bool = False,
+    rht: bool = False,
+    rht_signs: int = 0,
+):
+    """NVFP4-quantizes x [R, C] -> (data, scale, scale_inv, data_t, scale_t, scale_inv_t).
+    `key` (needed with stochastic_rounding) seeds stochastic rounding: seed = key[0] << 32 |
+    key[1]. rht_signs: the 16-bit sign mask of the transform (bit j set: column j of the
+    Hadamard matrix negated); RHT applies to the columnwise copy and excludes tiles_2d."""
+    if stochastic_rounding and key is None:
+        raise ValueError("nvfp4_quantize: stochastic_rounding needs a key (jax.random.key(...))")
+    if not 0 <= int(rht_signs) < 1 << 16:
+        raise ValueError(f"nvfp4_quantize: rht_signs must be a 16-bit mask, not {rht_signs}")
+    if rht and tiles_2d:
+        raise ValueError(
+            "nvfp4_quantize: the random Hadamard transform is for 1x16 blocks (wgrad operands), "
+            "not 16x16 tiles (weights): turn one of rht and tiles_2d off"
+        )
+    words = key_words(key) if key is not None else jnp.zeros((2,), jnp.int32)
+    return Nvfp4Quantize.bind(
+        jnp.asarray(x),
+        words,
+        columnwise=bool(columnwise),
+        stochastic_rounding=bool(stochastic_rounding),
+        tiles_2d=bool(tiles_2d),
+        rht=bool(rht),
+        rht_signs=int(rht_signs),
+    )
+
+
+def nvfp4_dequantize(data, scale, scale_inv, *, out_dtype=jnp.float32):
+    """(e2m1(code) * scale of its block) * scale_inv of one copy, [rows, cols] in out_dtype."""
+    return Nvfp4Dequantize.bind(
+        jnp.asarray(data),
+        jnp.asarray(scale),
+        jnp.asarray(scale_inv),
+        out_dtype=check_wide(out_dtype, "out_dtype"),
+    )[0]

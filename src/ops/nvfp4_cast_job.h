@@ -1,0 +1,103 @@
+// The internal description of one NVFP4 cast (ops/nvfp4_quantize.h) that both backends execute
+// (cpu/nvfp4_cast.cpp, cuda/nvfp4_cast.cu), and the block steps they share.
+#pragma once
+
+#include <cstdint>
+
+#include "ops/nvfp4_rules.h"
+#include "qmesh/dtype.h"
+
+namespace qmesh::detail {
+
+// One copy of the quantized tensor: copy 0 is x itself ([rows, cols]), copy 1 its transpose
+// ([cols, rows]). Row i, column j of a copy is x[i, j] or x[j, i].
+struct NvFp4CopyOut {
+  uint8_t* data = nullptr;     // packed codes [copy rows, copy cols / 2]; null: no such copy
+  uint8_t* scale = nullptr;    // E4M3 [copy rows, copy cols / 16]
+  float* scale_inv = nullptr;  // [1]
+};
+
+struct NvFp4CastJob {
+  DType in_dtype = DType::kFloat32;  // fp32, bf16 or fp16
+  const void* in = nullptr;
+  int64_t rows = 0;  // of x; multiples of 16
+  int64_t cols = 0;
+  // NvFp4Options as plain values (a kernel argument copies them bitwise).
+  bool stochastic_rounding = false;
+  bool tiles_2d = false;
+  bool rht_columnwise = false;
+  uint16_t rht_signs = 0;
+  uint64_t seed = 0;
+  const uint32_t* seed_key = nullptr;  // NvFp4Options::seed_key's words (on the cast's device)
+  NvFp4CopyOut copies[2];
+
+  QMESH_HOST_DEVICE int64_t copy_rows(int copy) const { return copy == 0 ? rows : cols; }
+  QMESH_HOST_DEVICE int64_t copy_cols(int copy) const { return copy == 0 ? cols : rows; }
+  QMESH_HOST_DEVICE bool rht(int copy) const { return copy == 1 && rht_columnwise; }
+  // The stochastic rounding seed (read where the cast runs).
+  QMESH_HOST_DEVICE uint64_t rounding_seed() const {
+    return seed_key ? (uint64_t(seed_key[0]) << 32) | seed_key[1] : seed;
+  }
+};
+
+namespace nvfp4 {
+
+// The 16 values of block kb of row i of `copy` as quantized (transformed when job.rht(copy));
+// load(k) gives x's row-major element k as fp32.
+template <class Load>
+QMESH_HOST_DEVICE inline void load_block(const NvFp4CastJob& job, const Load& load, int copy,
+                                         int64_t i, int64_t kb, float (&v)[kBlock]) {
+  float raw[kBlock];
+  for (int k = 0; k < kBlock; ++k) {
+    const int64_t j = kb * kBlock + k;
+    raw[k] = load(copy == 0 ? i * job.cols + j : j * job.cols + i);
+  }
+  if (job.rht(copy)) {
+    hadamard16(raw, job.rht_signs, false, v);
+  } else {
+    for (int k = 0; k < kBlock; ++k) v[k] = raw[k];
+  }
+}
+
+// max |v| as bits (a NaN sorts above infinity, so it propagates).
+QMESH_HOST_DEVICE inline uint32_t amax_bits(const float (&v)[kBlock]) {
+  uint32_t m = 0;
+  for (int k = 0; k < kBlock; ++k) {
+    const uint32_t a = bits_of(v[k]) & 0x7FFFFFFFu;
+    m = a > m ? a : m;
+  }
+  return m;
+}
+
+// Encodes block kb of row i of `copy` (values v, block or tile amax `amax`, per-tensor encode
+// scale `global_encode` and its inverse `global_decode`, rounding seed `seed` =
+// job.rounding_seed()) into the copy's codes and scale.
+QMESH_HOST_DEVICE inline void encode_block(const NvFp4CastJob& job, int copy, int64_t i, int64_t kb,
+                                           const float (&v)[kBlock], float amax,
+                                           float global_encode, float global_decode,
+                                           uint64_t seed) {
+  const NvFp4CopyOut& out = job.copies[copy];
+  const int64_t cols = job.copy_cols(copy);
+  const uint8_t scale = block_scale_code(amax, global_encode);
+  const float factor = block_encode_factor(scale, global_decode);
+  const bool sr = job.stochastic_rounding;
+  const uint64_t first = uint64_t(i * cols + kb * kBlock);
+  uint8_t* packed = out.data + i * (cols / 2) + kb * (kBlock / 2);
+  for (int k = 0; k < kBlock; k += 2) {
+    const uint32_t lo = sr ? rounding_bits(seed, copy, first + k) : 0u;
+    const uint32_t hi = sr ? rounding_bits(seed, copy, first + k + 1) : 0u;
+    packed[k / 2] =
+        uint8_t(encode_e2m1(v[k] * factor, sr, lo) | (encode_e2m1(v[k + 1] * factor, sr, hi) << 4));
+  }
+  out.scale[i * (cols / kBlock) + kb] = scale;
+}
+
+// Element j of a packed row with its block scale `scale` and per-tensor decode scale.
+QMESH_HOST_DEVICE inline float decode_element(const uint8_t* packed_row, const uint8_t* scale_row,
+                                              int64_t j, float global_decode) {
+  const uint8_t code = uint8_t((packed_row[j / 2] >> ((j & 1) * 4)) & 0xFu);
+  return (decode_e2m1(code) * decode_e4m3_scale(scale_row[j / kBlock])) * global_decode;
+}
+
+}  // namespace nvfp4
+}  // namespace qmesh::detail
