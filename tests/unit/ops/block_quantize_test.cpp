@@ -254,7 +254,7 @@ TEST(GroupedBlockQuantize, EachGroupIsBlockQuantizedOnItsOwnRows) {
   const int64_t cols = 300;
   const int64_t sizes[] = {130, 0, 3, 256};  // blocks of each group start at its first row
   const Tensor x = with_specials(DType::kBFloat16, Shape{389, cols}, 7);
-  const std::vector<float> v = widened(x);
+  const std::vector<float> v = test::widened(x);
   for (BlockShape block : {BlockShape::k1x128, BlockShape::k128x128}) {
     SCOPED_TRACE(block == BlockShape::k1x128 ? "1x128" : "128x128");
     std::vector<BlockQuantizedTensor> groups;
@@ -276,10 +276,10 @@ TEST(GroupedBlockQuantize, EachGroupIsBlockQuantizedOnItsOwnRows) {
       const QParams params{};
       expect_matches(q.data(), q.scale_inv(),
                      reference(part, rows, cols, block, DType::kFloat8E4M3, params), "rowwise");
-      expect_matches(
-          q.data_t(), q.scale_inv_t(),
-          reference(transposed(part, rows, cols), cols, rows, block, DType::kFloat8E4M3, params),
-          "columnwise");
+      expect_matches(q.data_t(), q.scale_inv_t(),
+                     reference(test::transposed(part, rows, cols), cols, rows, block,
+                               DType::kFloat8E4M3, params),
+                     "columnwise");
       start += rows;
     }
   }
