@@ -274,10 +274,12 @@ class Norm(nn.Module):
 
     def _fuses_norm(self, x, n: int) -> bool:
         """Whether the norm and the FP8 cast of its output run as one op in front of the first
-        GEMM (layernorm_dense): an FP8 recipe, float32 or bfloat16 input in the module's dtype,
-        no LoRA, and a GEMM FP8 can take."""
+        GEMM (layernorm_dense): an FP8 recipe with per-tensor or block scales (not MXFP8, whose
+        cast takes no norm), float32 or bfloat16 input in the module's dtype, no LoRA, and a
+        GEMM FP8 can take."""
         return (
             self.recipe is not None
+            and not isinstance(self.recipe, MXFP8BlockScaling)
             and x.dtype in (jnp.float32, jnp.bfloat16)
             and x.dtype == jnp.dtype(self.dtype)
             and not self.lora_enabled
