@@ -52,7 +52,8 @@ static void usage(FILE* out) {
           "  --steps N           training steps (200)\n"
           "  --lr X              learning rate (3e-3)\n"
           "  --optimizer NAME    adamw or sgd (adamw)\n"
-          "  --recipe NAME       fp32, bf16, delayed, current or block (delayed)\n"
+          "  --recipe NAME       fp32, bf16, delayed, current, block or mxfp8 (delayed; mxfp8\n"
+          "                      runs emulated: set QMESH_BLOCK_EMULATION=1)\n"
           "  --amax-history N    delayed scaling's amax history length (16)\n"
           "  --margin X          delayed scaling's margin (0)\n"
           "  --sequence-parallel shard activations on the token dimension over tp\n"
@@ -67,8 +68,8 @@ static void usage(FILE* out) {
 }
 
 static int parse_recipe(const char* s, qmesh_recipe* recipe) {
-  static const char* names[] = {"fp32", "bf16", "delayed", "current", "block"};
-  for (int i = 0; i < 5; ++i)
+  static const char* names[] = {"fp32", "bf16", "delayed", "current", "block", "mxfp8"};
+  for (int i = 0; i < 6; ++i)
     if (strcmp(s, names[i]) == 0) {
       *recipe = (qmesh_recipe)i;
       return 1;

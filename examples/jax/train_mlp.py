@@ -1,6 +1,7 @@
 """Trains an MLP on the C++ example's teacher task (targets tanh(x A^T) B^T of a random teacher
 network, x ~ N(0, 1)) with Flax + optax, in BF16 and in FP8 through qmesh's drop-in
-(DelayedScaling, Float8CurrentScaling and Float8BlockScaling), on the same data; prints progress and FP8 state,
+(DelayedScaling, Float8CurrentScaling, Float8BlockScaling, and MXFP8BlockScaling with emulated
+GEMMs), on the same data; prints progress and FP8 state,
 writes a CSV and a PNG of the loss curves.
 
     python examples/jax/train_mlp.py --steps 200 --out build/train_mlp_jax
@@ -25,7 +26,12 @@ import optax
 from flax.training import train_state
 
 from qmesh.jax.flax import fp8_meta, make_dot_general_cls
-from qmesh.jax.recipe import DelayedScaling, Float8BlockScaling, Float8CurrentScaling
+from qmesh.jax.recipe import (
+    DelayedScaling,
+    Float8BlockScaling,
+    Float8CurrentScaling,
+    MXFP8BlockScaling,
+)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from png import line_plot  # noqa: E402
@@ -100,6 +106,8 @@ def main(argv=None):
         "delayed": MLP(args.hidden, args.ffn, dot=make_dot_general_cls(DelayedScaling(amax_history_len=16))),
         "current": MLP(args.hidden, args.ffn, dot=make_dot_general_cls(Float8CurrentScaling())),
         "block": MLP(args.hidden, args.ffn, dot=make_dot_general_cls(Float8BlockScaling())),
+        "mxfp8": MLP(args.hidden, args.ffn,
+                     dot=make_dot_general_cls(MXFP8BlockScaling(emulate=True))),
     }
     curves = {}
     for name, model in runs.items():
@@ -119,7 +127,7 @@ def main(argv=None):
     for n, v in final.items():
         print(f"final loss {n:>8}: {v:.5f}  ({(v / final['bf16'] - 1) * 100:+.1f}% vs bf16)")
     print(f"wrote {args.out}.csv and {args.out}.png (blue bf16, red delayed, green current, "
-          "purple block)")
+          "purple block, then mxfp8)")
 
 
 if __name__ == "__main__":

@@ -19,17 +19,18 @@ enum class DType : uint8_t {
   kInt32 = 5,
   kFloat64 = 6,
   kFloat4E2M1x2 = 7,  // two OCP float4_e2m1fn codes per byte: element 2k low nibble, 2k+1 high
+  kFloat8E8M0 = 8,    // OCP E8M0 scale (MX formats): 2^(byte - 127), 0xFF = NaN; no arithmetic
 };
 
 // Bytes per element. Throws qmesh::Error for a value outside the enum.
 QMESH_API size_t dtype_size(DType dtype);
 // Canonical lower-case name: "fp32", "fp16", "bf16", "fp8e4m3", "fp8e5m2", "int32", "fp64",
-// "fp4e2m1x2".
+// "fp4e2m1x2", "fp8e8m0".
 QMESH_API std::string_view dtype_name(DType dtype);
 // Inverse of dtype_name; also accepts "e4m3"/"e5m2". Unknown names are an Error listing the
 // accepted ones.
 QMESH_API DType parse_dtype(std::string_view name);
-// True for the two FP8 formats.
+// True for the two FP8 element formats (E4M3, E5M2; not the E8M0 scale format).
 QMESH_API bool is_fp8(DType dtype);
 // True for fp32/fp16/bf16/fp64: dtypes that a higher-precision op input may have.
 QMESH_API bool is_wide_float(DType dtype);

@@ -40,7 +40,7 @@ qmesh_status qmesh_context_create(const qmesh_mesh* mesh, const qmesh_context_co
     const qmesh_context_config c =
         read_config(config, defaults, sizeof(qmesh_context_config), "qmesh_context_config");
     const auto recipe = static_cast<qmesh::Recipe>(
-        checked_enum(c.recipe, QMESH_RECIPE_FP32, QMESH_RECIPE_FP8_BLOCK, "config.recipe"));
+        checked_enum(c.recipe, QMESH_RECIPE_FP32, QMESH_RECIPE_MXFP8, "config.recipe"));
     qmesh::DelayedScaling delayed;
     delayed.amax_history_len = c.amax_history_len;
     delayed.margin = c.margin;

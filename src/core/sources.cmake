@@ -11,6 +11,7 @@ target_sources(qmesh_core PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/float16.cpp
   ${CMAKE_CURRENT_LIST_DIR}/fp8.cpp
   ${CMAKE_CURRENT_LIST_DIR}/logging.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/mxfp8_tensor.cpp
   ${CMAKE_CURRENT_LIST_DIR}/nvfp4_tensor.cpp
   ${CMAKE_CURRENT_LIST_DIR}/owned_stream.cpp
   ${CMAKE_CURRENT_LIST_DIR}/param.cpp

@@ -7,11 +7,13 @@ set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
 target_sources(qmesh PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/block_cast.cu
   ${CMAKE_CURRENT_LIST_DIR}/cast.cu
+  ${CMAKE_CURRENT_LIST_DIR}/device_arch.cpp
   ${CMAKE_CURRENT_LIST_DIR}/device_scalar.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gemm_algo_cache.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gemm_cublaslt.cpp
   ${CMAKE_CURRENT_LIST_DIR}/layer_ops.cu
   ${CMAKE_CURRENT_LIST_DIR}/loss.cu
+  ${CMAKE_CURRENT_LIST_DIR}/mxfp8_cast.cu
   ${CMAKE_CURRENT_LIST_DIR}/norm.cu
   ${CMAKE_CURRENT_LIST_DIR}/nvfp4_cast.cu
   ${CMAKE_CURRENT_LIST_DIR}/ring_add.cu

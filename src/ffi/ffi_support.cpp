@@ -68,11 +68,14 @@ DType to_dtype(xffi::DataType type, const std::string& what) {
       return DType::kInt32;
     case xffi::DataType::F64:
       return DType::kFloat64;
+    case xffi::DataType::F8E8M0FNU:
+      return DType::kFloat8E8M0;
     default:
       break;
   }
   QMESH_THROW(what, " has an element type qmesh does not take (XLA type ", int(type),
-              "); use float32, bfloat16, float16, float8_e4m3fn, float8_e5m2 or int32");
+              "); use float32, bfloat16, float16, float8_e4m3fn, float8_e5m2, int32 or "
+              "float8_e8m0fnu (MXFP8 scales)");
 }
 
 int64_t element_count(const AnyBuffer& buffer) {

@@ -6,6 +6,7 @@ target_sources(qmesh_jax_ffi PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/gemm_handlers.cpp
   ${CMAKE_CURRENT_LIST_DIR}/layer_norm_handlers.cpp
   ${CMAKE_CURRENT_LIST_DIR}/library_info.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/mxfp8_handlers.cpp
   ${CMAKE_CURRENT_LIST_DIR}/nvfp4_handlers.cpp
   ${CMAKE_CURRENT_LIST_DIR}/quantize_handlers.cpp
   ${CMAKE_CURRENT_LIST_DIR}/scaling_handlers.cpp)

@@ -89,6 +89,11 @@ struct Dense::Impl {
       in_local = in / tp_size;
     }
     check_block_sharding(in, out, tp_size);
+    QMESH_CHECK_KIND(ErrorKind::kUnsupported,
+                     !(opt.sequence_parallel && context.recipe() == Recipe::kMxfp8), name,
+                     ": MXFP8 runs without sequence parallelism (the collective GEMMs take no "
+                     "MXFP8 operands); unset DenseOptions::sequence_parallel or use the block "
+                     "recipe");
     if (block_sp() && column()) x_full_cast.emplace(context, OperandRole::kInput);
     if (block_sp() && row()) dy_full_cast.emplace(context, OperandRole::kGradOutput);
     // Slice [out0, out0 + out_local) x [in0, in0 + in_local) of the global [out, in] matrix.
@@ -133,13 +138,17 @@ struct Dense::Impl {
   }
 
   bool fsdp() const { return ctx.fsdp().enabled(); }
-  bool block_scaled() const { return ctx.recipe() == Recipe::kFp8Block; }
+  // Block scaling or MXFP8: per-block scales.
+  bool block_scaled() const {
+    return ctx.recipe() == Recipe::kFp8Block || ctx.recipe() == Recipe::kMxfp8;
+  }
   // FSDP under block scaling with shards of whole 128-row tile rows (every shard's numel a
   // multiple of 128 · in): each rank block-casts its shard and the FP8 codes and tile scales
   // travel. Otherwise a flat shard cuts the 128x128 tiles: the fp32 shard travels and the
   // gathered weight is block-cast (docs/design/fsdp.md "Block scaling").
   bool tile_shards() const {
-    return fsdp() && block_scaled() && weight.value.numel() % (kScaleBlock * in_local) == 0;
+    return fsdp() && ctx.recipe() == Recipe::kFp8Block &&
+           weight.value.numel() % (kScaleBlock * in_local) == 0;
   }
 
   // The operand this rank's weight shard is gathered as (FSDP, forward): its cast, or the
@@ -156,7 +165,10 @@ struct Dense::Impl {
   // each rank's blocks are the unsharded tensor's and sharded == unsharded. The sharded
   // feature count must be a multiple of 128 (Error naming the sizes otherwise).
   void check_block_sharding(int64_t in, int64_t out, int tp_size) const {
-    if (!block_scaled() || tp_size == 1 || options.parallelism == DenseParallelism::kNone) return;
+    // (MXFP8's 1x32 blocks: the casts refuse shards that are not multiples of 32.)
+    if (ctx.recipe() != Recipe::kFp8Block || tp_size == 1 ||
+        options.parallelism == DenseParallelism::kNone)
+      return;
     const bool col = options.parallelism == DenseParallelism::kColumn;
     const int64_t local = col ? out_local : in_local;
     QMESH_CHECK(local % kScaleBlock == 0, name, ": the block-scaling recipe shards ",
@@ -299,6 +311,7 @@ struct Dense::Impl {
     }
     // The block-scaled GEMM accumulates in fp32 (Float8BlockScaling::fp8_gemm_fprop).
     args.accumulation = block_scaled() ? GemmAccumulation::kSplit : GemmAccumulation::kFast;
+    args.emulate_microscaled = ctx.mxfp8_scaling().emulate;
     check_residual(residual, out);
     const bool residual_fused = residual_in_gemm(args, residual);
     if (residual_fused) {  // D = residual, then D += x · Wᵀ + b
@@ -565,6 +578,7 @@ struct Dense::Impl {
     wgrad.trans_b = GemmTranspose::kNo;
     wgrad.d = weight_grad();
     wgrad.accumulation = GemmAccumulation::kSplit;
+    wgrad.emulate_microscaled = ctx.mxfp8_scaling().emulate;
     gemm(wgrad, ctx.stream());
   }
 
@@ -580,6 +594,7 @@ struct Dense::Impl {
     dgrad.b = last_w;
     dgrad.trans_b = GemmTranspose::kNo;
     dgrad.accumulation = GemmAccumulation::kSplit;
+    dgrad.emulate_microscaled = ctx.mxfp8_scaling().emulate;
     return dgrad;
   }
 

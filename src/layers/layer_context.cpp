@@ -14,7 +14,8 @@ LayerContext::LayerContext(const Mesh& mesh, Recipe recipe, LayerContextOptions 
   validate(options_.delayed);
   validate(options_.current);
   validate(options_.block);
-  if (recipe == Recipe::kFp8Block) {
+  validate(options_.mxfp8);
+  if (recipe == Recipe::kFp8Block || recipe == Recipe::kMxfp8) {
     QMESH_CHECK_KIND(ErrorKind::kUnsupported, !options_.fp8_stats,
                      "LayerContextOptions::fp8_stats: FP8 statistics are collected for per-tensor "
                      "scaling only; unset it under the block-scaling recipe");
@@ -55,6 +56,8 @@ DType LayerContext::fp8_dtype(OperandRole role) const {
       return qmesh::fp8_dtype(options_.current.fp8_format, role);
     case Recipe::kFp8Block:
       return qmesh::fp8_dtype(options_.block.fp8_format, role);
+    case Recipe::kMxfp8:
+      return qmesh::fp8_dtype(options_.mxfp8.fp8_format, role);
     default:
       return qmesh::fp8_dtype(options_.delayed.fp8_format, role);
   }

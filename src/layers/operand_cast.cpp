@@ -13,6 +13,7 @@
 #include "qmesh/ops/dbias_quantize.h"
 #include "qmesh/ops/gelu.h"
 #include "qmesh/ops/layer_norm.h"
+#include "qmesh/ops/mxfp8_quantize.h"
 #include "qmesh/ops/norm_forward.h"
 #include "qmesh/ops/quantize.h"
 #include "qmesh/scaling/current_scaling.h"
@@ -104,6 +105,22 @@ GemmOperand OperandCast::cast_block(const TensorView& x_in, const CastFusion& fu
   return GemmOperand::fp8_block(block_.view());
 }
 
+GemmOperand OperandCast::cast_mxfp8(const TensorView& x_in, const CastFusion& fusion) {
+  // GELU, its backward or the LayerNorm first, in its own pass; the bias gradient in the cast.
+  CastFusion activation = fusion;
+  activation.dbias = TensorView();
+  const TensorView x = apply_separately(x_in, activation, false);
+  const Shape shape{x.shape.rows(), x.shape.cols()};
+  if (mx_.empty() || !(mx_.shape() == shape))
+    mx_ = MxFp8Tensor(ctx_.fp8_dtype(role_), shape, x.device, true);
+  const float margin = ctx_.mxfp8_scaling().margin;
+  if (fusion.dbias.empty())
+    mxfp8_quantize(x, mx_.view(), margin, ctx_.stream());
+  else
+    mxfp8_dbias_quantize(x, mx_.view(), fusion.dbias, margin, ctx_.stream());
+  return GemmOperand::mxfp8(mx_.view());
+}
+
 GemmOperand OperandCast::cast(const TensorView& x_in, bool columnwise,
                               const CastFusion& fusion_in) {
   QMESH_CHECK(x_in.dtype == DType::kFloat32 || x_in.dtype == DType::kBFloat16,
@@ -136,6 +153,8 @@ GemmOperand OperandCast::cast(const TensorView& x_in, bool columnwise,
     }
     case Recipe::kFp8Block:
       return cast_block(x, fusion);
+    case Recipe::kMxfp8:
+      return cast_mxfp8(x, fusion);
     case Recipe::kFp8Delayed:
     case Recipe::kFp8Current:
       break;

@@ -12,11 +12,13 @@
 // per-tensor only) and the bias gradient is summed in the block cast (block_dbias_quantize);
 // the operand is block-scaled with the block shape and QParams the recipe gives its role, always
 // with its columnwise copy (the block-scaled GEMM reads the copy contiguous along K on every
-// backend), and no amax is reduced across ranks.
+// backend), and no amax is reduced across ranks. Under MXFP8 (Recipe::kMxfp8) likewise, with
+// mxfp8_quantize / mxfp8_dbias_quantize (1x32 E8M0 blocks, both copies; sizes multiples of 32).
 #pragma once
 
 #include "qmesh/block_quantized_tensor.h"
 #include "qmesh/layers/layer_context.h"
+#include "qmesh/mxfp8_tensor.h"
 #include "qmesh/ops/gemm.h"
 #include "qmesh/quantized_tensor.h"
 #include "qmesh/scaling/recipe.h"
@@ -58,6 +60,8 @@ class OperandCast {
                       const QuantizedTensorView& q);
   // The block-scaled cast of f(x) (Recipe::kFp8Block).
   GemmOperand cast_block(const TensorView& x, const CastFusion& fusion);
+  // The MXFP8 cast of f(x) (Recipe::kMxfp8).
+  GemmOperand cast_mxfp8(const TensorView& x, const CastFusion& fusion);
 
   LayerContext& ctx_;
   OperandRole role_;
@@ -66,6 +70,7 @@ class OperandCast {
   Tensor bf16_, activated_;
   QuantizedTensor fp8_;
   BlockQuantizedTensor block_;
+  MxFp8Tensor mx_;
 };
 
 }  // namespace qmesh

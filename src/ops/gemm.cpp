@@ -5,6 +5,7 @@
 #include "cpu/gemm_cpu.h"
 #include "cuda/gemm_cublaslt.h"
 #include "ops/gemm_canonical.h"
+#include "ops/gemm_emulation.h"
 #include "qmesh/detail/cuda_dispatch.h"
 #include "qmesh/error.h"
 
@@ -28,6 +29,12 @@ GemmOperand GemmOperand::fp8_block(const BlockQuantizedTensorView& q) {
   return op;
 }
 
+GemmOperand GemmOperand::mxfp8(const MxFp8TensorView& q) {
+  GemmOperand op;
+  op.mx = q;
+  return op;
+}
+
 const char* gemm_epilogue_name(GemmEpilogue e) {
   switch (e) {
     case GemmEpilogue::kNone:
@@ -46,8 +53,19 @@ const char* gemm_epilogue_name(GemmEpilogue e) {
   QMESH_THROW("GemmEpilogue has the invalid value ", int(e));
 }
 
+namespace {
+
+// args, or the plain form an emulated GEMM of microscaled operands runs (checked).
+GemmArgs runnable_form(const GemmArgs& args) {
+  return detail::has_microscaled_operand(args) ? detail::emulated_probe(args) : args;
+}
+
+}  // namespace
+
 struct Gemm::Impl {
   detail::CanonicalGemm c;
+  // Microscaled operands: their dequantized copies, refreshed by every run.
+  std::shared_ptr<detail::EmulatedOperands> emulated;
   void* workspace = nullptr;
   size_t workspace_bytes = 0;  // what workspace_size() said at initialize()
   // The cuBLASLt plan of a CUDA GEMM. A shared_ptr binds its deleter where the CUDA branch
@@ -62,7 +80,7 @@ Gemm& Gemm::operator=(Gemm&&) noexcept = default;
 
 Status Gemm::can_implement(const GemmArgs& args) {
   try {
-    const detail::CanonicalGemm c = detail::canonicalize(args);
+    const detail::CanonicalGemm c = detail::canonicalize(runnable_form(args));
     if (c.backend == detail::GemmBackend::kCublasLt)
       detail::on_cuda(c.device.index, [&](auto) { detail::CublasLtGemm::check_supported(c); });
     return {};
@@ -72,14 +90,16 @@ Status Gemm::can_implement(const GemmArgs& args) {
 }
 
 size_t Gemm::workspace_size(const GemmArgs& args) {
-  const detail::CanonicalGemm c = detail::canonicalize(args);
+  const detail::CanonicalGemm c = detail::canonicalize(runnable_form(args));
   if (c.backend == detail::GemmBackend::kCublasLt) return detail::kCublasLtWorkspaceBytes;
   return detail::host_gemm_workspace_size(c);
 }
 
 void Gemm::initialize(const GemmArgs& args, void* workspace, Stream stream) {
   auto impl = std::make_unique<Impl>();
-  impl->c = detail::canonicalize(args);
+  if (detail::has_microscaled_operand(args))
+    impl->emulated = std::make_shared<detail::EmulatedOperands>(args);
+  impl->c = detail::canonicalize(impl->emulated ? impl->emulated->plain() : args);
   impl->workspace = workspace;
   if (impl->c.backend == detail::GemmBackend::kHost)
     impl->workspace_bytes = detail::host_gemm_workspace_size(impl->c);
@@ -98,6 +118,7 @@ void Gemm::initialize(const GemmArgs& args, void* workspace, Stream stream) {
 
 void Gemm::run(Stream stream) {
   QMESH_CHECK(impl_ != nullptr, "Gemm::run called before a successful Gemm::initialize");
+  if (impl_->emulated) impl_->emulated->refresh(stream);
   if (impl_->cublaslt) {
     detail::on_cuda(impl_->c.device.index,
                     [&](auto) { impl_->cublaslt->run(stream.handle, impl_->workspace); });
@@ -113,6 +134,10 @@ void gemm(const GemmArgs& args, Stream stream) {
 }
 
 void gemm_planned(const GemmArgs& args, void* workspace, Stream stream) {
+  if (detail::has_microscaled_operand(args)) {  // emulated: owns its dequantized operands
+    gemm(args, stream);
+    return;
+  }
   const detail::CanonicalGemm c = detail::canonicalize(args);
   if (c.backend == detail::GemmBackend::kHost) {
     detail::host_gemm(c, nullptr, 0);

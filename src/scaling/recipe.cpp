@@ -12,7 +12,7 @@ namespace {
 constexpr std::pair<Recipe, std::string_view> kRecipeNames[] = {
     {Recipe::kFp32, "fp32"},          {Recipe::kBf16, "bf16"},
     {Recipe::kFp8Delayed, "delayed"}, {Recipe::kFp8Current, "current"},
-    {Recipe::kFp8Block, "block"},
+    {Recipe::kFp8Block, "block"},     {Recipe::kMxfp8, "mxfp8"},
 };
 
 void check_format(Fp8Format format) {
@@ -47,7 +47,8 @@ std::string_view recipe_name(Recipe recipe) {
 Recipe parse_recipe(std::string_view name) {
   for (auto [r, n] : kRecipeNames)
     if (n == name) return r;
-  QMESH_THROW("unknown recipe '", name, "' (expected one of fp32, bf16, delayed, current, block)");
+  QMESH_THROW("unknown recipe '", name,
+              "' (expected one of fp32, bf16, delayed, current, block, mxfp8)");
 }
 
 DType fp8_dtype(Fp8Format format, OperandRole role) {
@@ -106,6 +107,20 @@ void validate(const Float8BlockScaling& recipe) {
   QMESH_CHECK(!recipe.fp8_mha,
               "Float8BlockScaling.fp8_mha must be false: FP8 attention is not "
               "supported with block scaling");
+}
+
+void validate(const MXFP8BlockScaling& recipe) {
+  QMESH_CHECK(recipe.fp8_format == Fp8Format::kE4M3 || recipe.fp8_format == Fp8Format::kHybrid,
+              "MXFP8BlockScaling.fp8_format must be Fp8Format::kE4M3 or kHybrid, got value ",
+              int(recipe.fp8_format));
+  QMESH_CHECK(std::isfinite(recipe.margin) && recipe.margin >= 0.0f,
+              "MXFP8BlockScaling.margin must be finite and >= 0, got ", recipe.margin);
+  QMESH_CHECK_KIND(ErrorKind::kUnsupported, !recipe.fp8_dpa,
+                   "MXFP8BlockScaling.fp8_dpa must be false: FP8 attention is not supported with "
+                   "MXFP8 scaling");
+  QMESH_CHECK_KIND(ErrorKind::kUnsupported, !recipe.fp8_mha,
+                   "MXFP8BlockScaling.fp8_mha must be false: FP8 attention is not supported with "
+                   "MXFP8 scaling");
 }
 
 }  // namespace qmesh

@@ -61,7 +61,7 @@ void check_context(const std::map<std::string, Tensor>& file, const CheckpointCo
                 "' in ", path, " is not int32 [1]: a corrupted checkpoint?");
     const int32_t saved = *t.data_as<int32_t>();
     QMESH_CHECK(saved == int32_t(recipe), "the checkpoint ", path, " was saved under the '",
-                saved >= 0 && saved <= int32_t(Recipe::kFp8Block)
+                saved >= 0 && saved <= int32_t(Recipe::kMxfp8)
                     ? std::string(recipe_name(Recipe(saved)))
                     : "unknown (" + std::to_string(saved) + ")",
                 "' recipe, but this LayerContext's recipe is '", recipe_name(recipe),

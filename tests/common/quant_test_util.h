@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <vector>
 
 #include "qmesh/float16.h"
 #include "qmesh/fp8.h"
@@ -57,6 +58,22 @@ inline uint8_t encode_ref(DType fp8, float x) {
 }
 inline float decode_ref(DType fp8, uint8_t code) {
   return fp8 == DType::kFloat8E4M3 ? e4m3_to_float(code) : e5m2_to_float(code);
+}
+
+// The values of a wide tensor (fp32, bf16, fp16) as floats, row-major.
+inline std::vector<float> widened(const TensorView& x) {
+  std::vector<float> v(static_cast<size_t>(x.numel()));
+  for (int64_t i = 0; i < x.numel(); ++i) v[static_cast<size_t>(i)] = wide_at(x, i);
+  return v;
+}
+
+// The transpose [cols, rows] of a row-major [rows, cols] matrix.
+inline std::vector<float> transposed(const std::vector<float>& v, int64_t rows, int64_t cols) {
+  std::vector<float> t(v.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      t[static_cast<size_t>(c * rows + r)] = v[static_cast<size_t>(r * cols + c)];
+  return t;
 }
 
 inline bool same_bits(float a, float b) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "expect_error.h"
+#include "gpu_cast_test_util.h"
 #include "qmesh/block_quantized_tensor.h"
 #include "qmesh/buffer.h"
 #include "qmesh/copy.h"
@@ -19,36 +20,13 @@ namespace {
 
 const Device kGpu = Device::cuda(0);
 
-#define SKIP_WITHOUT_GPU() \
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device"
-
-std::vector<uint8_t> bytes_of(const TensorView& t) {
-  std::vector<uint8_t> out(t.nbytes());
-  copy_bytes(out.data(), Device::host(), t.data, t.device, t.nbytes());
-  return out;
-}
-
-// Random values over many binades with zeros, huge values, Inf and NaN mixed in.
-Tensor input(DType dtype, const Shape& shape, uint32_t seed, bool nonfinite) {
-  Tensor x = test::random_wide(dtype, shape, seed);
-  const float specials[] = {0.0f,
-                            -0.0f,
-                            3e4f,
-                            -1e-30f,
-                            65504.0f,
-                            std::numeric_limits<float>::infinity(),
-                            std::numeric_limits<float>::quiet_NaN()};
-  const size_t kinds = nonfinite ? std::size(specials) : std::size(specials) - 2;
-  for (int64_t i = 3; i < x.numel(); i += 2017) test::set_wide(x, i, specials[(i / 2017) % kinds]);
-  return x;
-}
-
 void expect_same(const BlockQuantizedTensor& d, const BlockQuantizedTensor& h) {
-  EXPECT_EQ(bytes_of(d.data()), bytes_of(h.data())) << "rowwise codes";
-  EXPECT_EQ(bytes_of(d.scale_inv()), bytes_of(h.scale_inv())) << "rowwise scale_inv";
+  EXPECT_EQ(test::bytes_of(d.data()), test::bytes_of(h.data())) << "rowwise codes";
+  EXPECT_EQ(test::bytes_of(d.scale_inv()), test::bytes_of(h.scale_inv())) << "rowwise scale_inv";
   if (!h.has_columnwise()) return;
-  EXPECT_EQ(bytes_of(d.data_t()), bytes_of(h.data_t())) << "columnwise codes";
-  EXPECT_EQ(bytes_of(d.scale_inv_t()), bytes_of(h.scale_inv_t())) << "columnwise scale_inv";
+  EXPECT_EQ(test::bytes_of(d.data_t()), test::bytes_of(h.data_t())) << "columnwise codes";
+  EXPECT_EQ(test::bytes_of(d.scale_inv_t()), test::bytes_of(h.scale_inv_t()))
+      << "columnwise scale_inv";
 }
 
 using Param = std::tuple<DType, DType, int64_t, int64_t>;
@@ -61,7 +39,7 @@ class BlockCastGpuTest : public ::testing::TestWithParam<Param> {
 
 TEST_P(BlockCastGpuTest, QuantizeAndDbiasMatchHostBitwise) {
   SKIP_WITHOUT_GPU();
-  const Tensor x = input(in(), shape(), 7, /*nonfinite=*/false);
+  const Tensor x = test::special_input(in(), shape(), 7, /*nonfinite=*/false);
   Tensor dx(x.dtype(), x.shape(), kGpu);
   copy_tensor(dx, x);
   const QParams options[] = {QParams{}, QParams{false, 0.0f}, QParams{false, 0.5f}};
@@ -81,12 +59,12 @@ TEST_P(BlockCastGpuTest, QuantizeAndDbiasMatchHostBitwise) {
         block_dbias_quantize(x, h.view(), hb, q);
         block_dbias_quantize(dx, d.view(), db, q);
         expect_same(d, h);
-        EXPECT_EQ(bytes_of(db), bytes_of(hb)) << "dbias";
+        EXPECT_EQ(test::bytes_of(db), test::bytes_of(hb)) << "dbias";
         for (DType out : {DType::kFloat32, DType::kBFloat16}) {
           Tensor hy(out, shape()), dy(out, shape(), kGpu);
           block_dequantize(h.view(), hy);
           block_dequantize(d.view(), dy);
-          EXPECT_EQ(bytes_of(dy), bytes_of(hy)) << "dequantized to " << dtype_name(out);
+          EXPECT_EQ(test::bytes_of(dy), test::bytes_of(hy)) << "dequantized to " << dtype_name(out);
         }
       }
 }
@@ -105,7 +83,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, BlockCastGpuTest,
 TEST(BlockCastGpu, NanAndInfMatchHostBitwise) {
   SKIP_WITHOUT_GPU();
   const Shape shape{300, 520};
-  const Tensor x = input(DType::kBFloat16, shape, 9, /*nonfinite=*/true);
+  const Tensor x = test::special_input(DType::kBFloat16, shape, 9, /*nonfinite=*/true);
   Tensor dx(x.dtype(), shape, kGpu);
   copy_tensor(dx, x);
   for (BlockShape block : {BlockShape::k1x128, BlockShape::k128x128}) {
@@ -121,7 +99,7 @@ TEST(BlockCastGpu, NanAndInfMatchHostBitwise) {
 TEST(BlockCastGpu, UnalignedInputMatchesHostBitwise) {
   SKIP_WITHOUT_GPU();
   const Shape shape{256, 384};
-  const Tensor x = input(DType::kFloat32, Shape{shape.numel() + 1}, 5, false);
+  const Tensor x = test::special_input(DType::kFloat32, Shape{shape.numel() + 1}, 5, false);
   Tensor dx(DType::kFloat32, x.shape(), kGpu);
   copy_tensor(dx, x);
   const TensorView hv(static_cast<float*>(x.data()) + 1, DType::kFloat32, shape);

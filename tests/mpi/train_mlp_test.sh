@@ -51,6 +51,16 @@ converge)
   echo "final loss: fp8 block, sequence parallel $block_sp"
   awk -v a="$block_sp" -v b="$fp8" 'BEGIN { exit !(a <= 1.005 * b) }' ||
     fail "FP8 block scaling with --sequence-parallel ends at $block_sp, worse than delayed's $fp8"
+  train4 "${small[@]}" --steps 80 --recipe mxfp8 >"$work/mxfp8-refused.log" 2>&1 &&
+    fail "MXFP8 without --emulate ran (its GEMMs must be refused without emulation)"
+  grep -q "QMESH_BLOCK_EMULATION=1" "$work/mxfp8-refused.log" ||
+    { cat "$work/mxfp8-refused.log"; fail "MXFP8 without --emulate: no error saying how to ask"; }
+  train4 "${small[@]}" --steps 80 --recipe mxfp8 --emulate >"$work/mxfp8.log" 2>&1 ||
+    { cat "$work/mxfp8.log"; fail "MXFP8 run (emulated GEMMs)"; }
+  mxfp8=$(field "final loss" "$work/mxfp8.log" | awk '{print $3}')
+  echo "final loss: mxfp8 (emulated) $mxfp8"
+  awk -v a="$mxfp8" -v b="$fp8" 'BEGIN { exit !(a <= 1.005 * b) }' ||
+    fail "MXFP8's final loss $mxfp8 is worse than delayed scaling's $fp8"
   ;;
 resume)
   train4 "${small[@]}" --steps 20 --csv "$work/full.csv" >"$work/full.log" 2>&1 ||

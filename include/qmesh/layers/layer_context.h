@@ -36,6 +36,7 @@ struct LayerContextOptions {
   DelayedScaling delayed{};          // the delayed-scaling recipe (used under kFp8Delayed)
   Float8CurrentScaling current{};    // the current-scaling recipe (used under kFp8Current)
   Float8BlockScaling block{};        // the block-scaling recipe (used under kFp8Block)
+  MXFP8BlockScaling mxfp8{};         // the MXFP8 recipe (used under kMxfp8)
   Placement placement{};             // where the layers run: device and streams
   Overlap overlap = Overlap::kNone;  // the collective-GEMM schedule of sequence-parallel
                                      // dense layers whose DenseOptions::overlap is unset
@@ -54,7 +55,8 @@ class QMESH_API LayerContext {
   // temporary mesh is fine. The context must outlive its layers, which refer to it; it is
   // neither copied nor moved. The options are validated (Error naming the field; the recipes'
   // fields, a negative fsdp prefetch, an unusable device); only the recipe that `recipe`
-  // selects is used. kFp8Block refuses what it does not support (Error): fp8_stats.
+  // selects is used. kFp8Block and kMxfp8 refuse what they do not support (Error): fp8_stats;
+  // kMxfp8 also refuses sequence-parallel layers (the collective GEMMs take no MXFP8 operands).
   // `options.placement`: where the layers built on this context run. On CUDA the mesh's
   // communicators must carry CUDA buffers of that device (NCCL, or the local backend) and every
   // layer call is asynchronous on placement.stream; on the host everything is blocking.
@@ -71,10 +73,11 @@ class QMESH_API LayerContext {
   Recipe recipe() const { return recipe_; }
   bool is_fp8() const {
     return recipe_ == Recipe::kFp8Delayed || recipe_ == Recipe::kFp8Current ||
-           recipe_ == Recipe::kFp8Block;
+           recipe_ == Recipe::kFp8Block || recipe_ == Recipe::kMxfp8;
   }
   const Float8CurrentScaling& current_scaling() const { return options_.current; }
   const Float8BlockScaling& block_scaling() const { return options_.block; }
+  const MXFP8BlockScaling& mxfp8_scaling() const { return options_.mxfp8; }
   const DelayedScaling& delayed_scaling() const { return options_.delayed; }
   // LayerContextOptions::activation_dtype, or the recipe's default when unset.
   DType activation_dtype() const;

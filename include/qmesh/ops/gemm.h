@@ -31,6 +31,7 @@
 
 #include "qmesh/block_quantized_tensor.h"
 #include "qmesh/export.h"
+#include "qmesh/mxfp8_tensor.h"
 #include "qmesh/quantized_tensor.h"
 #include "qmesh/status.h"
 #include "qmesh/stream.h"
@@ -38,24 +39,32 @@
 
 namespace qmesh {
 
-// One GEMM input: a plain tensor (fp32, bf16, fp16), a per-tensor scaled FP8 tensor or a
-// block-scaled FP8 tensor. Exactly one of the three views is set; build it with plain(),
-// fp8() or fp8_block().
+// One GEMM input: a plain tensor (fp32, bf16, fp16), a per-tensor scaled FP8 tensor, a
+// block-scaled FP8 tensor or a microscaled (MXFP8) tensor. Exactly one of the views is set;
+// build it with plain(), fp8(), fp8_block() or mxfp8().
 struct QMESH_API GemmOperand {
   TensorView tensor;               // plain operand, 2-D view of its shape
   QuantizedTensorView quantized;   // FP8 operand (rowwise data and, optionally, data_t)
   BlockQuantizedTensorView block;  // block-scaled FP8 operand (data and, optionally, data_t)
+  MxFp8TensorView mx;              // MXFP8 operand (data and, optionally, data_t)
 
   static GemmOperand plain(const TensorView& t);
   static GemmOperand fp8(const QuantizedTensorView& q);
   // Activations and gradients: 1x128 blocks; weights: 128x128 tiles. The copy contiguous
   // along K is read (data_t where the flag says the rowwise data is not), with its own scales.
   static GemmOperand fp8_block(const BlockQuantizedTensorView& q);
+  // MXFP8: 1x32 blocks along K, read from the copy contiguous along K; the GEMM runs emulated
+  // where asked (qmesh/ops/gemm_emulation.h).
+  static GemmOperand mxfp8(const MxFp8TensorView& q);
   bool is_quantized() const { return !quantized.data.empty(); }
   bool is_block_scaled() const { return !block.data.empty(); }
-  // The rowwise data: the tensor, the FP8 codes or the block-scaled FP8 codes.
+  bool is_microscaled() const { return !mx.data.empty(); }
+  // The rowwise data: the tensor or the FP8 codes.
   const TensorView& stored() const {
-    return is_quantized() ? quantized.data : is_block_scaled() ? block.data : tensor;
+    return is_quantized()      ? quantized.data
+           : is_block_scaled() ? block.data
+           : is_microscaled()  ? mx.data
+                               : tensor;
   }
   // dtype / device of the rowwise data.
   DType dtype() const { return stored().dtype; }
@@ -109,6 +118,11 @@ struct QMESH_API GemmArgs {
   // multiple of 8 (its leading dimension).
 
   GemmAccumulation accumulation = GemmAccumulation::kFast;
+
+  // Microscaled (MXFP8) operands: run the GEMM emulated where the device has no native one
+  // (qmesh/ops/gemm_emulation.h); false: such a GEMM is an Error there, unless
+  // QMESH_BLOCK_EMULATION=1.
+  bool emulate_microscaled = false;
 };
 
 // A GEMM with the CUTLASS device-operator lifecycle:

@@ -17,9 +17,11 @@ enum class Recipe {
   kFp8Delayed,  // FP8 operands, delayed scaling (scales from the amax history)
   kFp8Current,  // FP8 operands, current scaling (each tensor scaled by its own amax)
   kFp8Block,    // FP8 operands, block scaling (a scale per 1x128 block or 128x128 tile)
+  kMxfp8,       // MXFP8 operands (an E8M0 power-of-two scale per 32 elements along K)
 };
 
-// "fp32", "bf16", "delayed", "current", "block" (the training example's --recipe values).
+// "fp32", "bf16", "delayed", "current", "block", "mxfp8" (the training example's --recipe
+// values).
 QMESH_API std::string_view recipe_name(Recipe recipe);
 // Inverse of recipe_name; Error listing the accepted names.
 QMESH_API Recipe parse_recipe(std::string_view name);
@@ -94,6 +96,19 @@ struct Float8BlockScaling {
   bool fp8_mha = false;  // FP8 multi-head attention: likewise
 };
 
+// MXFP8 block scaling (TransformerEngine's MXFP8BlockScaling; same field names and defaults;
+// docs/design/mxfp8.md): every 32 consecutive elements along a GEMM's K share one E8M0
+// power-of-two scale, rounded up from the block's amax so that no element saturates.
+struct MXFP8BlockScaling {
+  Fp8Format fp8_format = Fp8Format::kE4M3;
+  float margin = 0.0f;   // blocks are scaled to fp8_max * 2^-margin (finite, >= 0)
+  bool fp8_dpa = false;  // FP8 attention: not supported (must be false)
+  bool fp8_mha = false;  // FP8 multi-head attention: likewise
+  // Run the MXFP8 GEMMs emulated where the device has no native one (qmesh/ops/
+  // gemm_emulation.h); false: such a GEMM is an Error there (unless QMESH_BLOCK_EMULATION=1).
+  bool emulate = false;
+};
+
 // The FP8 dtype of an operand of `role` under `format` (E4M3 or E5M2).
 QMESH_API DType fp8_dtype(Fp8Format format, OperandRole role);
 
@@ -106,5 +121,8 @@ QMESH_API void validate(const Float8CurrentScaling& recipe);
 // two 128x128-block operands), every use_split_accumulator is true, fp8_dpa and fp8_mha are
 // false (the rules TransformerEngine enforces for this recipe).
 QMESH_API void validate(const Float8BlockScaling& recipe);
+// Throws qmesh::Error naming the field unless fp8_format is known, margin is finite and >= 0,
+// and fp8_dpa and fp8_mha are false.
+QMESH_API void validate(const MXFP8BlockScaling& recipe);
 
 }  // namespace qmesh

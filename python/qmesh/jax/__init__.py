@@ -21,6 +21,7 @@ from qmesh.jax.collective_gemm import CollectiveGemm, all_gather_gemm, gemm_redu
 from qmesh.jax.delayed_state import combine_state_grads, keep_unused_state, share_state, split_state
 from qmesh.jax.dense import init_state
 from qmesh.jax.gemm import Epilogue
+from qmesh.jax.mxfp8 import mxfp8_dbias_quantize, mxfp8_dequantize, mxfp8_quantize
 from qmesh.jax.nvfp4 import nvfp4_dequantize, nvfp4_quantize
 from qmesh.jax.quantize import (
     Quantized,
@@ -32,7 +33,13 @@ from qmesh.jax.quantize import (
     quantize,
     quantize_current,
 )
-from qmesh.jax.recipe import DelayedScaling, Float8BlockScaling, Float8CurrentScaling, Format
+from qmesh.jax.recipe import (
+    DelayedScaling,
+    Float8BlockScaling,
+    Float8CurrentScaling,
+    Format,
+    MXFP8BlockScaling,
+)
 from qmesh.jax.sharding import MeshResource, global_mesh_resource, global_shard_guard
 
 
@@ -54,6 +61,7 @@ __all__ = [
     "Float8BlockScaling",
     "Float8CurrentScaling",
     "Format",
+    "MXFP8BlockScaling",
     "MeshResource",
     "Quantized",
     "all_gather_gemm",
@@ -80,6 +88,9 @@ __all__ = [
     "nvfp4_quantize",
     "keep_unused_state",
     "layer_norm",
+    "mxfp8_dbias_quantize",
+    "mxfp8_dequantize",
+    "mxfp8_quantize",
     "quantize",
     "quantize_current",
     "recipe",

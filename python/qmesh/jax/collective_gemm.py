@@ -100,14 +100,15 @@ def of(value, parallel: str) -> CollectiveGemm | None:
 
 
 def check_recipe(ring, recipe) -> None:
-    """Raises for a recipe the rings cannot take (block-scaled operands)."""
-    from qmesh.jax.recipe import Float8BlockScaling
+    """Raises for a recipe the rings cannot take (block-scaled or MXFP8 operands)."""
+    from qmesh.jax.recipe import Float8BlockScaling, MXFP8BlockScaling
 
-    if ring is not None and isinstance(recipe, Float8BlockScaling):
+    if ring is not None and isinstance(recipe, (Float8BlockScaling, MXFP8BlockScaling)):
+        name = type(recipe).__name__
         raise NotImplementedError(
             "collective_gemm: the rings take per-tensor FP8 (DelayedScaling, "
-            "Float8CurrentScaling) or plain operands, not Float8BlockScaling's block-scaled "
-            "ones; use collective_gemm=None with Float8BlockScaling"
+            f"Float8CurrentScaling) or plain operands, not {name}'s block-scaled ones; use "
+            f"collective_gemm=None with {name}"
         )
 
 

@@ -57,7 +57,7 @@ from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import PartitionSpec
 
 from qmesh.jax import collective_gemm as _cgemm
-from qmesh.jax import delayed_state, sharding, stats
+from qmesh.jax import delayed_state, mxfp8_dense, sharding, stats
 from qmesh.jax.autocast import recipe_in_force
 from qmesh.jax.block_quantize import block_dbias_quantize, block_quantize
 from qmesh.jax.common import F32, FP8_DTYPES, WIDE_DTYPES, entry
@@ -67,6 +67,7 @@ from qmesh.jax.recipe import (
     DelayedScaling,
     Float8BlockScaling,
     Float8CurrentScaling,
+    MXFP8BlockScaling,
     check_recipe,
 )
 
@@ -504,7 +505,8 @@ def dense(
     x: [..., K] (float32, bfloat16 or float16); kernel: [K, N]; bias: [N] or None; state: the
     delayed-scaling state (init_state(recipe)) or None for Float8CurrentScaling and
     Float8BlockScaling; recipe: DelayedScaling(), Float8CurrentScaling() or
-    Float8BlockScaling(); None: the autocast's (high precision under
+    Float8BlockScaling() (or MXFP8BlockScaling(): GEMMs emulated, see mxfp8_dense.py; no
+    state; fallback and row_axes have no effect); None: the autocast's (high precision under
     autocast(enabled=False)), DelayedScaling() outside autocast; activation: None or "gelu" (tanh
     approximation); out_dtype: default x's dtype; fallback: None (raise when FP8 cannot be
     used) or "bf16" (run in bfloat16 then, counted in qmesh.jax.stats()); row_axes: None, or
@@ -516,10 +518,15 @@ def dense(
 
     Returns y [..., N]. Differentiate with respect to `state` to get the updated state."""
     recipe = recipe_in_force(recipe, DelayedScaling())
-    if recipe is not None:
-        check_recipe(recipe)
     if activation not in ACTIVATIONS:
         raise ValueError(f"dense: activation must be one of {ACTIVATIONS}, not {activation!r}")
+    if isinstance(recipe, MXFP8BlockScaling):
+        if state is not None:
+            raise ValueError("dense: MXFP8BlockScaling keeps no state; pass state=None")
+        _cgemm.check_recipe(collective_gemm, recipe)
+        return mxfp8_dense.dense(x, kernel, bias, recipe, activation, out_dtype)
+    if recipe is not None:
+        check_recipe(recipe)
     if fallback not in FALLBACKS:
         raise ValueError(f"dense: fallback must be None or 'bf16', not {fallback!r}")
     x, kernel = jnp.asarray(x), jnp.asarray(kernel)

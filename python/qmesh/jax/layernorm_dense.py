@@ -39,7 +39,12 @@ from qmesh.jax.layer_norm import (
     rms_norm_bwd,
 )
 from qmesh.jax.quantize import current_scale, quantize
-from qmesh.jax.recipe import DelayedScaling, Float8CurrentScaling, check_recipe
+from qmesh.jax.recipe import (
+    DelayedScaling,
+    Float8CurrentScaling,
+    MXFP8BlockScaling,
+    check_recipe,
+)
 
 
 def norm_forward(cfg, eps, x, gamma, beta, step):
@@ -125,10 +130,16 @@ def layernorm_dense(
     and norm(x) are in x's dtype. Differentiate with respect to `state` to get the updated
     state."""
     recipe = recipe_in_force(recipe, DelayedScaling())
-    if recipe is None:
+    if recipe is None or isinstance(recipe, MXFP8BlockScaling):  # the norm as its own op
         ln = norm(x, gamma, beta, eps)
         y = _dense.dense(
-            ln, kernel, bias, state, activation=activation, collective_gemm=collective_gemm
+            ln,
+            kernel,
+            bias,
+            state,
+            recipe=recipe,
+            activation=activation,
+            collective_gemm=collective_gemm,
         )
         return y, ln
     check_recipe(recipe)

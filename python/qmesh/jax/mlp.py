@@ -33,6 +33,7 @@ import jax.numpy as jnp
 
 from qmesh.jax import collective_gemm as _cgemm
 from qmesh.jax import dense as _dense
+from qmesh.jax import mxfp8_dense
 from qmesh.jax.activation_quantize import (
     dgelu_dbias_quantize,
     dgelu_dbias_quantize_current,
@@ -44,7 +45,7 @@ from qmesh.jax.common import F32
 from qmesh.jax.gemm import dgelu, gelu
 from qmesh.jax.layer_norm import norm
 from qmesh.jax.layernorm_dense import norm_backward, norm_forward
-from qmesh.jax.recipe import DelayedScaling, Float8BlockScaling, check_recipe
+from qmesh.jax.recipe import DelayedScaling, Float8BlockScaling, MXFP8BlockScaling, check_recipe
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,7 +189,9 @@ def mlp(
     bfloat16 or float16); kernels: ([H, F], [F, H]) in x's dtype; biases: ([F] or None, [H] or
     None); states: init_state(recipe) of each GEMM (None for Float8CurrentScaling and
     Float8BlockScaling); recipe: DelayedScaling, Float8CurrentScaling or Float8BlockScaling
-    (GELU then the block cast: the GELU-fused casts are per-tensor); None: as dense(), the
+    (GELU then the block cast: the GELU-fused casts are per-tensor), or MXFP8BlockScaling
+    (the two emulated dense layers of mxfp8_dense.py, GELU between; no states, row_axes have
+    no effect); None: as dense(), the
     autocast's (high precision under autocast(enabled=False)); row_axes: (fc1's, fc2's), as
     dense(); collective_gemm: None or an overlap ("none", "ring", "bidir"): fc1 column parallel
     and fc2 row parallel through qmesh's rings (collective_gemm.py). Returns y [..., H] in x's
@@ -198,6 +201,12 @@ def mlp(
         _cgemm.check_quantized(collective_gemm, recipe)
         h = _dense.dense(x, kernels[0], biases[0], states[0], activation="gelu")
         return _dense.dense(h, kernels[1], biases[1], states[1])
+    if isinstance(recipe, MXFP8BlockScaling):
+        _cgemm.check_recipe(collective_gemm, recipe)
+        if any(s is not None for s in states):
+            raise ValueError("mlp: MXFP8BlockScaling takes no states")
+        h = mxfp8_dense.dense(x, kernels[0], biases[0], recipe, "gelu", None)
+        return mxfp8_dense.dense(h, kernels[1], biases[1], recipe, None, None)
     x = jnp.asarray(x)
     kernels = tuple(jnp.asarray(k) for k in kernels)
     biases = tuple(None if b is None else jnp.asarray(b) for b in biases)
@@ -224,10 +233,18 @@ def layernorm_mlp(
     with fc1's input cast as layernorm_dense fuses it, for every recipe. x: float32 or bfloat16
     [..., H]; gamma, beta: float32 [H]; the other arguments as mlp()."""
     recipe = recipe_in_force(recipe, DelayedScaling())
-    if recipe is None:
-        _cgemm.check_quantized(collective_gemm, recipe)
+    if recipe is None or isinstance(recipe, MXFP8BlockScaling):  # the norm as its own op
         ln = norm(x, gamma, beta, eps)
-        return mlp(ln, kernels, biases, states, row_axes=row_axes), ln
+        y = mlp(
+            ln,
+            kernels,
+            biases,
+            states,
+            recipe=recipe,
+            row_axes=row_axes,
+            collective_gemm=collective_gemm,
+        )
+        return y, ln
     x = jnp.asarray(x)
     if x.dtype not in (F32, jnp.bfloat16):
         raise TypeError(f"layernorm_mlp: x must be float32 or bfloat16, not {x.dtype}")

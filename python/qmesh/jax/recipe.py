@@ -9,12 +9,15 @@
                        grad_block_scaling_dim=1, fp8_gemm_fprop=MMParams(),
                        fp8_gemm_dgrad=MMParams(), fp8_gemm_wgrad=MMParams(),
                        fp8_dpa=False, fp8_mha=False)
+    MXFP8BlockScaling(fp8_format=Format.E4M3, margin=0.0, fp8_dpa=False, fp8_mha=False,
+                      emulate=False)
 
 HYBRID quantizes forward operands (inputs, weights) to E4M3 and gradients to E5M2; E4M3 uses
 E4M3 everywhere. The rules are qmesh's (docs/design/fp8_scaling.md): delayed scaling takes the
 scale of step t from the amaxes of steps < t; current scaling from the tensor's own amax; block
 scaling (docs/design/block_scaling.md) gives every 1x128 slice (block dim 1) or 128x128 tile
-(block dim 2) of an operand its own current scale.
+(block dim 2) of an operand its own current scale; MXFP8 (docs/design/mxfp8.md) an E8M0
+power-of-two scale to every 32 elements along K.
 """
 
 from __future__ import annotations
@@ -202,13 +205,45 @@ class Float8BlockScaling:
                 )
 
 
-Recipe = DelayedScaling | Float8CurrentScaling | Float8BlockScaling
+@dataclasses.dataclass(frozen=True)
+class MXFP8BlockScaling:
+    """MXFP8: every 32 consecutive elements along a GEMM's K share one E8M0 (power-of-two)
+    scale, rounded up from the block's amax so that no element saturates. TransformerEngine's
+    fields and defaults (also qmesh::MXFP8BlockScaling), plus `emulate`: run the MXFP8 GEMMs
+    emulated (dequantized, then a GEMM with float32 accumulation) where the device has no
+    native MXFP8 GEMM, which is every device qmesh drives today; without it (or
+    QMESH_BLOCK_EMULATION=1) such a GEMM raises. Used by qmesh.jax.dense.dense."""
+
+    fp8_format: Format = Format.E4M3
+    margin: float = 0.0
+    fp8_dpa: bool = False
+    fp8_mha: bool = False
+    emulate: bool = False
+
+    def __post_init__(self):
+        if not isinstance(self.fp8_format, Format):
+            raise TypeError(
+                f"fp8_format must be a qmesh.jax.recipe.Format, not {self.fp8_format!r}"
+            )
+        margin = _number(self.margin, "margin")
+        if not (0 <= margin < float("inf")):
+            raise ValueError(f"margin must be finite and >= 0, not {margin}")
+        object.__setattr__(self, "margin", margin)
+        for name in ("fp8_dpa", "fp8_mha"):
+            if _flag(getattr(self, name), name):
+                raise ValueError(f"{name} must be False: FP8 attention is not supported with MXFP8")
+        object.__setattr__(self, "emulate", _flag(self.emulate, "emulate"))
+
+
+Recipe = DelayedScaling | Float8CurrentScaling | Float8BlockScaling | MXFP8BlockScaling
 
 
 def check_recipe(recipe) -> None:
     """Raises TypeError unless `recipe` is one of the recipe classes above."""
-    if not isinstance(recipe, (DelayedScaling, Float8CurrentScaling, Float8BlockScaling)):
+    if not isinstance(
+        recipe, (DelayedScaling, Float8CurrentScaling, Float8BlockScaling, MXFP8BlockScaling)
+    ):
         raise TypeError(
-            "recipe must be qmesh.jax.recipe.DelayedScaling(), Float8CurrentScaling() or "
-            f"Float8BlockScaling(), not {type(recipe).__name__}"
+            "recipe must be qmesh.jax.recipe.DelayedScaling(), Float8CurrentScaling(), "
+            f"Float8BlockScaling() or MXFP8BlockScaling(), not {type(recipe).__name__}"
         )

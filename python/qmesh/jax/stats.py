@@ -6,7 +6,9 @@
 - invalid_scales: delayed-scaling scales that were not normal positive floats and were
   replaced by the previous valid scale (or 1), counted when the backward pass runs;
 - unthreaded_states: layers whose delayed-scaling state is not passed from step to step
-  (docs/flax.md "State semantics"), counted once per layer when detected.
+  (docs/flax.md "State semantics"), counted once per layer when detected;
+- emulated_gemms: GEMMs with MXFP8 operands that ran emulated (dequantized, then a float32-
+  accumulated GEMM; MXFP8BlockScaling(emulate=True)), counted at trace time.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import threading
 _lock = threading.Lock()
 _fallbacks: collections.Counter = collections.Counter()
 _events: collections.Counter = collections.Counter()
-EVENTS = ("invalid_scales", "unthreaded_states")
+EVENTS = ("invalid_scales", "unthreaded_states", "emulated_gemms")
 
 
 def count_fallback(reason: str) -> None:
@@ -36,7 +38,8 @@ def count(event: str, n: int = 1) -> None:
 
 def stats() -> dict:
     """{"fallbacks": total, "fallback_reasons": {reason: count}, "invalid_scales": n,
-    "unthreaded_states": n} since the last reset_stats(). Called as qmesh.jax.stats()."""
+    "unthreaded_states": n, "emulated_gemms": n} since the last reset_stats(). Called as
+    qmesh.jax.stats()."""
     with _lock:
         out = {"fallbacks": sum(_fallbacks.values()), "fallback_reasons": dict(_fallbacks)}
         out.update({e: _events[e] for e in EVENTS})

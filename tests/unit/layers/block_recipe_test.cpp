@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "counting_communicator.h"
+#include "dense_reference.h"
 #include "expect_error.h"
 #include "mlp_harness.h"
 #include "qmesh/comm/local.h"
@@ -47,28 +48,15 @@ TEST(BlockRecipe, DenseMatchesFloat64Reference) {
     std::copy_n(bias.data_as<float>(), out, b.value.data_as<float>());
     const std::vector<double> y = doubles(dense.forward(x));
     const std::vector<double> dx = doubles(dense.backward(dy));
-    const float* w = dense.weight().value.data_as<float>();
-    const float* xs = x.data_as<float>();
-    const float* g = dy.data_as<float>();
-    std::vector<double> want_y(size_t(T * out)), want_dx(size_t(T * in));
-    std::vector<double> want_dw(size_t(out * in)), want_db(static_cast<size_t>(out));
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t o = 0; o < out; ++o) {
-        double s = bias.data_as<float>()[o];
-        for (int64_t k = 0; k < in; ++k) s += double(xs[t * in + k]) * w[o * in + k];
-        want_y[size_t(t * out + o)] = s;
-        want_db[size_t(o)] += g[t * out + o];
-        for (int64_t k = 0; k < in; ++k) {
-          want_dx[size_t(t * in + k)] += double(g[t * out + o]) * w[o * in + k];
-          want_dw[size_t(o * in + k)] += double(g[t * out + o]) * xs[t * in + k];
-        }
-      }
-    EXPECT_LT(rel_norm(y, want_y), 0.05);
-    EXPECT_LT(rel_norm(dx, want_dx), 0.05);
-    EXPECT_LT(rel_norm(doubles(dense.weight().grad), want_dw), 0.05);
-    EXPECT_LT(rel_norm(doubles(b.grad), want_db), 1e-5);
+    const test::DenseReference want =
+        test::dense_reference(x.data_as<float>(), dense.weight().value.data_as<float>(),
+                              bias.data_as<float>(), dy.data_as<float>(), T, in, out);
+    EXPECT_LT(rel_norm(y, want.y), 0.05);
+    EXPECT_LT(rel_norm(dx, want.dx), 0.05);
+    EXPECT_LT(rel_norm(doubles(dense.weight().grad), want.dw), 0.05);
+    EXPECT_LT(rel_norm(doubles(b.grad), want.db), 1e-5);
     // The operands are FP8: not the fp32 result.
-    EXPECT_GT(rel_norm(y, want_y), 1e-4);
+    EXPECT_GT(rel_norm(y, want.y), 1e-4);
   });
 }
 

@@ -65,19 +65,6 @@ Expected reference(const std::vector<float>& x, int64_t rows, int64_t cols, Bloc
   return e;
 }
 
-std::vector<float> widened(const Tensor& x) {
-  std::vector<float> v(x.numel());
-  for (int64_t i = 0; i < x.numel(); ++i) v[i] = test::wide_at(x, i);
-  return v;
-}
-
-std::vector<float> transposed(const std::vector<float>& v, int64_t rows, int64_t cols) {
-  std::vector<float> t(v.size());
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) t[c * rows + r] = v[r * cols + c];
-  return t;
-}
-
 template <class T>
 std::vector<T> contents(const Tensor& t) {
   const T* p = static_cast<const T*>(t.data());
@@ -104,11 +91,12 @@ void check_against_reference(const Tensor& x, BlockShape block, DType fp8, const
   const int64_t rows = x.shape().rows(), cols = x.shape().cols();
   BlockQuantizedTensor out(fp8, Shape{rows, cols}, block, Device::host(), columnwise);
   block_quantize(x, out.view(), q);
-  const std::vector<float> v = widened(x);
+  const std::vector<float> v = test::widened(x);
   expect_matches(out.data(), out.scale_inv(), reference(v, rows, cols, block, fp8, q), "rowwise");
   if (columnwise)
     expect_matches(out.data_t(), out.scale_inv_t(),
-                   reference(transposed(v, rows, cols), cols, rows, block, fp8, q), "columnwise");
+                   reference(test::transposed(v, rows, cols), cols, rows, block, fp8, q),
+                   "columnwise");
 }
 
 Tensor with_specials(DType dtype, const Shape& shape, uint32_t seed) {
@@ -266,7 +254,7 @@ TEST(GroupedBlockQuantize, EachGroupIsBlockQuantizedOnItsOwnRows) {
   const int64_t cols = 300;
   const int64_t sizes[] = {130, 0, 3, 256};  // blocks of each group start at its first row
   const Tensor x = with_specials(DType::kBFloat16, Shape{389, cols}, 7);
-  const std::vector<float> v = widened(x);
+  const std::vector<float> v = test::widened(x);
   for (BlockShape block : {BlockShape::k1x128, BlockShape::k128x128}) {
     SCOPED_TRACE(block == BlockShape::k1x128 ? "1x128" : "128x128");
     std::vector<BlockQuantizedTensor> groups;
@@ -288,10 +276,10 @@ TEST(GroupedBlockQuantize, EachGroupIsBlockQuantizedOnItsOwnRows) {
       const QParams params{};
       expect_matches(q.data(), q.scale_inv(),
                      reference(part, rows, cols, block, DType::kFloat8E4M3, params), "rowwise");
-      expect_matches(
-          q.data_t(), q.scale_inv_t(),
-          reference(transposed(part, rows, cols), cols, rows, block, DType::kFloat8E4M3, params),
-          "columnwise");
+      expect_matches(q.data_t(), q.scale_inv_t(),
+                     reference(test::transposed(part, rows, cols), cols, rows, block,
+                               DType::kFloat8E4M3, params),
+                     "columnwise");
       start += rows;
     }
   }

@@ -105,8 +105,9 @@ def make_dot_general_cls(recipe=None, fallback: str | None = None):
     """A Flax module class computing lax.dot_general's result with qmesh's FP8 dense op.
 
     recipe: qmesh.jax.recipe.DelayedScaling(), Float8CurrentScaling(), Float8BlockScaling(),
-    or None: the autocast's when called (qmesh.jax.autocast; DelayedScaling() outside
-    autocast); fallback: None (raise when FP8 cannot be used) or "bf16" (run such calls in
+    MXFP8BlockScaling() (GEMMs emulated, qmesh/jax/mxfp8_dense.py; fallback not used) or
+    None: the autocast's when called (qmesh.jax.autocast; DelayedScaling() outside autocast);
+    fallback: None (raise when FP8 cannot be used) or "bf16" (run such calls in
     bfloat16, counted in stats)."""
     if recipe is not None:
         check_recipe(recipe)

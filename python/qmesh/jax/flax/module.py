@@ -4,7 +4,8 @@ quantized modules derive from QuantizedModule (the fields and the dense computat
 share) and the mixins Norm and LoRA; the fields these add are keyword-only.
 
 Names and arguments follow TransformerEngine's Flax modules. `recipe` picks the FP8 recipe
-(qmesh.jax.recipe.DelayedScaling(), Float8CurrentScaling() or Float8BlockScaling()); None runs
+(qmesh.jax.recipe.DelayedScaling(), Float8CurrentScaling(), Float8BlockScaling() or
+MXFP8BlockScaling() with emulated GEMMs, sizes multiples of 32); None runs
 the layer unquantised in `dtype` (the baseline), unless an autocast block sets a recipe
 (qmesh.jax.autocast). DelayedScaling state lives in the
 `_overwrite_with_gradient` collection (see dot_general.py).
@@ -55,7 +56,7 @@ from qmesh.jax.flax.state_module import fp8_state
 from qmesh.jax.gemm import gelu
 from qmesh.jax.layernorm_dense import layernorm_dense
 from qmesh.jax.mlp import layernorm_mlp, mlp
-from qmesh.jax.recipe import check_recipe
+from qmesh.jax.recipe import MXFP8BlockScaling, check_recipe
 from qmesh.jax.sharding import constrain
 
 ACTIVATIONS: dict[str, Callable] = {
@@ -279,10 +280,12 @@ class Norm(nn.Module):
 
     def _fuses_norm(self, x, n: int) -> bool:
         """Whether the norm and the FP8 cast of its output run as one op in front of the first
-        GEMM (layernorm_dense): an FP8 recipe, float32 or bfloat16 input in the module's dtype,
-        no LoRA, and a GEMM FP8 can take."""
+        GEMM (layernorm_dense): an FP8 recipe with per-tensor or block scales (not MXFP8, whose
+        cast takes no norm), float32 or bfloat16 input in the module's dtype, no LoRA, and a
+        GEMM FP8 can take."""
         return (
             self._recipe is not None
+            and not isinstance(self._recipe, MXFP8BlockScaling)
             and x.dtype in (jnp.float32, jnp.bfloat16)
             and x.dtype == jnp.dtype(self.dtype)
             and not self.lora_enabled
