@@ -112,8 +112,6 @@ TEST(Mxfp8Recipe, WithoutEmulationTheGemmIsAnErrorThatSaysHowToAsk) {
 TEST(Mxfp8Recipe, RefusesWhatItDoesNotSupport) {
   run_local_ranks(1, [&](Communicator& comm) {
     const Mesh mesh(borrowed(comm), {{"tp", 1}});
-    EXPECT_QMESH_ERROR(LayerContext(mesh, Recipe::kMxfp8, {.overlap = Overlap::kRing}),
-                       "set Overlap::kNone");
     Fp8Stats stats;
     EXPECT_QMESH_ERROR(LayerContext(mesh, Recipe::kMxfp8, {.fp8_stats = &stats}),
                        "per-tensor scaling only");
@@ -126,6 +124,11 @@ TEST(Mxfp8Recipe, RefusesWhatItDoesNotSupport) {
     Dense dense("d", 64, 32, DenseOptions{}, ctx, 4);
     const Tensor x = test::random_tensor(Shape{20, 64}, 1);  // 20 tokens: not whole blocks
     EXPECT_QMESH_ERROR(dense.forward(x), "multiples of 32");
+    DenseOptions sequence_parallel;
+    sequence_parallel.parallelism = DenseParallelism::kColumn;
+    sequence_parallel.sequence_parallel = true;
+    EXPECT_QMESH_ERROR(Dense("sp", 64, 32, sequence_parallel, ctx, 4),
+                       "MXFP8 runs without sequence parallelism");
   });
 }
 
