@@ -1,0 +1,83 @@
+"""Collective GEMMs with the tensor-parallel axis across processes (jax.distributed, 2
+processes x 2 CPU devices, UCX communicators bootstrapped through jax.distributed's key-value
+store): the overlap modes bit for bit, XLA's path within rounding, and a process that never
+makes its ranks."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+from test_collective_gemm import MODES
+
+from qmesh.jax import _ffi
+from qmesh.jax.comm_registry import communicator
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+JAXRUN = os.path.join(os.path.dirname(os.path.dirname(HERE)), "launch", "jaxrun")
+SCRIPT = os.path.join(HERE, "collective_gemm_processes.py")
+
+needs_ucx = pytest.mark.skipif(
+    not _ffi.library.qmesh_jax_comm_backends() & 1, reason="qmesh built without UCX"
+)
+
+
+def _env():
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), PYTHONUNBUFFERED="1")
+    env.pop("XLA_FLAGS", None)
+    # TCP over loopback (docs/jax.md): deterministic on a loaded machine.
+    env.setdefault("UCX_TLS", "tcp,self")
+    env.setdefault("UCX_NET_DEVICES", "lo")
+    return env
+
+
+LAYOUTS = ("tp_dp", "tp4")
+
+
+@pytest.fixture(scope="module")
+def run():
+    """collective_gemm_processes.py as 2 processes x 2 devices, once for the tests below: a
+    missing process, then the layouts."""
+    cmd = [JAXRUN, "-n", "2", "--cpu-devices", "2", "--", sys.executable, SCRIPT, "missing"]
+    done = subprocess.run([*cmd, *LAYOUTS], env=_env(), capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+@needs_ucx
+def test_tp_axis_across_two_processes(run):
+    """dp=2 x tp=2 with each tp group across the processes, and tp=4 over both processes (two
+    ranks of one UCX world per process): the modes give the bits of "none", which agrees with
+    collective_gemm=None within the GEMM's rounding."""
+    records = [json.loads(line) for line in run.splitlines() if line.startswith("{")]
+    got = {(r["layout"], r["variant"]): [float.fromhex(v) for v in r["checksums"]] for r in records}
+    assert set(got) == {(layout, v) for layout in LAYOUTS for v in ("None", *MODES)}
+    for layout in LAYOUTS:
+        for mode in ("ring", "bidir"):
+            assert got[layout, mode] == got[layout, "none"], (layout, mode)
+        np.testing.assert_allclose(got[layout, "none"], got[layout, "None"], rtol=1e-5)
+
+
+@needs_ucx
+def test_a_process_that_never_joins_is_a_timeout(run):
+    """Process 1 never makes its ranks of the tp=4 communicator: process 0's creation fails
+    after the 1 s timeout with an error naming the missing rank, not a hang."""
+    assert "ERROR collective_gemm: cannot make the UCX communicator" in run, run
+    assert re.search(r"rank \d never joined .* within \d+ ms", run), run
+
+
+@pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU")
+def test_nccl_communicator_on_one_gpu():
+    """On a GPU the communicator is NCCL (one rank here, its unique id through a private file
+    store), made once and reused; a build without NCCL refuses with an error naming it."""
+    mesh = jax.make_mesh((1,), ("tp",), devices=jax.devices()[:1])
+    if not _ffi.library.qmesh_jax_comm_backends() & 2:
+        with pytest.raises(NotImplementedError, match="built without NCCL"):
+            communicator(mesh, "tp", timeout_s=30)
+        return
+    first = communicator(mesh, "tp", timeout_s=30)
+    assert first >= 0 and communicator(mesh, "tp", timeout_s=30) == first
