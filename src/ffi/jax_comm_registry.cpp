@@ -103,7 +103,8 @@ class BoundedBootstrap : public Bootstrap {
 
 enum Backend { kUcx = 1, kNccl = 2 };
 
-std::shared_ptr<Communicator> make_world(int backend, int device, Bootstrap& bootstrap) {
+std::shared_ptr<Communicator> make_world(int backend, [[maybe_unused]] int device,
+                                         [[maybe_unused]] Bootstrap& bootstrap) {
   if (backend == kUcx) {
 #if QMESH_WITH_UCX
     return make_ucx_world(bootstrap);
@@ -119,7 +120,6 @@ std::shared_ptr<Communicator> make_world(int backend, int device, Bootstrap& boo
   const DeviceGuard guard(device);
   return make_nccl_world(bootstrap);
 #else
-  (void)device;
   QMESH_THROW_KIND(ErrorKind::kUnsupported,
                    "the collective GEMMs on GPUs need the NCCL backend, and this qmesh was "
                    "built without it (QMESH_WITH_NCCL=OFF): build qmesh with CUDA and NCCL");
