@@ -5,8 +5,9 @@ gradient, as float.hex). Run as 2 processes x 2 devices (launch/jaxrun -n 2 --cp
 or as one process with 4 devices (no JAX_NUM_PROCESSES); used by test_collective_gemm.py.
 Arguments: the layouts to run (default dp_tp): dp_tp (dp=2 across the processes, tp=2 inside
 each), tp_dp (dp=2 inside each process, tp=2 across the processes), tp4 (dp=1, tp=4 over both
-processes), missing (process 0 makes a tp=4 communicator with a 1 s timeout while process 1
-never does: prints the error)."""
+processes), each with the suffix @files to bootstrap through a FileStore in
+$QMESH_TEST_STORE_DIR instead of jax.distributed's key-value store, missing (process 0 makes a
+tp=4 communicator with a 1 s timeout while process 1 never does: prints the error)."""
 
 import json
 import os
@@ -102,10 +103,15 @@ def step(cg):
 
 
 resource = qj.MeshResource(dp_resource="dp", tpsp_resource="tp", tp_resource="tp")
-for layout in sys.argv[1:] or ["dp_tp"]:
-    if layout == "missing":
+for arg in sys.argv[1:] or ["dp_tp"]:
+    if arg == "missing":
         missing()
         continue
+    layout, _, store = arg.partition("@")
+    # "@files": the communicators meet through a FileStore in $QMESH_TEST_STORE_DIR.
+    os.environ.pop("QMESH_JAX_STORE_DIR", None)
+    if store == "files":
+        os.environ["QMESH_JAX_STORE_DIR"] = os.environ["QMESH_TEST_STORE_DIR"]
     mesh = make_mesh(layout)
     a = {
         k: jax.make_array_from_callback(
@@ -119,5 +125,5 @@ for layout in sys.argv[1:] or ["dp_tp"]:
             value, sums = step(cg)(a["x"], (a["k1"], a["k2"]), (a["b1"], a["b2"]), states)
             record = [float(value).hex()] + [float(v).hex() for v in sums]
             if jax.process_index() == 0:
-                line = {"layout": layout, "variant": str(cg), "checksums": record}
+                line = {"layout": arg, "variant": str(cg), "checksums": record}
                 print(json.dumps(line), flush=True)

@@ -35,24 +35,27 @@ def _env():
     return env
 
 
-LAYOUTS = ("tp_dp", "tp4")
+# tp_dp meets through jax.distributed's key-value store, tp4 through a FileStore.
+LAYOUTS = ("tp_dp", "tp4@files")
 
 
 @pytest.fixture(scope="module")
-def run():
+def run(tmp_path_factory):
     """collective_gemm_processes.py as 2 processes x 2 devices, once for the tests below: a
     missing process, then the layouts."""
     cmd = [JAXRUN, "-n", "2", "--cpu-devices", "2", "--", sys.executable, SCRIPT, "missing"]
-    done = subprocess.run([*cmd, *LAYOUTS], env=_env(), capture_output=True, text=True, timeout=240)
+    env = dict(_env(), QMESH_TEST_STORE_DIR=str(tmp_path_factory.mktemp("store")))
+    done = subprocess.run([*cmd, *LAYOUTS], env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
 
 
 @needs_ucx
 def test_tp_axis_across_two_processes(run):
-    """dp=2 x tp=2 with each tp group across the processes, and tp=4 over both processes (two
-    ranks of one UCX world per process): the modes give the bits of "none", which agrees with
-    collective_gemm=None within the GEMM's rounding."""
+    """dp=2 x tp=2 with each tp group across the processes (jax.distributed's store), and tp=4
+    over both processes (two ranks of one UCX world per process; QMESH_JAX_STORE_DIR): the
+    modes give the bits of "none", which agrees with collective_gemm=None within the GEMM's
+    rounding."""
     records = [json.loads(line) for line in run.splitlines() if line.startswith("{")]
     got = {(r["layout"], r["variant"]): [float.fromhex(v) for v in r["checksums"]] for r in records}
     assert set(got) == {(layout, v) for layout in LAYOUTS for v in ("None", *MODES)}
@@ -65,7 +68,8 @@ def test_tp_axis_across_two_processes(run):
 @needs_ucx
 def test_a_process_that_never_joins_is_a_timeout(run):
     """Process 1 never makes its ranks of the tp=4 communicator: process 0's creation fails
-    after the 1 s timeout with an error naming the missing rank, not a hang."""
+    after the 1 s timeout (jax.distributed's store) with an error naming the missing rank, not
+    a hang."""
     assert "ERROR collective_gemm: cannot make the UCX communicator" in run, run
     assert re.search(r"rank \d never joined .* within \d+ ms", run), run
 

@@ -157,22 +157,14 @@ def _make_across(ranks, backend, axis, timeout_ms, key):
     def join(group, rank, device):
         error = ctypes.create_string_buffer(4096)
         prefix = f"qmesh.cgemm.{tag}.{group}".encode()
-        rc = _lib.qmesh_jax_join_comm(
-            comm,
-            group,
-            rank,
-            backend,
-            device,
-            store_dir,
-            set_fn,
-            get_fn,
-            prefix,
-            timeout_ms,
-            error,
-            len(error),
-        )
-        if rc != 0:
-            errors.append(f"group {group}, rank {rank}: {error.value.decode(errors='replace')}")
+        args = (comm, group, rank, backend, device, store_dir, set_fn, get_fn, prefix)
+        try:
+            failed = _lib.qmesh_jax_join_comm(*args, timeout_ms, error, len(error)) != 0
+            reason = error.value.decode(errors="replace")
+        except Exception as e:  # noqa: BLE001 (reported below, with the other ranks')
+            failed, reason = True, repr(e)
+        if failed:
+            errors.append(f"group {group}, rank {rank}: {reason}")
 
     threads = [
         threading.Thread(target=join, args=(g, r, d.local_hardware_id or 0))
@@ -198,7 +190,7 @@ def _store():
     process) a fresh private directory."""
     directory = os.environ.get(STORE_DIR_ENV)
     if directory:
-        return directory.encode(), None, None
+        return directory.encode(), _SetFn(), _GetFn()
     from jax._src import distributed
 
     client = distributed.global_state.client
@@ -209,7 +201,7 @@ def _store():
                 f"call jax.distributed.initialize, or set {STORE_DIR_ENV} to a fresh "
                 "directory that every process sees"
             )
-        return tempfile.mkdtemp(prefix="qmesh_jax_store_").encode(), None, None
+        return tempfile.mkdtemp(prefix="qmesh_jax_store_").encode(), _SetFn(), _GetFn()
     return None, _client_set(client), _client_get(client)
 
 
