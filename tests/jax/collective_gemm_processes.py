@@ -6,7 +6,8 @@ or as one process with 4 devices (no JAX_NUM_PROCESSES); used by test_collective
 Arguments: the layouts to run (default dp_tp): dp_tp (dp=2 across the processes, tp=2 inside
 each), tp_dp (dp=2 inside each process, tp=2 across the processes), tp4 (dp=1, tp=4 over both
 processes), each with the suffix @files to bootstrap through a FileStore in
-$QMESH_TEST_STORE_DIR instead of jax.distributed's key-value store, missing (process 0 makes a
+$QMESH_TEST_STORE_DIR instead of jax.distributed's key-value store and/or :VARIANT to run that
+variant alone (e.g. tp4@files, dp_tp:none), missing (process 0 makes a
 tp=4 communicator with a 1 s timeout while process 1 never does: prints the error)."""
 
 import json
@@ -107,7 +108,8 @@ for arg in sys.argv[1:] or ["dp_tp"]:
     if arg == "missing":
         missing()
         continue
-    layout, _, store = arg.partition("@")
+    spec, _, only = arg.partition(":")
+    layout, _, store = spec.partition("@")
     # "@files": the communicators meet through a FileStore in $QMESH_TEST_STORE_DIR.
     os.environ.pop("QMESH_JAX_STORE_DIR", None)
     if store == "files":
@@ -121,6 +123,8 @@ for arg in sys.argv[1:] or ["dp_tp"]:
     }
     with jax.set_mesh(mesh), qj.global_shard_guard(resource):
         for cg in (None, "none", "ring", "bidir"):
+            if only and str(cg) != only:
+                continue
             states = (init_state(recipe), init_state(recipe))
             value, sums = step(cg)(a["x"], (a["k1"], a["k2"]), (a["b1"], a["b2"]), states)
             record = [float(value).hex()] + [float(v).hex() for v in sums]
