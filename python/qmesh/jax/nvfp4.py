@@ -27,6 +27,7 @@ import numpy as np
 from jax import lax
 
 from qmesh.jax.common import F32, check_wide, named
+from qmesh.jax.operand_checks import check_matrix
 from qmesh.jax.primitive import Op, register
 
 BLOCK = 16  # elements per E4M3 scale
@@ -36,11 +37,7 @@ I32 = jnp.dtype(jnp.int32)
 
 
 def _check_shape(shape, what):
-    if len(shape) != 2 or shape[0] % BLOCK or shape[1] % BLOCK or 0 in shape:
-        raise ValueError(
-            f"nvfp4: {what} must be 2-D [rows, cols] with rows and cols positive multiples of "
-            f"{BLOCK}, not shape {tuple(shape)}: pad it to multiples of {BLOCK}"
-        )
+    check_matrix(shape, what, "nvfp4", multiple=BLOCK, positive=True)
 
 
 def _copy_avals(rows, cols):
