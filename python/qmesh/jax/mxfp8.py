@@ -179,7 +179,8 @@ class Mxfp8Dequantize(Op):
 # ---- the functions users call -----------------------------------------------------------------
 
 
-def _params(out_dtype, columnwise, margin):
+def quantize_params(out_dtype, columnwise, margin):
+    """The static parameters of an MXFP8 quantize, checked."""
     if not (margin >= 0 and margin != float("inf")):
         raise ValueError(f"margin must be finite and >= 0, not {margin}")
     return dict(out_dtype=check_fp8(out_dtype), columnwise=bool(columnwise), margin=float(margin))
@@ -189,12 +190,12 @@ def mxfp8_quantize(x, out_dtype=jnp.float8_e4m3fn, *, columnwise=False, margin=0
     """MXFP8-quantizes x [R, C] -> (q, scale, q_t, scale_t): codes [R, C], float8_e8m0fnu
     scales [R, C/32], and if `columnwise` the copy q_t [C, R] with scales [C, R/32] (else two
     empty arrays)."""
-    return Mxfp8Quantize.bind(jnp.asarray(x), **_params(out_dtype, columnwise, margin))
+    return Mxfp8Quantize.bind(jnp.asarray(x), **quantize_params(out_dtype, columnwise, margin))
 
 
 def mxfp8_dbias_quantize(g, out_dtype=jnp.float8_e5m2, *, columnwise=False, margin=0.0):
     """mxfp8_quantize of g [R, C] plus dbias = g.sum(0) in float32 [C]."""
-    return Mxfp8DbiasQuantize.bind(jnp.asarray(g), **_params(out_dtype, columnwise, margin))
+    return Mxfp8DbiasQuantize.bind(jnp.asarray(g), **quantize_params(out_dtype, columnwise, margin))
 
 
 def mxfp8_dequantize(q, scale, *, out_dtype=jnp.float32):
