@@ -6,6 +6,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import make_mesh
+from jax.sharding import NamedSharding, PartitionSpec
 
 import qmesh.jax as qj
 
@@ -91,6 +93,23 @@ def test_grouped_nvfp4_is_nvfp4_quantize_of_each_group(options):
     if options.get("stochastic_rounding"):  # group 0 rounds as the non-grouped op with `key`
         first = qj.nvfp4_quantize(x[:64], key, columnwise=True, **options)
         np.testing.assert_array_equal(bits(data[:64]), bits(first[0]))
+
+
+def test_grouped_scaled_quantize_on_a_sharded_x():
+    """A sharded x is gathered (the operands are replicated): the same bits as unsharded."""
+    x = jax.random.normal(jax.random.key(3), (sum(SIZES), COLS), jnp.float32)
+    sizes, key = jnp.asarray(SIZES, jnp.int32), jax.random.key(4)
+    mesh = make_mesh((2, 2))
+    xs = jax.device_put(x, NamedSharding(mesh, PartitionSpec("dp", "tp")))
+    mx = jax.jit(lambda v, s: qj.grouped_mxfp8_quantize(v, s, columnwise=True))
+    nv = jax.jit(
+        lambda v, s, k: qj.grouped_nvfp4_quantize(
+            v, s, k, columnwise=True, stochastic_rounding=True
+        )
+    )
+    for f, args in ((mx, (sizes,)), (nv, (sizes, key))):
+        for a, b in zip(f(xs, *args), f(x, *args)):
+            np.testing.assert_array_equal(bits(a), bits(b))
 
 
 def test_grouped_scaled_quantize_empty_inputs():
