@@ -156,6 +156,33 @@ def test_every_recipe_runs_the_gemms_dense_runs_on_the_mapped_operands(rng, reci
         assert float(dv[OWG]["kernel_amax_history"][0]) == float(ref.amax(w))
 
 
+# (an equation with '...', the same equation spelled out: the operands' shapes come from it)
+ELLIPSES = [
+    ("...d,dh->...h", "btd,dh->bth"),  # a Dense on any leading dimensions
+    ("...nh,nhd->...d", "btnh,nhd->btd"),  # the output projection
+    ("e...m,emh->e...h", "ecbm,emh->ecbh"),  # experts with two token dimensions
+    ("...cm,...mh->...ch", "ecm,emh->ech"),  # an ellipsis in both operands: batch indices
+]
+
+
+@pytest.mark.parametrize(
+    "recipe",
+    [DelayedScaling(amax_history_len=4), Float8CurrentScaling()],
+    ids=["delayed", "current"],
+)
+@pytest.mark.parametrize("eqn, spelled", ELLIPSES, ids=[e for e, _ in ELLIPSES])
+def test_ellipsis_maps_as_the_spelled_out_equation(rng, recipe, eqn, spelled):
+    lhs, rhs, _ = split(spelled)
+    x, w = operand(rng, lhs), operand(rng, rhs, 0.2)
+    einsum = make_einsum_cls(recipe)()
+    v = einsum.init(jax.random.key(0), eqn, x, w)
+    # The same dot_general as the spelled-out equation (so the same gradients), bit for bit.
+    got, want = jax.jit(lambda: [einsum.apply(v, e, x, w) for e in (eqn, spelled)])()
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    exact = np.einsum(eqn, np.asarray(x, np.float64), np.asarray(w, np.float64))
+    assert got.shape == exact.shape and ref.rel_err(got, exact) < 0.08
+
+
 class Attention(nn.Module):
     """Projections written with an injected einsum (jnp.einsum by default), as Flax's FP8
     guide injects Fp8Einsum: one instance (one state) per projection."""
@@ -187,7 +214,11 @@ def test_injected_into_a_module_keeps_a_state_per_instance(rng):
 @pytest.mark.parametrize(
     "eqn, shapes, match",
     [
-        ("...d,dh->...h", ((2, 32), (32, 16)), "ellipsis"),
+        ("..d,dh->..h", ((2, 32), (32, 16)), "one '...' at most"),
+        ("......d,dh->...h", ((2, 32), (32, 16)), "one '...' at most"),
+        ("...btd,dh->...bth", ((4, 32), (32, 16)), "names 3 dimensions of a 2-D input"),
+        ("...d,dh->h", ((2, 32), (32, 16)), r"read as Ad,dh->h\).*'A' is summed within one"),
+        ("...d,...dh->...h", ((3, 32), (2, 32, 16)), "differ in size"),
         ("btd,dh", ((2, 4, 32), (32, 16)), "output explicitly"),
         ("bd,dh,hk->bk", ((2, 32), (32, 16)), "3 operands"),
         ("bdd,dh->bh", ((2, 32, 32), (32, 16)), "repeats within 'bdd'"),
