@@ -10,6 +10,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 import reference as ref
+from conftest import make_mesh
 from flax.linen.fp8_ops import OVERWRITE_WITH_GRADIENT as OWG
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -260,10 +261,8 @@ def test_bad_arguments_raise():
     "eqn, x_shape, w_shape, x_spec, w_spec, y_lead",
     [
         ("btd,dnh->btnh", (8, 4, 32), (32, 4, 16), P("dp", None, None), P(None, "tp", None), "dp"),
-        # A batch index runs as a loop of GEMMs: correct, its sharding not kept.
-        ("ecm,emh->ech", (4, 8, 32), (4, 32, 16), P("dp", None, None), P("dp", None, "tp"), None),
     ],
-    ids=["projection", "experts"],
+    ids=["projection"],
 )
 def test_sharded_equals_unsharded(mesh, rng, recipe, eqn, x_shape, w_shape, x_spec, w_spec, y_lead):
     x = jnp.asarray(rng.standard_normal(x_shape).astype(np.float32))
@@ -282,3 +281,48 @@ def test_sharded_equals_unsharded(mesh, rng, recipe, eqn, x_shape, w_shape, x_sp
         got = jax.jit(f)(v, put(x, x_spec), put(w, w_spec))
     assert got[0].sharding.spec[0] == y_lead
     ref.assert_trees_close(got, want)
+
+
+@pytest.mark.parametrize(
+    "recipe, eqn, x_shape",
+    [
+        (DelayedScaling(amax_history_len=4), "ecd,edf->ecf", (4, 8, 32)),
+        (Float8CurrentScaling(), "e...d,edf->e...f", (4, 2, 4, 32)),
+    ],
+    ids=["delayed", "current"],
+)
+def test_experts_split_over_ep_equal_unsharded_and_gather_nothing(rng, recipe, eqn, x_shape):
+    mesh = make_mesh((2, 2), ("ep", "tp"))
+    x = jnp.asarray(rng.standard_normal(x_shape).astype(np.float32))
+    w = jnp.asarray((rng.standard_normal((4, 32, 16)) / 6).astype(np.float32))
+    einsum = make_einsum_cls(recipe)()
+    v = einsum.init(jax.random.key(0), eqn, x, w)
+
+    def f(v, x, w):
+        loss = lambda v_, x_, w_: jnp.sum(einsum.apply(v_, eqn, x_, w_) ** 2)  # noqa: E731
+        return einsum.apply(v, eqn, x, w), jax.grad(loss, argnums=(0, 1, 2))(v, x, w)
+
+    want = jax.jit(f)(v, x, w)  # unsharded: a loop over all experts on one device
+    xs, ws = (jax.device_put(a, NamedSharding(mesh, P("ep"))) for a in (x, w))
+    resource = qj.MeshResource(ep_resource="ep")
+    with jax.set_mesh(mesh), qj.autocast(recipe=recipe, mesh_resource=resource):
+        compiled = jax.jit(f).lower(v, xs, ws).compile()
+        got = compiled(v, xs, ws)
+    # Each device multiplies its own experts: the same bits, nothing gathered (without
+    # ep_resource the loop gathers x and w whole), y and the gradients of x and w sharded
+    # along the experts.
+    jax.tree.map(np.testing.assert_array_equal, got, want)
+    assert "all-gather" not in compiled.as_text()
+    y, (_, dx, dw) = got
+    assert y.sharding.spec[0] == dx.sharding.spec[0] == dw.sharding.spec[0] == "ep"
+
+
+def test_experts_over_ep_need_the_mesh_and_a_multiple_of_its_size():
+    mesh = make_mesh((2, 2), ("ep", "tp"))
+    einsum = make_einsum_cls(Float8CurrentScaling())()
+    x, w = jnp.ones((3, 4, 32)), jnp.ones((3, 32, 16))
+    with qj.autocast(mesh_resource=qj.MeshResource(ep_resource="ep")):
+        with pytest.raises(ValueError, match=r"needs the mesh in context \(with jax.set_mesh"):
+            einsum.init(jax.random.key(0), "ecd,edf->ecf", x, w)
+        with jax.set_mesh(mesh), pytest.raises(ValueError, match="3.*not a multiple.*'ep'.*2"):
+            einsum.init(jax.random.key(0), "ecd,edf->ecf", x, w)
