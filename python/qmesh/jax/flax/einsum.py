@@ -16,8 +16,9 @@ columns N), indices of both operands and the output are batch dimensions (one GE
 element, see quantized_dot_general); operands are transposed as needed and the result is
 transposed to the output's order. Shardings of the operands' dimensions carry through the
 transposes and reshapes to qmesh's GEMM primitives, whose rules keep the rows' and columns'
-shardings and sum the partial products of a sharded K (a batch index runs as a loop, which
-does not keep its sharding). Refused, with the reason:
+shardings and sum the partial products of a sharded K; a batch index runs as a loop of GEMMs
+(flax/batch.py), split over MeshResource.ep_resource (expert parallelism: nothing gathered),
+else not keeping its sharding. Refused, with the reason:
 anything but two operands, an implicit output (no "->"), an index repeated within a term
 (diagonals, traces), an index summed within one operand only, an output index of neither
 operand, no contracted index (an outer product).
