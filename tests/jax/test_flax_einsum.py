@@ -17,7 +17,12 @@ from jax.sharding import PartitionSpec as P
 
 import qmesh.jax as qj
 from qmesh.jax.flax import make_einsum_cls
-from qmesh.jax.recipe import DelayedScaling, Float8BlockScaling, Float8CurrentScaling
+from qmesh.jax.recipe import (
+    DelayedScaling,
+    Float8BlockScaling,
+    Float8CurrentScaling,
+    MXFP8BlockScaling,
+)
 
 E4M3, E5M2 = ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2
 SIZES = dict(b=2, t=4, d=32, h=16, n=2, e=3, c=4, m=32, k=32)
@@ -186,6 +191,18 @@ def test_ellipsis_maps_as_the_spelled_out_equation(rng, recipe, eqn, spelled):
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
     exact = np.einsum(eqn, np.asarray(x, np.float64), np.asarray(w, np.float64))
     assert got.shape == exact.shape and ref.rel_err(got, exact) < 0.08
+
+
+@pytest.mark.parametrize(
+    "recipe", [Float8BlockScaling(), MXFP8BlockScaling(emulate=True)], ids=["block", "mxfp8"]
+)
+def test_block_recipes_run_experts_with_an_ellipsis(rng, recipe):
+    x = jnp.asarray(rng.standard_normal((2, 2, 16, 128)).astype(np.float32))
+    w = jnp.asarray((rng.standard_normal((2, 128, 32)) * 0.2).astype(np.float32))
+    einsum = make_einsum_cls(recipe)()
+    y = jax.jit(lambda x, w: einsum.apply({}, "e...m,emh->e...h", x, w))(x, w)
+    exact = np.einsum("e...m,emh->e...h", np.asarray(x, np.float64), np.asarray(w, np.float64))
+    assert y.shape == exact.shape and 0 < ref.rel_err(y, exact) < 0.08
 
 
 class Attention(nn.Module):
