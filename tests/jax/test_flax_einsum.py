@@ -1,7 +1,9 @@
 """qmesh.jax.flax.make_einsum_cls: equations mapped onto one GEMM (checked unquantised against
 jnp.einsum), the FP8 result against the float64 quantize-dequantize reference, gradients
 against dense on the mapped operands and jax.grad of jnp.einsum, the delayed-scaling state,
-every recipe, jit, sharded == unsharded on a mesh, and refused equations."""
+every recipe, jit, sharded == unsharded on a mesh, ellipses as their spelled-out equations,
+experts split over MeshResource.ep_resource (bit-equal to unsharded, no all-gather in the
+HLO), and refused equations."""
 
 import flax.linen as nn
 import jax
