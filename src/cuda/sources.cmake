@@ -19,6 +19,7 @@ target_sources(qmesh PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/ring_add.cu
   ${CMAKE_CURRENT_LIST_DIR}/ring_checks.cu
   ${CMAKE_CURRENT_LIST_DIR}/ring_device.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/scale_swizzle.cu
   ${CMAKE_CURRENT_LIST_DIR}/scaling.cu
   ${CMAKE_CURRENT_LIST_DIR}/stream_scratch.cpp)
 # cuBLASLt and the runtime only: never the driver library (libcuda), so that programs start

@@ -10,4 +10,5 @@ target_sources(qmesh PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/layer_ops.cpp
   ${CMAKE_CURRENT_LIST_DIR}/mxfp8_quantize.cpp
   ${CMAKE_CURRENT_LIST_DIR}/norm_forward.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/nvfp4_quantize.cpp)
+  ${CMAKE_CURRENT_LIST_DIR}/nvfp4_quantize.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/scale_swizzle.cpp)
