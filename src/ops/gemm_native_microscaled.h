@@ -5,6 +5,7 @@
 #pragma once
 
 #include "ops/gemm_canonical.h"
+#include "qmesh/export.h"
 #include "qmesh/ops/gemm.h"
 #include "qmesh/tensor.h"
 
@@ -13,9 +14,9 @@ namespace qmesh::detail {
 // Checks args for the native GEMM (operand kinds and copies, D's dtype, cuBLASLt's FP8
 // rules) and returns its canonical form without allocating: the scale pointers point at the
 // codes (never read). For Gemm::can_implement and Gemm::workspace_size.
-CanonicalGemm native_microscaled_probe(const GemmArgs& args);
+QMESH_API CanonicalGemm native_microscaled_probe(const GemmArgs& args);
 
-class NativeMicroscaledOperands {
+class QMESH_API NativeMicroscaledOperands {
  public:
   // Error as native_microscaled_probe; allocates the swizzled scales on D's device.
   explicit NativeMicroscaledOperands(const GemmArgs& args);
