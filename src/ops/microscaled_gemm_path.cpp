@@ -1,5 +1,8 @@
 #include "ops/microscaled_gemm_path.h"
 
+#include <map>
+#include <mutex>
+
 #include "cuda/device_arch.h"
 #include "qmesh/detail/cuda_dispatch.h"
 #include "qmesh/error.h"
@@ -37,11 +40,21 @@ MicroscaledGemmTarget microscaled_gemm_target(const Device& device) {
   if (t.host) return t;
   on_cuda(device.index, [&](auto index) {
     require_device(device);
-    const cuda::DeviceArch arch = cuda::device_arch(index);
-    t.cuda = true;
-    t.name = arch.name;
-    t.major = arch.major;
-    t.minor = arch.minor;
+    // cudaGetDeviceProperties is slow, and every GEMM of microscaled operands asks.
+    static std::mutex mutex;
+    static std::map<int, MicroscaledGemmTarget> known;
+    const std::lock_guard lock(mutex);
+    auto it = known.find(index);
+    if (it == known.end()) {
+      const cuda::DeviceArch arch = cuda::device_arch(index);
+      MicroscaledGemmTarget gpu;
+      gpu.cuda = true;
+      gpu.name = arch.name;
+      gpu.major = arch.major;
+      gpu.minor = arch.minor;
+      it = known.emplace(index, gpu).first;
+    }
+    t = it->second;
   });
   return t;
 }

@@ -30,7 +30,8 @@ struct MicroscaledGemmTarget {
 QMESH_API MicroscaledGemmPath choose_microscaled_gemm_path(const MicroscaledGemmTarget& target,
                                                            const char* format, bool emulate);
 
-// The target of `device` (asks the CUDA runtime for a CUDA device's name and capability).
+// The target of `device` (a CUDA device's name and capability are asked of the CUDA runtime
+// once per device and process). Thread-safe.
 QMESH_API MicroscaledGemmTarget microscaled_gemm_target(const Device& device);
 
 }  // namespace qmesh::detail
