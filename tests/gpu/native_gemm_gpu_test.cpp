@@ -5,10 +5,10 @@
 // order of the fp32 sums differs. Skips without a GPU; the GEMM cases skip below 10.0.
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <cstdint>
 #include <vector>
 
+#include "gemm_layer_forms.h"
 #include "gpu_cast_test_util.h"
 #include "ops/microscaled_gemm_path.h"
 #include "ops/scale_swizzle.h"
@@ -19,8 +19,6 @@
 
 namespace qmesh {
 namespace {
-
-using enum GemmTranspose;
 
 const Device kGpu = Device::cuda(0);
 
@@ -42,12 +40,6 @@ TEST(NativeGemmGpu, ScaleSwizzleMatchesHostBitwise) {
     }
 }
 
-struct Form {
-  const char* name;
-  GemmTranspose ta, tb;
-  int64_t a_rows, a_cols, b_rows, b_cols;
-};
-
 // x quantized on `device` with both copies (the CUDA and host casts give the same bits).
 MxFp8Tensor quantized(DType fp8, const Tensor& x, const Device& device) {
   MxFp8Tensor q(fp8, x.shape(), device, true);
@@ -64,10 +56,7 @@ TEST(NativeGemmGpu, Mxfp8MatchesTheEmulatedGemm) {
     GTEST_SKIP() << target.name << " (" << target.major << "." << target.minor
                  << ") has no native MXFP8 GEMM";
   const int64_t m = 128, n = 96, k = 160;
-  const Form forms[] = {{"fprop", kNo, kYes, m, k, n, k},
-                        {"dgrad", kNo, kNo, m, k, k, n},
-                        {"wgrad", kYes, kNo, k, m, k, n}};
-  for (const Form& f : forms) {
+  for (const test::GemmLayerForm& f : test::gemm_layer_forms(m, n, k)) {
     SCOPED_TRACE(f.name);
     const Tensor xa = test::random_wide(DType::kFloat32, Shape{f.a_rows, f.a_cols}, 1);
     const Tensor xb = test::random_wide(DType::kFloat32, Shape{f.b_rows, f.b_cols}, 2);
@@ -91,12 +80,7 @@ TEST(NativeGemmGpu, Mxfp8MatchesTheEmulatedGemm) {
       const auto* p = static_cast<const float*>(host_d.data());
       (device.is_host() ? want : got).assign(p, p + m * n);
     }
-    double err = 0.0, norm = 0.0;
-    for (size_t i = 0; i < got.size(); ++i) {
-      err += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-      norm += double(want[i]) * want[i];
-    }
-    EXPECT_LE(std::sqrt(err / norm), 1e-5);
+    EXPECT_LE(test::relative_rms_error(got.data(), want.data(), got.size()), 1e-5);
   }
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "expect_error.h"
+#include "gemm_layer_forms.h"
 #include "ops/scale_swizzle.h"
 #include "qmesh/ops/mxfp8_quantize.h"
 #include "quant_test_util.h"
@@ -41,15 +42,7 @@ std::vector<uint8_t> bytes_at(const float* p, int64_t n) {
 
 TEST(GemmNativeMicroscaled, ReadsTheKContiguousCopiesInTnFormWithSwizzledScales) {
   const int64_t m = 64, n = 96, k = 160;
-  struct Form {
-    const char* name;
-    GemmTranspose ta, tb;
-    int64_t a_rows, a_cols, b_rows, b_cols;
-  };
-  const Form forms[] = {{"fprop", kNo, kYes, m, k, n, k},
-                        {"dgrad", kNo, kNo, m, k, k, n},
-                        {"wgrad", kYes, kNo, k, m, k, n}};
-  for (const Form& f : forms) {
+  for (const test::GemmLayerForm& f : test::gemm_layer_forms(m, n, k)) {
     SCOPED_TRACE(f.name);
     const MxFp8Tensor a = quantized(f.a_rows, f.a_cols, 1), b = quantized(f.b_rows, f.b_cols, 2);
     Tensor d(DType::kBFloat16, Shape{m, n});
