@@ -23,4 +23,16 @@ inline std::array<GemmLayerForm, 3> gemm_layer_forms(int64_t m, int64_t n, int64
            {"wgrad", kYes, kNo, k, m, k, n}}};
 }
 
+// GemmArgs of form f over the operands a and b, writing d.
+inline GemmArgs layer_gemm_args(const GemmLayerForm& f, const GemmOperand& a, const GemmOperand& b,
+                                const TensorView& d) {
+  GemmArgs args;
+  args.a = a;
+  args.b = b;
+  args.trans_a = f.ta;
+  args.trans_b = f.tb;
+  args.d = d;
+  return args;
+}
+
 }  // namespace qmesh::test

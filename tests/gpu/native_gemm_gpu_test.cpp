@@ -65,12 +65,8 @@ TEST(NativeGemmGpu, Mxfp8MatchesTheEmulatedGemm) {
       const MxFp8Tensor a = quantized(DType::kFloat8E4M3, xa, device);
       const MxFp8Tensor b = quantized(DType::kFloat8E4M3, xb, device);
       Tensor d(DType::kFloat32, Shape{m, n}, device);
-      GemmArgs args;
-      args.a = GemmOperand::mxfp8(a.view());
-      args.b = GemmOperand::mxfp8(b.view());
-      args.trans_a = f.ta;
-      args.trans_b = f.tb;
-      args.d = d.view();
+      GemmArgs args = test::layer_gemm_args(f, GemmOperand::mxfp8(a.view()),
+                                            GemmOperand::mxfp8(b.view()), d.view());
       args.emulate_microscaled = device.is_host();
       const int64_t emulated_before = emulated_gemm_count();
       gemm(args, Stream{});

@@ -58,13 +58,9 @@ TEST(GemmMxfp8, EmulatedIsThePlainGemmOfTheDequantizedOperands) {
     const MxFp8Tensor b = quantized(DType::kFloat8E4M3, f.b_rows, f.b_cols, 2);
     Tensor bias(DType::kFloat32, Shape{n});
     for (int64_t i = 0; i < n; ++i) static_cast<float*>(bias.data())[i] = 0.125f * float(i % 5);
-    GemmArgs args;
-    args.a = GemmOperand::mxfp8(a.view());
-    args.b = GemmOperand::mxfp8(b.view());
-    args.trans_a = f.ta;
-    args.trans_b = f.tb;
     Tensor d(DType::kFloat32, Shape{m, n});
-    args.d = d.view();
+    GemmArgs args = test::layer_gemm_args(f, GemmOperand::mxfp8(a.view()),
+                                          GemmOperand::mxfp8(b.view()), d.view());
     args.epilogue = GemmEpilogue::kBias;
     args.bias = bias.view();
     args.emulate_microscaled = true;

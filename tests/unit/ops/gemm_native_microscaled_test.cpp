@@ -46,12 +46,8 @@ TEST(GemmNativeMicroscaled, ReadsTheKContiguousCopiesInTnFormWithSwizzledScales)
     SCOPED_TRACE(f.name);
     const MxFp8Tensor a = quantized(f.a_rows, f.a_cols, 1), b = quantized(f.b_rows, f.b_cols, 2);
     Tensor d(DType::kBFloat16, Shape{m, n});
-    GemmArgs args;
-    args.a = GemmOperand::mxfp8(a.view());
-    args.b = GemmOperand::mxfp8(b.view());
-    args.trans_a = f.ta;
-    args.trans_b = f.tb;
-    args.d = d.view();
+    const GemmArgs args = test::layer_gemm_args(f, GemmOperand::mxfp8(a.view()),
+                                                GemmOperand::mxfp8(b.view()), d.view());
     const MxFp8TensorView av = a.view(), bv = b.view();
     const TensorView& a_codes = f.ta == kNo ? av.data : av.data_t;
     const TensorView& b_codes = f.tb == kYes ? bv.data : bv.data_t;
