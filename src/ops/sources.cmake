@@ -8,6 +8,7 @@ target_sources(qmesh PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/gemm_canonical.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gemm_emulation.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gemm_native_microscaled.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/grouped_scaled_quantize.cpp
   ${CMAKE_CURRENT_LIST_DIR}/layer_ops.cpp
   ${CMAKE_CURRENT_LIST_DIR}/microscaled_gemm_path.cpp
   ${CMAKE_CURRENT_LIST_DIR}/mxfp8_quantize.cpp
