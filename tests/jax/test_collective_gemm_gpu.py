@@ -12,14 +12,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import reference as ref
-from jax.sharding import AxisType, NamedSharding
-from jax.sharding import PartitionSpec as P
-from test_collective_gemm import SP, leaves_equal, mlp_data, mlp_step, sp_args
+from jax.sharding import AxisType
+from test_collective_gemm import SP, column_then_row, leaves_equal, mlp_data, mlp_step, sp_args
 
 import qmesh.jax as qj
 from qmesh.jax import _ffi
-from qmesh.jax.collective_gemm import CollectiveGemm
-from qmesh.jax.dense import dense, init_state
+from qmesh.jax.dense import init_state
 
 GPU = jax.devices()[0] if jax.default_backend() == "gpu" else None
 pytestmark = [
@@ -60,42 +58,7 @@ def test_layernorm_mlp_on_one_gpu(rng):
 
 def test_dense_column_then_row_on_one_gpu(rng):
     """dense(gelu) column parallel then dense row parallel, current scaling, bf16, tp=1."""
-    mesh = gpu_mesh()
-    recipe = qj.Float8CurrentScaling()
-    x, _, _, (k1, k2), (b1, b2), r = mlp_data(rng, b=2)
-    x, k1, k2, b1, b2, r = (jnp.asarray(v, jnp.bfloat16) for v in (x, k1, k2, b1, b2, r))
-
-    def step(cg):
-        def loss(x, k1, k2, b1, b2, states):
-            col = None if cg is None else CollectiveGemm(cg, "column")
-            row = None if cg is None else CollectiveGemm(cg, "row")
-            h = dense(
-                x,
-                k1,
-                b1,
-                states[0],
-                recipe=recipe,
-                activation="gelu",
-                row_axes=("dp",),
-                collective_gemm=col,
-            )
-            y = dense(h, k2, b2, states[1], recipe=recipe, collective_gemm=row)
-            return jnp.sum((y * r).astype(jnp.float32))
-
-        return jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4, 5)))
-
-    states = (init_state(recipe), init_state(recipe))
-    put = lambda v, spec: jax.device_put(v, NamedSharding(mesh, spec))  # noqa: E731
-    with jax.set_mesh(mesh), qj.global_shard_guard(SP):
-        args = (
-            put(x, P("dp", "tp", None)),
-            put(k1, P(None, "tp")),
-            put(k2, P("tp", None)),
-            put(b1, P("tp")),
-            b2,
-            states,
-        )
-        results = {cg: jax.tree.map(np.asarray, step(cg)(*args)) for cg in MODES}
+    results = column_then_row(rng, gpu_mesh(), qj.Float8CurrentScaling(), jnp.bfloat16, MODES)
     assert leaves_equal(results["ring"], results["none"])
     ref.assert_trees_close(results["none"], results[None], tol=TOL[jnp.bfloat16])
 
