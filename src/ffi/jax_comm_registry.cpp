@@ -154,6 +154,13 @@ void join(int64_t id, int group, int rank, int backend, int device,
   }
 }
 
+// The worlds of communicator `id` (the caller holds registry_mutex); Error for an unknown id.
+Worlds& worlds_of(int64_t id) {
+  QMESH_CHECK(id >= 0 && size_t(id) < registry.size(), "no communicator has the id ", id,
+              ": make one with qmesh.jax.collective_gemm.communicator(mesh, axis)");
+  return registry[size_t(id)];
+}
+
 void copy_message(const char* message, char* out, size_t out_size) {
   if (out == nullptr || out_size == 0) return;
   std::strncpy(out, message, out_size - 1);
@@ -167,9 +174,7 @@ Rank& rank_of(int64_t id, const AnyBuffer& coords) {
   require_count(coords, 2, "coords (int32 [2]: group, rank on the axis)");
   const auto* c = static_cast<const int32_t*>(coords.untyped_data());
   const std::lock_guard<std::mutex> lock(registry_mutex);
-  QMESH_CHECK(id >= 0 && size_t(id) < registry.size(), "no communicator has the id ", id,
-              ": make one with qmesh.jax.collective_gemm.communicator(mesh, axis)");
-  Worlds& worlds = registry[size_t(id)];
+  Worlds& worlds = worlds_of(id);
   QMESH_CHECK(c[0] >= 0 && size_t(c[0]) < worlds.size() && c[1] >= 0 &&
                   size_t(c[1]) < worlds[size_t(c[0])].size(),
               "coords (group ", c[0], ", rank ", c[1], ") are outside communicator ", id, " (",
@@ -183,9 +188,7 @@ Rank& rank_of(int64_t id, const AnyBuffer& coords) {
 
 Rank& rank_on_device(int64_t id, int device) {
   const std::lock_guard<std::mutex> lock(registry_mutex);
-  QMESH_CHECK(id >= 0 && size_t(id) < registry.size(), "no communicator has the id ", id,
-              ": make one with qmesh.jax.collective_gemm.communicator(mesh, axis)");
-  for (auto& world : registry[size_t(id)])
+  for (auto& world : worlds_of(id))
     for (Rank& rank : world)
       if (rank.comm != nullptr && rank.device == device) return rank;
   QMESH_THROW_KIND(ErrorKind::kUnsupported, "communicator ", id,
