@@ -20,7 +20,8 @@
 #   sanitize compute-sanitizer (memcheck, racecheck, synccheck) over the GPU test programs
 #           matching TEST_REGEX (all if none), 240 s each at most; not part of check or all
 #   jax     builds the XLA FFI handlers against the machine's jax (needs build's configure),
-#           runs tests/jax/test_{cuda,command_buffers}.py, jax_ops_bench, flax_layer_bench
+#           runs tests/jax/test_{cuda,command_buffers,collective_gemm_gpu}.py and the NCCL
+#           communicator test, jax_ops_bench, flax_layer_bench
 #   all     (default) driver, build, tests, bench, profile, jax, in that order
 #   check   the same as all: the whole check (CUDA and JAX) in one call
 # QMESH_GPU_CHECK_BUDGET_S (default 540) bounds the whole call: a step that would not fit in
@@ -269,7 +270,8 @@ fi
 if has_step jax; then
   # The configure of `build` found the jax of the python3 on PATH (cmake/QmeshJax.cmake); the
   # handler library is built against its FFI headers and loaded from the build tree. Writes
-  # jax-versions.txt, jax-tests.log (CUDA vs CPU handlers, command buffers), pip-check.log,
+  # jax-versions.txt, jax-tests.log (CUDA vs CPU handlers, command buffers, the collective
+  # GEMMs over a one-rank NCCL communicator), pip-check.log,
   # jax_ops_bench.{txt,json}, flax_layer_bench.{txt,json} and flax_layer_hlo/*.hlo.txt.gz
   # (the optimized HLO of each layer variant). About 3 minutes on an H100 when `build` ran.
   # Each program's timeout is bounded by what is left of the budget (a timeout of 0 would
@@ -290,8 +292,11 @@ print("python", sys.version.split()[0], "jax", jax.__version__, "jaxlib", jaxlib
       tee "$out/jax-build.log"
     [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "gpu_check: the JAX handler library did not build"; jax_status=1; }
     export QMESH_JAX_LIBRARY_DIR=$PWD/build-gpu/src PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
-    timeout "$(bounded 150 20)" python3 -m pytest -q -p no:cacheprovider tests/jax/test_cuda.py \
-      tests/jax/test_command_buffers.py 2>&1 | tee "$out/jax-tests.log"
+    timeout "$(bounded 150 20)" python3 -m pytest -q -p no:cacheprovider --durations=5 \
+      tests/jax/test_cuda.py tests/jax/test_command_buffers.py \
+      tests/jax/test_collective_gemm_gpu.py \
+      tests/jax/test_collective_gemm_across.py::test_nccl_communicator_on_one_gpu 2>&1 |
+      tee "$out/jax-tests.log"
     [ "${PIPESTATUS[0]}" -eq 0 ] || jax_status=1
     # The package accepts this jax: pip resolves python/pyproject.toml against the installed
     # jax without a registry and without building (the full install is

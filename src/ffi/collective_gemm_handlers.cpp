@@ -2,7 +2,7 @@
 //
 // Communicators: registered once per (mesh, axis) (jax_comm_registry.h: one world per index
 // combination of the other axes; local worlds when the axis lies inside the process, UCX
-// worlds across processes); Python passes the id as the attribute `comm`.
+// worlds across processes, NCCL worlds on GPUs); Python passes the id as the attribute `comm`.
 //
 // Operands of both handlers: a, b (2-D; b stored as trans_b says), a_scale_inv, b_scale_inv
 // (fp32 [1], read for FP8 operands only), coords (int32 [2]: the group of the device, its rank
@@ -16,13 +16,17 @@
 // device run one after the other (a lock per rank); every device must run them in the same
 // order, as one XLA schedule of the program does (otherwise they time out).
 // Every wait is bounded by the communicator's timeout (a peer that never calls is an FFI
-// error of kind kDeadlineExceeded that names the likely causes). Host tensors only: the CUDA
-// symbols exist (one FFI macro) and refuse the call.
+// error of kind kDeadlineExceeded that names the likely causes).
+// CUDA: device buffers on an NCCL communicator (ring_place.h: XLA's stream and the rank's
+// transfer stream; no host wait; coords are not read); a CUDA call on another communicator is
+// refused. Not command-buffer compatible (no traits): the ring allocates stream-ordered scratch
+// and issues NCCL transfers on a stream of its own, which XLA must not capture in a CUDA graph.
 #include <cstdint>
 #include <mutex>
 
 #include "ffi/ffi_support.h"
 #include "ffi/jax_comm_registry.h"
+#include "ffi/ring_place.h"
 #include "qmesh/overlap/collective_gemm.h"
 
 namespace qmesh::ffi {
@@ -34,19 +38,13 @@ Overlap to_overlap(int32_t value) {
   return static_cast<Overlap>(value);
 }
 
-void require_host(const Where& w) {
-  QMESH_CHECK_KIND(ErrorKind::kUnsupported, w.device.is_host(),
-                   "the collective GEMMs of qmesh.jax run on CPU devices (the GPU handlers are "
-                   "not done); on GPUs use collective_gemm=None");
-}
-
-// Runs ring(comm) on `rank`'s communicator, after the rank's earlier rings; a timeout gets
-// the likely causes that JAX users can fix.
+// Runs ring(comm, streams) at `place`, after the rank's earlier rings (CUDA: after they were
+// enqueued); a timeout gets the likely causes that JAX users can fix.
 template <class Ring>
-void run_ring(Rank& rank, Ring&& ring) {
+void run_ring(const RingPlace& place, Ring&& ring) {
   try {
-    const std::lock_guard<std::mutex> lock(*rank.busy);
-    ring(*rank.comm);
+    const std::lock_guard<std::mutex> lock(*place.rank.busy);
+    ring(*place.rank.comm, place.streams);
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::kTimeout) throw;
     QMESH_THROW_KIND(ErrorKind::kTimeout, e.message(),
@@ -74,7 +72,6 @@ void all_gather_gemm_impl(const Where& w, AnyBuffer a, AnyBuffer b, AnyBuffer a_
                           AnyBuffer b_scale_inv, AnyBuffer coords, Result<AnyBuffer> d,
                           Result<AnyBuffer> gathered, Result<AnyBuffer> gathered_scalars,
                           int64_t comm, int32_t overlap, bool trans_b, bool split_accumulator) {
-  require_host(w);
   GemmArgs args = gemm_args(w, a, b, a_scale_inv, b_scale_inv, trans_b, split_accumulator, d);
   require_rank(*gathered, 2, "gathered");
   const TensorView g = view(gathered, w, "gathered");
@@ -90,17 +87,18 @@ void all_gather_gemm_impl(const Where& w, AnyBuffer a, AnyBuffer b, AnyBuffer a_
     q.amax = s + 2;
     out = GemmOperand::fp8(q);
   }
-  run_ring(rank_of(comm, coords),
-           [&](Communicator& c) { all_gather_gemm(c, args, out, to_overlap(overlap)); });
+  run_ring(ring_place(w, comm, coords), [&](Communicator& c, const CollectiveGemmStreams& s) {
+    all_gather_gemm(c, args, out, to_overlap(overlap), s);
+  });
 }
 
 void gemm_reduce_scatter_impl(const Where& w, AnyBuffer a, AnyBuffer b, AnyBuffer a_scale_inv,
                               AnyBuffer b_scale_inv, AnyBuffer coords, Result<AnyBuffer> d,
                               int64_t comm, int32_t overlap, bool trans_b, bool split_accumulator) {
-  require_host(w);
   const GemmArgs args = gemm_args(w, a, b, a_scale_inv, b_scale_inv, trans_b, split_accumulator, d);
-  run_ring(rank_of(comm, coords),
-           [&](Communicator& c) { gemm_reduce_scatter(c, args, to_overlap(overlap)); });
+  run_ring(ring_place(w, comm, coords), [&](Communicator& c, const CollectiveGemmStreams& s) {
+    gemm_reduce_scatter(c, args, to_overlap(overlap), s);
+  });
 }
 
 }  // namespace

@@ -143,8 +143,22 @@ void join(int64_t id, int group, int rank, int backend, int device,
   BoundedBootstrap bounded(bootstrap, timeout);
   std::shared_ptr<Communicator> comm = make_world(backend, device, bounded);
   comm->set_timeout(timeout);
+  std::optional<OwnedStream> transfers;
+  if (backend == kNccl) transfers.emplace(Device::cuda(device));
   const std::lock_guard<std::mutex> lock(registry_mutex);
-  registry[size_t(id)][size_t(group)][size_t(rank)].comm = std::move(comm);
+  Rank& slot = registry[size_t(id)][size_t(group)][size_t(rank)];
+  slot.comm = std::move(comm);
+  if (backend == kNccl) {
+    slot.device = device;
+    slot.transfers = std::move(transfers);
+  }
+}
+
+// The worlds of communicator `id` (the caller holds registry_mutex); Error for an unknown id.
+Worlds& worlds_of(int64_t id) {
+  QMESH_CHECK(id >= 0 && size_t(id) < registry.size(), "no communicator has the id ", id,
+              ": make one with qmesh.jax.collective_gemm.communicator(mesh, axis)");
+  return registry[size_t(id)];
 }
 
 void copy_message(const char* message, char* out, size_t out_size) {
@@ -160,9 +174,7 @@ Rank& rank_of(int64_t id, const AnyBuffer& coords) {
   require_count(coords, 2, "coords (int32 [2]: group, rank on the axis)");
   const auto* c = static_cast<const int32_t*>(coords.untyped_data());
   const std::lock_guard<std::mutex> lock(registry_mutex);
-  QMESH_CHECK(id >= 0 && size_t(id) < registry.size(), "no communicator has the id ", id,
-              ": make one with qmesh.jax.collective_gemm.communicator(mesh, axis)");
-  Worlds& worlds = registry[size_t(id)];
+  Worlds& worlds = worlds_of(id);
   QMESH_CHECK(c[0] >= 0 && size_t(c[0]) < worlds.size() && c[1] >= 0 &&
                   size_t(c[1]) < worlds[size_t(c[0])].size(),
               "coords (group ", c[0], ", rank ", c[1], ") are outside communicator ", id, " (",
@@ -172,6 +184,18 @@ Rank& rank_of(int64_t id, const AnyBuffer& coords) {
               " belongs to another process: the mesh given to the communicator must be the "
               "one the computation runs on");
   return rank;
+}
+
+Rank& rank_on_device(int64_t id, int device) {
+  const std::lock_guard<std::mutex> lock(registry_mutex);
+  for (auto& world : worlds_of(id))
+    for (Rank& rank : world)
+      if (rank.comm != nullptr && rank.device == device) return rank;
+  QMESH_THROW_KIND(ErrorKind::kUnsupported, "communicator ", id,
+                   " has no NCCL rank on CUDA device ", device,
+                   " of this process: on GPUs the collective GEMMs run on NCCL communicators "
+                   "made for the mesh's GPU devices; run the step under jax.set_mesh(mesh) "
+                   "with the mesh of the GPUs the computation runs on");
 }
 
 }  // namespace qmesh::ffi
@@ -190,7 +214,7 @@ QMESH_API int64_t qmesh_jax_make_local_comm(int groups, int size, int64_t timeou
       worlds.emplace_back();
       for (auto& comm : qmesh::make_local_world(size)) {
         if (timeout_ms > 0) comm->set_timeout(std::chrono::milliseconds(timeout_ms));
-        worlds.back().push_back(Rank{std::move(comm)});
+        worlds.back().emplace_back().comm = std::move(comm);
       }
     }
     return add(std::move(worlds));

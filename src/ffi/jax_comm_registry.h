@@ -6,9 +6,11 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 
 #include "ffi/ffi_support.h"
 #include "qmesh/comm/communicator.h"
+#include "qmesh/owned_stream.h"
 
 namespace qmesh::ffi {
 
@@ -18,10 +20,19 @@ namespace qmesh::ffi {
 struct Rank {
   std::shared_ptr<Communicator> comm;
   std::unique_ptr<std::mutex> busy = std::make_unique<std::mutex>();
+  // An NCCL rank: the CUDA device it was made on (-1 for host ranks) and the stream, made with
+  // it, that its rings' transfers run on (CollectiveGemmStreams::comm).
+  int device = -1;
+  std::optional<OwnedStream> transfers;
 };
 
 // Rank coords[1] of group coords[0] (coords: int32 [2], host) of communicator `id`. Error
 // for an unknown id, coords outside it, or a rank that another process holds.
 Rank& rank_of(int64_t id, const AnyBuffer& coords);
+
+// The NCCL rank of communicator `id` that this process made on CUDA device `device` (the
+// device of a GPU call: its coords live in device memory and are not read). Error for an
+// unknown id or a communicator without such a rank (one made for CPU devices).
+Rank& rank_on_device(int64_t id, int device);
 
 }  // namespace qmesh::ffi

@@ -11,4 +11,5 @@ target_sources(qmesh_jax_ffi PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/mxfp8_handlers.cpp
   ${CMAKE_CURRENT_LIST_DIR}/nvfp4_handlers.cpp
   ${CMAKE_CURRENT_LIST_DIR}/quantize_handlers.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/ring_place.cpp
   ${CMAKE_CURRENT_LIST_DIR}/scaling_handlers.cpp)

@@ -161,15 +161,9 @@ def test_layernorm_mlp_modes_are_bitwise_equal(rng, tp):
     ref.assert_trees_close(results["none"], results[None], tol=1e-5)
 
 
-@pytest.mark.parametrize(
-    "recipe", [qj.DelayedScaling(), qj.Float8CurrentScaling()], ids=["delayed", "current"]
-)
-@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
-def test_dense_column_then_row(rng, recipe, dtype):
-    """dense(gelu) column parallel then dense row parallel, tp = 4: the modes bit for bit,
-    XLA's path within FP8-GEMM rounding (bf16 outputs take the bias after the ring in
-    float32, where the XLA path fuses it into a bf16 GEMM epilogue)."""
-    mesh = mesh_for(4)
+def column_then_row(rng, mesh, recipe, dtype, modes):
+    """{mode: (loss, grads)} of dense(gelu) column parallel then dense row parallel, tokens
+    sequence parallel over (dp, tp) of `mesh`, for each collective_gemm mode (None: XLA's)."""
     x, _, _, (k1, k2), (b1, b2), r = mlp_data(rng)
     x, k1, k2, b1, b2, r = (jnp.asarray(v, dtype) for v in (x, k1, k2, b1, b2, r))
 
@@ -204,7 +198,18 @@ def test_dense_column_then_row(rng, recipe, dtype):
             states,
         )
         r = put(r, P("dp", "tp", None))
-        results = {cg: step(cg)(*args) for cg in (None, *MODES)}
+        return {cg: jax.tree.map(np.asarray, step(cg)(*args)) for cg in modes}
+
+
+@pytest.mark.parametrize(
+    "recipe", [qj.DelayedScaling(), qj.Float8CurrentScaling()], ids=["delayed", "current"]
+)
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_dense_column_then_row(rng, recipe, dtype):
+    """dense(gelu) column parallel then dense row parallel, tp = 4: the modes bit for bit,
+    XLA's path within FP8-GEMM rounding (bf16 outputs take the bias after the ring in
+    float32, where the XLA path fuses it into a bf16 GEMM epilogue)."""
+    results = column_then_row(rng, mesh_for(4), recipe, dtype, (None, *MODES))
     for mode in ("ring", "bidir"):
         assert leaves_equal(results[mode], results["none"]), mode
     tol = 1e-5 if dtype == jnp.float32 else 2e-2

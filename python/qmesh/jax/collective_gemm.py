@@ -25,9 +25,9 @@ Two levels:
 Communicators (comm_registry.py): one world per index combination of the other mesh axes,
 made once per (mesh, axis) by `communicator` and reused: the local backend when the axis lies
 inside each process (the CPU devices of a process run on threads of their own), UCX when it
-spans processes. Every wait is bounded by the communicator's timeout (QMESH_COMM_TIMEOUT_S, or
-timeout_s of `communicator`): a device that never reaches the ring makes the call fail with a
-timeout error, not hang.
+spans processes, NCCL on GPUs. Every wait is bounded by the communicator's timeout
+(QMESH_COMM_TIMEOUT_S, or timeout_s of `communicator`): a device that never reaches the ring
+makes the call fail with a timeout error, not hang.
 
 Bits: the three overlap modes give the same bits (the C++ contract): every mode runs the same
 per-chunk GEMMs and sums the partials in the same ring order. They are not the bits of XLA's
@@ -39,10 +39,13 @@ and collective_gemm=None agrees within the GEMM's rounding (docs/jax.md).
 Several processes (jax.distributed on the CPU) work with the axis inside each process or
 across processes (UCX; run the step under jax.set_mesh(mesh), which names the devices).
 
+On CUDA GPUs the rings run on NCCL communicators (one rank per GPU; run the step under
+jax.set_mesh(mesh)): GEMMs on XLA's stream, transfers on a stream of the rank's, no host wait
+(docs/jax.md "Collective GEMMs on GPUs").
+
 Refused: a token count that the batch axes times the axis do not divide (ValueError; pad the
-sequence), Float8BlockScaling (the rings take per-tensor FP8 or plain operands),
-GPUs (the handlers take host buffers; comm_registry makes NCCL communicators, the GPU
-handlers are not done).
+sequence), Float8BlockScaling (the rings take per-tensor FP8 or plain operands), other
+accelerators than CUDA GPUs.
 """
 
 from __future__ import annotations
@@ -147,11 +150,10 @@ def _call(target, results, operands, options):
             f"collective_gemm: call {target} inside a shard_map over a mesh with the axis "
             f"{axis!r} (jax.shard_map over every axis of the mesh)"
         )
-    if jax.default_backend() != "cpu":
+    if jax.default_backend() not in ("cpu", "gpu"):
         raise NotImplementedError(
-            "collective_gemm: the rings from JAX run on CPU devices; their GPU handlers are "
-            "not done (NCCL communicators are: comm_registry.communicator): use "
-            "collective_gemm=None on GPUs"
+            "collective_gemm: the rings from JAX run on CPU devices and on CUDA GPUs (NCCL), "
+            f"not on {jax.default_backend()!r}: use collective_gemm=None there"
         )
     comm = communicator(mesh, axis, timeout_s)
     call = jax.ffi.ffi_call(target, results)

@@ -65,13 +65,18 @@ def communicator(mesh, axis: str, timeout_s: float | None = None) -> int:
     axis and timeout, reused afterwards). timeout_s: the bound of every wait (None:
     QMESH_COMM_TIMEOUT_S, else qmesh's default). An abstract mesh (inside jit) takes its
     devices from jax.set_mesh's mesh; without one the axis is taken to lie inside this
-    process."""
+    process (CPU devices; on GPUs ValueError: NCCL needs the devices)."""
     if axis not in mesh.axis_names:
         raise ValueError(f"collective_gemm: the mesh has no axis {axis!r} ({mesh.axis_names})")
     if timeout_s is not None and not timeout_s > 0:
         raise ValueError(f"collective_gemm: timeout_s must be > 0, not {timeout_s}")
     timeout_ms = 0 if timeout_s is None else max(1, round(timeout_s * 1000))
     ranks = _ranks(mesh, axis)
+    if ranks is None and jax.default_backend() != "cpu":
+        raise ValueError(
+            "collective_gemm: on GPUs the rings need the mesh's devices (one NCCL rank per "
+            "GPU): run the step under jax.set_mesh(mesh) with the concrete mesh"
+        )
     key = (tuple(mesh.axis_names), tuple(mesh.axis_sizes), axis, timeout_s)
     backend = _backend(ranks)
     if backend is not None:
