@@ -1,9 +1,9 @@
-"""The NVFP4BlockScaling recipe in JAX (docs/design/nvfp4.md "Recipe"): dense forward and
-backward against float64 products of the dequantized operands (the recipe's casts: 1x16 input
-and gradient blocks, 16x16 weight tiles, RHT on the wgrad operands, stochastic rounding of the
-gradient), the transform cancelling in wgrad, stochastic rounding reproducible from the key
-(sr_key, the Flax rng stream sr_rng), the errors without emulation and without a key, mlp as
-two dense layers, the drop-ins, and a Flax module that trains."""
+"""The NVFP4BlockScaling recipe in JAX (docs/design/nvfp4.md "The recipe in JAX"): dense
+forward and backward against float64 products of the dequantized operands (the recipe's
+casts: 1x16 input and gradient blocks, 16x16 weight tiles, RHT on the wgrad operands,
+stochastic rounding of the gradient), the transform cancelling in wgrad, stochastic rounding
+reproducible from the key (sr_key, the Flax rng stream sr_rng), the errors without emulation
+and without a key, mlp as two dense layers, the drop-ins, and a Flax module that trains."""
 
 import flax.linen as nn
 import jax

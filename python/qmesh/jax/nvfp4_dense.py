@@ -1,5 +1,6 @@
 """The dense layer y = act(x @ kernel + bias) under NVFP4BlockScaling (docs/design/nvfp4.md,
-"Recipe"), with its three GEMMs EMULATED: qmesh.jax.dense.dense calls it for that recipe.
+"The recipe in JAX"), with its three GEMMs EMULATED: qmesh.jax.dense.dense calls it for that
+recipe.
 
 Forward: x is quantized in 1x16 blocks (round to nearest even) with its columnwise copy (x^T,
 the random Hadamard transform applied unless disable_rht), the kernel in 16x16 tiles (1x16
