@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -72,10 +73,22 @@ def count(fmt: str) -> None:
         )
 
 
-def dense_operands(x, kernel, bias, out_dtype, block: int, fmt: str):
-    """(x, kernel, bias, out_dtype, rows) of an emulated dense layer act(x @ kernel + bias),
-    checked: x [..., K], kernel [K, N], bias [N] or None; the tokens (rows), K and N multiples
-    of `block` (one scale per `block` elements in both directions). out_dtype None: x's."""
+class DenseConfig(NamedTuple):
+    """The static part of one emulated dense call (a nondiff argument of its custom_vjp)."""
+
+    recipe: object  # MXFP8BlockScaling or NVFP4BlockScaling
+    activation: str | None
+    out_dtype: object
+    x_dtype: object
+    kernel_dtype: object
+    bias_dtype: object  # None without a bias
+
+
+def dense_operands(x, kernel, bias, recipe, activation, out_dtype, block: int, fmt: str):
+    """(x as [rows, K], kernel, bias, DenseConfig, y's shape) of an emulated dense layer
+    act(x @ kernel + bias), checked: x [..., K], kernel [K, N], bias [N] or None; the tokens
+    (rows), K and N multiples of `block` (one scale per `block` elements in both directions).
+    out_dtype None: x's."""
     x, kernel = jnp.asarray(x), jnp.asarray(kernel)
     bias = None if bias is None else jnp.asarray(bias)
     if x.ndim < 1 or kernel.ndim != 2 or x.shape[-1] != kernel.shape[0]:
@@ -93,4 +106,6 @@ def dense_operands(x, kernel, bias, out_dtype, block: int, fmt: str):
             f"dense under {fmt} needs the tokens ({rows}), K ({k}) and N ({n}) to be multiples "
             f"of {block} (one scale per {block} elements in both directions)"
         )
-    return x, kernel, bias, out_dtype, rows
+    dtypes = (x.dtype, kernel.dtype, None if bias is None else bias.dtype)
+    cfg = DenseConfig(recipe, activation, out_dtype, *dtypes)
+    return x.reshape(rows, k), kernel, bias, cfg, (*x.shape[:-1], n)

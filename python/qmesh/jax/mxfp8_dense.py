@@ -15,7 +15,6 @@ QMESH_BLOCK_EMULATION=1), is counted and logged: emulation.py.
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -32,15 +31,6 @@ def emulated_gemm(a_q, a_s, b_q, b_s):
     a = mxfp8_dequantize(a_q, a_s, out_dtype=emulation.wide_dtype())
     b = mxfp8_dequantize(b_q, b_s, out_dtype=emulation.wide_dtype())
     return jnp.dot(a, b.T, preferred_element_type=F32)
-
-
-class _Config(NamedTuple):
-    recipe: object  # MXFP8BlockScaling
-    activation: str | None
-    out_dtype: object
-    x_dtype: object
-    kernel_dtype: object
-    bias_dtype: object  # None without a bias
 
 
 def _forward(cfg, x, kernel, bias):
@@ -82,17 +72,7 @@ def dense(x, kernel, bias, recipe, activation, out_dtype):
     """act(x @ kernel + bias) for x [..., K], kernel [K, N], bias [N] or None (K, N and the
     tokens multiples of 32), in out_dtype (default x's dtype): see the module docstring."""
     emulation.require_emulation(recipe, "MXFP8")
-    x, kernel, bias, out_dtype, rows = emulation.dense_operands(
-        x, kernel, bias, out_dtype, MX_BLOCK, "MXFP8"
+    x2, kernel, bias, cfg, shape = emulation.dense_operands(
+        x, kernel, bias, recipe, activation, out_dtype, MX_BLOCK, "MXFP8"
     )
-    k, n = kernel.shape
-    cfg = _Config(
-        recipe,
-        activation,
-        out_dtype,
-        x.dtype,
-        kernel.dtype,
-        None if bias is None else bias.dtype,
-    )
-    y = _dense(cfg, x.reshape(rows, k), kernel, bias)
-    return y.reshape(*x.shape[:-1], n)
+    return _dense(cfg, x2, kernel, bias).reshape(shape)

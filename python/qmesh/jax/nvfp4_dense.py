@@ -25,7 +25,6 @@ the NVFP4 casts run unpartitioned (nvfp4.py), so a sharded layer is gathered.
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -67,15 +66,6 @@ def emulated_gemm(a, b):
     a_v = nvfp4_dequantize(a[0], a[1], one, out_dtype=wide)
     b_v = nvfp4_dequantize(b[0], b[1], one, out_dtype=wide)
     return jnp.dot(a_v, b_v.T, preferred_element_type=F32) * (a[2][0] * b[2][0])
-
-
-class _Config(NamedTuple):
-    recipe: object  # NVFP4BlockScaling
-    activation: str | None
-    out_dtype: object
-    x_dtype: object
-    kernel_dtype: object
-    bias_dtype: object  # None without a bias
 
 
 def _forward(cfg, x, kernel, bias, key):
@@ -130,8 +120,8 @@ def dense(x, kernel, bias, recipe, activation, out_dtype, sr_key):
     the output gradient's stochastic rounding (needed unless the recipe disables it; a new
     key each step). See the module docstring."""
     emulation.require_emulation(recipe, "NVFP4")
-    x, kernel, bias, out_dtype, rows = emulation.dense_operands(
-        x, kernel, bias, out_dtype, BLOCK, "NVFP4"
+    x2, kernel, bias, cfg, shape = emulation.dense_operands(
+        x, kernel, bias, recipe, activation, out_dtype, BLOCK, "NVFP4"
     )
     if uses_sr(recipe) and sr_key is None:
         raise ValueError(
@@ -140,14 +130,4 @@ def dense(x, kernel, bias, recipe, activation, out_dtype, sr_key):
             "rngs={'sr_rng': key}), or NVFP4BlockScaling(disable_stochastic_rounding=True)"
         )
     key = key_data(sr_key) if uses_sr(recipe) else None
-    cfg = _Config(
-        recipe,
-        activation,
-        out_dtype,
-        x.dtype,
-        kernel.dtype,
-        None if bias is None else bias.dtype,
-    )
-    k, n = kernel.shape
-    y = _dense(cfg, x.reshape(rows, k), kernel, bias, key)
-    return y.reshape(*x.shape[:-1], n)
+    return _dense(cfg, x2, kernel, bias, key).reshape(shape)
