@@ -106,9 +106,9 @@ class States:
 def wrap_function_in_state_module(f: Callable, recipe=None, name: str | None = None) -> type:
     """A parameterless Flax module class whose instances compute f(states, *args, **kwargs)
     (see the module docstring). recipe: DelayedScaling(), Float8CurrentScaling(),
-    Float8BlockScaling() or None (the autocast's when called; DelayedScaling() outside
-    autocast); name: the class name (Flax names instances after it; default f's name). The
-    class carries `recipe`."""
+    Float8BlockScaling(), MXFP8BlockScaling(), NVFP4BlockScaling() or None (the autocast's when
+    called; DelayedScaling() outside autocast); name: the class name (Flax names instances
+    after it; default f's name). The class carries `recipe`."""
     if recipe is not None:
         check_recipe(recipe)
     cls_name = name or f.__name__
