@@ -15,7 +15,7 @@ import pytest
 import qmesh.jax as qj
 from qmesh.jax import stats as qstats
 from qmesh.jax.collective_gemm import CollectiveGemm
-from qmesh.jax.flax import LayerNormMLP, make_dot_general_cls, make_einsum_cls
+from qmesh.jax.flax import DenseGeneral, LayerNormMLP, make_dot_general_cls, make_einsum_cls
 from qmesh.jax.mlp import mlp
 from qmesh.jax.nvfp4_dense import cast, split_key
 from qmesh.jax.recipe import NVFP4BlockScaling, check_recipe
@@ -133,6 +133,9 @@ def test_errors_without_emulation_and_without_a_key():
     model = nn.Dense(48, dot_general_cls=make_dot_general_cls(RECIPE))
     with pytest.raises(ValueError, match=r"rngs=\{'sr_rng': jax.random.key\(0\)\}"):
         model.init(jax.random.key(0), x)
+    with qj.autocast(recipe=RECIPE):  # a module without a recipe takes the autocast's
+        with pytest.raises(ValueError, match="DenseGeneral: NVFP4BlockScaling rounds"):
+            DenseGeneral(features=48).init(jax.random.key(0), x)
     ring = CollectiveGemm("ring", "column")
     with pytest.raises(NotImplementedError, match="not NVFP4BlockScaling"):
         qj.dense(x, w, recipe=RECIPE, sr_key=jax.random.key(0), collective_gemm=ring)
