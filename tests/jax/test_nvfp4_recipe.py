@@ -3,7 +3,8 @@ forward and backward against float64 products of the dequantized operands (the r
 casts: 1x16 input and gradient blocks, 16x16 weight tiles, RHT on the wgrad operands,
 stochastic rounding of the gradient), the transform cancelling in wgrad, stochastic rounding
 reproducible from the key (sr_key, the Flax rng stream sr_rng), the errors without emulation
-and without a key, mlp as two dense layers, the drop-ins, and a Flax module that trains."""
+and without a key, mlp as two dense layers, the drop-ins (experts over ep_resource), and a
+Flax module that trains."""
 
 import flax.linen as nn
 import jax
@@ -11,6 +12,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from conftest import make_mesh
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 import qmesh.jax as qj
 from qmesh.jax import stats as qstats
@@ -210,3 +214,24 @@ def test_a_flax_module_trains_with_the_sr_rng_stream():
         params, opt, value = step(params, opt, jax.random.fold_in(jax.random.key(2), s))
         losses.append(float(value))
     assert np.all(np.isfinite(losses)) and losses[-1] < 0.8 * losses[0]
+
+
+def test_experts_over_ep_round_as_unsharded():
+    """A batched einsum gives each expert its own key: split over ep_resource, each device
+    rounds its experts' gradients with their keys, to the unsharded bits."""
+    mesh = make_mesh((2, 2), ("ep", "tp"))
+    rng = np.random.default_rng(9)
+    x = jnp.asarray(rng.standard_normal((4, 16, 32)), jnp.float32)
+    w = jnp.asarray(rng.standard_normal((4, 32, 16)) / 6, jnp.float32)
+    eqn, einsum = "ecd,edf->ecf", make_einsum_cls(RECIPE)()
+
+    def f(x, w):
+        loss = lambda x, w: jnp.sum(einsum.apply({}, eqn, x, w, rngs=SR) ** 2)  # noqa: E731
+        return einsum.apply({}, eqn, x, w, rngs=SR), jax.grad(loss, (0, 1))(x, w)
+
+    want = jax.jit(f)(x, w)
+    xs, ws = (jax.device_put(a, NamedSharding(mesh, P("ep"))) for a in (x, w))
+    with jax.set_mesh(mesh), qj.autocast(mesh_resource=qj.MeshResource(ep_resource="ep")):
+        got = jax.jit(f)(xs, ws)
+    jax.tree.map(np.testing.assert_array_equal, got, want)
+    assert got[0].sharding.spec[0] == "ep"
