@@ -1,7 +1,7 @@
 """Trains an MLP on the C++ example's teacher task (targets tanh(x A^T) B^T of a random teacher
 network, x ~ N(0, 1)) with Flax + optax, in BF16 and in FP8 through qmesh's drop-in
-(DelayedScaling, Float8CurrentScaling, Float8BlockScaling, and MXFP8BlockScaling with emulated
-GEMMs), on the same data; prints progress and FP8 state,
+(DelayedScaling, Float8CurrentScaling, Float8BlockScaling, and MXFP8BlockScaling and
+NVFP4BlockScaling with emulated GEMMs), on the same data; prints progress and FP8 state,
 writes a CSV and a PNG of the loss curves.
 
     python examples/jax/train_mlp.py --steps 200 --out build/train_mlp_jax
@@ -31,6 +31,7 @@ from qmesh.jax.recipe import (
     Float8BlockScaling,
     Float8CurrentScaling,
     MXFP8BlockScaling,
+    NVFP4BlockScaling,
 )
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -67,14 +68,19 @@ class Teacher:
 
 def train(name, model, teacher, args):
     x0, _ = teacher.batch(0, args.tokens)
-    variables = model.init(jax.random.key(args.seed), x0)
+    # NVFP4's stochastic rounding draws its keys from the rng stream "sr_rng": a new key each
+    # step (the other recipes do not use it).
+    sr = jax.random.key(args.seed + 1)
+    variables = model.init({"params": jax.random.key(args.seed), "sr_rng": sr}, x0)
     ts = train_state.TrainState.create(apply_fn=model.apply, params=variables,
                                        tx=optax.adam(args.lr))
 
     @jax.jit
     def step(ts, x, t):
+        rngs = {"sr_rng": jax.random.fold_in(sr, ts.step)}
+
         def loss_fn(p):
-            return jnp.mean((ts.apply_fn(p, x).astype(jnp.float32) - t) ** 2)
+            return jnp.mean((ts.apply_fn(p, x, rngs=rngs).astype(jnp.float32) - t) ** 2)
         loss, grads = jax.value_and_grad(loss_fn)(ts.params)
         return ts.apply_gradients(grads=grads), loss
 
@@ -108,6 +114,8 @@ def main(argv=None):
         "block": MLP(args.hidden, args.ffn, dot=make_dot_general_cls(Float8BlockScaling())),
         "mxfp8": MLP(args.hidden, args.ffn,
                      dot=make_dot_general_cls(MXFP8BlockScaling(emulate=True))),
+        "nvfp4": MLP(args.hidden, args.ffn,
+                     dot=make_dot_general_cls(NVFP4BlockScaling(emulate=True))),
     }
     curves = {}
     for name, model in runs.items():
@@ -127,7 +135,7 @@ def main(argv=None):
     for n, v in final.items():
         print(f"final loss {n:>8}: {v:.5f}  ({(v / final['bf16'] - 1) * 100:+.1f}% vs bf16)")
     print(f"wrote {args.out}.csv and {args.out}.png (blue bf16, red delayed, green current, "
-          "purple block, then mxfp8)")
+          "purple block, then mxfp8 and nvfp4)")
 
 
 if __name__ == "__main__":

@@ -36,8 +36,8 @@ def test_train_mlp(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "final loss  delayed" in out and "output_grad: amax" in out
     rows = (tmp_path / "run.csv").read_text().splitlines()
-    assert rows[0] == "step,bf16,delayed,current,block,mxfp8" and len(rows) == 5
-    assert "final loss    block" in out and "final loss    mxfp8" in out
+    assert rows[0] == "step,bf16,delayed,current,block,mxfp8,nvfp4" and len(rows) == 5
+    assert "final loss    block" in out and "final loss    nvfp4" in out
     assert (tmp_path / "run.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

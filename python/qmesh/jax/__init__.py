@@ -40,6 +40,7 @@ from qmesh.jax.recipe import (
     Float8CurrentScaling,
     Format,
     MXFP8BlockScaling,
+    NVFP4BlockScaling,
 )
 from qmesh.jax.sharding import MeshResource, global_mesh_resource, global_shard_guard
 
@@ -64,6 +65,7 @@ __all__ = [
     "Format",
     "MXFP8BlockScaling",
     "MeshResource",
+    "NVFP4BlockScaling",
     "Quantized",
     "all_gather_gemm",
     "amax",

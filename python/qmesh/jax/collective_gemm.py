@@ -103,10 +103,11 @@ def of(value, parallel: str) -> CollectiveGemm | None:
 
 
 def check_recipe(ring, recipe) -> None:
-    """Raises for a recipe the rings cannot take (block-scaled or MXFP8 operands)."""
-    from qmesh.jax.recipe import Float8BlockScaling, MXFP8BlockScaling
+    """Raises for a recipe the rings cannot take (block-scaled, MXFP8 or NVFP4 operands)."""
+    from qmesh.jax.recipe import Float8BlockScaling, MXFP8BlockScaling, NVFP4BlockScaling
 
-    if ring is not None and isinstance(recipe, (Float8BlockScaling, MXFP8BlockScaling)):
+    blocks = (Float8BlockScaling, MXFP8BlockScaling, NVFP4BlockScaling)
+    if ring is not None and isinstance(recipe, blocks):
         name = type(recipe).__name__
         raise NotImplementedError(
             "collective_gemm: the rings take per-tensor FP8 (DelayedScaling, "

@@ -57,7 +57,7 @@ from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import PartitionSpec
 
 from qmesh.jax import collective_gemm as _cgemm
-from qmesh.jax import delayed_state, mxfp8_dense, sharding, stats
+from qmesh.jax import delayed_state, mxfp8_dense, nvfp4_dense, sharding, stats
 from qmesh.jax.autocast import recipe_in_force
 from qmesh.jax.block_quantize import block_dbias_quantize, block_quantize
 from qmesh.jax.common import F32, FP8_DTYPES, WIDE_DTYPES, entry
@@ -68,6 +68,7 @@ from qmesh.jax.recipe import (
     Float8BlockScaling,
     Float8CurrentScaling,
     MXFP8BlockScaling,
+    NVFP4BlockScaling,
     check_recipe,
 )
 
@@ -499,31 +500,37 @@ def dense(
     fallback: str | None = None,
     row_axes: tuple | None = None,
     collective_gemm: _cgemm.CollectiveGemm | None = None,
+    sr_key=None,
 ):
     """act(x @ kernel + bias) with FP8 GEMMs in forward and backward.
 
     x: [..., K] (float32, bfloat16 or float16); kernel: [K, N]; bias: [N] or None; state: the
     delayed-scaling state (init_state(recipe)) or None for Float8CurrentScaling and
     Float8BlockScaling; recipe: DelayedScaling(), Float8CurrentScaling() or
-    Float8BlockScaling() (or MXFP8BlockScaling(): GEMMs emulated, see mxfp8_dense.py; no
-    state; fallback and row_axes have no effect); None: the autocast's (high precision under
-    autocast(enabled=False)), DelayedScaling() outside autocast; activation: None or "gelu" (tanh
+    Float8BlockScaling() (or MXFP8BlockScaling() / NVFP4BlockScaling(): GEMMs emulated, see
+    mxfp8_dense.py / nvfp4_dense.py; no state; fallback and row_axes have no effect); None:
+    the autocast's (high precision under autocast(enabled=False)), DelayedScaling() outside
+    autocast; activation: None or "gelu" (tanh
     approximation); out_dtype: default x's dtype; fallback: None (raise when FP8 cannot be
     used) or "bf16" (run in bfloat16 then, counted in qmesh.jax.stats()); row_axes: None, or
     the mesh axes (a tuple, () for replicated) the rows of x's and the output gradient's FP8
     codes are constrained to before their GEMMs, under the mesh of the context (no effect
     without one); collective_gemm: None, or a CollectiveGemm: under sequence parallelism the
     GEMMs run through qmesh's all-gather/reduce-scatter rings (collective_gemm.py; row_axes is
-    then not used).
+    then not used); sr_key: NVFP4BlockScaling's jax.random key for the stochastic rounding of
+    the output gradient (needed unless the recipe disables it; a new key each step; other
+    recipes do not use it).
 
     Returns y [..., N]. Differentiate with respect to `state` to get the updated state."""
     recipe = recipe_in_force(recipe, DelayedScaling())
     if activation not in ACTIVATIONS:
         raise ValueError(f"dense: activation must be one of {ACTIVATIONS}, not {activation!r}")
-    if isinstance(recipe, MXFP8BlockScaling):
+    if isinstance(recipe, (MXFP8BlockScaling, NVFP4BlockScaling)):
         if state is not None:
-            raise ValueError("dense: MXFP8BlockScaling keeps no state; pass state=None")
+            raise ValueError(f"dense: {type(recipe).__name__} keeps no state; pass state=None")
         _cgemm.check_recipe(collective_gemm, recipe)
+        if isinstance(recipe, NVFP4BlockScaling):
+            return nvfp4_dense.dense(x, kernel, bias, recipe, activation, out_dtype, sr_key)
         return mxfp8_dense.dense(x, kernel, bias, recipe, activation, out_dtype)
     if recipe is not None:
         check_recipe(recipe)

@@ -43,6 +43,7 @@ from qmesh.jax.recipe import (
     DelayedScaling,
     Float8CurrentScaling,
     MXFP8BlockScaling,
+    NVFP4BlockScaling,
     check_recipe,
 )
 
@@ -119,19 +120,20 @@ def layernorm_dense(
     activation: str | None = None,
     row_axes: tuple | None = None,
     collective_gemm: _cgemm.CollectiveGemm | None = None,
+    sr_key=None,
 ):
     """(act(norm(x) @ kernel + bias), norm(x)) with the norm and the FP8 cast of its output
     fused: LayerNorm, or RMSNorm when beta is None. x: float32 or bfloat16 [..., H]; gamma,
     beta: float32 [H]; kernel: [H, N]; bias: [N] or None; state: init_state(recipe) (None for
     Float8CurrentScaling and Float8BlockScaling); recipe: DelayedScaling, Float8CurrentScaling
-    or Float8BlockScaling (None: as dense(), the autocast's; under autocast(enabled=False) the
-    norm, then the high-precision dense); activation: None or "gelu"; row_axes, collective_gemm: as
-    dense(). y
-    and norm(x) are in x's dtype. Differentiate with respect to `state` to get the updated
-    state."""
+    or Float8BlockScaling (MXFP8BlockScaling, NVFP4BlockScaling: the norm, then their emulated
+    dense; None: as dense(), the autocast's; under autocast(enabled=False) the norm, then the
+    high-precision dense); activation: None or "gelu"; row_axes, collective_gemm, sr_key: as
+    dense(). y and norm(x) are in x's dtype. Differentiate with respect to `state` to get the
+    updated state."""
     recipe = recipe_in_force(recipe, DelayedScaling())
-    if recipe is None or isinstance(recipe, MXFP8BlockScaling):  # the norm as its own op
-        ln = norm(x, gamma, beta, eps)
+    if recipe is None or isinstance(recipe, (MXFP8BlockScaling, NVFP4BlockScaling)):
+        ln = norm(x, gamma, beta, eps)  # the norm as its own op
         y = _dense.dense(
             ln,
             kernel,
@@ -140,6 +142,7 @@ def layernorm_dense(
             recipe=recipe,
             activation=activation,
             collective_gemm=collective_gemm,
+            sr_key=sr_key,
         )
         return y, ln
     check_recipe(recipe)

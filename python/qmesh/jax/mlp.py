@@ -33,7 +33,6 @@ import jax.numpy as jnp
 
 from qmesh.jax import collective_gemm as _cgemm
 from qmesh.jax import dense as _dense
-from qmesh.jax import mxfp8_dense
 from qmesh.jax.activation_quantize import (
     dgelu_dbias_quantize,
     dgelu_dbias_quantize_current,
@@ -45,7 +44,16 @@ from qmesh.jax.common import F32
 from qmesh.jax.gemm import dgelu, gelu
 from qmesh.jax.layer_norm import norm
 from qmesh.jax.layernorm_dense import norm_backward, norm_forward
-from qmesh.jax.recipe import DelayedScaling, Float8BlockScaling, MXFP8BlockScaling, check_recipe
+from qmesh.jax.nvfp4_dense import split_key
+from qmesh.jax.recipe import (
+    DelayedScaling,
+    Float8BlockScaling,
+    MXFP8BlockScaling,
+    NVFP4BlockScaling,
+    check_recipe,
+)
+
+EMULATED = (MXFP8BlockScaling, NVFP4BlockScaling)  # recipes of two emulated dense layers
 
 
 @dataclasses.dataclass(frozen=True)
@@ -184,29 +192,32 @@ def mlp(
     recipe=None,
     row_axes=(None, None),
     collective_gemm: str | None = None,
+    sr_key=None,
 ):
     """fc2(gelu(fc1(x))) with FP8 GEMMs and GELU fused into the casts. x: [..., H] (float32,
     bfloat16 or float16); kernels: ([H, F], [F, H]) in x's dtype; biases: ([F] or None, [H] or
     None); states: init_state(recipe) of each GEMM (None for Float8CurrentScaling and
     Float8BlockScaling); recipe: DelayedScaling, Float8CurrentScaling or Float8BlockScaling
-    (GELU then the block cast: the GELU-fused casts are per-tensor), or MXFP8BlockScaling
-    (the two emulated dense layers of mxfp8_dense.py, GELU between; no states, row_axes have
-    no effect); None: as dense(), the
+    (GELU then the block cast: the GELU-fused casts are per-tensor), or MXFP8BlockScaling /
+    NVFP4BlockScaling (two emulated dense layers, GELU between; no states, row_axes have no
+    effect); None: as dense(), the
     autocast's (high precision under autocast(enabled=False)); row_axes: (fc1's, fc2's), as
     dense(); collective_gemm: None or an overlap ("none", "ring", "bidir"): fc1 column parallel
-    and fc2 row parallel through qmesh's rings (collective_gemm.py). Returns y [..., H] in x's
-    dtype. Differentiate with respect to `states` for the updated states."""
+    and fc2 row parallel through qmesh's rings (collective_gemm.py); sr_key: NVFP4's key of
+    the stochastic rounding (as dense(); each layer gets a key split from it). Returns y
+    [..., H] in x's dtype. Differentiate with respect to `states` for the updated states."""
     recipe = recipe_in_force(recipe, DelayedScaling())
     if recipe is None:
         _cgemm.check_quantized(collective_gemm, recipe)
         h = _dense.dense(x, kernels[0], biases[0], states[0], activation="gelu")
         return _dense.dense(h, kernels[1], biases[1], states[1])
-    if isinstance(recipe, MXFP8BlockScaling):
+    if isinstance(recipe, EMULATED):
         _cgemm.check_recipe(collective_gemm, recipe)
         if any(s is not None for s in states):
-            raise ValueError("mlp: MXFP8BlockScaling takes no states")
-        h = mxfp8_dense.dense(x, kernels[0], biases[0], recipe, "gelu", None)
-        return mxfp8_dense.dense(h, kernels[1], biases[1], recipe, None, None)
+            raise ValueError(f"mlp: {type(recipe).__name__} takes no states")
+        keys = split_key(sr_key, 2)
+        h = _dense.dense(x, kernels[0], biases[0], recipe=recipe, activation="gelu", sr_key=keys[0])
+        return _dense.dense(h, kernels[1], biases[1], recipe=recipe, sr_key=keys[1])
     x = jnp.asarray(x)
     kernels = tuple(jnp.asarray(k) for k in kernels)
     biases = tuple(None if b is None else jnp.asarray(b) for b in biases)
@@ -228,12 +239,13 @@ def layernorm_mlp(
     eps: float = 1e-6,
     row_axes=(None, None),
     collective_gemm: str | None = None,
+    sr_key=None,
 ):
     """(mlp(norm(x)), norm(x)) with the norm (LayerNorm, or RMSNorm when beta is None) fused
     with fc1's input cast as layernorm_dense fuses it, for every recipe. x: float32 or bfloat16
     [..., H]; gamma, beta: float32 [H]; the other arguments as mlp()."""
     recipe = recipe_in_force(recipe, DelayedScaling())
-    if recipe is None or isinstance(recipe, MXFP8BlockScaling):  # the norm as its own op
+    if recipe is None or isinstance(recipe, EMULATED):  # the norm as its own op
         ln = norm(x, gamma, beta, eps)
         y = mlp(
             ln,
@@ -243,6 +255,7 @@ def layernorm_mlp(
             recipe=recipe,
             row_axes=row_axes,
             collective_gemm=collective_gemm,
+            sr_key=sr_key,
         )
         return y, ln
     x = jnp.asarray(x)

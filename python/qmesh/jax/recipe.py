@@ -11,13 +11,17 @@
                        fp8_dpa=False, fp8_mha=False)
     MXFP8BlockScaling(fp8_format=Format.E4M3, margin=0.0, fp8_dpa=False, fp8_mha=False,
                       emulate=False)
+    NVFP4BlockScaling(disable_rht=False, disable_stochastic_rounding=False,
+                      disable_2d_quantization=False, fp8_dpa=False, fp8_mha=False,
+                      emulate=False)
 
 HYBRID quantizes forward operands (inputs, weights) to E4M3 and gradients to E5M2; E4M3 uses
 E4M3 everywhere. The rules are qmesh's (docs/design/fp8_scaling.md): delayed scaling takes the
 scale of step t from the amaxes of steps < t; current scaling from the tensor's own amax; block
 scaling (docs/design/block_scaling.md) gives every 1x128 slice (block dim 1) or 128x128 tile
 (block dim 2) of an operand its own current scale; MXFP8 (docs/design/mxfp8.md) an E8M0
-power-of-two scale to every 32 elements along K.
+power-of-two scale to every 32 elements along K; NVFP4 (docs/design/nvfp4.md) E2M1 codes with
+an E4M3 scale per 16 elements and an fp32 scale per tensor.
 """
 
 from __future__ import annotations
@@ -235,15 +239,66 @@ class MXFP8BlockScaling:
         object.__setattr__(self, "emulate", _flag(self.emulate, "emulate"))
 
 
-Recipe = DelayedScaling | Float8CurrentScaling | Float8BlockScaling | MXFP8BlockScaling
+@dataclasses.dataclass(frozen=True)
+class NVFP4BlockScaling:
+    """NVFP4 (docs/design/nvfp4.md): float4_e2m1fn codes, an E4M3 scale per 16 elements along
+    a GEMM's K and an fp32 scale per tensor. TransformerEngine's switches and defaults (also
+    qmesh::NvFp4Config), plus `emulate` as MXFP8BlockScaling's: weights in 16x16 tiles
+    (1x16 blocks with disable_2d_quantization), inputs and gradients in 1x16 blocks; the
+    gradients rounded stochastically (off with disable_stochastic_rounding), seeded from a
+    jax.random key (the Flax rng stream "sr_rng" in the modules and drop-ins, `sr_key` in
+    dense/mlp); the random Hadamard transform on the columnwise copies of the inputs and the
+    gradients, the two operands of the weight-gradient GEMM (off with disable_rht). Used by
+    qmesh.jax.dense.dense (nvfp4_dense.py)."""
+
+    disable_rht: bool = False
+    disable_stochastic_rounding: bool = False
+    disable_2d_quantization: bool = False
+    fp8_dpa: bool = False
+    fp8_mha: bool = False
+    emulate: bool = False
+
+    def __post_init__(self):
+        for name in (
+            "disable_rht",
+            "disable_stochastic_rounding",
+            "disable_2d_quantization",
+            "emulate",
+        ):
+            object.__setattr__(self, name, _flag(getattr(self, name), name))
+        for name in ("fp8_dpa", "fp8_mha"):
+            if _flag(getattr(self, name), name):
+                raise ValueError(f"{name} must be False: FP8 attention is not supported with NVFP4")
+
+
+Recipe = (
+    DelayedScaling
+    | Float8CurrentScaling
+    | Float8BlockScaling
+    | MXFP8BlockScaling
+    | NVFP4BlockScaling
+)
+
+
+def uses_sr(recipe) -> bool:
+    """Whether `recipe` rounds stochastically and so takes a key (NVFP4 by default)."""
+    return isinstance(recipe, NVFP4BlockScaling) and not recipe.disable_stochastic_rounding
 
 
 def check_recipe(recipe) -> None:
     """Raises TypeError unless `recipe` is one of the recipe classes above."""
     if not isinstance(
-        recipe, (DelayedScaling, Float8CurrentScaling, Float8BlockScaling, MXFP8BlockScaling)
+        recipe,
+        (
+            DelayedScaling,
+            Float8CurrentScaling,
+            Float8BlockScaling,
+            MXFP8BlockScaling,
+            NVFP4BlockScaling,
+        ),
     ):
         raise TypeError(
             "recipe must be qmesh.jax.recipe.DelayedScaling(), Float8CurrentScaling(), "
-            f"Float8BlockScaling() or MXFP8BlockScaling(), not {type(recipe).__name__}"
+            "Float8BlockScaling(), MXFP8BlockScaling() or NVFP4BlockScaling(), not "
+            f"{type(recipe).__name__}"
         )

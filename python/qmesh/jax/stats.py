@@ -7,8 +7,8 @@
   replaced by the previous valid scale (or 1), counted when the backward pass runs;
 - unthreaded_states: layers whose delayed-scaling state is not passed from step to step
   (docs/flax.md "State semantics"), counted once per layer when detected;
-- emulated_gemms: GEMMs with MXFP8 operands that ran emulated (dequantized, then a float32-
-  accumulated GEMM; MXFP8BlockScaling(emulate=True)), counted at trace time.
+- emulated_gemms: GEMMs with MXFP8 or NVFP4 operands that ran emulated (dequantized, then a
+  float32-accumulated GEMM; the recipe's emulate=True, emulation.py), counted at trace time.
 """
 
 from __future__ import annotations

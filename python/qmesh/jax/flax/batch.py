@@ -1,9 +1,10 @@
 """The batch dimensions of the drop-ins' GEMMs (quantized_dot_general: "ecd,edf->ecf", batch e),
 with expert parallelism.
 
-    map_batch(gemm, x, w, state)  # x [B, M, K], w [B, K, N] -> [B, M, N]
+    map_batch(gemm, x, w, state, keys)  # x [B, M, K], w [B, K, N] -> [B, M, N]
 
-runs gemm(x[i], w[i], state) for every batch element i. qmesh's GEMM primitive is 2-D (the
+runs gemm(x[i], w[i], state, keys[i]) for every batch element i (keys: NVFP4's stochastic-
+rounding keys, one per element, or None). qmesh's GEMM primitive is 2-D (the
 handler calls one cuBLASLt / host GEMM); under jax.vmap its batching rule runs the primitives
 in a loop (lax.map, primitive.py): the compiled HLO holds one GEMM call inside a while loop,
 each element exact on its own (current and block scaling scale each element's operands on
@@ -32,16 +33,17 @@ from qmesh.jax.delayed_state import share_state
 from qmesh.jax.sharding import global_mesh_resource
 
 
-def map_batch(gemm: Callable, x, w, state):
-    """gemm(x[i], w[i], state) stacked over i (see the module docstring): x [B, ...], w [B, ...],
-    state a tree (None: no state) that every element uses."""
+def map_batch(gemm: Callable, x, w, state, keys=None):
+    """gemm(x[i], w[i], state, keys[i]) stacked over i (see the module docstring): x [B, ...],
+    w [B, ...], state a tree (None: no state) that every element uses, keys [B, ...] or None
+    (then gemm gets None)."""
 
-    def loop(x, w, state):
-        return jax.vmap(gemm, in_axes=(0, 0, None))(x, w, state)
+    def loop(x, w, state, keys):
+        return jax.vmap(gemm, in_axes=(0, 0, None, 0))(x, w, state, keys)
 
     axis = global_mesh_resource().ep_resource
     if axis is None:
-        return loop(x, w, state)
+        return loop(x, w, state, keys)
     mesh = jax.sharding.get_abstract_mesh()
     if mesh.empty or axis not in mesh.axis_names:
         raise ValueError(
@@ -50,7 +52,7 @@ def map_batch(gemm: Callable, x, w, state):
             + ("" if mesh.empty else f", not only {tuple(mesh.axis_names)}")
         )
     if dict(zip(mesh.axis_names, mesh.axis_types))[axis] != AxisType.Auto:
-        return loop(x, w, state)  # already per device (inside a shard_map over the axis)
+        return loop(x, w, state, keys)  # already per device (inside a shard_map over the axis)
     n = mesh.shape[axis]
     if x.shape[0] % n:
         raise ValueError(
@@ -58,15 +60,15 @@ def map_batch(gemm: Callable, x, w, state):
             f"size of the mesh axis {axis!r} (MeshResource.ep_resource), {n}"
         )
 
-    def local(x, w, states):  # one device's batch elements, its copy of the state
-        return loop(x, w, jax.tree.map(lambda a: a[0], states))
+    def local(x, w, states, keys):  # one device's batch elements, its copy of the state
+        return loop(x, w, jax.tree.map(lambda a: a[0], states), keys)
 
     states = share_state(state, n) if state is not None else None
     return jax.shard_map(
         local,
         mesh=mesh,
-        in_specs=(P(axis), P(axis), P(axis)),
+        in_specs=(P(axis), P(axis), P(axis), P(axis)),
         out_specs=P(axis),
         axis_names=frozenset({axis}),
         check_vma=False,  # qmesh's primitives do not type their results' manual axes
-    )(x, w, states)
+    )(x, w, states, keys)

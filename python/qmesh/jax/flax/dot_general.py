@@ -21,6 +21,7 @@ from jax import lax
 from qmesh.jax.dense import FALLBACKS, dense
 from qmesh.jax.flax.batch import map_batch
 from qmesh.jax.flax.state_module import States, wrap_function_in_state_module
+from qmesh.jax.nvfp4_dense import split_key
 from qmesh.jax.recipe import check_recipe
 
 
@@ -79,8 +80,9 @@ def quantized_dot_general(
     x = x.reshape(math.prod(batch), *x.shape[len(lb) : len(lb) + len(lfree)], k)
     w = jnp.transpose(rhs, rb + rc + rfree).reshape(math.prod(batch), k, -1)
     state = states()
+    keys = split_key(states.sr_key(), math.prod(batch))  # one per batch element
 
-    def gemm(x, w, state):
+    def gemm(x, w, state, key):
         return dense(
             x,
             w.astype(x.dtype) if w.dtype != x.dtype else w,
@@ -89,9 +91,13 @@ def quantized_dot_general(
             recipe=states.recipe,
             out_dtype=out_dtype,
             fallback=fallback,
+            sr_key=key,
         )
 
-    y = map_batch(gemm, x, w, state) if lb else gemm(x[0], w[0], state)
+    if lb:
+        y = map_batch(gemm, x, w, state, None if keys[0] is None else jnp.stack(keys))
+    else:
+        y = gemm(x[0], w[0], state, keys[0])
     return y.reshape(*batch, *(lhs.shape[d] for d in lfree), *(rhs.shape[d] for d in rfree))
 
 
@@ -106,8 +112,11 @@ def make_dot_general_cls(recipe=None, fallback: str | None = None):
     """A Flax module class computing lax.dot_general's result with qmesh's FP8 dense op.
 
     recipe: qmesh.jax.recipe.DelayedScaling(), Float8CurrentScaling(), Float8BlockScaling(),
-    MXFP8BlockScaling() (GEMMs emulated, qmesh/jax/mxfp8_dense.py; fallback not used) or
-    None: the autocast's when called (qmesh.jax.autocast; DelayedScaling() outside autocast);
+    MXFP8BlockScaling() (GEMMs emulated, qmesh/jax/mxfp8_dense.py; fallback not used),
+    NVFP4BlockScaling() (GEMMs emulated, qmesh/jax/nvfp4_dense.py; fallback not used; its
+    stochastic rounding draws a key per call from the rng stream "sr_rng": pass
+    rngs={"sr_rng": key} to apply) or None: the autocast's when called (qmesh.jax.autocast;
+    DelayedScaling() outside autocast);
     fallback: None (raise when FP8 cannot be used) or "bf16" (run such calls in
     bfloat16, counted in stats)."""
     if recipe is not None:

@@ -5,7 +5,9 @@ share) and the mixins Norm and LoRA; the fields these add are keyword-only.
 
 Names and arguments follow TransformerEngine's Flax modules. `recipe` picks the FP8 recipe
 (qmesh.jax.recipe.DelayedScaling(), Float8CurrentScaling(), Float8BlockScaling() or
-MXFP8BlockScaling() with emulated GEMMs, sizes multiples of 32); None runs
+MXFP8BlockScaling() with emulated GEMMs, sizes multiples of 32; NVFP4BlockScaling() with
+emulated GEMMs, sizes multiples of 16, its stochastic rounding keyed by the rng stream
+"sr_rng": rngs={"params": ..., "sr_rng": ...}); None runs
 the layer unquantised in `dtype` (the baseline), unless an autocast block sets a recipe
 (qmesh.jax.autocast). DelayedScaling state lives in the
 `_overwrite_with_gradient` collection (see dot_general.py).
@@ -52,11 +54,11 @@ from qmesh.jax.flax.sharding import (
     rows_of,
     token_layout,
 )
-from qmesh.jax.flax.state_module import fp8_state
+from qmesh.jax.flax.state_module import fp8_state, sr_key
 from qmesh.jax.gemm import gelu
 from qmesh.jax.layernorm_dense import layernorm_dense
 from qmesh.jax.mlp import layernorm_mlp, mlp
-from qmesh.jax.recipe import MXFP8BlockScaling, check_recipe
+from qmesh.jax.recipe import MXFP8BlockScaling, NVFP4BlockScaling, check_recipe
 from qmesh.jax.sharding import constrain
 
 ACTIVATIONS: dict[str, Callable] = {
@@ -150,6 +152,7 @@ class QuantizedModule(nn.Module):
             fallback=self.fallback,
             row_axes=rows_of(input_spec),
             collective_gemm=_cgemm.of(self.collective_gemm, parallel),
+            sr_key=sr_key(self, self._recipe),
         )
 
     def _dense_general(
@@ -280,12 +283,12 @@ class Norm(nn.Module):
 
     def _fuses_norm(self, x, n: int) -> bool:
         """Whether the norm and the FP8 cast of its output run as one op in front of the first
-        GEMM (layernorm_dense): an FP8 recipe with per-tensor or block scales (not MXFP8, whose
-        cast takes no norm), float32 or bfloat16 input in the module's dtype, no LoRA, and a
-        GEMM FP8 can take."""
+        GEMM (layernorm_dense): an FP8 recipe with per-tensor or block scales (not MXFP8 or
+        NVFP4, whose casts take no norm), float32 or bfloat16 input in the module's dtype, no
+        LoRA, and a GEMM FP8 can take."""
         return (
             self._recipe is not None
-            and not isinstance(self._recipe, MXFP8BlockScaling)
+            and not isinstance(self._recipe, (MXFP8BlockScaling, NVFP4BlockScaling))
             and x.dtype in (jnp.float32, jnp.bfloat16)
             and x.dtype == jnp.dtype(self.dtype)
             and not self.lora_enabled
@@ -531,6 +534,7 @@ class LayerNormMLP(Norm, QuantizedModule):
             recipe=self._recipe,
             row_axes=row_axes,
             collective_gemm=self.collective_gemm,
+            sr_key=sr_key(self, self._recipe),
         )
         return y, ln
 

@@ -15,7 +15,8 @@ or reads (at apply) the delayed-scaling state of one GEMM in the collection
 `_overwrite_with_gradient` (flax.linen.fp8_ops.OVERWRITE_WITH_GRADIENT): input_, kernel_ and
 output_grad_ amax_history and scale, each name after `prefix` (one prefix per GEMM); None for
 a recipe without state. The backward pass returns the updated state as its gradient, which
-TrainState.apply_gradients writes back (docs/flax.md).
+TrainState.apply_gradients writes back (docs/flax.md). `states.sr_key()` is the key of a
+recipe's stochastic rounding (NVFP4), drawn from the Flax rng stream "sr_rng" (sr_key).
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ from flax.linen.fp8_ops import OVERWRITE_WITH_GRADIENT
 
 from qmesh.jax.autocast import recipe_in_force
 from qmesh.jax.delayed_state import OPERANDS, split_state
-from qmesh.jax.recipe import DelayedScaling, check_recipe
+from qmesh.jax.recipe import DelayedScaling, check_recipe, uses_sr
+
+SR_RNG = "sr_rng"  # the Flax rng stream of stochastic rounding (TransformerEngine's name)
 
 # Per root scope (one init/apply): the unused half of the last split of each GEMM's state, for
 # a module called more than once (see fp8_state).
@@ -68,6 +71,22 @@ def fp8_state(module: nn.Module, recipe, prefix: str = "") -> dict | None:
     return use
 
 
+def sr_key(module: nn.Module, recipe):
+    """A fresh key from `module`'s rng stream "sr_rng" when `recipe` rounds stochastically
+    (NVFP4BlockScaling by default), else None. Raises ValueError, saying how to pass it, when
+    the stream is missing."""
+    if not uses_sr(recipe):
+        return None
+    if not module.has_rng(SR_RNG):
+        raise ValueError(
+            f"{type(module).__name__}: NVFP4BlockScaling rounds the gradients stochastically "
+            f"and draws its keys from the Flax rng stream '{SR_RNG}': pass "
+            f"rngs={{'{SR_RNG}': jax.random.key(0)}} to init and apply (a new key each step), "
+            "or use NVFP4BlockScaling(disable_stochastic_rounding=True)"
+        )
+    return module.make_rng(SR_RNG)
+
+
 class States:
     """The first argument of a wrapped function: the recipe in force and, called with a
     prefix, the state of one of its GEMMs (see the module docstring)."""
@@ -79,13 +98,17 @@ class States:
     def __call__(self, prefix: str = "") -> dict | None:
         return fp8_state(self.module, self.recipe, prefix)
 
+    def sr_key(self):
+        """A fresh stochastic-rounding key for one GEMM, or None (see sr_key)."""
+        return sr_key(self.module, self.recipe)
+
 
 def wrap_function_in_state_module(f: Callable, recipe=None, name: str | None = None) -> type:
     """A parameterless Flax module class whose instances compute f(states, *args, **kwargs)
     (see the module docstring). recipe: DelayedScaling(), Float8CurrentScaling(),
-    Float8BlockScaling() or None (the autocast's when called; DelayedScaling() outside
-    autocast); name: the class name (Flax names instances after it; default f's name). The
-    class carries `recipe`."""
+    Float8BlockScaling(), MXFP8BlockScaling(), NVFP4BlockScaling() or None (the autocast's when
+    called; DelayedScaling() outside autocast); name: the class name (Flax names instances
+    after it; default f's name). The class carries `recipe`."""
     if recipe is not None:
         check_recipe(recipe)
     cls_name = name or f.__name__
