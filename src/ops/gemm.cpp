@@ -35,6 +35,12 @@ GemmOperand GemmOperand::mxfp8(const MxFp8TensorView& q) {
   return op;
 }
 
+GemmOperand GemmOperand::nvfp4(const NvFp4TensorView& q) {
+  GemmOperand op;
+  op.nv = q;
+  return op;
+}
+
 const char* gemm_epilogue_name(GemmEpilogue e) {
   switch (e) {
     case GemmEpilogue::kNone:
