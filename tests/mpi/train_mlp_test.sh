@@ -3,8 +3,10 @@
 # Usage: train_mlp_test.sh <qmeshrun> <train_mlp> <case>
 #   converge   FP8 delayed scaling learns, and ends within 5% of the BF16 run's loss; FP8
 #              block scaling (also with --sequence-parallel) ends no worse than delayed
-#              scaling (0.5% slack for rounding noise)
-#   resume     20 steps == 10 steps, checkpoint, resume, 10 more (bit for bit)
+#              scaling (0.5% slack for rounding noise); MXFP8 and NVFP4 are refused without
+#              --emulate and train with it
+#   resume     20 steps == 10 steps, checkpoint, resume, 10 more (bit for bit); also under
+#              block scaling and NVFP4 (emulated)
 #   overlap    --overlap ring and bidir, and --regather-input, train to the same bits as
 #              --overlap none (SP; FP8 delayed and block scaling)
 #   fsdp       --dp 4, --fsdp 4 and --dp 2 --fsdp 2 (and dp 2 vs fsdp 2 with tp 2) train to the
@@ -61,6 +63,16 @@ converge)
   echo "final loss: mxfp8 (emulated) $mxfp8"
   awk -v a="$mxfp8" -v b="$fp8" 'BEGIN { exit !(a <= 1.005 * b) }' ||
     fail "MXFP8's final loss $mxfp8 is worse than delayed scaling's $fp8"
+  train4 "${small[@]}" --steps 80 --recipe nvfp4 >"$work/nvfp4-refused.log" 2>&1 &&
+    fail "NVFP4 without --emulate ran (its GEMMs must be refused without emulation)"
+  grep -q "NVFP4BlockScaling(emulate=True)" "$work/nvfp4-refused.log" ||
+    { cat "$work/nvfp4-refused.log"; fail "NVFP4 without --emulate: no error saying how to ask"; }
+  train4 "${small[@]}" --steps 80 --recipe nvfp4 --emulate >"$work/nvfp4.log" 2>&1 ||
+    { cat "$work/nvfp4.log"; fail "NVFP4 run (emulated GEMMs)"; }
+  nvfp4=$(field "final loss" "$work/nvfp4.log" | awk '{print $3}')
+  echo "final loss: nvfp4 (emulated) $nvfp4"
+  awk -v a="$nvfp4" -v m="$base" 'BEGIN { exit !(a < 0.5 * m) }' ||
+    fail "NVFP4 did not learn: loss $nvfp4 vs $base for predicting the mean"
   ;;
 resume)
   train4 "${small[@]}" --steps 20 --csv "$work/full.csv" >"$work/full.log" 2>&1 ||
@@ -90,6 +102,18 @@ resume)
   echo "block uninterrupted: $a"
   echo "block resumed:       $b"
   [ -n "$a" ] && [ "$a" = "$b" ] || fail "block: parameters differ after resuming"
+  # NVFP4 seeds stochastic rounding from the step count, which its checkpoint keeps.
+  nv=(--recipe nvfp4 --emulate)
+  train4 "${small[@]}" "${nv[@]}" --steps 8 >"$work/nvfp4-full.log" 2>&1 || fail "nvfp4 run"
+  train4 "${small[@]}" "${nv[@]}" --steps 4 --checkpoint-dir "$work/nvfp4" >/dev/null 2>&1 ||
+    fail "4 nvfp4 steps"
+  train4 "${small[@]}" "${nv[@]}" --steps 8 --checkpoint-dir "$work/nvfp4" --resume \
+    >"$work/nvfp4.log" 2>&1 || { cat "$work/nvfp4.log"; fail "nvfp4 resume"; }
+  a=$(field "parameter checksums" "$work/nvfp4-full.log")
+  b=$(field "parameter checksums" "$work/nvfp4.log")
+  echo "nvfp4 uninterrupted: $a"
+  echo "nvfp4 resumed:       $b"
+  [ -n "$a" ] && [ "$a" = "$b" ] || fail "nvfp4: parameters differ after resuming"
   ;;
 overlap)
   for recipe in delayed block; do
