@@ -29,6 +29,18 @@ train4() { timeout 300 "$run" -np 4 "$train" "$@"; }
 
 field() { grep "^$1" "$2" | head -n 1; }
 
+# A microscaled recipe ($1: mxfp8 or nvfp4): refused without --emulate by an error that says
+# how to ask, then 80 emulated steps; prints the final loss (or, failing, the logs and why).
+emulated_run() {
+  train4 "${small[@]}" --steps 80 --recipe "$1" >"$work/$1-refused.log" 2>&1 &&
+    fail "$1 without --emulate ran (its GEMMs must be refused without emulation)"
+  grep -q "QMESH_BLOCK_EMULATION=1" "$work/$1-refused.log" ||
+    { cat "$work/$1-refused.log"; fail "$1 without --emulate: no error saying how to ask"; }
+  train4 "${small[@]}" --steps 80 --recipe "$1" --emulate >"$work/$1.log" 2>&1 ||
+    { cat "$work/$1.log"; fail "$1 run (emulated GEMMs)"; }
+  field "final loss" "$work/$1.log" | awk '{print $3}'
+}
+
 case $case_name in
 converge)
   train4 "${small[@]}" --steps 80 --recipe delayed >"$work/fp8.log" 2>&1 || fail "FP8 run"
@@ -53,23 +65,11 @@ converge)
   echo "final loss: fp8 block, sequence parallel $block_sp"
   awk -v a="$block_sp" -v b="$fp8" 'BEGIN { exit !(a <= 1.005 * b) }' ||
     fail "FP8 block scaling with --sequence-parallel ends at $block_sp, worse than delayed's $fp8"
-  train4 "${small[@]}" --steps 80 --recipe mxfp8 >"$work/mxfp8-refused.log" 2>&1 &&
-    fail "MXFP8 without --emulate ran (its GEMMs must be refused without emulation)"
-  grep -q "QMESH_BLOCK_EMULATION=1" "$work/mxfp8-refused.log" ||
-    { cat "$work/mxfp8-refused.log"; fail "MXFP8 without --emulate: no error saying how to ask"; }
-  train4 "${small[@]}" --steps 80 --recipe mxfp8 --emulate >"$work/mxfp8.log" 2>&1 ||
-    { cat "$work/mxfp8.log"; fail "MXFP8 run (emulated GEMMs)"; }
-  mxfp8=$(field "final loss" "$work/mxfp8.log" | awk '{print $3}')
+  mxfp8=$(emulated_run mxfp8) || { echo "$mxfp8"; exit 1; }
   echo "final loss: mxfp8 (emulated) $mxfp8"
   awk -v a="$mxfp8" -v b="$fp8" 'BEGIN { exit !(a <= 1.005 * b) }' ||
     fail "MXFP8's final loss $mxfp8 is worse than delayed scaling's $fp8"
-  train4 "${small[@]}" --steps 80 --recipe nvfp4 >"$work/nvfp4-refused.log" 2>&1 &&
-    fail "NVFP4 without --emulate ran (its GEMMs must be refused without emulation)"
-  grep -q "NVFP4BlockScaling(emulate=True)" "$work/nvfp4-refused.log" ||
-    { cat "$work/nvfp4-refused.log"; fail "NVFP4 without --emulate: no error saying how to ask"; }
-  train4 "${small[@]}" --steps 80 --recipe nvfp4 --emulate >"$work/nvfp4.log" 2>&1 ||
-    { cat "$work/nvfp4.log"; fail "NVFP4 run (emulated GEMMs)"; }
-  nvfp4=$(field "final loss" "$work/nvfp4.log" | awk '{print $3}')
+  nvfp4=$(emulated_run nvfp4) || { echo "$nvfp4"; exit 1; }
   echo "final loss: nvfp4 (emulated) $nvfp4"
   awk -v a="$nvfp4" -v m="$base" 'BEGIN { exit !(a < 0.5 * m) }' ||
     fail "NVFP4 did not learn: loss $nvfp4 vs $base for predicting the mean"

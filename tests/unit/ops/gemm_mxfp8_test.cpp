@@ -7,9 +7,9 @@
 
 #include <cmath>
 #include <cstdlib>
-#include <cstring>
 #include <vector>
 
+#include "emulated_gemm_test_util.h"
 #include "expect_error.h"
 #include "qmesh/fp8.h"
 #include "qmesh/ops/gemm.h"
@@ -49,18 +49,9 @@ MxFp8TensorView k_rows(const MxFp8Tensor& q, bool rowwise) {
   return c;
 }
 
-struct Form {
-  const char* name;
-  GemmTranspose ta, tb;
-  int64_t a_rows, a_cols, b_rows, b_cols;
-};
-
 TEST(GemmMxfp8, EmulatedIsThePlainGemmOfTheDequantizedOperands) {
   const int64_t m = 64, n = 96, k = 128;
-  const Form forms[] = {{"fprop", kNo, kYes, m, k, n, k},
-                        {"dgrad", kNo, kNo, m, k, k, n},
-                        {"wgrad", kYes, kNo, k, m, k, n}};
-  for (const Form& f : forms) {
+  for (const test::LayerForm& f : test::layer_forms(m, n, k)) {
     SCOPED_TRACE(f.name);
     const MxFp8Tensor a = quantized(DType::kFloat8E5M2, f.a_rows, f.a_cols, 1);
     const MxFp8Tensor b = quantized(DType::kFloat8E4M3, f.b_rows, f.b_cols, 2);
@@ -85,15 +76,7 @@ TEST(GemmMxfp8, EmulatedIsThePlainGemmOfTheDequantizedOperands) {
     Tensor a32(DType::kFloat32, Shape{m, k}), b32(DType::kFloat32, Shape{n, k});
     mxfp8_dequantize(ak, a32.view());
     mxfp8_dequantize(bk, b32.view());
-    GemmArgs plain = args;
-    plain.a = GemmOperand::plain(a32.view());
-    plain.b = GemmOperand::plain(b32.view());
-    plain.trans_a = kNo;
-    plain.trans_b = kYes;
-    Tensor d32(DType::kFloat32, Shape{m, n});
-    plain.d = d32.view();
-    gemm(plain);
-    EXPECT_EQ(std::memcmp(d.data(), d32.data(), d.nbytes()), 0);
+    test::expect_plain_gemm_bits(args, d, a32, b32);
 
     // Close to float64.
     const std::vector<double> av = values(ak), bv = values(bk);

@@ -7,9 +7,9 @@
 
 #include <cmath>
 #include <cstdlib>
-#include <cstring>
 #include <vector>
 
+#include "emulated_gemm_test_util.h"
 #include "expect_error.h"
 #include "qmesh/ops/gemm.h"
 #include "qmesh/ops/gemm_emulation.h"
@@ -37,23 +37,14 @@ NvFp4TensorView k_rows(const NvFp4Tensor& q, bool rowwise) {
   return c;
 }
 
-struct Form {
-  const char* name;
-  GemmTranspose ta, tb;
-  int64_t a_rows, a_cols, b_rows, b_cols;
-};
-
 TEST(GemmNvfp4, EmulatedIsThePlainGemmOfTheDequantizedOperands) {
   const int64_t m = 32, n = 48, k = 64;
-  const Form forms[] = {{"fprop", kNo, kYes, m, k, n, k},
-                        {"dgrad", kNo, kNo, m, k, k, n},
-                        {"wgrad", kYes, kNo, k, m, k, n}};
   NvFp4Options weight;
   weight.tiles_2d = true;
   NvFp4Options gradient;
   gradient.stochastic_rounding = true;
   gradient.seed = 11;
-  for (const Form& f : forms) {
+  for (const test::LayerForm& f : test::layer_forms(m, n, k)) {
     SCOPED_TRACE(f.name);
     const NvFp4Tensor a =
         quantized(test::random_wide(DType::kFloat32, Shape{f.a_rows, f.a_cols}, 1), gradient);
@@ -74,15 +65,7 @@ TEST(GemmNvfp4, EmulatedIsThePlainGemmOfTheDequantizedOperands) {
     Tensor a32(DType::kFloat32, Shape{m, k}), b32(DType::kFloat32, Shape{n, k});
     nvfp4_dequantize(k_rows(a, f.ta == kNo), a32.view());
     nvfp4_dequantize(k_rows(b, f.tb == kYes), b32.view());
-    GemmArgs plain = args;
-    plain.a = GemmOperand::plain(a32.view());
-    plain.b = GemmOperand::plain(b32.view());
-    plain.trans_a = kNo;
-    plain.trans_b = kYes;
-    Tensor d32(DType::kFloat32, Shape{m, n});
-    plain.d = d32.view();
-    gemm(plain);
-    EXPECT_EQ(std::memcmp(d.data(), d32.data(), d.nbytes()), 0);
+    test::expect_plain_gemm_bits(args, d, a32, b32);
   }
 }
 
