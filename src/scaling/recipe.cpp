@@ -37,6 +37,16 @@ void check_split_accumulator(const MMParams& mm, const char* field) {
               "outside the tensor cores");
 }
 
+// The microscaled recipes take no FP8 attention: fp8_dpa and fp8_mha must be false.
+void check_no_fp8_attention(bool dpa, bool mha, const char* recipe, const char* format) {
+  QMESH_CHECK_KIND(ErrorKind::kUnsupported, !dpa, recipe,
+                   ".fp8_dpa must be false: FP8 attention is not supported with ", format,
+                   " scaling");
+  QMESH_CHECK_KIND(ErrorKind::kUnsupported, !mha, recipe,
+                   ".fp8_mha must be false: FP8 attention is not supported with ", format,
+                   " scaling");
+}
+
 }  // namespace
 
 std::string_view recipe_name(Recipe recipe) {
@@ -116,12 +126,7 @@ void validate(const MXFP8BlockScaling& recipe) {
               int(recipe.fp8_format));
   QMESH_CHECK(std::isfinite(recipe.margin) && recipe.margin >= 0.0f,
               "MXFP8BlockScaling.margin must be finite and >= 0, got ", recipe.margin);
-  QMESH_CHECK_KIND(ErrorKind::kUnsupported, !recipe.fp8_dpa,
-                   "MXFP8BlockScaling.fp8_dpa must be false: FP8 attention is not supported with "
-                   "MXFP8 scaling");
-  QMESH_CHECK_KIND(ErrorKind::kUnsupported, !recipe.fp8_mha,
-                   "MXFP8BlockScaling.fp8_mha must be false: FP8 attention is not supported with "
-                   "MXFP8 scaling");
+  check_no_fp8_attention(recipe.fp8_dpa, recipe.fp8_mha, "MXFP8BlockScaling", "MXFP8");
 }
 
 void validate(const NVFP4BlockScaling& recipe) {
@@ -133,12 +138,7 @@ void validate(const NVFP4BlockScaling& recipe) {
                    "NVFP4BlockScaling.fp8_format must be Fp8Format::kE4M3 (the format of the "
                    "block scales), got value ",
                    int(recipe.fp8_format));
-  QMESH_CHECK_KIND(ErrorKind::kUnsupported, !recipe.fp8_dpa,
-                   "NVFP4BlockScaling.fp8_dpa must be false: FP8 attention is not supported with "
-                   "NVFP4 scaling");
-  QMESH_CHECK_KIND(ErrorKind::kUnsupported, !recipe.fp8_mha,
-                   "NVFP4BlockScaling.fp8_mha must be false: FP8 attention is not supported with "
-                   "NVFP4 scaling");
+  check_no_fp8_attention(recipe.fp8_dpa, recipe.fp8_mha, "NVFP4BlockScaling", "NVFP4");
 }
 
 }  // namespace qmesh
