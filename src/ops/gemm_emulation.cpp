@@ -120,10 +120,13 @@ Copies checked_copies(const GemmArgs& args) {
           k_contiguous_copy(args.b, args.trans_b == GemmTranspose::kYes, "b", "trans_b")};
 }
 
-// MXFP8: fp32 on the host; bf16 on CUDA, where the tensor cores take it (exact for the
-// codes). NVFP4: fp32 everywhere (code x E4M3 scale x fp32 tensor scale needs fp32).
-DType dequantized_dtype(const Device& d, const GemmOperand& op) {
-  return d.is_host() || op.is_nvfp4() ? DType::kFloat32 : DType::kBFloat16;
+// fp32 on the host. On CUDA bf16, which the tensor cores take: exact for MXFP8 (a code times a
+// power of two); NVFP4's (code x E4M3 scale) x fp32 tensor scale needs fp32, used where D is
+// fp32, while a 16-bit D needs 16-bit operands in cuBLASLt (one more rounding, 2^-9 relative,
+// far below E2M1's 2^-2).
+DType dequantized_dtype(const TensorView& d, const GemmOperand& op) {
+  const bool fp32 = d.device.is_host() || (op.is_nvfp4() && d.dtype == DType::kFloat32);
+  return fp32 ? DType::kFloat32 : DType::kBFloat16;
 }
 
 GemmArgs plain_form(const GemmArgs& args, const TensorView& a, const TensorView& b) {
@@ -162,7 +165,7 @@ bool has_microscaled_operand(const GemmArgs& args) {
 
 GemmArgs emulated_probe(const GemmArgs& args) {
   const Copies c = checked_copies(args);
-  const DType t = dequantized_dtype(args.d.device, c.a);
+  const DType t = dequantized_dtype(args.d, c.a);
   return plain_form(args, like(c.a, c.a.stored().data, t), like(c.b, c.b.stored().data, t));
 }
 
@@ -170,7 +173,7 @@ EmulatedOperands::EmulatedOperands(const GemmArgs& args) {
   const Copies c = checked_copies(args);
   a_ = c.a;
   b_ = c.b;
-  const DType t = dequantized_dtype(args.d.device, a_);
+  const DType t = dequantized_dtype(args.d, a_);
   a_plain_ = Tensor(t, element_shape(a_), args.d.device);
   b_plain_ = Tensor(t, element_shape(b_), args.d.device);
   plain_ = plain_form(args, a_plain_.view(), b_plain_.view());

@@ -7,7 +7,8 @@
 // (GemmArgs::emulate_microscaled, set by the MXFP8BlockScaling / NVFP4BlockScaling recipe's
 // `emulate`, or QMESH_BLOCK_EMULATION=1): each operand's copy contiguous along K is
 // dequantized as its format defines (MXFP8: code * block scale, fp32 on the host and bf16 on
-// CUDA, both exact; NVFP4: (code * E4M3 block scale) * fp32 tensor scale, fp32 everywhere)
+// CUDA, both exact; NVFP4: (code * E4M3 block scale) * fp32 tensor scale, fp32 on the host
+// and for an fp32 D on CUDA, bf16 for a 16-bit D there)
 // and an ordinary GEMM with fp32 accumulation follows, with the same epilogue and output.
 // Without that request such a GEMM is an Error naming the device and what it lacks; never a
 // silent fallback. Both operands must be of one microscaled format; an FP8 D is refused.
