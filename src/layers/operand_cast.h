@@ -10,20 +10,22 @@
 // passes before it. Under block scaling
 // (Recipe::kFp8Block) GELU and GELU's backward are separate passes (the fused casts are
 // per-tensor only) and the bias gradient is summed in the block cast (block_dbias_quantize);
-// the operand is block-scaled with the block shape and QParams the recipe gives its role, always
-// with its columnwise copy (the block-scaled GEMM reads the copy contiguous along K on every
-// backend), and no amax is reduced across ranks. Under MXFP8 (Recipe::kMxfp8) likewise, with
-// mxfp8_quantize / mxfp8_dbias_quantize (1x32 E8M0 blocks, both copies; sizes multiples of 32).
+// the operand is block-scaled with the block shape and QParams the recipe gives its role, with
+// its columnwise copy where asked (the block-scaled GEMM reads the copy contiguous along K on
+// every backend, so a GEMM that reads the operand transposed needs it on the host too), and no
+// amax is reduced across ranks. Under MXFP8 (Recipe::kMxfp8) likewise, with
+// mxfp8_quantize / mxfp8_dbias_quantize (1x32 E8M0 blocks; sizes multiples of 32).
 // Under NVFP4 (Recipe::kNvfp4) the fusion and the bias gradient are separate passes before
-// nvfp4_quantize (both copies; sizes multiples of 16), with the options NVFP4BlockScaling gives
-// the operand's role and the seeds of nvfp4_seeds(); only a sharded weight's amax is reduced
-// (over its shards: the per-tensor scale is the whole weight's).
+// nvfp4_quantize (the columnwise copy where asked; sizes multiples of 16), with the options
+// NVFP4BlockScaling gives the operand's role and the seeds of nvfp4_seeds(); only a sharded
+// weight's amax is reduced (over its shards: the per-tensor scale is the whole weight's).
 #pragma once
 
 #include <cstdint>
 #include <memory>
 
 #include "qmesh/block_quantized_tensor.h"
+#include "qmesh/export.h"
 #include "qmesh/layers/layer_context.h"
 #include "qmesh/mxfp8_tensor.h"
 #include "qmesh/nvfp4_tensor.h"
@@ -58,7 +60,7 @@ struct NvFp4Seeds {
 };
 NvFp4Seeds nvfp4_seeds(uint64_t layer_seed, int64_t step);
 
-class OperandCast {
+class QMESH_API OperandCast {  // exported for its unit test
  public:
   // Registers the operand's scaling state with ctx when the recipe is FP8. `layer_seed`: the
   // seed of the layer's NVFP4 casts. `shards`: under NVFP4, the ranks holding the other shards
@@ -69,7 +71,9 @@ class OperandCast {
 
   // x: fp32 or bf16 (an activation kept in bf16: the BF16 recipe uses it as it is), any 2-D
   // shape. f(x) is computed in fp32. `columnwise` also makes the transposed FP8 copy (what
-  // the CUDA GEMM needs for non-TN layouts).
+  // the CUDA GEMM needs for non-TN layouts; block-scaled and MXFP8 GEMMs need it on every
+  // backend); without it the operand has none (block scaling and MXFP8 keep the copy's storage
+  // of an earlier cast of the same shape, unwritten).
   GemmOperand cast(const TensorView& x, bool columnwise, const CastFusion& fusion = {});
 
  private:
@@ -80,11 +84,11 @@ class OperandCast {
   void quantize_fused(const TensorView& x, const CastFusion& fusion, bool columnwise,
                       const QuantizedTensorView& q);
   // The block-scaled cast of f(x) (Recipe::kFp8Block).
-  GemmOperand cast_block(const TensorView& x, const CastFusion& fusion);
+  GemmOperand cast_block(const TensorView& x, bool columnwise, const CastFusion& fusion);
   // The MXFP8 cast of f(x) (Recipe::kMxfp8).
-  GemmOperand cast_mxfp8(const TensorView& x, const CastFusion& fusion);
+  GemmOperand cast_mxfp8(const TensorView& x, bool columnwise, const CastFusion& fusion);
   // The NVFP4 cast of f(x) (Recipe::kNvfp4).
-  GemmOperand cast_nvfp4(const TensorView& x, const CastFusion& fusion);
+  GemmOperand cast_nvfp4(const TensorView& x, bool columnwise, const CastFusion& fusion);
 
   LayerContext& ctx_;
   OperandRole role_;

@@ -7,6 +7,7 @@ target_sources(qmesh PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/gemm_algo_key.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gemm_canonical.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gemm_emulation.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/grouped_scaled_quantize.cpp
   ${CMAKE_CURRENT_LIST_DIR}/layer_ops.cpp
   ${CMAKE_CURRENT_LIST_DIR}/mxfp8_quantize.cpp
   ${CMAKE_CURRENT_LIST_DIR}/norm_forward.cpp
