@@ -227,9 +227,9 @@ typedef enum qmesh_recipe {
   QMESH_RECIPE_FP8_DELAYED = 2,
   QMESH_RECIPE_FP8_CURRENT = 3,
   QMESH_RECIPE_FP8_BLOCK = 4, /* 1x128 blocks of activations and gradients, 128x128 weight tiles */
-  QMESH_RECIPE_MXFP8 = 5,     /* MXFP8 (TransformerEngine's defaults); its GEMMs run emulated and
-                               * need config.emulate or QMESH_BLOCK_EMULATION=1
-                               * (docs/design/mxfp8.md) */
+  QMESH_RECIPE_MXFP8 = 5,     /* MXFP8 (TransformerEngine's defaults); its GEMMs run natively on
+                               * compute capability 10.0+, elsewhere emulated with config.emulate
+                               * or QMESH_BLOCK_EMULATION=1 (docs/design/mxfp8.md) */
   QMESH_RECIPE_NVFP4 = 6      /* NVFP4 (TransformerEngine's defaults; the nvfp4_* switches); its
                                * GEMMs run emulated and need config.emulate or
                                * QMESH_BLOCK_EMULATION=1 (docs/design/nvfp4.md) */

@@ -4,8 +4,6 @@
 #include <mutex>
 #include <string>
 
-#include "cuda/device_arch.h"
-#include "qmesh/detail/cuda_dispatch.h"
 #include "qmesh/error.h"
 #include "qmesh/logging.h"
 #include "qmesh/ops/gemm_emulation.h"
@@ -39,38 +37,6 @@ namespace {
 // "MXFP8" or "NVFP4": the format of a microscaled operand, for messages.
 const char* format_name(const GemmOperand& op) { return op.is_nvfp4() ? "NVFP4" : "MXFP8"; }
 
-// The recipe whose `emulate` asks for the format's emulated GEMMs.
-const char* recipe_struct(const GemmOperand& op) {
-  return op.is_nvfp4() ? "NVFP4BlockScaling" : "MXFP8BlockScaling";
-}
-
-// What the device lacks for a native microscaled GEMM, for the error without emulation.
-std::string what_is_missing(const Device& d, const GemmOperand& op) {
-  const char* format = format_name(op);
-  if (d.is_host()) return concat("the host backend has no native ", format, " GEMM");
-  std::string missing = concat("qmesh was built without CUDA, so ", d.str(), " is unusable");
-  on_cuda(d.index, [&](auto index) {
-    const cuda::DeviceArch arch = cuda::device_arch(index);
-    const std::string device = concat(arch.name, " (", arch.major, ".", arch.minor, ")");
-    missing =
-        arch.major < 10
-            ? concat(format, " GEMMs need compute capability 10.0 (Blackwell); this is ", device)
-            : concat("qmesh does not drive the native ", format, " GEMM (cuBLASLt's ",
-                     op.is_nvfp4() ? "VEC16_UE4M3" : "VEC32_UE8M0", " scale mode) yet; this is ",
-                     device);
-  });
-  return missing;
-}
-
-void require_permission(const GemmArgs& args) {
-  if (args.emulate_microscaled || block_emulation_from_env()) return;
-  const char* recipe = recipe_struct(args.a);
-  QMESH_THROW_KIND(ErrorKind::kUnsupported, what_is_missing(args.d.device, args.a), ". Set ",
-                   recipe, "(emulate=True) (C++: ", recipe,
-                   "::emulate, or GemmArgs::emulate_microscaled) or QMESH_BLOCK_EMULATION=1 to "
-                   "run them emulated (dequantized, then a GEMM with fp32 accumulation)");
-}
-
 // The operand's copy whose rows run along K, as a rowwise operand: its scale blocks must lie
 // along K.
 GemmOperand k_contiguous_copy(const GemmOperand& op, bool rows_along_k, const char* what,
@@ -98,11 +64,9 @@ GemmOperand k_contiguous_copy(const GemmOperand& op, bool rows_along_k, const ch
   return GemmOperand::mxfp8(copy);
 }
 
-struct Copies {
-  GemmOperand a, b;
-};
+}  // namespace
 
-Copies checked_copies(const GemmArgs& args) {
+MicroscaledCopies checked_copies(const GemmArgs& args) {
   const GemmOperand& first = args.a.is_microscaled() ? args.a : args.b;
   QMESH_CHECK(
       args.a.is_microscaled() && args.b.is_microscaled() && args.a.is_nvfp4() == args.b.is_nvfp4(),
@@ -115,10 +79,11 @@ Copies checked_copies(const GemmArgs& args) {
               "): write fp32, bf16 or fp16");
   check_device(args.a.stored(), args.d.device, "GemmArgs.a (it must live on D's device)");
   check_device(args.b.stored(), args.d.device, "GemmArgs.b (it must live on D's device)");
-  require_permission(args);
   return {k_contiguous_copy(args.a, args.trans_a == GemmTranspose::kNo, "a", "trans_a"),
           k_contiguous_copy(args.b, args.trans_b == GemmTranspose::kYes, "b", "trans_b")};
 }
+
+namespace {
 
 // fp32 on the host. On CUDA bf16, which the tensor cores take: exact for MXFP8 (a code times a
 // power of two); NVFP4's (code x E4M3 scale) x fp32 tensor scale needs fp32, used where D is
@@ -164,13 +129,13 @@ bool has_microscaled_operand(const GemmArgs& args) {
 }
 
 GemmArgs emulated_probe(const GemmArgs& args) {
-  const Copies c = checked_copies(args);
+  const MicroscaledCopies c = checked_copies(args);
   const DType t = dequantized_dtype(args.d, c.a);
   return plain_form(args, like(c.a, c.a.stored().data, t), like(c.b, c.b.stored().data, t));
 }
 
 EmulatedOperands::EmulatedOperands(const GemmArgs& args) {
-  const Copies c = checked_copies(args);
+  const MicroscaledCopies c = checked_copies(args);
   a_ = c.a;
   b_ = c.b;
   const DType t = dequantized_dtype(args.d, a_);

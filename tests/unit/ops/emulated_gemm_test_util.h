@@ -1,11 +1,9 @@
-// Shared pieces of the tests of the emulated microscaled GEMMs (MXFP8, NVFP4): the three GEMM
-// forms of a layer, and the check that an emulated GEMM gave the bits of the plain fp32 GEMM
-// of its dequantized operands.
+// The check shared by the tests of the emulated microscaled GEMMs (MXFP8, NVFP4): an emulated
+// GEMM gave the bits of the plain fp32 GEMM of its dequantized operands.
 #pragma once
 
 #include <gtest/gtest.h>
 
-#include <array>
 #include <cstdint>
 #include <cstring>
 
@@ -13,20 +11,6 @@
 #include "qmesh/tensor.h"
 
 namespace qmesh::test {
-
-// One GEMM form D [m, n] = op(A) · op(B) with A stored [a_rows, a_cols] and B [b_rows, b_cols].
-struct LayerForm {
-  const char* name;
-  GemmTranspose ta, tb;
-  int64_t a_rows, a_cols, b_rows, b_cols;
-};
-
-// fprop (TN), dgrad (B read through its columnwise copy), wgrad (both through theirs).
-inline std::array<LayerForm, 3> layer_forms(int64_t m, int64_t n, int64_t k) {
-  using enum GemmTranspose;
-  return {LayerForm{"fprop", kNo, kYes, m, k, n, k}, LayerForm{"dgrad", kNo, kNo, m, k, k, n},
-          LayerForm{"wgrad", kYes, kNo, k, m, k, n}};
-}
 
 // Expects `d` (fp32 [m, n], written by the emulated GEMM `args`) to hold the bits of the plain
 // fp32 GEMM (canonical TN form, args' epilogue and output) of `a32` [m, k] and `b32` [n, k]:

@@ -11,6 +11,7 @@
 
 #include "emulated_gemm_test_util.h"
 #include "expect_error.h"
+#include "gemm_layer_forms.h"
 #include "qmesh/ops/gemm.h"
 #include "qmesh/ops/gemm_emulation.h"
 #include "qmesh/ops/nvfp4_quantize.h"
@@ -44,7 +45,7 @@ TEST(GemmNvfp4, EmulatedIsThePlainGemmOfTheDequantizedOperands) {
   NvFp4Options gradient;
   gradient.stochastic_rounding = true;
   gradient.seed = 11;
-  for (const test::LayerForm& f : test::layer_forms(m, n, k)) {
+  for (const test::GemmLayerForm& f : test::gemm_layer_forms(m, n, k)) {
     SCOPED_TRACE(f.name);
     const NvFp4Tensor a =
         quantized(test::random_wide(DType::kFloat32, Shape{f.a_rows, f.a_cols}, 1), gradient);
