@@ -41,6 +41,23 @@ emulated_run() {
   field "final loss" "$work/$1.log" | awk '{print $3}'
 }
 
+# 8 steps == 4 steps, a checkpoint, and 4 more after resuming, bit for bit, with the options
+# after the name ($1, for messages and files).
+resumes_bitwise() {
+  local name=$1
+  shift
+  train4 "${small[@]}" "$@" --steps 8 >"$work/$name-full.log" 2>&1 || fail "$name run"
+  train4 "${small[@]}" "$@" --steps 4 --checkpoint-dir "$work/$name" >/dev/null 2>&1 ||
+    fail "4 $name steps"
+  train4 "${small[@]}" "$@" --steps 8 --checkpoint-dir "$work/$name" --resume \
+    >"$work/$name.log" 2>&1 || { cat "$work/$name.log"; fail "$name resume"; }
+  a=$(field "parameter checksums" "$work/$name-full.log")
+  b=$(field "parameter checksums" "$work/$name.log")
+  echo "$name uninterrupted: $a"
+  echo "$name resumed:       $b"
+  [ -n "$a" ] && [ "$a" = "$b" ] || fail "$name: parameters differ after resuming"
+}
+
 case $case_name in
 converge)
   train4 "${small[@]}" --steps 80 --recipe delayed >"$work/fp8.log" 2>&1 || fail "FP8 run"
@@ -92,28 +109,9 @@ resume)
   echo "resumed:       $b"
   [ "$a" = "$b" ] || fail "parameters differ after resuming"
   # Block scaling keeps no scaling state: its checkpoint resumes bit for bit too.
-  train4 "${small[@]}" --recipe block --steps 8 >"$work/block-full.log" 2>&1 || fail "block run"
-  train4 "${small[@]}" --recipe block --steps 4 --checkpoint-dir "$work/block" >/dev/null 2>&1 ||
-    fail "4 block steps"
-  train4 "${small[@]}" --recipe block --steps 8 --checkpoint-dir "$work/block" --resume \
-    >"$work/block.log" 2>&1 || { cat "$work/block.log"; fail "block resume"; }
-  a=$(field "parameter checksums" "$work/block-full.log")
-  b=$(field "parameter checksums" "$work/block.log")
-  echo "block uninterrupted: $a"
-  echo "block resumed:       $b"
-  [ -n "$a" ] && [ "$a" = "$b" ] || fail "block: parameters differ after resuming"
+  resumes_bitwise block --recipe block
   # NVFP4 seeds stochastic rounding from the step count, which its checkpoint keeps.
-  nv=(--recipe nvfp4 --emulate)
-  train4 "${small[@]}" "${nv[@]}" --steps 8 >"$work/nvfp4-full.log" 2>&1 || fail "nvfp4 run"
-  train4 "${small[@]}" "${nv[@]}" --steps 4 --checkpoint-dir "$work/nvfp4" >/dev/null 2>&1 ||
-    fail "4 nvfp4 steps"
-  train4 "${small[@]}" "${nv[@]}" --steps 8 --checkpoint-dir "$work/nvfp4" --resume \
-    >"$work/nvfp4.log" 2>&1 || { cat "$work/nvfp4.log"; fail "nvfp4 resume"; }
-  a=$(field "parameter checksums" "$work/nvfp4-full.log")
-  b=$(field "parameter checksums" "$work/nvfp4.log")
-  echo "nvfp4 uninterrupted: $a"
-  echo "nvfp4 resumed:       $b"
-  [ -n "$a" ] && [ "$a" = "$b" ] || fail "nvfp4: parameters differ after resuming"
+  resumes_bitwise nvfp4 --recipe nvfp4 --emulate
   ;;
 overlap)
   for recipe in delayed block; do
