@@ -14,7 +14,7 @@
 
 typedef struct options {
   int dp, tp, layers, steps, amax_history, sequence_parallel, regather_input, log_every;
-  int checkpoint_every, resume;
+  int checkpoint_every, resume, emulate;
   qmesh_overlap overlap;
   int64_t hidden, ffn, seq, batch;
   float lr, margin;
@@ -52,8 +52,10 @@ static void usage(FILE* out) {
           "  --steps N           training steps (200)\n"
           "  --lr X              learning rate (3e-3)\n"
           "  --optimizer NAME    adamw or sgd (adamw)\n"
-          "  --recipe NAME       fp32, bf16, delayed, current, block or mxfp8 (delayed; mxfp8\n"
-          "                      runs emulated: set QMESH_BLOCK_EMULATION=1)\n"
+          "  --recipe NAME       fp32, bf16, delayed, current, block, mxfp8 or nvfp4 (delayed;\n"
+          "                      mxfp8 and nvfp4 need --emulate)\n"
+          "  --emulate           run the MXFP8 / NVFP4 GEMMs emulated (dequantized, then an fp32\n"
+          "                      GEMM), as QMESH_BLOCK_EMULATION=1 does\n"
           "  --amax-history N    delayed scaling's amax history length (16)\n"
           "  --margin X          delayed scaling's margin (0)\n"
           "  --sequence-parallel shard activations on the token dimension over tp\n"
@@ -68,8 +70,8 @@ static void usage(FILE* out) {
 }
 
 static int parse_recipe(const char* s, qmesh_recipe* recipe) {
-  static const char* names[] = {"fp32", "bf16", "delayed", "current", "block", "mxfp8"};
-  for (int i = 0; i < 6; ++i)
+  static const char* names[] = {"fp32", "bf16", "delayed", "current", "block", "mxfp8", "nvfp4"};
+  for (int i = 0; i < 7; ++i)
     if (strcmp(s, names[i]) == 0) {
       *recipe = (qmesh_recipe)i;
       return 1;
@@ -119,6 +121,10 @@ static int parse_options(int argc, char** argv, options* o) {
     }
     if (strcmp(a, "--resume") == 0) {
       o->resume = 1;
+      continue;
+    }
+    if (strcmp(a, "--emulate") == 0) {
+      o->emulate = 1;
       continue;
     }
     if (i + 1 >= argc) {
@@ -219,6 +225,7 @@ static int run(const options* o, qmesh_world* world) {
   cc.amax_history_len = o->amax_history;
   cc.margin = o->margin;
   cc.overlap = o->overlap;
+  cc.emulate = o->emulate;
   qmesh_context* ctx = NULL;
   CHECK(qmesh_context_create(mesh, &cc, &ctx));
 

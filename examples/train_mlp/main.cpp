@@ -231,6 +231,7 @@ int run(const Options& o, const NodeLayout& node,
   context_options.delayed.amax_history_len = o.amax_history;
   context_options.delayed.margin = o.margin;
   context_options.mxfp8.emulate = o.emulate;
+  context_options.nvfp4.emulate = o.emulate;
   context_options.placement =
       qmesh::Placement{device, stream, streams ? streams->comm.get() : qmesh::Stream{}};
   context_options.overlap = o.overlap;

@@ -49,10 +49,14 @@ std::optional<Options> parse_options(int argc, char** argv) {
      "block (FP8 block scaling: 1x128 blocks of activations and gradients, 128x128 tiles of "
      "weights; --ffn / --tp a multiple of 128 when --tp > 1; --overlap none only; no "
      "--fp8-stats), mxfp8 (MXFP8: an E8M0 scale per 32 elements along K; sizes multiples of "
-     "32; needs --emulate on devices without native MXFP8 GEMMs, i.e. all today), fp32")
+     "32; needs --emulate on devices without native MXFP8 GEMMs, i.e. all today), nvfp4 (NVFP4: "
+     "E2M1 codes, an E4M3 scale per 16 elements and 16x16 weight tiles, stochastic rounding of "
+     "gradients, the random Hadamard transform on wgrad operands; sizes multiples of 16; needs "
+     "--emulate like mxfp8; no --sequence-parallel), fp32")
     ("emulate", po::bool_switch(&o.emulate),
-     "--recipe mxfp8: run its GEMMs emulated (operands dequantized, then a GEMM with fp32 "
-     "accumulation; MXFP8BlockScaling::emulate), like QMESH_BLOCK_EMULATION=1")
+     "--recipe mxfp8 or nvfp4: run its GEMMs emulated (operands dequantized, then a GEMM with "
+     "fp32 accumulation; MXFP8BlockScaling::emulate, NVFP4BlockScaling::emulate), like "
+     "QMESH_BLOCK_EMULATION=1")
     ("amax-history", po::value(&o.amax_history)->default_value(o.amax_history),
      "delayed scaling: amax history length")
     ("margin", po::value(&o.margin)->default_value(o.margin), "delayed scaling: margin")

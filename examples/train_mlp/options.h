@@ -42,7 +42,7 @@ struct Options {
   std::string checkpoint_dir;
   int checkpoint_every = 0;
   bool resume = false;
-  bool emulate = false;    // --recipe mxfp8: run the MXFP8 GEMMs emulated
+  bool emulate = false;    // --recipe mxfp8 / nvfp4: run their GEMMs emulated
   bool fp8_stats = false;  // print rank 0's per-operand FP8 precision statistics at the end
   std::string csv;
   std::string plot;

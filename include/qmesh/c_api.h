@@ -227,9 +227,12 @@ typedef enum qmesh_recipe {
   QMESH_RECIPE_FP8_DELAYED = 2,
   QMESH_RECIPE_FP8_CURRENT = 3,
   QMESH_RECIPE_FP8_BLOCK = 4, /* 1x128 blocks of activations and gradients, 128x128 weight tiles */
-  QMESH_RECIPE_MXFP8 = 5      /* MXFP8 (TransformerEngine's defaults); its GEMMs run natively on
-                               * compute capability 10.0+, elsewhere emulated with
-                               * QMESH_BLOCK_EMULATION=1 (docs/design/mxfp8.md) */
+  QMESH_RECIPE_MXFP8 = 5,     /* MXFP8 (TransformerEngine's defaults); its GEMMs run natively on
+                               * compute capability 10.0+, elsewhere emulated with config.emulate
+                               * or QMESH_BLOCK_EMULATION=1 (docs/design/mxfp8.md) */
+  QMESH_RECIPE_NVFP4 = 6      /* NVFP4 (TransformerEngine's defaults; the nvfp4_* switches); its
+                               * GEMMs run emulated and need config.emulate or
+                               * QMESH_BLOCK_EMULATION=1 (docs/design/nvfp4.md) */
 } qmesh_recipe;
 
 typedef enum qmesh_fp8_format { QMESH_FP8_HYBRID = 0, QMESH_FP8_E4M3 = 1 } qmesh_fp8_format;
@@ -264,6 +267,14 @@ typedef struct qmesh_context_config {
    * scales); the block shapes are the recipe's defaults. */
   qmesh_fp8_format block_format;
   int block_power_of_two_scales; /* of inputs, weights and gradients alike */
+  /* NVFP4 (TransformerEngine's NVFP4BlockScaling switches; 0, their default, keeps the random
+   * Hadamard transform, stochastic rounding of gradients and 16x16 weight tiles) */
+  int nvfp4_disable_rht;
+  int nvfp4_disable_stochastic_rounding;
+  int nvfp4_disable_2d_quantization;
+  /* MXFP8 and NVFP4: run their GEMMs emulated where the device has no native one (what
+   * QMESH_BLOCK_EMULATION=1 does for the whole process); 0 by default */
+  int emulate;
 } qmesh_context_config;
 
 QMESH_C_EXPORT void qmesh_context_config_init(qmesh_context_config* config);
@@ -273,7 +284,8 @@ QMESH_C_EXPORT qmesh_status qmesh_context_create(const qmesh_mesh* mesh,
                                                  qmesh_context** context);
 QMESH_C_EXPORT qmesh_status qmesh_context_destroy(qmesh_context* context);
 /* Once per training step, after backward, on every rank: under delayed scaling the step's
- * one amax all-reduce over the mesh and the fused scale update; otherwise nothing. */
+ * one amax all-reduce over the mesh and the fused scale update; under NVFP4 it advances the
+ * step that seeds stochastic rounding and the RHT; otherwise nothing. */
 QMESH_C_EXPORT qmesh_status qmesh_context_end_step(qmesh_context* context);
 
 /* ---- parameters --------------------------------------------------------------------- */

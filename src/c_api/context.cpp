@@ -1,4 +1,5 @@
 // The C API's layer context: recipe, FP8 scaling, placement.
+#include <cstddef>
 #include <string>
 
 #include "boundary.h"
@@ -37,10 +38,12 @@ qmesh_status qmesh_context_create(const qmesh_mesh* mesh, const qmesh_context_co
     require(context, "context");
     qmesh_context_config defaults;
     qmesh_context_config_init(&defaults);
+    // (A program built before the NVFP4 fields gets their defaults.)
     const qmesh_context_config c =
-        read_config(config, defaults, sizeof(qmesh_context_config), "qmesh_context_config");
+        read_config(config, defaults, offsetof(qmesh_context_config, nvfp4_disable_rht),
+                    "qmesh_context_config");
     const auto recipe = static_cast<qmesh::Recipe>(
-        checked_enum(c.recipe, QMESH_RECIPE_FP32, QMESH_RECIPE_MXFP8, "config.recipe"));
+        checked_enum(c.recipe, QMESH_RECIPE_FP32, QMESH_RECIPE_NVFP4, "config.recipe"));
     qmesh::DelayedScaling delayed;
     delayed.amax_history_len = c.amax_history_len;
     delayed.margin = c.margin;
@@ -59,6 +62,13 @@ qmesh_status qmesh_context_create(const qmesh_mesh* mesh, const qmesh_context_co
     for (qmesh::QParams* q :
          {&block.fp8_quant_fwd_inp, &block.fp8_quant_fwd_weight, &block.fp8_quant_bwd_grad})
       q->power_2_scale = c.block_power_of_two_scales != 0;
+    qmesh::MXFP8BlockScaling mxfp8;
+    mxfp8.emulate = c.emulate != 0;
+    qmesh::NVFP4BlockScaling nvfp4;
+    nvfp4.disable_rht = c.nvfp4_disable_rht != 0;
+    nvfp4.disable_stochastic_rounding = c.nvfp4_disable_stochastic_rounding != 0;
+    nvfp4.disable_2d_quantization = c.nvfp4_disable_2d_quantization != 0;
+    nvfp4.emulate = c.emulate != 0;
     const auto overlap = static_cast<qmesh::Overlap>(
         checked_enum(c.overlap, QMESH_OVERLAP_NONE, QMESH_OVERLAP_BIDIR, "config.overlap"));
     const qmesh::Placement placement{to_device(c.device, "config"), qmesh::Stream{c.stream},
@@ -69,6 +79,8 @@ qmesh_status qmesh_context_create(const qmesh_mesh* mesh, const qmesh_context_co
                                               qmesh::LayerContextOptions{.delayed = delayed,
                                                                          .current = current,
                                                                          .block = block,
+                                                                         .mxfp8 = mxfp8,
+                                                                         .nvfp4 = nvfp4,
                                                                          .placement = placement,
                                                                          .overlap = overlap});
     *context = out.release();

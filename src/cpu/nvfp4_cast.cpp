@@ -45,7 +45,7 @@ void cast_copy(const NvFp4CastJob& job, int copy) {
         for (int64_t i = i0; i < i0 + kBlock; ++i) tile = std::max(tile, amax[i * blocks + kb]);
         for (int64_t i = i0; i < i0 + kBlock; ++i) amax[i * blocks + kb] = tile;
       }
-  const float global_encode = nvfp4::global_encode_scale(nvfp4::float_of(global));
+  const float global_encode = nvfp4::global_encode_scale(job.tensor_amax(nvfp4::float_of(global)));
   const float global_decode = 1.0f / global_encode;
   *job.copies[copy].scale_inv = global_decode;
   const uint64_t seed = job.rounding_seed();

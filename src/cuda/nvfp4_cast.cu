@@ -57,7 +57,8 @@ __global__ void encode_kernel(NvFp4CastJob job, int copy, const uint32_t* block_
                               const uint32_t* global_amax) {
   const int64_t blocks = job.copy_cols(copy) / kBlock, n = job.copy_rows(copy) * blocks;
   const DeviceLoad<T> load{static_cast<const T*>(job.in)};
-  const float global_encode = nvfp4::global_encode_scale(__uint_as_float(*global_amax));
+  const float global_encode =
+      nvfp4::global_encode_scale(job.tensor_amax(__uint_as_float(*global_amax)));
   const float global_decode = 1.0f / global_encode;
   const uint64_t seed = job.rounding_seed();
   if (blockIdx.x == 0 && threadIdx.x == 0) *job.copies[copy].scale_inv = global_decode;

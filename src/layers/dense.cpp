@@ -40,9 +40,10 @@ struct Dense::Impl {
         ctx(context),
         tp(context.mesh().role(context.mesh().resource().tp)),
         overlap(opt.overlap.value_or(context.overlap())),
-        x_cast(context, OperandRole::kInput),
-        w_cast(context, OperandRole::kWeight),
-        dy_cast(context, OperandRole::kGradOutput),
+        x_cast(context, OperandRole::kInput, seed),
+        w_cast(context, OperandRole::kWeight, seed,
+               opt.parallelism != DenseParallelism::kNone && tp->size() > 1 ? tp : nullptr),
+        dy_cast(context, OperandRole::kGradOutput, seed),
         sharding(context) {
     const int tp_size = tp->size();
     QMESH_CHECK(in >= 1 && out >= 1, name, ": feature counts must be >= 1, got in=", in,
@@ -89,10 +90,12 @@ struct Dense::Impl {
       in_local = in / tp_size;
     }
     check_block_sharding(in, out, tp_size);
-    QMESH_CHECK_KIND(ErrorKind::kUnsupported,
-                     !(opt.sequence_parallel && context.recipe() == Recipe::kMxfp8), name,
-                     ": MXFP8 runs without sequence parallelism (the collective GEMMs take no "
-                     "MXFP8 operands); unset DenseOptions::sequence_parallel or use the block "
+    const bool microscaled =
+        context.recipe() == Recipe::kMxfp8 || context.recipe() == Recipe::kNvfp4;
+    QMESH_CHECK_KIND(ErrorKind::kUnsupported, !(opt.sequence_parallel && microscaled), name, ": ",
+                     context.recipe() == Recipe::kNvfp4 ? "NVFP4" : "MXFP8",
+                     " runs without sequence parallelism (the collective GEMMs take no MXFP8 or "
+                     "NVFP4 operands); unset DenseOptions::sequence_parallel or use the block "
                      "recipe");
     if (block_sp() && column()) x_full_cast.emplace(context, OperandRole::kInput);
     if (block_sp() && row()) dy_full_cast.emplace(context, OperandRole::kGradOutput);
@@ -138,9 +141,10 @@ struct Dense::Impl {
   }
 
   bool fsdp() const { return ctx.fsdp().enabled(); }
-  // Block scaling or MXFP8: per-block scales.
+  // Block scaling, MXFP8 or NVFP4: per-block scales.
   bool block_scaled() const {
-    return ctx.recipe() == Recipe::kFp8Block || ctx.recipe() == Recipe::kMxfp8;
+    return ctx.recipe() == Recipe::kFp8Block || ctx.recipe() == Recipe::kMxfp8 ||
+           ctx.recipe() == Recipe::kNvfp4;
   }
   // FSDP under block scaling with shards of whole 128-row tile rows (every shard's numel a
   // multiple of 128 · in): each rank block-casts its shard and the FP8 codes and tile scales
@@ -319,7 +323,7 @@ struct Dense::Impl {
     }
     // The block-scaled GEMM accumulates in fp32 (Float8BlockScaling::fp8_gemm_fprop).
     args.accumulation = block_scaled() ? GemmAccumulation::kSplit : GemmAccumulation::kFast;
-    args.emulate_microscaled = ctx.mxfp8_scaling().emulate;
+    args.emulate_microscaled = ctx.emulate_microscaled();
     check_residual(residual, out);
     const bool residual_fused = residual_in_gemm(args, residual);
     if (residual_fused) {  // D = residual, then D += x · Wᵀ + b
@@ -586,7 +590,7 @@ struct Dense::Impl {
     wgrad.trans_b = GemmTranspose::kNo;
     wgrad.d = weight_grad();
     wgrad.accumulation = GemmAccumulation::kSplit;
-    wgrad.emulate_microscaled = ctx.mxfp8_scaling().emulate;
+    wgrad.emulate_microscaled = ctx.emulate_microscaled();
     gemm(wgrad, ctx.stream());
   }
 
@@ -602,7 +606,7 @@ struct Dense::Impl {
     dgrad.b = last_w;
     dgrad.trans_b = GemmTranspose::kNo;
     dgrad.accumulation = GemmAccumulation::kSplit;
-    dgrad.emulate_microscaled = ctx.mxfp8_scaling().emulate;
+    dgrad.emulate_microscaled = ctx.emulate_microscaled();
     return dgrad;
   }
 

@@ -15,7 +15,8 @@ LayerContext::LayerContext(const Mesh& mesh, Recipe recipe, LayerContextOptions 
   validate(options_.current);
   validate(options_.block);
   validate(options_.mxfp8);
-  if (recipe == Recipe::kFp8Block || recipe == Recipe::kMxfp8) {
+  validate(options_.nvfp4);
+  if (recipe == Recipe::kFp8Block || recipe == Recipe::kMxfp8 || recipe == Recipe::kNvfp4) {
     QMESH_CHECK_KIND(ErrorKind::kUnsupported, !options_.fp8_stats,
                      "LayerContextOptions::fp8_stats: FP8 statistics are collected for per-tensor "
                      "scaling only; unset it under the block-scaling recipe");
@@ -80,14 +81,23 @@ ScalingStates& LayerContext::scaling() {
 }
 
 void LayerContext::check_forward(int64_t last_backward, std::string_view layer) const {
-  const bool end_step_has_work = recipe_ == Recipe::kFp8Delayed || fsdp_.enabled();
+  // (NVFP4: end_step advances the step that seeds stochastic rounding and the RHT.)
+  const bool end_step_has_work =
+      recipe_ == Recipe::kFp8Delayed || recipe_ == Recipe::kNvfp4 || fsdp_.enabled();
   QMESH_CHECK(!end_step_has_work || last_backward != steps_, "layer '", layer,
               "': forward after its backward in step ", steps_,
               " without LayerContext::end_step() (qmesh_context_end_step) in between: call it "
               "once per step, after backward (and GradSync::finish) and before the next "
               "forward; without it ",
               recipe_ == Recipe::kFp8Delayed ? "the FP8 scales stay frozen"
-                                             : "the FSDP gradient reductions stay incomplete");
+              : recipe_ == Recipe::kNvfp4
+                  ? "NVFP4's stochastic rounding repeats the same random bits every step"
+                  : "the FSDP gradient reductions stay incomplete");
+}
+
+void LayerContext::set_steps(int64_t steps) {
+  QMESH_CHECK(steps >= 0, "LayerContext::set_steps: the step count must be >= 0, got ", steps);
+  steps_ = steps;
 }
 
 void LayerContext::end_step() {

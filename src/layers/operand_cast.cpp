@@ -15,7 +15,9 @@
 #include "qmesh/ops/layer_norm.h"
 #include "qmesh/ops/mxfp8_quantize.h"
 #include "qmesh/ops/norm_forward.h"
+#include "qmesh/ops/nvfp4_quantize.h"
 #include "qmesh/ops/quantize.h"
+#include "qmesh/random.h"
 #include "qmesh/scaling/current_scaling.h"
 
 namespace qmesh {
@@ -36,7 +38,14 @@ void layer_norm_cast(const TensorView& x, const CastFusion& fusion,
 
 }  // namespace
 
-OperandCast::OperandCast(LayerContext& ctx, OperandRole role) : ctx_(ctx), role_(role) {
+NvFp4Seeds nvfp4_seeds(uint64_t layer_seed, int64_t step) {
+  const uint64_t s = mix_seed(layer_seed, uint64_t(step));
+  return {mix_seed(s, 0), mix_seed(s, 1)};
+}
+
+OperandCast::OperandCast(LayerContext& ctx, OperandRole role, uint64_t layer_seed,
+                         std::shared_ptr<Communicator> shards)
+    : ctx_(ctx), role_(role), layer_seed_(layer_seed), shards_(std::move(shards)) {
   if (ctx.recipe() == Recipe::kFp8Delayed) slot_ = ctx.add_operand(role);
   if (ctx.is_fp8() && ctx.fp8_stats()) stats_id_ = ctx.fp8_stats()->add(role);
 }
@@ -128,6 +137,30 @@ GemmOperand OperandCast::cast_mxfp8(const TensorView& x_in, bool columnwise,
   return GemmOperand::mxfp8(out);
 }
 
+GemmOperand OperandCast::cast_nvfp4(const TensorView& x_in, bool columnwise,
+                                    const CastFusion& fusion) {
+  const TensorView x = apply_separately(x_in, fusion, false);  // with the bias gradient
+  if (!nv_.data().data() || nv_.rows() != x.shape.rows() || nv_.cols() != x.shape.cols() ||
+      (columnwise && !nv_.has_columnwise()))
+    nv_ = NvFp4Tensor(Shape{x.shape.rows(), x.shape.cols()}, x.device, columnwise);
+  NvFp4TensorView out = nv_.view();
+  if (!columnwise) out.data_t = out.scale_t = out.scale_inv_t = TensorView();  // kept, unwritten
+  const NVFP4BlockScaling& r = ctx_.nvfp4_scaling();
+  const NvFp4Config config{r.disable_rht, r.disable_stochastic_rounding, r.disable_2d_quantization};
+  const NvFp4Role role = role_ == OperandRole::kWeight       ? NvFp4Role::kWeight
+                         : role_ == OperandRole::kGradOutput ? NvFp4Role::kGradient
+                                                             : NvFp4Role::kInput;
+  const NvFp4Seeds seeds = nvfp4_seeds(layer_seed_, ctx_.steps());
+  NvFp4Options options = nvfp4_options(config, role, seeds.rounding, seeds.rht);
+  if (shards_ && role == NvFp4Role::kWeight) {  // the whole weight's amax sets its scale
+    options.amax = ensure_tensor(nv_amax_, DType::kFloat32, Shape{1}, x.device);
+    amax(x, options.amax, ctx_.stream());
+    all_reduce_in_stream_order(*shards_, options.amax, ReduceOp::kMax, ctx_.stream());
+  }
+  nvfp4_quantize(x, out, options, ctx_.stream());
+  return GemmOperand::nvfp4(out);
+}
+
 GemmOperand OperandCast::cast(const TensorView& x_in, bool columnwise,
                               const CastFusion& fusion_in) {
   QMESH_CHECK(x_in.dtype == DType::kFloat32 || x_in.dtype == DType::kBFloat16,
@@ -162,6 +195,8 @@ GemmOperand OperandCast::cast(const TensorView& x_in, bool columnwise,
       return cast_block(x, columnwise, fusion);
     case Recipe::kMxfp8:
       return cast_mxfp8(x, columnwise, fusion);
+    case Recipe::kNvfp4:
+      return cast_nvfp4(x, columnwise, fusion);
     case Recipe::kFp8Delayed:
     case Recipe::kFp8Current:
       break;

@@ -15,12 +15,20 @@
 // every backend, so a GEMM that reads the operand transposed needs it on the host too), and no
 // amax is reduced across ranks. Under MXFP8 (Recipe::kMxfp8) likewise, with
 // mxfp8_quantize / mxfp8_dbias_quantize (1x32 E8M0 blocks; sizes multiples of 32).
+// Under NVFP4 (Recipe::kNvfp4) the fusion and the bias gradient are separate passes before
+// nvfp4_quantize (the columnwise copy where asked; sizes multiples of 16), with the options
+// NVFP4BlockScaling gives the operand's role and the seeds of nvfp4_seeds(); only a sharded
+// weight's amax is reduced (over its shards: the per-tensor scale is the whole weight's).
 #pragma once
+
+#include <cstdint>
+#include <memory>
 
 #include "qmesh/block_quantized_tensor.h"
 #include "qmesh/export.h"
 #include "qmesh/layers/layer_context.h"
 #include "qmesh/mxfp8_tensor.h"
+#include "qmesh/nvfp4_tensor.h"
 #include "qmesh/ops/gemm.h"
 #include "qmesh/quantized_tensor.h"
 #include "qmesh/scaling/recipe.h"
@@ -43,10 +51,23 @@ struct CastFusion {
   float eps = 0.0f;
 };
 
+// The seeds of one layer's NVFP4 casts in one step (docs/design/nvfp4.md "Recipe"): from the
+// layer's seed and the context's step count, so a resumed run draws the same bits.
+//   rounding = mix_seed(mix_seed(layer_seed, step), 0)   stochastic rounding (gradients)
+//   rht      = mix_seed(mix_seed(layer_seed, step), 1)   RHT signs (x's and dy's wgrad copies)
+struct NvFp4Seeds {
+  uint64_t rounding = 0, rht = 0;
+};
+NvFp4Seeds nvfp4_seeds(uint64_t layer_seed, int64_t step);
+
 class QMESH_API OperandCast {  // exported for its unit test
  public:
-  // Registers the operand's scaling state with ctx when the recipe is FP8.
-  OperandCast(LayerContext& ctx, OperandRole role);
+  // Registers the operand's scaling state with ctx when the recipe is FP8. `layer_seed`: the
+  // seed of the layer's NVFP4 casts. `shards`: under NVFP4, the ranks holding the other shards
+  // of this tensor (a tp-sharded weight), over which its per-tensor amax is reduced; null for
+  // none.
+  OperandCast(LayerContext& ctx, OperandRole role, uint64_t layer_seed = 0,
+              std::shared_ptr<Communicator> shards = nullptr);
 
   // x: fp32 or bf16 (an activation kept in bf16: the BF16 recipe uses it as it is), any 2-D
   // shape. f(x) is computed in fp32. `columnwise` also makes the transposed FP8 copy (what
@@ -66,6 +87,8 @@ class QMESH_API OperandCast {  // exported for its unit test
   GemmOperand cast_block(const TensorView& x, bool columnwise, const CastFusion& fusion);
   // The MXFP8 cast of f(x) (Recipe::kMxfp8).
   GemmOperand cast_mxfp8(const TensorView& x, bool columnwise, const CastFusion& fusion);
+  // The NVFP4 cast of f(x) (Recipe::kNvfp4).
+  GemmOperand cast_nvfp4(const TensorView& x, bool columnwise, const CastFusion& fusion);
 
   LayerContext& ctx_;
   OperandRole role_;
@@ -75,6 +98,10 @@ class QMESH_API OperandCast {  // exported for its unit test
   QuantizedTensor fp8_;
   BlockQuantizedTensor block_;
   MxFp8Tensor mx_;
+  uint64_t layer_seed_ = 0;
+  std::shared_ptr<Communicator> shards_;
+  NvFp4Tensor nv_;
+  Tensor nv_amax_;  // the reduced amax of a sharded weight
 };
 
 }  // namespace qmesh

@@ -29,6 +29,7 @@ struct NvFp4CastJob {
   uint16_t rht_signs = 0;
   uint64_t seed = 0;
   const uint32_t* seed_key = nullptr;  // NvFp4Options::seed_key's words (on the cast's device)
+  const float* amax = nullptr;  // NvFp4Options::amax (on the cast's device): the per-tensor amax
   NvFp4CopyOut copies[2];
 
   QMESH_HOST_DEVICE int64_t copy_rows(int copy) const { return copy == 0 ? rows : cols; }
@@ -38,6 +39,8 @@ struct NvFp4CastJob {
   QMESH_HOST_DEVICE uint64_t rounding_seed() const {
     return seed_key ? (uint64_t(seed_key[0]) << 32) | seed_key[1] : seed;
   }
+  // The per-tensor amax of a copy: the given one, else `own` (the max of its block amaxes).
+  QMESH_HOST_DEVICE float tensor_amax(float own) const { return amax ? *amax : own; }
 };
 
 namespace nvfp4 {

@@ -50,6 +50,14 @@ void nvfp4_quantize(const TensorView& x, const NvFp4TensorView& out, const NvFp4
   QMESH_CHECK(!(options.rht && options.tiles_2d),
               "nvfp4_quantize: the random Hadamard transform is for the 1x16 blocks of wgrad "
               "operands, not 16x16 tiles (weights); turn one of rht and tiles_2d off");
+  if (!options.amax.empty()) {
+    QMESH_CHECK(!options.rht,
+                "nvfp4_quantize: a given amax sets the per-tensor scale of untransformed copies; "
+                "the random Hadamard transform's copy takes its own (unset rht or amax)");
+    check_dtype(options.amax, DType::kFloat32, "nvfp4_quantize amax");
+    check_shape(options.amax, Shape{1}, "nvfp4_quantize amax");
+    check_device(options.amax, x.device, "nvfp4_quantize amax");
+  }
   if (!options.seed_key.empty()) {
     check_dtype(options.seed_key, DType::kInt32, "nvfp4_quantize seed_key");
     check_shape(options.seed_key, Shape{2}, "nvfp4_quantize seed_key (two key words)");
@@ -66,6 +74,7 @@ void nvfp4_quantize(const TensorView& x, const NvFp4TensorView& out, const NvFp4
   job.rht_signs = options.rht_signs;
   job.seed = options.seed;
   job.seed_key = static_cast<const uint32_t*>(options.seed_key.data);
+  job.amax = static_cast<const float*>(options.amax.data);
   job.copies[0] = copy_out(out.data, out.scale, out.scale_inv);
   if (out.has_columnwise()) job.copies[1] = copy_out(out.data_t, out.scale_t, out.scale_inv_t);
   detail::dispatch(

@@ -13,6 +13,7 @@ constexpr std::pair<Recipe, std::string_view> kRecipeNames[] = {
     {Recipe::kFp32, "fp32"},          {Recipe::kBf16, "bf16"},
     {Recipe::kFp8Delayed, "delayed"}, {Recipe::kFp8Current, "current"},
     {Recipe::kFp8Block, "block"},     {Recipe::kMxfp8, "mxfp8"},
+    {Recipe::kNvfp4, "nvfp4"},
 };
 
 void check_format(Fp8Format format) {
@@ -36,6 +37,16 @@ void check_split_accumulator(const MMParams& mm, const char* field) {
               "outside the tensor cores");
 }
 
+// The microscaled recipes take no FP8 attention: fp8_dpa and fp8_mha must be false.
+void check_no_fp8_attention(bool dpa, bool mha, const char* recipe, const char* format) {
+  QMESH_CHECK_KIND(ErrorKind::kUnsupported, !dpa, recipe,
+                   ".fp8_dpa must be false: FP8 attention is not supported with ", format,
+                   " scaling");
+  QMESH_CHECK_KIND(ErrorKind::kUnsupported, !mha, recipe,
+                   ".fp8_mha must be false: FP8 attention is not supported with ", format,
+                   " scaling");
+}
+
 }  // namespace
 
 std::string_view recipe_name(Recipe recipe) {
@@ -48,7 +59,7 @@ Recipe parse_recipe(std::string_view name) {
   for (auto [r, n] : kRecipeNames)
     if (n == name) return r;
   QMESH_THROW("unknown recipe '", name,
-              "' (expected one of fp32, bf16, delayed, current, block, mxfp8)");
+              "' (expected one of fp32, bf16, delayed, current, block, mxfp8, nvfp4)");
 }
 
 DType fp8_dtype(Fp8Format format, OperandRole role) {
@@ -115,12 +126,19 @@ void validate(const MXFP8BlockScaling& recipe) {
               int(recipe.fp8_format));
   QMESH_CHECK(std::isfinite(recipe.margin) && recipe.margin >= 0.0f,
               "MXFP8BlockScaling.margin must be finite and >= 0, got ", recipe.margin);
-  QMESH_CHECK_KIND(ErrorKind::kUnsupported, !recipe.fp8_dpa,
-                   "MXFP8BlockScaling.fp8_dpa must be false: FP8 attention is not supported with "
-                   "MXFP8 scaling");
-  QMESH_CHECK_KIND(ErrorKind::kUnsupported, !recipe.fp8_mha,
-                   "MXFP8BlockScaling.fp8_mha must be false: FP8 attention is not supported with "
-                   "MXFP8 scaling");
+  check_no_fp8_attention(recipe.fp8_dpa, recipe.fp8_mha, "MXFP8BlockScaling", "MXFP8");
+}
+
+void validate(const NVFP4BlockScaling& recipe) {
+  QMESH_CHECK_KIND(ErrorKind::kUnsupported, recipe.fp4_format == Fp4Format::kE2M1,
+                   "NVFP4BlockScaling.fp4_format must be Fp4Format::kE2M1 (the only NVFP4 "
+                   "element format), got value ",
+                   int(recipe.fp4_format));
+  QMESH_CHECK_KIND(ErrorKind::kUnsupported, recipe.fp8_format == Fp8Format::kE4M3,
+                   "NVFP4BlockScaling.fp8_format must be Fp8Format::kE4M3 (the format of the "
+                   "block scales), got value ",
+                   int(recipe.fp8_format));
+  check_no_fp8_attention(recipe.fp8_dpa, recipe.fp8_mha, "NVFP4BlockScaling", "NVFP4");
 }
 
 }  // namespace qmesh

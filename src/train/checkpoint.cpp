@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -28,13 +29,19 @@ bool has_scaling_state(const CheckpointContent& content) {
   return content.context && content.context->recipe() == Recipe::kFp8Delayed;
 }
 
+// NVFP4 seeds its stochastic rounding and RHT from the context's step count: it is saved.
+bool has_step_count(const CheckpointContent& content) {
+  return content.context && content.context->recipe() == Recipe::kNvfp4;
+}
+
 void check_names_free_of_prefix(const CheckpointContent& content) {
   for (const NamedTensor& t : content.tensors) {
     QMESH_CHECK(!t.name.starts_with(kScalingTensorPrefix), "checkpoint tensor name '", t.name,
                 "' starts with '", kScalingTensorPrefix,
                 "', which checkpoints keep for the FP8 scaling state; rename it");
-    QMESH_CHECK(t.name != kRecipeTensorName, "checkpoint tensor name '", t.name,
-                "' is the one checkpoints keep for the layer context's recipe; rename it");
+    QMESH_CHECK(t.name != kRecipeTensorName && t.name != kStepsTensorName,
+                "checkpoint tensor name '", t.name,
+                "' is one checkpoints keep for the layer context; rename it");
   }
 }
 
@@ -44,11 +51,12 @@ void check_names_free_of_prefix(const CheckpointContent& content) {
 void check_context(const std::map<std::string, Tensor>& file, const CheckpointContent& content,
                    const std::string& path) {
   const auto recorded = file.find(std::string(kRecipeTensorName));
+  const auto steps = file.find(std::string(kStepsTensorName));
   const bool has_scaling = std::any_of(file.begin(), file.end(), [](const auto& entry) {
     return entry.first.starts_with(kScalingTensorPrefix);
   });
   if (!content.context) {
-    QMESH_CHECK(recorded == file.end() && !has_scaling, "tensor file ", path,
+    QMESH_CHECK(recorded == file.end() && steps == file.end() && !has_scaling, "tensor file ", path,
                 " holds a layer context's recipe and FP8 state, but none was given to load "
                 "them into; pass the LayerContext (training_checkpoint builds the complete "
                 "content)");
@@ -61,12 +69,19 @@ void check_context(const std::map<std::string, Tensor>& file, const CheckpointCo
                 "' in ", path, " is not int32 [1]: a corrupted checkpoint?");
     const int32_t saved = *t.data_as<int32_t>();
     QMESH_CHECK(saved == int32_t(recipe), "the checkpoint ", path, " was saved under the '",
-                saved >= 0 && saved <= int32_t(Recipe::kMxfp8)
+                saved >= 0 && saved <= int32_t(Recipe::kNvfp4)
                     ? std::string(recipe_name(Recipe(saved)))
                     : "unknown (" + std::to_string(saved) + ")",
                 "' recipe, but this LayerContext's recipe is '", recipe_name(recipe),
                 "'; resume with the recipe that saved it");
   }
+  if (has_step_count(content))
+    QMESH_CHECK(steps != file.end() && steps->second.dtype() == DType::kInt32 &&
+                    steps->second.shape() == Shape{1} && *steps->second.data_as<int32_t>() >= 0,
+                "the checkpoint ", path, " holds no valid step count ('", kStepsTensorName,
+                "', int32 [1], >= 0), which NVFP4 needs to resume its stochastic rounding: it "
+                "was saved without its LayerContext (training_checkpoint builds the complete "
+                "content)");
   if (!has_scaling_state(content)) {
     QMESH_CHECK(!has_scaling, "the checkpoint ", path,
                 " holds an FP8 delayed-scaling state, which this LayerContext's '",
@@ -88,6 +103,7 @@ void check_file(const std::map<std::string, Tensor>& file, const CheckpointConte
   for (const auto& entry : file) {
     const std::string& name = entry.first;
     QMESH_CHECK(name.starts_with(kScalingTensorPrefix) || name == kRecipeTensorName ||
+                    name == kStepsTensorName ||
                     std::any_of(content.tensors.begin(), content.tensors.end(),
                                 [&](const NamedTensor& t) { return t.name == name; }),
                 "tensor file ", path, " holds '", name,
@@ -361,10 +377,17 @@ void save_checkpoint(const std::string& dir, int step, const CheckpointContent& 
           std::map<std::string, Tensor> scaling;
           if (has_scaling_state(content)) scaling = scaling_tensors(content.context->scaling());
           for (const auto& [name, t] : scaling) tensors.push_back({name, t});
-          Tensor recipe(DType::kInt32, Shape{1});
+          Tensor recipe(DType::kInt32, Shape{1}), steps(DType::kInt32, Shape{1});
           if (content.context) {
             *recipe.data_as<int32_t>() = int32_t(content.context->recipe());
             tensors.push_back({std::string(kRecipeTensorName), recipe});
+          }
+          if (has_step_count(content)) {
+            const int64_t n = content.context->steps();
+            QMESH_CHECK(n <= INT32_MAX, "the layer context's step count ", n,
+                        " does not fit the checkpoint's int32");
+            *steps.data_as<int32_t>() = int32_t(n);
+            tensors.push_back({std::string(kStepsTensorName), steps});
           }
           save_tensors(rank_file(step_dir, rank), tensors);
           if (rank == 0 && content.layout) save_layout(step_dir, *content.layout);
@@ -406,6 +429,9 @@ int load_checkpoint(const std::string& dir, const CheckpointContent& content, Co
   }
   if (has_scaling_state(content))
     load_scaling_tensors(content.context->scaling(), staged.scaling, staged.scaling_path);
+  if (has_step_count(content))
+    content.context->set_steps(
+        *staged.scaling.at(std::string(kStepsTensorName)).data_as<int32_t>());
   return found;
 }
 

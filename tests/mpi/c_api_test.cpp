@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -227,6 +228,55 @@ TEST_F(CApi, BlockRecipe) {
   ASSERT_EQ(y.shape[1], 128);
   double norm = 0;
   for (int64_t i = 0; i < T * 128; ++i) norm += std::abs(static_cast<const float*>(y.data)[i]);
+  EXPECT_GT(norm, 0.0);
+  ASSERT_EQ(qmesh_dense_backward(layer, &dyt, &dx), QMESH_OK) << qmesh_last_error();
+  EXPECT_EQ(qmesh_context_end_step(ctx), QMESH_OK) << qmesh_last_error();
+  EXPECT_EQ(qmesh_dense_destroy(layer), QMESH_OK);
+  EXPECT_EQ(qmesh_context_destroy(ctx), QMESH_OK);
+}
+
+// The NVFP4 recipe through the C API: its config fields and defaults, a program built before
+// them (a smaller struct_size) gets the defaults, the error without emulation, and one
+// emulated forward/backward/end_step of a column-parallel layer at tp = 2.
+TEST_F(CApi, Nvfp4Recipe) {
+  qmesh_context_config cc;
+  qmesh_context_config_init(&cc);
+  EXPECT_EQ(cc.nvfp4_disable_rht, 0);
+  EXPECT_EQ(cc.nvfp4_disable_stochastic_rounding, 0);
+  EXPECT_EQ(cc.nvfp4_disable_2d_quantization, 0);
+  EXPECT_EQ(cc.emulate, 0);
+  cc.recipe = QMESH_RECIPE_NVFP4;
+  qmesh_context* ctx = nullptr;
+  cc.struct_size = offsetof(qmesh_context_config, nvfp4_disable_rht);
+  ASSERT_EQ(qmesh_context_create(mesh_, &cc, &ctx), QMESH_OK) << qmesh_last_error();
+  qmesh_dense_config dc;
+  qmesh_dense_config_init(&dc);
+  dc.in_features = 64;
+  dc.out_features = 64;
+  dc.parallelism = QMESH_DENSE_COLUMN;
+  qmesh_dense* layer = nullptr;
+  ASSERT_EQ(qmesh_dense_create(ctx, "d", &dc, &layer), QMESH_OK) << qmesh_last_error();
+  constexpr int64_t T = 16;
+  std::vector<float> x(T * 64), dy(T * 32);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = float(int(i % 13) - 6) * 0.5f;
+  for (size_t i = 0; i < dy.size(); ++i) dy[i] = float(int(i % 7) - 3) * 0.25f;
+  const int64_t x_shape[2] = {T, 64}, dy_shape[2] = {T, 32};
+  const qmesh_tensor xt = qmesh_host_tensor(x.data(), QMESH_FLOAT32, 2, x_shape);
+  const qmesh_tensor dyt = qmesh_host_tensor(dy.data(), QMESH_FLOAT32, 2, dy_shape);
+  qmesh_tensor y{}, dx{};
+  EXPECT_STATUS(qmesh_dense_forward(layer, &xt, &y), QMESH_ERROR_UNSUPPORTED,
+                "NVFP4BlockScaling(emulate=True)");
+  EXPECT_EQ(qmesh_dense_destroy(layer), QMESH_OK);
+  EXPECT_EQ(qmesh_context_destroy(ctx), QMESH_OK);
+  qmesh_context_config_init(&cc);
+  cc.recipe = QMESH_RECIPE_NVFP4;
+  cc.emulate = 1;
+  ASSERT_EQ(qmesh_context_create(mesh_, &cc, &ctx), QMESH_OK) << qmesh_last_error();
+  ASSERT_EQ(qmesh_dense_create(ctx, "d", &dc, &layer), QMESH_OK) << qmesh_last_error();
+  ASSERT_EQ(qmesh_dense_forward(layer, &xt, &y), QMESH_OK) << qmesh_last_error();
+  ASSERT_EQ(y.shape[1], 32);
+  double norm = 0;
+  for (int64_t i = 0; i < T * 32; ++i) norm += std::abs(static_cast<const float*>(y.data)[i]);
   EXPECT_GT(norm, 0.0);
   ASSERT_EQ(qmesh_dense_backward(layer, &dyt, &dx), QMESH_OK) << qmesh_last_error();
   EXPECT_EQ(qmesh_context_end_step(ctx), QMESH_OK) << qmesh_last_error();

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The C trainer (examples/c_trainer, C API only) against train_mlp under mpirun (4 ranks):
 # with the same options both must end with bitwise the same parameters (every rank's
-# checksum), for FP8 delayed and current scaling, sequence parallelism (with the ring
-# collective GEMMs and a regathered input), AdamW and SGD; a
+# checksum), for FP8 delayed, current and block scaling, NVFP4 (emulated), sequence
+# parallelism (with the ring collective GEMMs and a regathered input), AdamW and SGD; a
 # different seed must change them (the comparison can fail); a checkpoint written by either
 # program resumes in the other to the same bits; bad input must give a message
 # and a non-zero exit, not a crash.
@@ -34,6 +34,7 @@ compare() {
 compare --recipe delayed
 compare --recipe current --sequence-parallel --optimizer sgd
 compare --recipe block --sequence-parallel
+compare --recipe nvfp4 --emulate
 compare --recipe delayed --sequence-parallel --overlap ring --regather-input
 compare --recipe delayed --margin 1 --amax-history 4
 seeded=$a

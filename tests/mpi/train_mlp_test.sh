@@ -3,8 +3,10 @@
 # Usage: train_mlp_test.sh <qmeshrun> <train_mlp> <case>
 #   converge   FP8 delayed scaling learns, and ends within 5% of the BF16 run's loss; FP8
 #              block scaling (also with --sequence-parallel) ends no worse than delayed
-#              scaling (0.5% slack for rounding noise)
-#   resume     20 steps == 10 steps, checkpoint, resume, 10 more (bit for bit)
+#              scaling (0.5% slack for rounding noise); MXFP8 and NVFP4 are refused without
+#              --emulate and train with it
+#   resume     20 steps == 10 steps, checkpoint, resume, 10 more (bit for bit); also under
+#              block scaling and NVFP4 (emulated)
 #   overlap    --overlap ring and bidir, and --regather-input, train to the same bits as
 #              --overlap none (SP; FP8 delayed and block scaling)
 #   fsdp       --dp 4, --fsdp 4 and --dp 2 --fsdp 2 (and dp 2 vs fsdp 2 with tp 2) train to the
@@ -26,6 +28,35 @@ fail() { echo "FAIL: $*"; exit 1; }
 train4() { timeout 300 "$run" -np 4 "$train" "$@"; }
 
 field() { grep "^$1" "$2" | head -n 1; }
+
+# A microscaled recipe ($1: mxfp8 or nvfp4): refused without --emulate by an error that says
+# how to ask, then 80 emulated steps; prints the final loss (or, failing, the logs and why).
+emulated_run() {
+  train4 "${small[@]}" --steps 80 --recipe "$1" >"$work/$1-refused.log" 2>&1 &&
+    fail "$1 without --emulate ran (its GEMMs must be refused without emulation)"
+  grep -q "QMESH_BLOCK_EMULATION=1" "$work/$1-refused.log" ||
+    { cat "$work/$1-refused.log"; fail "$1 without --emulate: no error saying how to ask"; }
+  train4 "${small[@]}" --steps 80 --recipe "$1" --emulate >"$work/$1.log" 2>&1 ||
+    { cat "$work/$1.log"; fail "$1 run (emulated GEMMs)"; }
+  field "final loss" "$work/$1.log" | awk '{print $3}'
+}
+
+# 8 steps == 4 steps, a checkpoint, and 4 more after resuming, bit for bit, with the options
+# after the name ($1, for messages and files).
+resumes_bitwise() {
+  local name=$1
+  shift
+  train4 "${small[@]}" "$@" --steps 8 >"$work/$name-full.log" 2>&1 || fail "$name run"
+  train4 "${small[@]}" "$@" --steps 4 --checkpoint-dir "$work/$name" >/dev/null 2>&1 ||
+    fail "4 $name steps"
+  train4 "${small[@]}" "$@" --steps 8 --checkpoint-dir "$work/$name" --resume \
+    >"$work/$name.log" 2>&1 || { cat "$work/$name.log"; fail "$name resume"; }
+  a=$(field "parameter checksums" "$work/$name-full.log")
+  b=$(field "parameter checksums" "$work/$name.log")
+  echo "$name uninterrupted: $a"
+  echo "$name resumed:       $b"
+  [ -n "$a" ] && [ "$a" = "$b" ] || fail "$name: parameters differ after resuming"
+}
 
 case $case_name in
 converge)
@@ -51,16 +82,14 @@ converge)
   echo "final loss: fp8 block, sequence parallel $block_sp"
   awk -v a="$block_sp" -v b="$fp8" 'BEGIN { exit !(a <= 1.005 * b) }' ||
     fail "FP8 block scaling with --sequence-parallel ends at $block_sp, worse than delayed's $fp8"
-  train4 "${small[@]}" --steps 80 --recipe mxfp8 >"$work/mxfp8-refused.log" 2>&1 &&
-    fail "MXFP8 without --emulate ran (its GEMMs must be refused without emulation)"
-  grep -q "QMESH_BLOCK_EMULATION=1" "$work/mxfp8-refused.log" ||
-    { cat "$work/mxfp8-refused.log"; fail "MXFP8 without --emulate: no error saying how to ask"; }
-  train4 "${small[@]}" --steps 80 --recipe mxfp8 --emulate >"$work/mxfp8.log" 2>&1 ||
-    { cat "$work/mxfp8.log"; fail "MXFP8 run (emulated GEMMs)"; }
-  mxfp8=$(field "final loss" "$work/mxfp8.log" | awk '{print $3}')
+  mxfp8=$(emulated_run mxfp8) || { echo "$mxfp8"; exit 1; }
   echo "final loss: mxfp8 (emulated) $mxfp8"
   awk -v a="$mxfp8" -v b="$fp8" 'BEGIN { exit !(a <= 1.005 * b) }' ||
     fail "MXFP8's final loss $mxfp8 is worse than delayed scaling's $fp8"
+  nvfp4=$(emulated_run nvfp4) || { echo "$nvfp4"; exit 1; }
+  echo "final loss: nvfp4 (emulated) $nvfp4"
+  awk -v a="$nvfp4" -v m="$base" 'BEGIN { exit !(a < 0.5 * m) }' ||
+    fail "NVFP4 did not learn: loss $nvfp4 vs $base for predicting the mean"
   ;;
 resume)
   train4 "${small[@]}" --steps 20 --csv "$work/full.csv" >"$work/full.log" 2>&1 ||
@@ -80,16 +109,9 @@ resume)
   echo "resumed:       $b"
   [ "$a" = "$b" ] || fail "parameters differ after resuming"
   # Block scaling keeps no scaling state: its checkpoint resumes bit for bit too.
-  train4 "${small[@]}" --recipe block --steps 8 >"$work/block-full.log" 2>&1 || fail "block run"
-  train4 "${small[@]}" --recipe block --steps 4 --checkpoint-dir "$work/block" >/dev/null 2>&1 ||
-    fail "4 block steps"
-  train4 "${small[@]}" --recipe block --steps 8 --checkpoint-dir "$work/block" --resume \
-    >"$work/block.log" 2>&1 || { cat "$work/block.log"; fail "block resume"; }
-  a=$(field "parameter checksums" "$work/block-full.log")
-  b=$(field "parameter checksums" "$work/block.log")
-  echo "block uninterrupted: $a"
-  echo "block resumed:       $b"
-  [ -n "$a" ] && [ "$a" = "$b" ] || fail "block: parameters differ after resuming"
+  resumes_bitwise block --recipe block
+  # NVFP4 seeds stochastic rounding from the step count, which its checkpoint keeps.
+  resumes_bitwise nvfp4 --recipe nvfp4 --emulate
   ;;
 overlap)
   for recipe in delayed block; do

@@ -37,6 +37,7 @@ struct LayerContextOptions {
   Float8CurrentScaling current{};    // the current-scaling recipe (used under kFp8Current)
   Float8BlockScaling block{};        // the block-scaling recipe (used under kFp8Block)
   MXFP8BlockScaling mxfp8{};         // the MXFP8 recipe (used under kMxfp8)
+  NVFP4BlockScaling nvfp4{};         // the NVFP4 recipe (used under kNvfp4)
   Placement placement{};             // where the layers run: device and streams
   Overlap overlap = Overlap::kNone;  // the collective-GEMM schedule of sequence-parallel
                                      // dense layers whose DenseOptions::overlap is unset
@@ -55,8 +56,9 @@ class QMESH_API LayerContext {
   // temporary mesh is fine. The context must outlive its layers, which refer to it; it is
   // neither copied nor moved. The options are validated (Error naming the field; the recipes'
   // fields, a negative fsdp prefetch, an unusable device); only the recipe that `recipe`
-  // selects is used. kFp8Block and kMxfp8 refuse what they do not support (Error): fp8_stats;
-  // kMxfp8 also refuses sequence-parallel layers (the collective GEMMs take no MXFP8 operands).
+  // selects is used. kFp8Block, kMxfp8 and kNvfp4 refuse what they do not support (Error):
+  // fp8_stats; kMxfp8 and kNvfp4 also refuse sequence-parallel layers (the collective GEMMs
+  // take no MXFP8 or NVFP4 operands).
   // `options.placement`: where the layers built on this context run. On CUDA the mesh's
   // communicators must carry CUDA buffers of that device (NCCL, or the local backend) and every
   // layer call is asynchronous on placement.stream; on the host everything is blocking.
@@ -73,11 +75,16 @@ class QMESH_API LayerContext {
   Recipe recipe() const { return recipe_; }
   bool is_fp8() const {
     return recipe_ == Recipe::kFp8Delayed || recipe_ == Recipe::kFp8Current ||
-           recipe_ == Recipe::kFp8Block || recipe_ == Recipe::kMxfp8;
+           recipe_ == Recipe::kFp8Block || recipe_ == Recipe::kMxfp8 || recipe_ == Recipe::kNvfp4;
   }
   const Float8CurrentScaling& current_scaling() const { return options_.current; }
   const Float8BlockScaling& block_scaling() const { return options_.block; }
   const MXFP8BlockScaling& mxfp8_scaling() const { return options_.mxfp8; }
+  const NVFP4BlockScaling& nvfp4_scaling() const { return options_.nvfp4; }
+  // The recipe asks for emulated GEMMs of microscaled operands (MXFP8 or NVFP4 `emulate`).
+  bool emulate_microscaled() const {
+    return recipe_ == Recipe::kNvfp4 ? options_.nvfp4.emulate : options_.mxfp8.emulate;
+  }
   const DelayedScaling& delayed_scaling() const { return options_.delayed; }
   // LayerContextOptions::activation_dtype, or the recipe's default when unset.
   DType activation_dtype() const;
@@ -103,10 +110,13 @@ class QMESH_API LayerContext {
   // the fused update, both ordered on stream(). Other recipes (block scaling included: its
   // scales come from each block alone, no amax crosses ranks): nothing. Under FSDP it first
   // completes the layers' gradient reduce-scatters (the sharded grads are final after it).
-  // Counts the steps.
+  // Counts the steps (NVFP4 draws its stochastic-rounding and RHT seeds from the count).
   void end_step();
-  // The number of end_step() calls so far.
+  // The number of end_step() calls so far (or the count set_steps restored).
   int64_t steps() const { return steps_; }
+  // Restores the step count of a resumed run (load_checkpoint does, under NVFP4), so that the
+  // seeds drawn from it are the uninterrupted run's. Error when negative.
+  void set_steps(int64_t steps);
 
  private:
   // The library's layers reach the internals below.

@@ -32,6 +32,7 @@
 #include "qmesh/block_quantized_tensor.h"
 #include "qmesh/export.h"
 #include "qmesh/mxfp8_tensor.h"
+#include "qmesh/nvfp4_tensor.h"
 #include "qmesh/quantized_tensor.h"
 #include "qmesh/status.h"
 #include "qmesh/stream.h"
@@ -40,13 +41,14 @@
 namespace qmesh {
 
 // One GEMM input: a plain tensor (fp32, bf16, fp16), a per-tensor scaled FP8 tensor, a
-// block-scaled FP8 tensor or a microscaled (MXFP8) tensor. Exactly one of the views is set;
-// build it with plain(), fp8(), fp8_block() or mxfp8().
+// block-scaled FP8 tensor or a microscaled (MXFP8 or NVFP4) tensor. Exactly one of the views
+// is set; build it with plain(), fp8(), fp8_block(), mxfp8() or nvfp4().
 struct QMESH_API GemmOperand {
   TensorView tensor;               // plain operand, 2-D view of its shape
   QuantizedTensorView quantized;   // FP8 operand (rowwise data and, optionally, data_t)
   BlockQuantizedTensorView block;  // block-scaled FP8 operand (data and, optionally, data_t)
   MxFp8TensorView mx;              // MXFP8 operand (data and, optionally, data_t)
+  NvFp4TensorView nv;              // NVFP4 operand (data and, optionally, data_t)
 
   static GemmOperand plain(const TensorView& t);
   static GemmOperand fp8(const QuantizedTensorView& q);
@@ -56,13 +58,19 @@ struct QMESH_API GemmOperand {
   // MXFP8: 1x32 blocks along K, read from the copy contiguous along K; the GEMM runs natively
   // on compute capability 10.0+, emulated elsewhere where asked (qmesh/ops/gemm_emulation.h).
   static GemmOperand mxfp8(const MxFp8TensorView& q);
+  // NVFP4: 1x16 blocks (or 16x16 tiles) along K, read from the copy contiguous along K; the
+  // wgrad operands' columnwise copies may hold the random Hadamard transform (both operands
+  // with the same signs: it cancels in the product). Emulated where asked, like MXFP8.
+  static GemmOperand nvfp4(const NvFp4TensorView& q);
   bool is_quantized() const { return !quantized.data.empty(); }
   bool is_block_scaled() const { return !block.data.empty(); }
-  bool is_microscaled() const { return !mx.data.empty(); }
+  bool is_nvfp4() const { return !nv.data.empty(); }
+  bool is_microscaled() const { return !mx.data.empty() || is_nvfp4(); }
   // The rowwise data: the tensor or the FP8 codes.
   const TensorView& stored() const {
     return is_quantized()      ? quantized.data
            : is_block_scaled() ? block.data
+           : is_nvfp4()        ? nv.data
            : is_microscaled()  ? mx.data
                                : tensor;
   }
@@ -119,7 +127,7 @@ struct QMESH_API GemmArgs {
 
   GemmAccumulation accumulation = GemmAccumulation::kFast;
 
-  // Microscaled (MXFP8) operands: run the GEMM emulated where the device has no native one
+  // Microscaled (MXFP8, NVFP4) operands: run the GEMM emulated where the device has no native one
   // (qmesh/ops/gemm_emulation.h); false: such a GEMM is an Error there, unless
   // QMESH_BLOCK_EMULATION=1.
   bool emulate_microscaled = false;

@@ -27,6 +27,11 @@ struct NvFp4Options {
   // the columnwise copy (the wgrad GEMM operands; both operands need the same signs).
   bool rht = false;
   uint16_t rht_signs = 0;
+  // If not empty: fp32 [1] on x's device, the amax that sets the per-tensor scale of both
+  // copies instead of the tensor's own (the amax of a whole tensor of which x is a shard, so
+  // that every shard is quantized as its slice of the whole; at least x's own amax, else
+  // elements saturate). Not with rht (the transformed copy has its own amax).
+  TensorView amax;
 };
 
 // The switches of TransformerEngine's NVFP4 recipe.

@@ -18,10 +18,11 @@ enum class Recipe {
   kFp8Current,  // FP8 operands, current scaling (each tensor scaled by its own amax)
   kFp8Block,    // FP8 operands, block scaling (a scale per 1x128 block or 128x128 tile)
   kMxfp8,       // MXFP8 operands (an E8M0 power-of-two scale per 32 elements along K)
+  kNvfp4,       // NVFP4 operands (E2M1 codes, an E4M3 scale per 16 elements, an fp32 tensor scale)
 };
 
-// "fp32", "bf16", "delayed", "current", "block", "mxfp8" (the training example's --recipe
-// values).
+// "fp32", "bf16", "delayed", "current", "block", "mxfp8", "nvfp4" (the training example's
+// --recipe values).
 QMESH_API std::string_view recipe_name(Recipe recipe);
 // Inverse of recipe_name; Error listing the accepted names.
 QMESH_API Recipe parse_recipe(std::string_view name);
@@ -36,6 +37,11 @@ enum class Fp8Format : uint8_t {
 enum class AmaxComputeAlgo : uint8_t {
   kMax = 0,         // the largest amax in the history window
   kMostRecent = 1,  // the amax of the latest step
+};
+
+// Which FP4 element format a recipe uses (NVFP4: E2M1 only, as in TransformerEngine).
+enum class Fp4Format : uint8_t {
+  kE2M1 = 0,
 };
 
 // What a quantized GEMM operand is: fixes its FP8 format under Fp8Format::kHybrid.
@@ -109,6 +115,23 @@ struct MXFP8BlockScaling {
   bool emulate = false;
 };
 
+// NVFP4 block scaling (TransformerEngine's NVFP4BlockScaling; same field names and defaults;
+// docs/design/nvfp4.md "Recipe"): E2M1 elements, an E4M3 scale per 16 elements along K (16x16
+// tiles for weights), an fp32 per-tensor scale; stochastic rounding of the gradients and the
+// random Hadamard transform of the wgrad operands, each with a switch to turn it off.
+struct NVFP4BlockScaling {
+  Fp4Format fp4_format = Fp4Format::kE2M1;   // the elements (must be kE2M1)
+  Fp8Format fp8_format = Fp8Format::kE4M3;   // the block scales (must be kE4M3)
+  bool disable_rht = false;                  // no random Hadamard transform on wgrad operands
+  bool disable_stochastic_rounding = false;  // gradients round to nearest even too
+  bool disable_2d_quantization = false;      // weights in 1x16 blocks instead of 16x16 tiles
+  bool fp8_dpa = false;                      // FP8 attention: not supported (must be false)
+  bool fp8_mha = false;                      // FP8 multi-head attention: likewise
+  // Run the NVFP4 GEMMs emulated where the device has no native one (qmesh/ops/
+  // gemm_emulation.h); false: such a GEMM is an Error there (unless QMESH_BLOCK_EMULATION=1).
+  bool emulate = false;
+};
+
 // The FP8 dtype of an operand of `role` under `format` (E4M3 or E5M2).
 QMESH_API DType fp8_dtype(Fp8Format format, OperandRole role);
 
@@ -124,5 +147,8 @@ QMESH_API void validate(const Float8BlockScaling& recipe);
 // Throws qmesh::Error naming the field unless fp8_format is known, margin is finite and >= 0,
 // and fp8_dpa and fp8_mha are false.
 QMESH_API void validate(const MXFP8BlockScaling& recipe);
+// Throws qmesh::Error naming the field unless fp4_format is kE2M1, fp8_format is kE4M3, and
+// fp8_dpa and fp8_mha are false.
+QMESH_API void validate(const NVFP4BlockScaling& recipe);
 
 }  // namespace qmesh

@@ -1,13 +1,13 @@
 // Checkpoints of a training run (train_mlp, c_trainer, the C API): per rank, one tensor file
 // <dir>/step-<N>/rank-<r>.tensors (qmesh/tensor_file.h) with the model's parameters, the
-// optimizer state, the run's configuration, the layer context's recipe ("context.recipe")
-// and, under FP8 delayed scaling, its scaling state (the "scaling.*" tensors of
-// qmesh/scaling/checkpoint.h); <dir>/latest names the newest complete one. Every file is
-// written atomically (a temporary file, fsync'ed, renamed over the file, the directory
-// fsync'ed) and only after all ranks finished the previous checkpoint, so a crash never leaves
-// `latest` pointing at a partial checkpoint. Loading is collective: every rank reads and checks its
-// files whole (checksum included), the ranks agree, and only when every rank succeeded does any
-// rank write its tensors; otherwise every rank throws the same Error.
+// optimizer state, the run's configuration, the layer context's recipe ("context.recipe"),
+// under NVFP4 its step count ("context.steps") and, under FP8 delayed scaling, its scaling state
+// (the "scaling.*" tensors of qmesh/scaling/checkpoint.h); <dir>/latest names the newest complete
+// one. Every file is written atomically (a temporary file, fsync'ed, renamed over the file, the
+// directory fsync'ed) and only after all ranks finished the previous checkpoint, so a crash never
+// leaves `latest` pointing at a partial checkpoint. Loading is collective: every rank reads and
+// checks its files whole (checksum included), the ranks agree, and only when every rank succeeded
+// does any rank write its tensors; otherwise every rank throws the same Error.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +29,9 @@ namespace qmesh {
 // The tensor that records the LayerContext's recipe (int32 [1], the Recipe value); a name
 // the content's own tensors may not use, as they may not start with "scaling.".
 inline constexpr std::string_view kRecipeTensorName = "context.recipe";
+// The tensor that records, under NVFP4, the LayerContext's step count (int32 [1]), from which
+// the recipe's stochastic rounding and RHT seeds are drawn; load_checkpoint restores it.
+inline constexpr std::string_view kStepsTensorName = "context.steps";
 
 // The mesh of a run: world rank = (dp coordinate x fsdp + fsdp coordinate) x tp + tp
 // coordinate.

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "counting_communicator.h"
-#include "dense_reference.h"
+#include "dense_check.h"
 #include "expect_error.h"
 #include "mlp_harness.h"
 #include "qmesh/comm/local.h"
@@ -19,8 +19,6 @@ namespace qmesh {
 namespace {
 
 using testing_mlp::borrowed;
-using testing_mlp::doubles;
-using testing_mlp::rel_norm;
 
 TEST(Mxfp8Recipe, HasTheNameMxfp8AndTransformerEnginesDefaults) {
   EXPECT_EQ(recipe_name(Recipe::kMxfp8), "mxfp8");
@@ -50,29 +48,13 @@ TEST(Mxfp8Recipe, HasTheNameMxfp8AndTransformerEnginesDefaults) {
 // values, against the layer under MXFP8 (E4M3, emulated GEMMs). Tolerance (relative norm):
 // 0.05 for the GEMMs (two E4M3 operands, unit roundoff 2^-4 each), fp32 rounding for db.
 TEST(Mxfp8Recipe, DenseMatchesFloat64ReferenceWithEmulatedGemms) {
-  const int64_t T = 64, in = 160, out = 96;
-  const Tensor x = test::random_tensor(Shape{T, in}, 1);
-  const Tensor dy = test::random_tensor(Shape{T, out}, 2);
-  const Tensor bias = test::random_tensor(Shape{out}, 3);
   run_local_ranks(1, [&](Communicator& comm) {
     LayerContextOptions options;
     options.mxfp8.emulate = true;
     LayerContext ctx(Mesh(borrowed(comm), {{"tp", 1}}), Recipe::kMxfp8, options);
-    Dense dense("d", in, out, DenseOptions{}, ctx, 4);
-    Parameter& b = *dense.parameters()[1];
-    std::copy_n(bias.data_as<float>(), out, b.value.data_as<float>());
     const int64_t before = emulated_gemm_count();
-    const std::vector<double> y = doubles(dense.forward(x));
-    const std::vector<double> dx = doubles(dense.backward(dy));
+    test::expect_dense_matches_reference(ctx, 64, 160, 96, {.gemm = 0.05});
     EXPECT_EQ(emulated_gemm_count() - before, 3);  // fprop, dgrad, wgrad
-    const test::DenseReference want =
-        test::dense_reference(x.data_as<float>(), dense.weight().value.data_as<float>(),
-                              bias.data_as<float>(), dy.data_as<float>(), T, in, out);
-    EXPECT_LT(rel_norm(y, want.y), 0.05);
-    EXPECT_LT(rel_norm(dx, want.dx), 0.05);
-    EXPECT_LT(rel_norm(doubles(dense.weight().grad), want.dw), 0.05);
-    EXPECT_LT(rel_norm(doubles(b.grad), want.db), 1e-5);
-    EXPECT_GT(rel_norm(y, want.y), 1e-4);  // the operands are FP8: not the fp32 result
   });
 }
 

@@ -1,4 +1,4 @@
-// The layers' operand cast under the block and MXFP8 recipes makes the columnwise copy only
+// The layers' operand cast under the block, MXFP8 and NVFP4 recipes makes the columnwise copy only
 // where it is asked for: a sequence-parallel shard (whose copy nothing reads) and the weight
 // of an FSDP forward are cast rowwise only, with the rowwise bits of the cast with the copy.
 #include "layers/operand_cast.h"
@@ -21,19 +21,21 @@ std::vector<uint8_t> bytes(const TensorView& t) {
 }
 
 bool has_columnwise(const GemmOperand& op) {
+  if (op.is_nvfp4()) return op.nv.has_columnwise();
   return op.is_block_scaled() ? op.block.has_columnwise() : op.mx.has_columnwise();
 }
 
 // The rowwise codes and scales.
 std::vector<std::vector<uint8_t>> rowwise(const GemmOperand& op) {
   if (op.is_block_scaled()) return {bytes(op.block.data), bytes(op.block.scale_inv)};
+  if (op.is_nvfp4()) return {bytes(op.nv.data), bytes(op.nv.scale), bytes(op.nv.scale_inv)};
   return {bytes(op.mx.data), bytes(op.mx.scale)};
 }
 
-TEST(OperandCast, BlockAndMxfp8MakeTheColumnwiseCopyOnlyWhereAsked) {
+TEST(OperandCast, BlockMxfp8AndNvfp4MakeTheColumnwiseCopyOnlyWhereAsked) {
   const Tensor x = test::random_tensor(Shape{64, 256}, 1);
   const Tensor dy = test::random_tensor(Shape{64, 256}, 2);
-  for (Recipe recipe : {Recipe::kFp8Block, Recipe::kMxfp8}) {
+  for (Recipe recipe : {Recipe::kFp8Block, Recipe::kMxfp8, Recipe::kNvfp4}) {
     run_local_ranks(1, [&](Communicator& comm) {
       const Mesh mesh(std::shared_ptr<Communicator>(&comm, [](Communicator*) {}), {{"tp", 1}});
       LayerContext ctx(mesh, recipe);

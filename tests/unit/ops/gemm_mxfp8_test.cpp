@@ -7,9 +7,9 @@
 
 #include <cmath>
 #include <cstdlib>
-#include <cstring>
 #include <vector>
 
+#include "emulated_gemm_test_util.h"
 #include "expect_error.h"
 #include "gemm_layer_forms.h"
 #include "qmesh/fp8.h"
@@ -73,15 +73,7 @@ TEST(GemmMxfp8, EmulatedIsThePlainGemmOfTheDequantizedOperands) {
     Tensor a32(DType::kFloat32, Shape{m, k}), b32(DType::kFloat32, Shape{n, k});
     mxfp8_dequantize(ak, a32.view());
     mxfp8_dequantize(bk, b32.view());
-    GemmArgs plain = args;
-    plain.a = GemmOperand::plain(a32.view());
-    plain.b = GemmOperand::plain(b32.view());
-    plain.trans_a = kNo;
-    plain.trans_b = kYes;
-    Tensor d32(DType::kFloat32, Shape{m, n});
-    plain.d = d32.view();
-    gemm(plain);
-    EXPECT_EQ(std::memcmp(d.data(), d32.data(), d.nbytes()), 0);
+    test::expect_plain_gemm_bits(args, d, a32, b32);
 
     // Close to float64.
     const std::vector<double> av = values(ak), bv = values(bk);

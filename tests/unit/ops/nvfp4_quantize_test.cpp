@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cfloat>
 #include <cmath>
@@ -454,6 +455,48 @@ TEST(NvFp4Options, RolesFollowTheRecipeSwitches) {
   const NvFp4Options g2 = nvfp4_options(off, NvFp4Role::kGradient, 1, 2);
   EXPECT_FALSE(g2.rht || g2.stochastic_rounding);
   EXPECT_FALSE(nvfp4_options(off, NvFp4Role::kWeight, 1, 2).tiles_2d);
+}
+
+// A given amax (the whole tensor's) makes each row shard of a 16x16-tiled tensor the slice of
+// the whole tensor's quantization: the same codes, tile scales and per-tensor scale. Without
+// it the shards' own amaxes give other scales. A given amax with the RHT is refused.
+TEST(NvFp4Options, AGivenAmaxQuantizesAShardAsItsSliceOfTheWhole) {
+  const int64_t rows = 32, cols = 48, half = rows / 2;
+  Tensor x = test::random_wide(DType::kFloat32, Shape{rows, cols}, 8);
+  float top = 0.0f;
+  for (int64_t i = 0; i < x.numel(); ++i) top = std::max(top, std::fabs(x.data_as<float>()[i]));
+  x.data_as<float>()[5] = 2.0f * top;  // the whole tensor's amax, in the first shard
+  NvFp4Options tiles;
+  tiles.tiles_2d = true;
+  NvFp4Tensor whole(Shape{rows, cols}, Device::host(), false);
+  nvfp4_quantize(x.view(), whole.view(), tiles);
+  Tensor amax(DType::kFloat32, Shape{1});
+  *amax.data_as<float>() = 2.0f * top;
+  for (int shard = 0; shard < 2; ++shard) {
+    const TensorView part = x.view().slice(shard * half * cols, Shape{half, cols});
+    NvFp4Tensor q(Shape{half, cols}, Device::host(), false);
+    NvFp4Options given = tiles;
+    given.amax = amax.view();
+    nvfp4_quantize(part, q.view(), given);
+    const auto bytes = [&](const Tensor& t, int64_t offset, int64_t n) {
+      const auto* p = static_cast<const uint8_t*>(t.data()) + offset;
+      return std::vector<uint8_t>(p, p + n);
+    };
+    EXPECT_EQ(bytes(q.data(), 0, q.data().nbytes()),
+              bytes(whole.data(), shard * q.data().nbytes(), q.data().nbytes()));
+    EXPECT_EQ(bytes(q.scale(), 0, q.scale().nbytes()),
+              bytes(whole.scale(), shard * q.scale().nbytes(), q.scale().nbytes()));
+    EXPECT_EQ(*q.scale_inv().data_as<float>(), *whole.scale_inv().data_as<float>());
+    if (shard == 1) {  // its own amax is smaller: another per-tensor scale
+      nvfp4_quantize(part, q.view(), tiles);
+      EXPECT_NE(*q.scale_inv().data_as<float>(), *whole.scale_inv().data_as<float>());
+    }
+  }
+  NvFp4Options rht;
+  rht.rht = true;
+  rht.amax = amax.view();
+  NvFp4Tensor c(Shape{rows, cols}, Device::host(), true);
+  EXPECT_QMESH_ERROR(nvfp4_quantize(x.view(), c.view(), rht), "unset rht or amax");
 }
 
 }  // namespace
