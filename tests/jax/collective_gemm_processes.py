@@ -21,52 +21,26 @@ if "JAX_NUM_PROCESSES" in os.environ:
 
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from jax.sharding import AxisType, NamedSharding  # noqa: E402
-from jax.sharding import PartitionSpec as P  # noqa: E402
+from jax.sharding import AxisType  # noqa: E402
+from sp_mlp import X_SPEC, place, place_layer, sp_layernorm_mlp  # noqa: E402
 
 import qmesh.jax as qj  # noqa: E402
 from qmesh.jax.dense import init_state  # noqa: E402
-from qmesh.jax.mlp import layernorm_mlp  # noqa: E402
 
 mesh = jax.make_mesh((2, 2), ("dp", "tp"), axis_types=(AxisType.Auto,) * 2)
 rng = np.random.default_rng(7)
 b, s, h, f = 2, 32, 64, 128
-host = {
-    "x": rng.standard_normal((b, s, h)),
-    "k1": rng.standard_normal((h, f)) / 8,
-    "k2": rng.standard_normal((f, h)) / 8,
-    "b1": rng.standard_normal(f),
-    "b2": rng.standard_normal(h),
-}
-specs = {
-    "x": P("dp", "tp", None),
-    "k1": P(None, "tp"),
-    "k2": P("tp", None),
-    "b1": P("tp"),
-    "b2": P(),
-}
-arrays = {
-    k: jax.make_array_from_callback(
-        v.shape, NamedSharding(mesh, specs[k]), lambda i, v=v: v[i].astype(np.float32)
-    )
-    for k, v in host.items()
-}
+x = place(mesh, rng.standard_normal((b, s, h)), X_SPEC)
+kernels = (rng.standard_normal((h, f)) / 8, rng.standard_normal((f, h)) / 8)
+kernels, biases = place_layer(mesh, kernels, (rng.standard_normal(f), rng.standard_normal(h)))
 recipe = qj.DelayedScaling()
 gamma, beta = jnp.ones(h), jnp.zeros(h)
 
 
 def step(cg):
     def loss(x, kernels, biases, states):
-        y, _ = layernorm_mlp(
-            x,
-            gamma,
-            beta,
-            kernels,
-            biases,
-            states,
-            recipe=recipe,
-            row_axes=(("dp",), ("dp",)),
-            collective_gemm=cg,
+        y, _ = sp_layernorm_mlp(
+            x, gamma, beta, kernels, biases, states, recipe=recipe, collective_gemm=cg
         )
         return jnp.mean(y * y)
 
@@ -81,10 +55,9 @@ def step(cg):
 
 resource = qj.MeshResource(dp_resource="dp", tpsp_resource="tp", tp_resource="tp")
 with jax.set_mesh(mesh), qj.global_shard_guard(resource):
-    a = arrays
     for cg in (None, "none", "ring", "bidir"):
         states = (init_state(recipe), init_state(recipe))
-        value, sums = step(cg)(a["x"], (a["k1"], a["k2"]), (a["b1"], a["b2"]), states)
+        value, sums = step(cg)(x, kernels, biases, states)
         record = [float(value).hex()] + [float(v).hex() for v in sums]
         if jax.process_index() == 0:
             print(json.dumps({"variant": str(cg), "checksums": record}), flush=True)

@@ -17,13 +17,13 @@ import reference as ref
 from conftest import make_mesh
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
+from sp_mlp import X_SPEC, place, place_layer, sp_layernorm_mlp
 
 import qmesh.jax as qj
 from qmesh.jax.collective_gemm import CollectiveGemm, all_gather_gemm, gemm_reduce_scatter
 from qmesh.jax.dense import dense, init_state
 from qmesh.jax.flax import DenseGeneral, LayerNormDenseGeneral, LayerNormMLP
 from qmesh.jax.layernorm_dense import layernorm_dense
-from qmesh.jax.mlp import layernorm_mlp
 
 MODES = ("none", "ring", "bidir")
 TPS = (2, 4, 8)
@@ -105,20 +105,12 @@ def mlp_data(rng, b=2, s=32, h=64, f=128):
     return x, gamma, beta, kernels, biases, r
 
 
-def mlp_step(cg):
-    recipe = qj.DelayedScaling()
+def mlp_step(cg, recipe=None):
+    recipe = qj.DelayedScaling() if recipe is None else recipe
 
     def loss(x, gamma, beta, kernels, biases, states, r):
-        y, ln = layernorm_mlp(
-            x,
-            gamma,
-            beta,
-            kernels,
-            biases,
-            states,
-            recipe=recipe,
-            row_axes=(("dp",), ("dp",)),
-            collective_gemm=cg,
+        y, ln = sp_layernorm_mlp(
+            x, gamma, beta, kernels, biases, states, recipe=recipe, collective_gemm=cg
         )
         return jnp.sum(y * r) + jnp.sum(ln * r)
 
@@ -126,16 +118,9 @@ def mlp_step(cg):
 
 
 def sp_args(mesh, x, gamma, beta, kernels, biases, r):
-    """The arguments placed sequence parallel: tokens over (dp, tp), fc1 column parallel, fc2
-    row parallel."""
-    put = lambda v, spec: jax.device_put(v, NamedSharding(mesh, spec))  # noqa: E731
-    return (
-        put(x, P("dp", "tp", None)),
-        gamma,
-        beta,
-        (put(kernels[0], P(None, "tp")), put(kernels[1], P("tp", None))),
-        (put(biases[0], P("tp")), biases[1]),
-    ), put(r, P("dp", "tp", None))
+    """The arguments placed sequence parallel (sp_mlp's placement)."""
+    kernels, biases = place_layer(mesh, kernels, biases)
+    return (place(mesh, x, X_SPEC), gamma, beta, kernels, biases), place(mesh, r, X_SPEC)
 
 
 @pytest.mark.parametrize("tp", TPS)
@@ -156,6 +141,27 @@ def test_layernorm_mlp_modes_are_bitwise_equal(rng, tp):
                 out = step(*args, states, r)
                 states = out[1][5]
             results[cg] = out
+    for mode in ("ring", "bidir"):
+        assert leaves_equal(results[mode], results["none"]), mode
+    ref.assert_trees_close(results["none"], results[None], tol=1e-5)
+
+
+@pytest.mark.parametrize("tp", (2, 4))
+def test_block_scaling_layernorm_mlp(rng, tp):
+    """Float8BlockScaling through the rings (1x128 token operands, 128x128 kernel tiles; the
+    wgrad columnwise copies cast from the all-gathered high-precision tokens), fwd + bwd on a
+    tp-device mesh: ring and bidir give the bits of "none", XLA's path (tokens replicated
+    there: its columnwise cast would cut the shards' 128-blocks) within FP8-GEMM rounding."""
+    mesh = make_mesh((1, tp))
+    x, gamma, beta, kernels, biases, r = mlp_data(rng, b=2, s=64, h=128, f=128 * tp)
+    recipe = qj.Float8BlockScaling()
+    results = {}
+    with jax.set_mesh(mesh), qj.global_shard_guard(SP):
+        for cg in (None, *MODES):
+            args, placed_r = sp_args(mesh, x, gamma, beta, kernels, biases, r)
+            if cg is None:
+                args = (place(mesh, x, P()), *args[1:])
+            results[cg] = mlp_step(cg, recipe)(*args, (None, None), placed_r)
     for mode in ("ring", "bidir"):
         assert leaves_equal(results[mode], results["none"]), mode
     ref.assert_trees_close(results["none"], results[None], tol=1e-5)
@@ -297,7 +303,7 @@ def test_refusals(rng):
     with jax.set_mesh(mesh), qj.global_shard_guard(SP):
 
         def mlp(cg):
-            return layernorm_mlp(
+            return sp_layernorm_mlp(
                 x,
                 gamma,
                 beta,
@@ -312,9 +318,15 @@ def test_refusals(rng):
             mlp("ring")
         with pytest.raises(ValueError, match="overlap must be one of"):
             mlp("ringg")
-        with pytest.raises(NotImplementedError, match="Float8BlockScaling"):
+        for recipe, match in (
+            (qj.MXFP8BlockScaling(), "not MXFP8BlockScaling's microscaled"),
+            (qj.Float8BlockScaling(x_block_scaling_dim=2, w_block_scaling_dim=1), "1x128"),
+        ):
+            with pytest.raises(NotImplementedError, match=match):
+                dense(x, kernels[0], recipe=recipe, collective_gemm=CollectiveGemm("ring"))
+        with pytest.raises(ValueError, match="whole 128-blocks"):  # 128 features over 4
             dense(
-                x,
+                x[:, :16],
                 kernels[0],
                 recipe=qj.Float8BlockScaling(),
                 collective_gemm=CollectiveGemm("ring", "column"),
@@ -425,7 +437,7 @@ def test_remat_and_independent_rings(rng):
     states = (init_state(recipe), init_state(recipe))
 
     def layer(x, kernels, biases):
-        return layernorm_mlp(
+        return sp_layernorm_mlp(
             x, gamma, beta, kernels, biases, states, recipe=recipe, collective_gemm="ring"
         )[0]
 

@@ -175,20 +175,31 @@ _BLOCK_ROLES = {
 }
 
 
-def block_cast(x, dtype, recipe, role, with_dbias=False):
+def block_cast(x, dtype, recipe, role, with_dbias=False, sequence_rows=False):
     """x [rows, cols] block-quantized as `role` with its columnwise copy (and, with_dbias,
-    its column sums from the same pass: (BlockQuantized, dbias))."""
+    its column sums from the same pass: (BlockQuantized, dbias)). sequence_rows: x's rows
+    arrive sequence-sharded at a collective GEMM (see sequence_rows()): the rowwise codes are
+    cast per shard (the ring gathers them), the columnwise copy from x's rows all-gathered in
+    high precision (its blocks run along the rows, across the shards): the rowwise cast of
+    the gathered x.T, whose 1x128 blocks are the columnwise copy's 128x1 blocks."""
     dim, qparams = (getattr(recipe, name) for name in _BLOCK_ROLES[role])
     cast = block_dbias_quantize if with_dbias else block_quantize
-    outs = cast(
-        x,
-        dtype,
-        block=dim,
-        columnwise=True,
-        power_2_scale=qparams.power_2_scale,
-        amax_epsilon=qparams.amax_epsilon,
+    scaling = dict(
+        block=dim, power_2_scale=qparams.power_2_scale, amax_epsilon=qparams.amax_epsilon
     )
+    outs = cast(x, dtype, columnwise=not sequence_rows, **scaling)
+    if sequence_rows:
+        whole_t = _cgemm.gather_rows(x).T
+        outs = (*outs[:2], *block_quantize(whole_t, dtype, **scaling)[:2], *outs[4:])
     return (BlockQuantized(*outs[:4]), outs[4]) if with_dbias else BlockQuantized(*outs)
+
+
+def sequence_rows(cfg, role) -> bool:
+    """Whether the token rows of operand `role` ("x" or "grad") arrive sequence-sharded at a
+    collective GEMM: x of a column-parallel layer, the output gradient of a row-parallel one
+    (the others have every token of their batch shard)."""
+    ring = cfg.collective_gemm
+    return ring is not None and ring.parallel == ("column" if role == "x" else "row")
 
 
 def block_blocks(recipe, a_role, b_role) -> dict:
@@ -214,13 +225,13 @@ def amax_of(q):
     return jnp.zeros((), F32) if isinstance(q, BlockQuantized) else q.amax
 
 
-def _quantize(x, scale, dtype, recipe, columnwise=True, role="x"):
+def _quantize(x, scale, dtype, recipe, columnwise=True, role="x", seq_rows=False):
     """x [rows, cols] quantized with `scale` (delayed scaling), its own amax (current
     scaling) or its blocks' amaxes (block scaling, as operand `role`: "x", "kernel" or
-    "grad"); with `columnwise`, also the codes of x.T from the same fused pass (always under
-    block scaling)."""
+    "grad"; seq_rows: block_cast's sequence_rows); with `columnwise`, also the codes of x.T
+    from the same fused pass (always under block scaling)."""
     if isinstance(recipe, Float8BlockScaling):
-        return block_cast(x, dtype, recipe, role)
+        return block_cast(x, dtype, recipe, role, sequence_rows=seq_rows)
     if isinstance(recipe, DelayedScaling):
         return quantize(x, scale, dtype, columnwise=columnwise)
     return quantize_current(
@@ -285,7 +296,8 @@ def _forward(cfg, x, kernel, bias, step, xq=None):
     scales = (None,) * 3 if step is None else step[1]
     columnwise = tokens_columnwise(cfg)
     if xq is None:
-        xq = _quantize(x.reshape(-1, k), scales[0], fwd, recipe, columnwise)
+        seq_rows = sequence_rows(cfg, "x")
+        xq = _quantize(x.reshape(-1, k), scales[0], fwd, recipe, columnwise, seq_rows=seq_rows)
     xq = _pin_rows(xq, cfg.row_axes)
     wq = _quantize(kernel, scales[1], fwd, recipe, role="kernel")
     a, a_scale_inv = copy_of(xq, False)
@@ -325,7 +337,9 @@ def _forward(cfg, x, kernel, bias, step, xq=None):
                 **blocks,
             )
         else:
-            out, kept = _cgemm.forward(cfg.collective_gemm, a, a_scale_inv, b, b_scale_inv)
+            out, kept = _cgemm.forward(
+                cfg.collective_gemm, a, a_scale_inv, b, b_scale_inv, **blocks
+            )
             out, xq = out.astype(F32 if wide else cfg.out_dtype), xq._replace(q=kept)
         if cfg.has_bias:
             out = out + bias.astype(F32)
@@ -391,10 +405,11 @@ def backward(cfg, res: Residuals, g):
     columnwise = tokens_columnwise(cfg)
     dbias = None
     if isinstance(recipe, Float8BlockScaling):
+        seq_rows = sequence_rows(cfg, "grad")
         if cfg.has_bias:
-            gq, dbias = block_cast(g2, bwd, recipe, "grad", with_dbias=True)
+            gq, dbias = block_cast(g2, bwd, recipe, "grad", True, seq_rows)
         else:
-            gq = block_cast(g2, bwd, recipe, "grad")
+            gq = block_cast(g2, bwd, recipe, "grad", sequence_rows=seq_rows)
     elif isinstance(recipe, DelayedScaling):
         if cfg.has_bias:
             gq, dbias = dbias_quantize(g2, scale, bwd, columnwise=columnwise)
@@ -437,9 +452,18 @@ def backward_quantized(cfg, res: Residuals, gq, dbias):
             split_accumulator=True,
             **block_blocks(recipe, "grad", "kernel"),
         )
-    else:  # g_t: g's codes with the rows of x_kept (gathered by the ring for row parallel)
-        dx, g_t = _cgemm.dgrad(cfg.collective_gemm, g, g_scale_inv, w_q, res.kernel_scale_inv)
+    else:  # g_rows: g's codes with the rows of x_kept (gathered by the ring for row parallel)
+        dx, g_rows = _cgemm.dgrad(
+            cfg.collective_gemm,
+            g,
+            g_scale_inv,
+            w_q,
+            res.kernel_scale_inv,
+            **block_blocks(recipe, "grad", "kernel"),
+        )
         dx = dx.astype(res.x_like.dtype)
+        if not columnwise:  # per-tensor: wgrad transposes the codes (block: its own copy)
+            g_t = g_rows
     x_t, g_t = (x_kept, g_t) if columnwise else (x_kept.T, g_t.T)
     dw = gemm(
         x_t,

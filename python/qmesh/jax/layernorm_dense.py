@@ -59,7 +59,13 @@ def norm_forward(cfg, eps, x, gamma, beta, step):
         return norm_fwd_quantize(x2, gamma, beta, step[1][0], dtype, eps=eps, columnwise=columnwise)
     ln, amax, mean, rstd = norm_fwd_amax(x2, gamma, beta, eps=eps)
     if not isinstance(recipe, Float8CurrentScaling):  # block-scaled: the cast after the norm
-        return ln, _dense._quantize(ln, None, dtype, recipe, columnwise), mean, rstd
+        seq_rows = _dense.sequence_rows(cfg, "x")
+        return (
+            ln,
+            _dense._quantize(ln, None, dtype, recipe, columnwise, seq_rows=seq_rows),
+            mean,
+            rstd,
+        )
     scale = current_scale(
         amax,
         dtype,
