@@ -151,20 +151,22 @@ def test_block_scaling_layernorm_mlp(rng, tp):
     """Float8BlockScaling through the rings (1x128 token operands, 128x128 kernel tiles; the
     wgrad columnwise copies cast from the all-gathered high-precision tokens), fwd + bwd on a
     tp-device mesh: ring and bidir give the bits of "none", XLA's path (tokens replicated
-    there: its columnwise cast would cut the shards' 128-blocks) within FP8-GEMM rounding."""
+    there: its columnwise cast would cut the shards' 128-blocks; on tp = 4) within FP8-GEMM
+    rounding."""
     mesh = make_mesh((1, tp))
     x, gamma, beta, kernels, biases, r = mlp_data(rng, b=2, s=64, h=128, f=128 * tp)
     recipe = qj.Float8BlockScaling()
     results = {}
     with jax.set_mesh(mesh), qj.global_shard_guard(SP):
-        for cg in (None, *MODES):
+        for cg in (None, *MODES) if tp == 4 else MODES:
             args, placed_r = sp_args(mesh, x, gamma, beta, kernels, biases, r)
             if cg is None:
                 args = (place(mesh, x, P()), *args[1:])
             results[cg] = mlp_step(cg, recipe)(*args, (None, None), placed_r)
     for mode in ("ring", "bidir"):
         assert leaves_equal(results[mode], results["none"]), mode
-    ref.assert_trees_close(results["none"], results[None], tol=1e-5)
+    if tp == 4:
+        ref.assert_trees_close(results["none"], results[None], tol=1e-5)
 
 
 @pytest.mark.parametrize(
@@ -244,6 +246,57 @@ def test_hlo_has_no_all_gather_or_reduce_scatter(rng):
     assert collectives_on(texts["ring"]) == []
     assert texts["ring"].count('custom_call_target="qmesh_all_gather_gemm"') == 2
     assert texts["ring"].count('custom_call_target="qmesh_gemm_reduce_scatter"') == 2
+
+
+def test_autocast_sets_the_collective_gemm(rng):
+    """autocast(collective_gemm=...): the layers given none lower to the ring calls inside the
+    block (mlp: fc1 all-gather + GEMM, fc2 GEMM + reduce-scatter; the Flax modules in their own
+    roles), inner blocks inherit it or turn it off (False), an explicit argument wins, and
+    outside (and after) the block there are none."""
+    mesh = make_mesh((2, 2))
+    x, gamma, beta, kernels, biases, _ = mlp_data(rng, b=2)
+    recipe = qj.Float8CurrentScaling()
+
+    def rings(text):
+        return (
+            text.count("@qmesh_all_gather_gemm("),
+            text.count("@qmesh_gemm_reduce_scatter("),
+        )
+
+    def mlp(cg=None):
+        return jax.jit(
+            lambda x, k, b: sp_layernorm_mlp(
+                x, gamma, beta, k, b, (None, None), recipe=recipe, collective_gemm=cg
+            )[0]
+        )
+
+    with jax.set_mesh(mesh):
+        args = (place(mesh, x, X_SPEC), *place_layer(mesh, kernels, biases))
+        calls = lambda f: rings(f.lower(*args).as_text())  # noqa: E731
+        assert calls(mlp()) == (0, 0)
+        with qj.autocast(recipe=recipe, mesh_resource=SP, collective_gemm="ring"):
+            assert calls(mlp()) == (1, 1)
+            assert calls(mlp(False)) == (0, 0)
+            with qj.autocast(recipe=recipe):
+                assert calls(mlp()) == (1, 1)
+                with qj.autocast(recipe=recipe, collective_gemm=False):
+                    assert calls(mlp()) == (0, 0)
+                    assert calls(mlp("bidir")) == (1, 1)
+            assert calls(mlp()) == (1, 1)
+            h = jnp.zeros((2, 32, 128))
+            row = DenseGeneral(
+                features=64,
+                kernel_axes=("mlp", "embed"),
+                input_axes=("batch", None, "mlp"),
+                output_axes=("batch", "seq", "embed"),
+            )
+            v = row.init(jax.random.key(0), h)
+            assert rings(jax.jit(row.apply).lower(v, h).as_text()) == (0, 1)
+        with qj.global_shard_guard(SP):
+            assert calls(mlp()) == (0, 0)
+    with pytest.raises(ValueError, match="overlap must be one of"):
+        with qj.autocast(collective_gemm="rings"):
+            pass
 
 
 def test_flax_modules_modes_are_bitwise_equal(rng, tp=4):

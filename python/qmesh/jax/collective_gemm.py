@@ -58,6 +58,7 @@ from jax import lax
 from jax.sharding import PartitionSpec as P
 
 from qmesh.jax import _ffi, sharding
+from qmesh.jax.autocast import current as autocast_setting
 from qmesh.jax.block_quantize import BLOCK, from_layout, layout_shape, to_layout
 
 F32 = jnp.float32
@@ -93,11 +94,21 @@ def check_overlap(overlap) -> str:
 
 
 def of(value, parallel: str) -> CollectiveGemm | None:
-    """A layer's CollectiveGemm from what users pass: None, an overlap name (then `parallel`
-    is the layer's role) or a CollectiveGemm."""
-    if value is None or isinstance(value, CollectiveGemm):
+    """A layer's CollectiveGemm from what users pass: None or False (passed through), an
+    overlap name (then `parallel` is the layer's role) or a CollectiveGemm."""
+    if value is None or value is False or isinstance(value, CollectiveGemm):
         return value
     return CollectiveGemm(check_overlap(value), parallel)
+
+
+def in_force(value, recipe):
+    """What a layer given collective_gemm=`value` runs with `recipe`: `value` when given
+    (False: XLA's collectives, None returned); else, for an FP8 layer (recipe not None), the
+    overlap of the innermost autocast(collective_gemm=...); else None."""
+    if value is not None:
+        return None if value is False else value
+    setting = autocast_setting()
+    return None if recipe is None or setting is None else setting.collective_gemm
 
 
 def check_recipe(ring, recipe) -> None:

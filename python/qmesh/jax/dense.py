@@ -522,7 +522,7 @@ def dense(
     out_dtype=None,
     fallback: str | None = None,
     row_axes: tuple | None = None,
-    collective_gemm: _cgemm.CollectiveGemm | None = None,
+    collective_gemm: _cgemm.CollectiveGemm | str | bool | None = None,
 ):
     """act(x @ kernel + bias) with FP8 GEMMs in forward and backward.
 
@@ -536,12 +536,15 @@ def dense(
     used) or "bf16" (run in bfloat16 then, counted in qmesh.jax.stats()); row_axes: None, or
     the mesh axes (a tuple, () for replicated) the rows of x's and the output gradient's FP8
     codes are constrained to before their GEMMs, under the mesh of the context (no effect
-    without one); collective_gemm: None, or a CollectiveGemm: under sequence parallelism the
-    GEMMs run through qmesh's all-gather/reduce-scatter rings (collective_gemm.py; row_axes is
-    then not used).
+    without one); collective_gemm: a CollectiveGemm or an overlap name ("none", "ring",
+    "bidir": column parallel): under sequence parallelism the GEMMs run through qmesh's
+    all-gather/reduce-scatter rings (collective_gemm.py; row_axes is then not used); False:
+    XLA's collectives; None: the autocast's (autocast(collective_gemm=...), column parallel: a
+    row-parallel dense passes CollectiveGemm(overlap, "row")), else XLA's collectives.
 
     Returns y [..., N]. Differentiate with respect to `state` to get the updated state."""
     recipe = recipe_in_force(recipe, DelayedScaling())
+    collective_gemm = _cgemm.of(_cgemm.in_force(collective_gemm, recipe), "column")
     if activation not in ACTIVATIONS:
         raise ValueError(f"dense: activation must be one of {ACTIVATIONS}, not {activation!r}")
     if isinstance(recipe, MXFP8BlockScaling):

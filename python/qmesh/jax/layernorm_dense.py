@@ -124,7 +124,7 @@ def layernorm_dense(
     eps: float = 1e-6,
     activation: str | None = None,
     row_axes: tuple | None = None,
-    collective_gemm: _cgemm.CollectiveGemm | None = None,
+    collective_gemm: _cgemm.CollectiveGemm | str | bool | None = None,
 ):
     """(act(norm(x) @ kernel + bias), norm(x)) with the norm and the FP8 cast of its output
     fused: LayerNorm, or RMSNorm when beta is None. x: float32 or bfloat16 [..., H]; gamma,
@@ -149,6 +149,7 @@ def layernorm_dense(
         )
         return y, ln
     check_recipe(recipe)
+    collective_gemm = _cgemm.of(_cgemm.in_force(collective_gemm, recipe), "column")
     _cgemm.check_recipe(collective_gemm, recipe)
     if activation not in _dense.ACTIVATIONS:
         raise ValueError(

@@ -183,7 +183,7 @@ def mlp(
     *,
     recipe=None,
     row_axes=(None, None),
-    collective_gemm: str | None = None,
+    collective_gemm: str | bool | None = None,
 ):
     """fc2(gelu(fc1(x))) with FP8 GEMMs and GELU fused into the casts. x: [..., H] (float32,
     bfloat16 or float16); kernels: ([H, F], [F, H]) in x's dtype; biases: ([F] or None, [H] or
@@ -195,8 +195,10 @@ def mlp(
     autocast's (high precision under autocast(enabled=False)); row_axes: (fc1's, fc2's), as
     dense(); collective_gemm: None or an overlap ("none", "ring", "bidir"): fc1 column parallel
     and fc2 row parallel through qmesh's rings (collective_gemm.py). Returns y [..., H] in x's
-    dtype. Differentiate with respect to `states` for the updated states."""
+    dtype. Differentiate with respect to `states` for the updated states. collective_gemm
+    None takes the autocast's (autocast(collective_gemm=...)); False: XLA's collectives."""
     recipe = recipe_in_force(recipe, DelayedScaling())
+    collective_gemm = _cgemm.in_force(collective_gemm, recipe)
     if recipe is None:
         _cgemm.check_quantized(collective_gemm, recipe)
         h = _dense.dense(x, kernels[0], biases[0], states[0], activation="gelu")
@@ -227,7 +229,7 @@ def layernorm_mlp(
     recipe=None,
     eps: float = 1e-6,
     row_axes=(None, None),
-    collective_gemm: str | None = None,
+    collective_gemm: str | bool | None = None,
 ):
     """(mlp(norm(x)), norm(x)) with the norm (LayerNorm, or RMSNorm when beta is None) fused
     with fc1's input cast as layernorm_dense fuses it, for every recipe. x: float32 or bfloat16
@@ -245,6 +247,7 @@ def layernorm_mlp(
             collective_gemm=collective_gemm,
         )
         return y, ln
+    collective_gemm = _cgemm.in_force(collective_gemm, recipe)
     x = jnp.asarray(x)
     if x.dtype not in (F32, jnp.bfloat16):
         raise TypeError(f"layernorm_mlp: x must be float32 or bfloat16, not {x.dtype}")
