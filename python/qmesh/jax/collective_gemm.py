@@ -18,7 +18,12 @@ Two levels:
   token layout of the Flax modules (flax/sharding.py, token_layout). Forward and
   backward: column parallel runs all-gather + GEMM forward and GEMM + reduce-scatter for the
   input gradient; row parallel the mirror image. The weight gradient reuses the gathered
-  operand (the FP8 codes the ring gathered), as the C++ layers do.
+  operand (the FP8 codes the ring gathered), as the C++ layers do. Float8BlockScaling: the
+  token operands travel in 1x128 blocks with their scale tensors, the kernel in 128x128
+  tiles; the weight gradient's columnwise copy of a sequence-sharded token operand is cast
+  from its all-gathered high-precision rows (gather_rows), as the C++ Dense does.
+- The shortcut: autocast(collective_gemm=...) sets the overlap of the layers given none
+  (in_force).
 - Ring primitives for shard_map users: `all_gather_gemm` and `gemm_reduce_scatter`, called
   per device inside a shard_map over every axis of the mesh.
 
@@ -41,8 +46,9 @@ needs MPI, UCX or NCCL communicators, which are not done: its ring times out wit
 saying so.
 
 Refused: a token count that the batch axes times the axis do not divide (ValueError; pad the
-sequence), Float8BlockScaling (the rings take per-tensor FP8 or plain operands),
-GPUs (the handlers run the local backend on the CPU).
+sequence), MXFP8 / NVFP4 and token operands in 128x128 tiles (check_recipe), block-scaled
+features that split into partial 128-blocks, GPUs (the handlers run the local backend on the
+CPU).
 """
 
 from __future__ import annotations

@@ -41,7 +41,10 @@ gradient fused into the cast (block_dbias_quantize); the three GEMMs are block-s
 the TN form. No amax is reduced across devices: the only collectives are the sums of partial
 products over a sharded K and of the parameter gradients. Under row_axes the token operands
 are gathered with both copies (a transposed copy of block codes would have the wrong blocks).
-A sharded dimension must split into shards that keep whole blocks (block_quantize.py).
+A sharded dimension must split into shards that keep whole blocks (block_quantize.py). Under
+collective_gemm the token operands that arrive sequence-sharded are cast rowwise per shard
+(the rings gather those codes) and columnwise from their all-gathered high-precision rows
+(block_cast's sequence_rows).
 """
 
 from __future__ import annotations
