@@ -44,7 +44,7 @@ are gathered with both copies (a transposed copy of block codes would have the w
 A sharded dimension must split into shards that keep whole blocks (block_quantize.py). Under
 collective_gemm the token operands that arrive sequence-sharded are cast rowwise per shard
 (the rings gather those codes) and columnwise from their all-gathered high-precision rows
-(block_cast's sequence_rows).
+(block_cast's seq_rows).
 """
 
 from __future__ import annotations
@@ -178,9 +178,9 @@ _BLOCK_ROLES = {
 }
 
 
-def block_cast(x, dtype, recipe, role, with_dbias=False, sequence_rows=False):
+def block_cast(x, dtype, recipe, role, with_dbias=False, seq_rows=False):
     """x [rows, cols] block-quantized as `role` with its columnwise copy (and, with_dbias,
-    its column sums from the same pass: (BlockQuantized, dbias)). sequence_rows: x's rows
+    its column sums from the same pass: (BlockQuantized, dbias)). seq_rows: x's rows
     arrive sequence-sharded at a collective GEMM (see sequence_rows()): the rowwise codes are
     cast per shard (the ring gathers them), the columnwise copy from x's rows all-gathered in
     high precision (its blocks run along the rows, across the shards): the rowwise cast of
@@ -190,8 +190,8 @@ def block_cast(x, dtype, recipe, role, with_dbias=False, sequence_rows=False):
     scaling = dict(
         block=dim, power_2_scale=qparams.power_2_scale, amax_epsilon=qparams.amax_epsilon
     )
-    outs = cast(x, dtype, columnwise=not sequence_rows, **scaling)
-    if sequence_rows:
+    outs = cast(x, dtype, columnwise=not seq_rows, **scaling)
+    if seq_rows:
         whole_t = _cgemm.gather_rows(x).T
         outs = (*outs[:2], *block_quantize(whole_t, dtype, **scaling)[:2], *outs[4:])
     return (BlockQuantized(*outs[:4]), outs[4]) if with_dbias else BlockQuantized(*outs)
@@ -231,10 +231,10 @@ def amax_of(q):
 def _quantize(x, scale, dtype, recipe, columnwise=True, role="x", seq_rows=False):
     """x [rows, cols] quantized with `scale` (delayed scaling), its own amax (current
     scaling) or its blocks' amaxes (block scaling, as operand `role`: "x", "kernel" or
-    "grad"; seq_rows: block_cast's sequence_rows); with `columnwise`, also the codes of x.T
+    "grad"; seq_rows: as block_cast's); with `columnwise`, also the codes of x.T
     from the same fused pass (always under block scaling)."""
     if isinstance(recipe, Float8BlockScaling):
-        return block_cast(x, dtype, recipe, role, sequence_rows=seq_rows)
+        return block_cast(x, dtype, recipe, role, seq_rows=seq_rows)
     if isinstance(recipe, DelayedScaling):
         return quantize(x, scale, dtype, columnwise=columnwise)
     return quantize_current(
@@ -412,7 +412,7 @@ def backward(cfg, res: Residuals, g):
         if cfg.has_bias:
             gq, dbias = block_cast(g2, bwd, recipe, "grad", True, seq_rows)
         else:
-            gq = block_cast(g2, bwd, recipe, "grad", sequence_rows=seq_rows)
+            gq = block_cast(g2, bwd, recipe, "grad", seq_rows=seq_rows)
     elif isinstance(recipe, DelayedScaling):
         if cfg.has_bias:
             gq, dbias = dbias_quantize(g2, scale, bwd, columnwise=columnwise)
@@ -547,6 +547,7 @@ def dense(
 
     Returns y [..., N]. Differentiate with respect to `state` to get the updated state."""
     recipe = recipe_in_force(recipe, DelayedScaling())
+    explicit = collective_gemm is not None  # else the autocast's, skipped by a fallback
     collective_gemm = _cgemm.of(_cgemm.in_force(collective_gemm, recipe), "column")
     if activation not in ACTIVATIONS:
         raise ValueError(f"dense: activation must be one of {ACTIVATIONS}, not {activation!r}")
@@ -587,7 +588,7 @@ def dense(
     if reason is None and kernel.dtype not in WIDE_DTYPES:
         reason = f"dense: kernel must be float32, bfloat16 or float16 for FP8, not {kernel.dtype}"
     _cgemm.check_recipe(collective_gemm, recipe)
-    if reason is not None and collective_gemm is not None:
+    if reason is not None and collective_gemm is not None and explicit:
         raise ValueError(f"{reason}; collective_gemm needs the FP8 GEMMs")
     if reason is not None:
         if fallback is None:
