@@ -190,10 +190,14 @@ def block_cast(x, dtype, recipe, role, with_dbias=False, seq_rows=False):
     scaling = dict(
         block=dim, power_2_scale=qparams.power_2_scale, amax_epsilon=qparams.amax_epsilon
     )
+    if seq_rows:
+        # The ring that reads the rowwise codes starts after the all-gather on every device
+        # (a blocking collective each: in no fixed order, two devices could each wait in
+        # one for the other, when XLA's threads run out).
+        whole, x = lax.optimization_barrier((_cgemm.gather_rows(x), x))
     outs = cast(x, dtype, columnwise=not seq_rows, **scaling)
     if seq_rows:
-        whole_t = _cgemm.gather_rows(x).T
-        outs = (*outs[:2], *block_quantize(whole_t, dtype, **scaling)[:2], *outs[4:])
+        outs = (*outs[:2], *block_quantize(whole.T, dtype, **scaling)[:2], *outs[4:])
     return (BlockQuantized(*outs[:4]), outs[4]) if with_dbias else BlockQuantized(*outs)
 
 
@@ -439,6 +443,10 @@ def backward_quantized(cfg, res: Residuals, gq, dbias):
     fwd = recipe.fp8_format.fwd_dtype
     x_kept, w_q = (lax.bitcast_convert_type(b, fwd) for b in (res.x_bits, res.kernel_bits))
     gq = _pin_rows(gq, cfg.row_axes)
+    if cfg.collective_gemm is not None:
+        # The cast's reductions over the mesh (its amax, the bias gradient) finish before the
+        # ring starts, on every device (see block_cast).
+        gq, dbias = lax.optimization_barrier((gq, dbias))
     # TN form: dgrad reads g's codes [M, N] and the kernel's codes [K, N]; wgrad x's and g's
     # columnwise copies [K, M] and [N, M] (the gathered codes transposed, see
     # tokens_columnwise).
