@@ -1,11 +1,14 @@
-// CPU backend throughput of quantize and cast_transpose against memcpy (Google Benchmark).
-// Bytes counted: input read + FP8 output(s) written; memcpy counts its read + write.
+// CPU backend throughput of quantize, cast_transpose and the 1x128 block cast (with and without
+// the columnwise copy) against memcpy (Google Benchmark). Bytes counted: input read + FP8
+// output(s) written (block scales not counted); memcpy counts its read + write.
 #include <benchmark/benchmark.h>
 
 #include <cstring>
 #include <random>
 
+#include "qmesh/block_quantized_tensor.h"
 #include "qmesh/float16.h"
+#include "qmesh/ops/block_quantize.h"
 #include "qmesh/ops/cast_transpose.h"
 #include "qmesh/ops/quantize.h"
 
@@ -59,6 +62,24 @@ void BM_Cast(benchmark::State& state) {
   state.SetBytesProcessed(int64_t(state.iterations()) * bytes);
 }
 
+// block_quantize with 1x128 blocks, as the layers cast activations and gradients: with the
+// columnwise copy, or rowwise only (a sequence-parallel shard).
+template <bool kColumnwise>
+void BM_BlockCast(benchmark::State& state) {
+  const int64_t edge = state.range(0);
+  const qmesh::Tensor x = random_input(DType::kFloat32, edge * edge);
+  const qmesh::TensorView xv(x.data(), DType::kFloat32, Shape{edge, edge});
+  const qmesh::BlockQuantizedTensor q(DType::kFloat8E4M3, Shape{edge, edge},
+                                      qmesh::BlockShape::k1x128, qmesh::Device::host(),
+                                      kColumnwise);
+  for (auto _ : state) {
+    qmesh::block_quantize(xv, q.view(), qmesh::QParams{});
+    benchmark::ClobberMemory();
+  }
+  const int64_t bytes = edge * edge * int64_t(sizeof(float) + (kColumnwise ? 2 : 1));
+  state.SetBytesProcessed(int64_t(state.iterations()) * bytes);
+}
+
 BENCHMARK(BM_Memcpy)->Arg(4096)->Arg(8192)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Cast<DType::kBFloat16, false>)
     ->Name("BM_Quantize_bf16_e4m3")
@@ -82,6 +103,18 @@ BENCHMARK(BM_Cast<DType::kFloat32, true>)
     ->Name("BM_CastTranspose_fp32_e4m3")
     ->Arg(4096)
     ->Arg(8192)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_BlockCast<true>)
+    ->Name("BM_BlockCast_fp32_e4m3")
+    ->Arg(2048)
+    ->Arg(4096)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_BlockCast<false>)
+    ->Name("BM_BlockCastRowwise_fp32_e4m3")
+    ->Arg(2048)
+    ->Arg(4096)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

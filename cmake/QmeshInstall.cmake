@@ -28,6 +28,12 @@ install(FILES ${PROJECT_BINARY_DIR}/qmeshConfig.cmake
 if(QMESH_WITH_JAX)
   install(TARGETS qmesh_jax_ffi qmesh qmesh_core qmesh_comm
           LIBRARY DESTINATION qmesh/lib COMPONENT jax EXCLUDE_FROM_ALL)
+  foreach(backend IN ITEMS ucx nccl)
+    if(TARGET qmesh_comm_${backend})
+      install(TARGETS qmesh_comm_${backend}
+              LIBRARY DESTINATION qmesh/lib COMPONENT jax EXCLUDE_FROM_ALL)
+    endif()
+  endforeach()
 endif()
 
 # pkg-config for C programs (the C API): <libdir>/pkgconfig/qmesh.pc.

@@ -125,8 +125,14 @@ if has_step build; then
   fi
   echo "NCCL: ${nccl_args[*]:-from the CUDA toolkit}" | tee -a "$out/device.txt"
 
+  # The device's own architecture (9.0 -> 90a, 10.0 -> 100a), so that qmesh's kernels load on
+  # it; QMESH_CUDA_ARCH overrides it, and 90a is taken when nvidia-smi cannot tell.
+  cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1)
+  arch=${QMESH_CUDA_ARCH:-$( [[ "$cc" =~ ^[0-9]+\.[0-9]$ ]] && echo "${cc/./}a" || echo 90a)}
+  echo "CUDA architecture: $arch (compute capability ${cc:-unknown})" | tee -a "$out/device.txt"
+
   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_CUDA_ARCHITECTURES=90a -DQMESH_WITH_CUDA=ON "${nccl_args[@]}" 2>&1 |
+    -DCMAKE_CUDA_ARCHITECTURES="$arch" -DQMESH_WITH_CUDA=ON "${nccl_args[@]}" 2>&1 |
     tail -n 30 | tee "$out/configure.log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "gpu_check: configure failed"; record build FAILED; finish 1; }
   # Only the GPU tests and benchmarks (and what they link): the CPU-only programs would spend

@@ -227,8 +227,9 @@ typedef enum qmesh_recipe {
   QMESH_RECIPE_FP8_DELAYED = 2,
   QMESH_RECIPE_FP8_CURRENT = 3,
   QMESH_RECIPE_FP8_BLOCK = 4, /* 1x128 blocks of activations and gradients, 128x128 weight tiles */
-  QMESH_RECIPE_MXFP8 = 5      /* MXFP8 (TransformerEngine's defaults); its GEMMs run emulated and
-                               * need QMESH_BLOCK_EMULATION=1 (docs/design/mxfp8.md) */
+  QMESH_RECIPE_MXFP8 = 5      /* MXFP8 (TransformerEngine's defaults); its GEMMs run natively on
+                               * compute capability 10.0+, elsewhere emulated with
+                               * QMESH_BLOCK_EMULATION=1 (docs/design/mxfp8.md) */
 } qmesh_recipe;
 
 typedef enum qmesh_fp8_format { QMESH_FP8_HYBRID = 0, QMESH_FP8_E4M3 = 1 } qmesh_fp8_format;

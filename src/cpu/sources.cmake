@@ -8,7 +8,8 @@ target_sources(qmesh PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/gemm_cpu.cpp
   ${CMAKE_CURRENT_LIST_DIR}/mxfp8_cast.cpp
   ${CMAKE_CURRENT_LIST_DIR}/norm.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/nvfp4_cast.cpp)
+  ${CMAKE_CURRENT_LIST_DIR}/nvfp4_cast.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/scale_swizzle.cpp)
 # GELU, the norms and the NVFP4 casts on the host must give the CUDA backend's bits: no
 # contraction into fused multiply-adds in these host twins (cpu/gelu.h).
 if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")

@@ -67,8 +67,8 @@ cudaDataType_t cuda_type(DType t) {
   }
 }
 
-// cuBLASLt's scale mode of an operand (qmesh's block layouts are cuBLASLt's: see
-// qmesh/block_quantized_tensor.h).
+// cuBLASLt's scale mode of an operand (qmesh's 1x128 / 128x128 block layouts are cuBLASLt's:
+// see qmesh/block_quantized_tensor.h; MXFP8 scales are swizzled first, ops/scale_swizzle.h).
 int32_t cublaslt_scale_mode(GemmScaling s) {
   switch (s) {
     case GemmScaling::kTensor:
@@ -77,6 +77,8 @@ int32_t cublaslt_scale_mode(GemmScaling s) {
       return CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
     case GemmScaling::kBlock128x128:
       return CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+    case GemmScaling::kVec32Ue8m0:
+      return CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0;
   }
   QMESH_THROW("invalid GemmScaling ", int(s));
 }

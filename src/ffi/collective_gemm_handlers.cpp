@@ -1,11 +1,8 @@
-// XLA FFI handlers of the collective GEMMs (qmesh/overlap/collective_gemm.h) for JAX, and the
-// registry of the communicators they run on.
+// XLA FFI handlers of the collective GEMMs (qmesh/overlap/collective_gemm.h) for JAX.
 //
-// Communicators: qmesh_jax_make_local_comm(groups, size, timeout_ms) makes `groups` local
-// worlds of `size` ranks each (the threads of one process: XLA runs every CPU device on a
-// thread of its own) and returns their id. A mesh axis of size `size` whose other axes have
-// `groups` index combinations gets one world per combination; Python makes it once per
-// (mesh, axis) and passes the id as the attribute `comm`. Worlds live until the process ends.
+// Communicators: registered once per (mesh, axis) (jax_comm_registry.h: one world per index
+// combination of the other axes; local worlds when the axis lies inside the process, UCX
+// worlds across processes); Python passes the id as the attribute `comm`.
 //
 // Operands of both handlers: a, b (2-D; b stored as trans_b says), a_scale_inv, b_scale_inv
 // (fp32 [1], read for FP8 operands only), coords (int32 [2]: the group of the device, its rank
@@ -24,52 +21,17 @@
 // device run one after the other (a lock per rank); every device must run them in the same
 // order, as one XLA schedule of the program does (otherwise they time out).
 // Every wait is bounded by the communicator's timeout (a peer that never calls is an FFI
-// error of kind kDeadlineExceeded, whose message says that the axis must lie inside one
-// process). Several processes (jax.distributed) work when each process holds whole groups:
-// every process registers the same worlds and uses those of its own devices. Host tensors
-// only: the CUDA symbols exist (one FFI macro) and refuse the call.
-#include <chrono>
+// error of kind kDeadlineExceeded that names the likely causes). Host tensors only: the CUDA
+// symbols exist (one FFI macro) and refuse the call.
 #include <cstdint>
-#include <deque>
-#include <memory>
 #include <mutex>
-#include <vector>
 
 #include "ffi/ffi_support.h"
-#include "qmesh/comm/local.h"
+#include "ffi/jax_comm_registry.h"
 #include "qmesh/overlap/collective_gemm.h"
 
 namespace qmesh::ffi {
 namespace {
-
-// One rank's communicator and the lock that keeps its rings one at a time: a communicator is
-// used by one thread at a time, and XLA may run two independent custom calls of one device
-// side by side.
-struct Rank {
-  std::shared_ptr<Communicator> comm;
-  std::unique_ptr<std::mutex> busy = std::make_unique<std::mutex>();
-};
-
-// The worlds of one registered (mesh, axis): groups[g][r] is rank r of group g.
-using Worlds = std::vector<std::vector<Rank>>;
-
-std::mutex registry_mutex;
-std::deque<Worlds> registry;  // the id is the index; a deque keeps elements in place
-
-Rank& rank_of(int64_t id, const AnyBuffer& coords) {
-  require_dtype(coords, {DType::kInt32}, "coords (int32 [2]: group, rank on the axis)");
-  require_count(coords, 2, "coords (int32 [2]: group, rank on the axis)");
-  const auto* c = static_cast<const int32_t*>(coords.untyped_data());
-  const std::lock_guard<std::mutex> lock(registry_mutex);
-  QMESH_CHECK(id >= 0 && size_t(id) < registry.size(), "no communicator has the id ", id,
-              ": make one with qmesh.jax.collective_gemm.communicator(mesh, axis)");
-  Worlds& worlds = registry[size_t(id)];
-  QMESH_CHECK(c[0] >= 0 && size_t(c[0]) < worlds.size() && c[1] >= 0 &&
-                  size_t(c[1]) < worlds[size_t(c[0])].size(),
-              "coords (group ", c[0], ", rank ", c[1], ") are outside communicator ", id, " (",
-              worlds.size(), " groups of ", worlds.empty() ? 0 : worlds[0].size(), " ranks)");
-  return worlds[size_t(c[0])][size_t(c[1])];
-}
 
 Overlap to_overlap(int32_t value) {
   QMESH_CHECK(value >= 0 && value <= 2, "overlap must be 0 (none), 1 (ring) or 2 (bidir), not ",
@@ -79,8 +41,8 @@ Overlap to_overlap(int32_t value) {
 
 void require_host(const Where& w) {
   QMESH_CHECK_KIND(ErrorKind::kUnsupported, w.device.is_host(),
-                   "the collective GEMMs of qmesh.jax run on the CPU devices of one process "
-                   "(the local backend); on GPUs use collective_gemm=None");
+                   "the collective GEMMs of qmesh.jax run on CPU devices (the GPU handlers are "
+                   "not done); on GPUs use collective_gemm=None");
 }
 
 // Runs ring(comm) on `rank`'s communicator, after the rank's earlier rings; a timeout gets
@@ -93,10 +55,9 @@ void run_ring(Rank& rank, Ring&& ring) {
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::kTimeout) throw;
     QMESH_THROW_KIND(ErrorKind::kTimeout, e.message(),
-                     "; the rings of qmesh.jax run on the local backend, so every device of the "
-                     "mesh axis must belong to this process (with jax.distributed, keep the "
-                     "sequence-parallel axis inside each process), and every device must run "
-                     "the same collective GEMMs in the same order");
+                     "; every device of the mesh axis (in every process) must run the same "
+                     "collective GEMMs in the same order, on the mesh the communicator was made "
+                     "for (jax.set_mesh(mesh) around the step when the axis spans processes)");
   }
 }
 
@@ -168,33 +129,6 @@ void gemm_reduce_scatter_impl(const Where& w, AnyBuffer a, AnyBuffer b, AnyBuffe
 
 }  // namespace
 }  // namespace qmesh::ffi
-
-extern "C" {
-
-// Makes `groups` local worlds of `size` ranks whose waits time out after timeout_ms (> 0;
-// 0: comm_timeout()) and returns their id (>= 0), or -1 for groups < 1, size < 1 or
-// timeout_ms < 0. Nothing is thrown across this boundary.
-QMESH_API int64_t qmesh_jax_make_local_comm(int groups, int size, int64_t timeout_ms) {
-  using namespace qmesh::ffi;
-  if (groups < 1 || size < 1 || timeout_ms < 0) return -1;
-  try {
-    Worlds worlds;
-    for (int g = 0; g < groups; ++g) {
-      worlds.emplace_back();
-      for (auto& comm : qmesh::make_local_world(size)) {
-        if (timeout_ms > 0) comm->set_timeout(std::chrono::milliseconds(timeout_ms));
-        worlds.back().push_back(Rank{std::move(comm)});
-      }
-    }
-    const std::lock_guard<std::mutex> lock(registry_mutex);
-    registry.push_back(std::move(worlds));
-    return int64_t(registry.size()) - 1;
-  } catch (...) {
-    return -1;
-  }
-}
-
-}  // extern "C"
 
 using xla::ffi::AnyBuffer;
 

@@ -4,6 +4,8 @@ target_sources(qmesh_jax_ffi PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/collective_gemm_handlers.cpp
   ${CMAKE_CURRENT_LIST_DIR}/ffi_support.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gemm_handlers.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/grouped_scaled_handlers.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/jax_comm_registry.cpp
   ${CMAKE_CURRENT_LIST_DIR}/layer_norm_handlers.cpp
   ${CMAKE_CURRENT_LIST_DIR}/library_info.cpp
   ${CMAKE_CURRENT_LIST_DIR}/mxfp8_handlers.cpp

@@ -189,13 +189,14 @@ struct Dense::Impl {
 
   // FSDP: gathers this layer's weight for a pass (unless prefetched or kept; the next
   // FsdpOptions::prefetch layers' gathers start meanwhile) and returns the [out, in] operand
-  // (FP8: one scale on every rank, so only the codes travel; columnwise copy made here).
+  // (FP8: one scale on every rank, so only the codes travel; columnwise copy made here, under
+  // block scaling and MXFP8 for backward's dgrad only: forward reads the rowwise copy).
   GemmOperand gathered_weight(bool forward) {
     sharding.acquire(forward);
     const TensorView w_full = sharding.gathered(0);
     const TensorView w(w_full.data, w_full.dtype, Shape{out_local, in_local}, ctx.device());
-    if (tile_shards()) return gathered_block_weight(w);
-    if (block_scaled()) return w_cast.cast(w, columnwise());
+    if (tile_shards()) return gathered_block_weight(w, !forward);
+    if (block_scaled()) return w_cast.cast(w, !forward);
     if (!w_shard.is_quantized()) return GemmOperand::plain(w);
     QuantizedTensorView q = w_shard.quantized;
     q.data = w;
@@ -208,11 +209,11 @@ struct Dense::Impl {
   }
 
   // The gathered tile codes `w` [out, in] with their scales (the first ceil(out/128) rows of
-  // the gathered tile-scale rows, the shards' in order), and the columnwise copy: the codes
-  // transposed, the tile scales transposed into [ceil(in/128), round_up(ceil(out/128), 4)].
-  // Bitwise the block cast of the whole weight (the shards' tiles are its tiles; zero rows
-  // past its end change no tile's amax).
-  GemmOperand gathered_block_weight(const TensorView& w) {
+  // the gathered tile-scale rows, the shards' in order), and if `columnwise` the columnwise
+  // copy: the codes transposed, the tile scales transposed into
+  // [ceil(in/128), round_up(ceil(out/128), 4)]. Bitwise the block cast of the whole weight (the
+  // shards' tiles are its tiles; zero rows past its end change no tile's amax).
+  GemmOperand gathered_block_weight(const TensorView& w, bool columnwise) {
     const Device dev = ctx.device();
     const Stream stream = ctx.stream();
     BlockQuantizedTensorView q;
@@ -220,6 +221,7 @@ struct Dense::Impl {
     q.data = w;
     const Shape scales = block_scale_shape(out_local, in_local, BlockShape::k128x128);
     q.scale_inv = TensorView(sharding.gathered(w_scale_slot).data, DType::kFloat32, scales, dev);
+    if (!columnwise) return GemmOperand::fp8_block(q);
     q.data_t = w_full_t.ensure(w.dtype, Shape{in_local, out_local}, dev, stream);
     transpose(q.data, q.data_t, stream);
     const TensorView t =
@@ -265,8 +267,13 @@ struct Dense::Impl {
     return options.activation == DenseActivation::kGelu &&
            options.gelu_split != DenseGeluSplit::kProducer;
   }
-  // The CUDA FP8 GEMM is TN-only: backward needs the transposed copies there.
-  bool columnwise() const { return x_in.device.is_cuda(); }
+  // Whether a GEMM that reads an FP8 operand transposed needs its columnwise copy: on CUDA (the
+  // FP8 GEMM is TN-only) and, under block scaling and MXFP8, on every backend.
+  bool columnwise() const { return x_in.device.is_cuda() || block_scaled(); }
+  // The same for a sequence-parallel shard (column: x, row: dy). Under block scaling its
+  // columnwise copy is never read: the ring moves the rowwise codes and scales, and wgrad's
+  // copy is cast from the gathered high-precision tensor.
+  bool shard_columnwise() const { return columnwise() && !block_scaled(); }
 
   TensorView forward(const TensorView& x, const TensorView& residual,
                      const CastFusion& fusion = {}) {
@@ -284,12 +291,13 @@ struct Dense::Impl {
     QMESH_CHECK(!(row() && sp()) || tokens % tp->size() == 0, name, ": ", tokens,
                 " tokens cannot be reduce-scattered over tp=", tp->size());
     GemmArgs args;
-    args.a = x_cast.cast(x, columnwise(), input_fusion(fusion));
+    args.a =
+        x_cast.cast(x, column() && sp() ? shard_columnwise() : columnwise(), input_fusion(fusion));
     GemmOperand x_gathered;
     if (column() && sp()) {
       // Block scaling: the ring gathers the rowwise codes and scales for this GEMM only; wgrad's
       // columnwise copy is cast in backward from the gathered input (x_full_cast).
-      x_gathered = gather_buffer().get(args.a, tokens, columnwise() && !block_scaled());
+      x_gathered = gather_buffer().get(args.a, tokens, shard_columnwise());
       last_x = regather() || block_scaled() ? args.a : x_gathered;
     } else {
       last_x = args.a;
@@ -426,14 +434,14 @@ struct Dense::Impl {
     check_shape(dy_in, Shape{tokens / n, out_local}, name + " output gradient");
     CastFusion fusion;  // this rank's column sums, summed in dy's cast
     if (options.bias) fusion.dbias = bias_grad_target();
-    GemmArgs dgrad = dgrad_args(dy_cast.cast(dy_in, columnwise(), fusion));
+    GemmArgs dgrad = dgrad_args(dy_cast.cast(dy_in, shard_columnwise(), fusion));
     if (options.bias) {
       const TensorView sums =
           ensure_tensor(bias_sums, DType::kFloat32, Shape{n, out_local}, dy_in.device);
       all_gather_in_stream_order(*tp, fusion.dbias, sums, ctx.stream());
       bias_grad(sums, fusion.dbias, ctx.stream());  // rank 0's sums plus the others' in rank order
     }
-    const GemmOperand dy_gathered = dy_gather.get(dgrad.a, tokens, columnwise() && !block_scaled());
+    const GemmOperand dy_gathered = dy_gather.get(dgrad.a, tokens, shard_columnwise());
     std::optional<OperandGather> dy_full;
     if (block_scaled())
       dy_full.emplace(*tp, GemmOperand::plain(dy_in), GemmOperand::plain(gathered_buffer(dy_in)),

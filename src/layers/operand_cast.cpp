@@ -79,7 +79,8 @@ void OperandCast::quantize_fused(const TensorView& x, const CastFusion& fusion, 
   }
 }
 
-GemmOperand OperandCast::cast_block(const TensorView& x_in, const CastFusion& fusion) {
+GemmOperand OperandCast::cast_block(const TensorView& x_in, bool columnwise,
+                                    const CastFusion& fusion) {
   const Float8BlockScaling& recipe = ctx_.block_scaling();
   int block_dim = recipe.x_block_scaling_dim;
   QParams params = recipe.fp8_quant_fwd_inp;
@@ -96,29 +97,35 @@ GemmOperand OperandCast::cast_block(const TensorView& x_in, const CastFusion& fu
   activation.dbias = TensorView();
   const TensorView x = apply_separately(x_in, activation, false);
   const Shape shape{x.shape.rows(), x.shape.cols()};
-  if (!block_.data().data() || !(block_.shape() == shape) || block_.block() != block)
-    block_ = BlockQuantizedTensor(ctx_.fp8_dtype(role_), shape, block, x.device, true);
+  if (!block_.data().data() || !(block_.shape() == shape) || block_.block() != block ||
+      (columnwise && !block_.has_columnwise()))
+    block_ = BlockQuantizedTensor(ctx_.fp8_dtype(role_), shape, block, x.device, columnwise);
+  BlockQuantizedTensorView out = block_.view();
+  if (!columnwise) out.data_t = out.scale_inv_t = TensorView();  // storage kept, not written
   if (fusion.dbias.empty())
-    block_quantize(x, block_.view(), params, ctx_.stream());
+    block_quantize(x, out, params, ctx_.stream());
   else
-    block_dbias_quantize(x, block_.view(), fusion.dbias, params, ctx_.stream());
-  return GemmOperand::fp8_block(block_.view());
+    block_dbias_quantize(x, out, fusion.dbias, params, ctx_.stream());
+  return GemmOperand::fp8_block(out);
 }
 
-GemmOperand OperandCast::cast_mxfp8(const TensorView& x_in, const CastFusion& fusion) {
+GemmOperand OperandCast::cast_mxfp8(const TensorView& x_in, bool columnwise,
+                                    const CastFusion& fusion) {
   // GELU, its backward or the LayerNorm first, in its own pass; the bias gradient in the cast.
   CastFusion activation = fusion;
   activation.dbias = TensorView();
   const TensorView x = apply_separately(x_in, activation, false);
   const Shape shape{x.shape.rows(), x.shape.cols()};
-  if (mx_.empty() || !(mx_.shape() == shape))
-    mx_ = MxFp8Tensor(ctx_.fp8_dtype(role_), shape, x.device, true);
+  if (mx_.empty() || !(mx_.shape() == shape) || (columnwise && !mx_.has_columnwise()))
+    mx_ = MxFp8Tensor(ctx_.fp8_dtype(role_), shape, x.device, columnwise);
+  MxFp8TensorView out = mx_.view();
+  if (!columnwise) out.data_t = out.scale_t = TensorView();  // storage kept, not written
   const float margin = ctx_.mxfp8_scaling().margin;
   if (fusion.dbias.empty())
-    mxfp8_quantize(x, mx_.view(), margin, ctx_.stream());
+    mxfp8_quantize(x, out, margin, ctx_.stream());
   else
-    mxfp8_dbias_quantize(x, mx_.view(), fusion.dbias, margin, ctx_.stream());
-  return GemmOperand::mxfp8(mx_.view());
+    mxfp8_dbias_quantize(x, out, fusion.dbias, margin, ctx_.stream());
+  return GemmOperand::mxfp8(out);
 }
 
 GemmOperand OperandCast::cast(const TensorView& x_in, bool columnwise,
@@ -152,9 +159,9 @@ GemmOperand OperandCast::cast(const TensorView& x_in, bool columnwise,
       return GemmOperand::plain(bf16_);
     }
     case Recipe::kFp8Block:
-      return cast_block(x, fusion);
+      return cast_block(x, columnwise, fusion);
     case Recipe::kMxfp8:
-      return cast_mxfp8(x, fusion);
+      return cast_mxfp8(x, columnwise, fusion);
     case Recipe::kFp8Delayed:
     case Recipe::kFp8Current:
       break;

@@ -10,13 +10,15 @@
 // passes before it. Under block scaling
 // (Recipe::kFp8Block) GELU and GELU's backward are separate passes (the fused casts are
 // per-tensor only) and the bias gradient is summed in the block cast (block_dbias_quantize);
-// the operand is block-scaled with the block shape and QParams the recipe gives its role, always
-// with its columnwise copy (the block-scaled GEMM reads the copy contiguous along K on every
-// backend), and no amax is reduced across ranks. Under MXFP8 (Recipe::kMxfp8) likewise, with
-// mxfp8_quantize / mxfp8_dbias_quantize (1x32 E8M0 blocks, both copies; sizes multiples of 32).
+// the operand is block-scaled with the block shape and QParams the recipe gives its role, with
+// its columnwise copy where asked (the block-scaled GEMM reads the copy contiguous along K on
+// every backend, so a GEMM that reads the operand transposed needs it on the host too), and no
+// amax is reduced across ranks. Under MXFP8 (Recipe::kMxfp8) likewise, with
+// mxfp8_quantize / mxfp8_dbias_quantize (1x32 E8M0 blocks; sizes multiples of 32).
 #pragma once
 
 #include "qmesh/block_quantized_tensor.h"
+#include "qmesh/export.h"
 #include "qmesh/layers/layer_context.h"
 #include "qmesh/mxfp8_tensor.h"
 #include "qmesh/ops/gemm.h"
@@ -41,14 +43,16 @@ struct CastFusion {
   float eps = 0.0f;
 };
 
-class OperandCast {
+class QMESH_API OperandCast {  // exported for its unit test
  public:
   // Registers the operand's scaling state with ctx when the recipe is FP8.
   OperandCast(LayerContext& ctx, OperandRole role);
 
   // x: fp32 or bf16 (an activation kept in bf16: the BF16 recipe uses it as it is), any 2-D
   // shape. f(x) is computed in fp32. `columnwise` also makes the transposed FP8 copy (what
-  // the CUDA GEMM needs for non-TN layouts).
+  // the CUDA GEMM needs for non-TN layouts; block-scaled and MXFP8 GEMMs need it on every
+  // backend); without it the operand has none (block scaling and MXFP8 keep the copy's storage
+  // of an earlier cast of the same shape, unwritten).
   GemmOperand cast(const TensorView& x, bool columnwise, const CastFusion& fusion = {});
 
  private:
@@ -59,9 +63,9 @@ class OperandCast {
   void quantize_fused(const TensorView& x, const CastFusion& fusion, bool columnwise,
                       const QuantizedTensorView& q);
   // The block-scaled cast of f(x) (Recipe::kFp8Block).
-  GemmOperand cast_block(const TensorView& x, const CastFusion& fusion);
+  GemmOperand cast_block(const TensorView& x, bool columnwise, const CastFusion& fusion);
   // The MXFP8 cast of f(x) (Recipe::kMxfp8).
-  GemmOperand cast_mxfp8(const TensorView& x, const CastFusion& fusion);
+  GemmOperand cast_mxfp8(const TensorView& x, bool columnwise, const CastFusion& fusion);
 
   LayerContext& ctx_;
   OperandRole role_;

@@ -9,6 +9,7 @@
 #include "cuda/block_cast.h"
 #include "ops/block_cast_job.h"
 #include "ops/check_wide.h"
+#include "ops/group_split.h"
 #include "qmesh/detail/cuda_dispatch.h"
 #include "qmesh/ops/grouped_quantize.h"
 
@@ -71,18 +72,12 @@ void block_quantize(const TensorView& x, const BlockQuantizedTensorView& out, co
 void grouped_block_quantize(const TensorView& x, std::span<const BlockQuantizedTensorView> outs,
                             const QParams& params, Stream stream) {
   check_wide(x, "grouped_block_quantize input");
-  int64_t total = 0;
-  for (const BlockQuantizedTensorView& out : outs) total += out.data.empty() ? 0 : out.data.numel();
-  QMESH_CHECK(total == x.numel(), "grouped_block_quantize: the groups' outputs hold ", total,
-              " elements but x ", x.shape.str(), " has ", x.numel(),
-              "; give one output per group, shaped like its part of x");
-  auto* at = static_cast<char*>(x.data);
-  for (const BlockQuantizedTensorView& out : outs) {
-    if (out.data.empty()) continue;
-    const TensorView group(at, x.dtype, out.data.shape, x.device);
-    run(x.device, make_job(group, out, params, "grouped_block_quantize"), stream);
-    at += out.data.numel() * static_cast<int64_t>(dtype_size(x.dtype));
-  }
+  detail::for_each_group(
+      x, outs, 1, "grouped_block_quantize",
+      [](const BlockQuantizedTensorView& out) { return out.data.shape; },
+      [&](size_t, const TensorView& group, const BlockQuantizedTensorView& out) {
+        run(x.device, make_job(group, out, params, "grouped_block_quantize"), stream);
+      });
 }
 
 void block_dbias_quantize(const TensorView& g, const BlockQuantizedTensorView& out,

@@ -6,8 +6,11 @@
 #include "cuda/gemm_cublaslt.h"
 #include "ops/gemm_canonical.h"
 #include "ops/gemm_emulation.h"
+#include "ops/gemm_native_microscaled.h"
+#include "ops/microscaled_gemm_path.h"
 #include "qmesh/detail/cuda_dispatch.h"
 #include "qmesh/error.h"
+#include "qmesh/ops/gemm_emulation.h"
 
 namespace qmesh {
 
@@ -55,17 +58,32 @@ const char* gemm_epilogue_name(GemmEpilogue e) {
 
 namespace {
 
-// args, or the plain form an emulated GEMM of microscaled operands runs (checked).
-GemmArgs runnable_form(const GemmArgs& args) {
-  return detail::has_microscaled_operand(args) ? detail::emulated_probe(args) : args;
+// Where a GEMM of microscaled operands runs (ops/microscaled_gemm_path.h); the operands'
+// errors come before the device's.
+bool runs_natively(const GemmArgs& args) {
+  detail::checked_copies(args);
+  const bool emulate = args.emulate_microscaled || block_emulation_from_env();
+  return detail::choose_microscaled_gemm_path(detail::microscaled_gemm_target(args.d.device),
+                                              "MXFP8",
+                                              emulate) == detail::MicroscaledGemmPath::kNative;
+}
+
+// The canonical form of args, checked: microscaled operands take the native form or the
+// plain form of their emulation.
+detail::CanonicalGemm canonical_form(const GemmArgs& args) {
+  if (!detail::has_microscaled_operand(args)) return detail::canonicalize(args);
+  if (runs_natively(args)) return detail::native_microscaled_probe(args);
+  return detail::canonicalize(detail::emulated_probe(args));
 }
 
 }  // namespace
 
 struct Gemm::Impl {
   detail::CanonicalGemm c;
-  // Microscaled operands: their dequantized copies, refreshed by every run.
+  // Microscaled operands: their dequantized copies (emulated) or swizzled scales (native),
+  // refreshed by every run.
   std::shared_ptr<detail::EmulatedOperands> emulated;
+  std::shared_ptr<detail::NativeMicroscaledOperands> native;
   void* workspace = nullptr;
   size_t workspace_bytes = 0;  // what workspace_size() said at initialize()
   // The cuBLASLt plan of a CUDA GEMM. A shared_ptr binds its deleter where the CUDA branch
@@ -80,7 +98,7 @@ Gemm& Gemm::operator=(Gemm&&) noexcept = default;
 
 Status Gemm::can_implement(const GemmArgs& args) {
   try {
-    const detail::CanonicalGemm c = detail::canonicalize(runnable_form(args));
+    const detail::CanonicalGemm c = canonical_form(args);
     if (c.backend == detail::GemmBackend::kCublasLt)
       detail::on_cuda(c.device.index, [&](auto) { detail::CublasLtGemm::check_supported(c); });
     return {};
@@ -90,16 +108,22 @@ Status Gemm::can_implement(const GemmArgs& args) {
 }
 
 size_t Gemm::workspace_size(const GemmArgs& args) {
-  const detail::CanonicalGemm c = detail::canonicalize(runnable_form(args));
+  const detail::CanonicalGemm c = canonical_form(args);
   if (c.backend == detail::GemmBackend::kCublasLt) return detail::kCublasLtWorkspaceBytes;
   return detail::host_gemm_workspace_size(c);
 }
 
 void Gemm::initialize(const GemmArgs& args, void* workspace, Stream stream) {
   auto impl = std::make_unique<Impl>();
-  if (detail::has_microscaled_operand(args))
+  if (!detail::has_microscaled_operand(args)) {
+    impl->c = detail::canonicalize(args);
+  } else if (runs_natively(args)) {
+    impl->native = std::make_shared<detail::NativeMicroscaledOperands>(args);
+    impl->c = impl->native->canonical();
+  } else {
     impl->emulated = std::make_shared<detail::EmulatedOperands>(args);
-  impl->c = detail::canonicalize(impl->emulated ? impl->emulated->plain() : args);
+    impl->c = detail::canonicalize(impl->emulated->plain());
+  }
   impl->workspace = workspace;
   if (impl->c.backend == detail::GemmBackend::kHost)
     impl->workspace_bytes = detail::host_gemm_workspace_size(impl->c);
@@ -119,6 +143,7 @@ void Gemm::initialize(const GemmArgs& args, void* workspace, Stream stream) {
 void Gemm::run(Stream stream) {
   QMESH_CHECK(impl_ != nullptr, "Gemm::run called before a successful Gemm::initialize");
   if (impl_->emulated) impl_->emulated->refresh(stream);
+  if (impl_->native) impl_->native->refresh(stream);
   if (impl_->cublaslt) {
     detail::on_cuda(impl_->c.device.index,
                     [&](auto) { impl_->cublaslt->run(stream.handle, impl_->workspace); });
@@ -134,7 +159,7 @@ void gemm(const GemmArgs& args, Stream stream) {
 }
 
 void gemm_planned(const GemmArgs& args, void* workspace, Stream stream) {
-  if (detail::has_microscaled_operand(args)) {  // emulated: owns its dequantized operands
+  if (detail::has_microscaled_operand(args)) {  // owns its dequantized operands or scales
     gemm(args, stream);
     return;
   }

@@ -13,9 +13,11 @@ enum class GemmBackend : uint8_t { kHost, kCublasLt };
 
 // How an operand's scale_inv is applied (cuBLASLt's A/B scale modes).
 enum class GemmScaling : uint8_t {
-  kTensor,       // one fp32 scalar (per-tensor FP8), or none (plain operands)
-  kBlock1x128,   // one fp32 per 128 consecutive elements along K (VEC128_32F)
-  kBlock128x128  // one fp32 per 128x128 tile (BLK128x128_32F)
+  kTensor,        // one fp32 scalar (per-tensor FP8), or none (plain operands)
+  kBlock1x128,    // one fp32 per 128 consecutive elements along K (VEC128_32F)
+  kBlock128x128,  // one fp32 per 128x128 tile (BLK128x128_32F)
+  kVec32Ue8m0     // MXFP8, CUDA only: one E8M0 byte per 32 elements along K, swizzled
+                  // (VEC32_UE8M0; ops/gemm_native_microscaled.h)
 };
 
 // An operand as stored: a row-major rows × cols matrix (leading dimension cols) that holds
@@ -29,7 +31,8 @@ struct GemmMatrix {
   bool k_contiguous = true;
   // FP8 only, on the GEMM's device: the dequantization factor (kTensor), or the block scale
   // tensor of the stored copy in the layout of qmesh/block_quantized_tensor.h (always
-  // k_contiguous then: its blocks run along K).
+  // k_contiguous then: its blocks run along K); kVec32Ue8m0: the address of the swizzled E8M0
+  // scales (bytes, not floats: cuBLASLt takes every scale pointer untyped).
   const float* scale_inv = nullptr;
   GemmScaling scaling = GemmScaling::kTensor;
 

@@ -4,8 +4,6 @@
 #include <mutex>
 #include <string>
 
-#include "cuda/device_arch.h"
-#include "qmesh/detail/cuda_dispatch.h"
 #include "qmesh/error.h"
 #include "qmesh/logging.h"
 #include "qmesh/ops/gemm_emulation.h"
@@ -35,31 +33,6 @@ namespace detail {
 
 namespace {
 
-// What the device lacks for a native microscaled GEMM, for the error without emulation.
-std::string what_is_missing(const Device& d) {
-  if (d.is_host()) return "the host backend has no native MXFP8 GEMM";
-  std::string missing = concat("qmesh was built without CUDA, so ", d.str(), " is unusable");
-  on_cuda(d.index, [&](auto index) {
-    const cuda::DeviceArch arch = cuda::device_arch(index);
-    const std::string device = concat(arch.name, " (", arch.major, ".", arch.minor, ")");
-    missing = arch.major < 10
-                  ? concat("MXFP8 GEMMs need compute capability 10.0 (Blackwell); this is ", device)
-                  : concat(
-                        "qmesh does not drive the native MXFP8 GEMM (cuBLASLt's VEC32_UE8M0 "
-                        "scale mode) yet; this is ",
-                        device);
-  });
-  return missing;
-}
-
-void require_permission(const GemmArgs& args) {
-  if (args.emulate_microscaled || block_emulation_from_env()) return;
-  QMESH_THROW_KIND(ErrorKind::kUnsupported, what_is_missing(args.d.device),
-                   ". Set MXFP8BlockScaling(emulate=True) (C++: MXFP8BlockScaling::emulate, or "
-                   "GemmArgs::emulate_microscaled) or QMESH_BLOCK_EMULATION=1 to run them "
-                   "emulated (dequantized, then a GEMM with fp32 accumulation)");
-}
-
 // The operand's copy whose rows run along K, as a rowwise operand: its 1x32 blocks must lie
 // along K.
 GemmOperand k_contiguous_copy(const GemmOperand& op, bool rows_along_k, const char* what,
@@ -80,11 +53,9 @@ GemmOperand k_contiguous_copy(const GemmOperand& op, bool rows_along_k, const ch
   return GemmOperand::mxfp8(copy);
 }
 
-struct Copies {
-  GemmOperand a, b;
-};
+}  // namespace
 
-Copies checked_copies(const GemmArgs& args) {
+MicroscaledCopies checked_copies(const GemmArgs& args) {
   QMESH_CHECK(args.a.is_microscaled() && args.b.is_microscaled(),
               "MXFP8 GEMM operands pair only with MXFP8 operands: quantize both GemmArgs.a and "
               ".b with mxfp8_quantize");
@@ -93,10 +64,11 @@ Copies checked_copies(const GemmArgs& args) {
               dtype_name(args.d.dtype), "): write fp32, bf16 or fp16");
   check_device(args.a.stored(), args.d.device, "GemmArgs.a (it must live on D's device)");
   check_device(args.b.stored(), args.d.device, "GemmArgs.b (it must live on D's device)");
-  require_permission(args);
   return {k_contiguous_copy(args.a, args.trans_a == GemmTranspose::kNo, "a", "trans_a"),
           k_contiguous_copy(args.b, args.trans_b == GemmTranspose::kYes, "b", "trans_b")};
 }
+
+namespace {
 
 // fp32 on the host; bf16 on CUDA, where the tensor cores take it (exact for the codes).
 DType dequantized_dtype(const Device& d) {
@@ -129,13 +101,13 @@ bool has_microscaled_operand(const GemmArgs& args) {
 }
 
 GemmArgs emulated_probe(const GemmArgs& args) {
-  const Copies c = checked_copies(args);
+  const MicroscaledCopies c = checked_copies(args);
   const DType t = dequantized_dtype(args.d.device);
   return plain_form(args, like(c.a, c.a.mx.data.data, t), like(c.b, c.b.mx.data.data, t));
 }
 
 EmulatedOperands::EmulatedOperands(const GemmArgs& args) {
-  const Copies c = checked_copies(args);
+  const MicroscaledCopies c = checked_copies(args);
   a_ = c.a;
   b_ = c.b;
   const DType t = dequantized_dtype(args.d.device);

@@ -10,10 +10,19 @@ namespace qmesh::detail {
 
 bool has_microscaled_operand(const GemmArgs& args);
 
-// Checks args for emulation (permission, operand kinds and copies, D's dtype): Error if it
-// cannot run emulated. Returns args with the operands replaced by plain [M, K] / [N, K]
-// placeholder views of the dequantized dtype (pointing at the codes, never read): the form
-// that the plain GEMM's argument checks take.
+// The copies of both operands whose rows run along K (where the 1x32 blocks must lie), as
+// rowwise operands: what the emulated and the native GEMM read.
+struct MicroscaledCopies {
+  GemmOperand a, b;
+};
+// Error unless both operands are microscaled, have the copies the transposes need and live
+// on D's device, and D is not FP8.
+MicroscaledCopies checked_copies(const GemmArgs& args);
+
+// Checks args for emulation (operand kinds and copies, D's dtype; permission is the caller's,
+// ops/microscaled_gemm_path.h): Error if it cannot run emulated. Returns args with the operands
+// replaced by plain [M, K] / [N, K] placeholder views of the dequantized dtype (pointing at the
+// codes, never read): the form that the plain GEMM's argument checks take.
 GemmArgs emulated_probe(const GemmArgs& args);
 
 // The dequantized operands of one emulated GEMM, owned on D's device.

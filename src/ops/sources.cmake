@@ -7,7 +7,11 @@ target_sources(qmesh PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/gemm_algo_key.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gemm_canonical.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gemm_emulation.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/gemm_native_microscaled.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/grouped_scaled_quantize.cpp
   ${CMAKE_CURRENT_LIST_DIR}/layer_ops.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/microscaled_gemm_path.cpp
   ${CMAKE_CURRENT_LIST_DIR}/mxfp8_quantize.cpp
   ${CMAKE_CURRENT_LIST_DIR}/norm_forward.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/nvfp4_quantize.cpp)
+  ${CMAKE_CURRENT_LIST_DIR}/nvfp4_quantize.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/scale_swizzle.cpp)

@@ -1,9 +1,11 @@
 // What the GPU tests of the casts share: the skip without a GPU, the bytes of a tensor on any
-// device, and inputs with special values mixed in.
+// device, inputs with special values mixed in, and the relative RMS error of GEMM results.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <iterator>
 #include <limits>
@@ -18,6 +20,16 @@
   if (::qmesh::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device"
 
 namespace qmesh::test {
+
+// sqrt(sum (got - want)^2 / sum want^2) over n values, in float64.
+inline double relative_rms_error(const float* got, const float* want, size_t n) {
+  double err = 0.0, norm = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    err += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    norm += double(want[i]) * want[i];
+  }
+  return std::sqrt(err / norm);
+}
 
 inline std::vector<uint8_t> bytes_of(const TensorView& t) {
   std::vector<uint8_t> out(t.nbytes());

@@ -113,12 +113,7 @@ TEST(Mxfp8GpuGemm, EmulatedGemmMatchesTheHost) {
   std::vector<float> got(size_t(m * n));
   copy_bytes(got.data(), Device::host(), gd.data(), kGpu, gd.nbytes());
   const auto* want = static_cast<const float*>(hd.data());
-  double err = 0.0, norm = 0.0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    err += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-    norm += double(want[i]) * want[i];
-  }
-  EXPECT_LE(std::sqrt(err / norm), 1e-5);
+  EXPECT_LE(test::relative_rms_error(got.data(), want, got.size()), 1e-5);
 }
 
 }  // namespace

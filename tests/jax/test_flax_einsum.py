@@ -1,7 +1,9 @@
 """qmesh.jax.flax.make_einsum_cls: equations mapped onto one GEMM (checked unquantised against
 jnp.einsum), the FP8 result against the float64 quantize-dequantize reference, gradients
 against dense on the mapped operands and jax.grad of jnp.einsum, the delayed-scaling state,
-every recipe, jit, sharded == unsharded on a mesh, and refused equations."""
+every recipe, jit, sharded == unsharded on a mesh, ellipses as their spelled-out equations,
+experts split over MeshResource.ep_resource (bit-equal to unsharded, no all-gather in the
+HLO), and refused equations."""
 
 import flax.linen as nn
 import jax
@@ -10,13 +12,19 @@ import ml_dtypes
 import numpy as np
 import pytest
 import reference as ref
+from conftest import make_mesh
 from flax.linen.fp8_ops import OVERWRITE_WITH_GRADIENT as OWG
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import qmesh.jax as qj
 from qmesh.jax.flax import make_einsum_cls
-from qmesh.jax.recipe import DelayedScaling, Float8BlockScaling, Float8CurrentScaling
+from qmesh.jax.recipe import (
+    DelayedScaling,
+    Float8BlockScaling,
+    Float8CurrentScaling,
+    MXFP8BlockScaling,
+)
 
 E4M3, E5M2 = ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2
 SIZES = dict(b=2, t=4, d=32, h=16, n=2, e=3, c=4, m=32, k=32)
@@ -156,6 +164,49 @@ def test_every_recipe_runs_the_gemms_dense_runs_on_the_mapped_operands(rng, reci
         assert float(dv[OWG]["kernel_amax_history"][0]) == float(ref.amax(w))
 
 
+# (an equation with '...', the same equation spelled out: the operands' shapes come from it)
+ELLIPSES = [
+    ("...d,dh->...h", "btd,dh->bth"),  # a Dense on any leading dimensions
+    ("...nh,nhd->...d", "btnh,nhd->btd"),  # the output projection
+    ("e...m,emh->e...h", "ecbm,emh->ecbh"),  # experts with two token dimensions
+    ("...cm,...mh->...ch", "ecm,emh->ech"),  # an ellipsis in both operands: batch indices
+]
+
+
+@pytest.mark.parametrize(
+    "recipe",
+    [DelayedScaling(amax_history_len=4), Float8CurrentScaling()],
+    ids=["delayed", "current"],
+)
+@pytest.mark.parametrize("eqn, spelled", ELLIPSES, ids=[e for e, _ in ELLIPSES])
+def test_ellipsis_maps_as_the_spelled_out_equation(rng, recipe, eqn, spelled):
+    lhs, rhs, _ = split(spelled)
+    x, w = operand(rng, lhs), operand(rng, rhs, 0.2)
+    einsum = make_einsum_cls(recipe)()
+    v = einsum.init(jax.random.key(0), eqn, x, w)
+    # The same dot_general as the spelled-out equation (so the same gradients), bit for bit;
+    # a batch index (e: 3) as one GEMM call in a loop, not one per batch element (XLA may
+    # merge the two equations' identical calls).
+    compiled = jax.jit(lambda: [einsum.apply(v, e, x, w) for e in (eqn, spelled)]).lower().compile()
+    got, want = compiled()
+    assert 1 <= compiled.as_text().count('custom_call_target="qmesh_gemm"') <= 2
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    exact = np.einsum(eqn, np.asarray(x, np.float64), np.asarray(w, np.float64))
+    assert got.shape == exact.shape and ref.rel_err(got, exact) < 0.08
+
+
+@pytest.mark.parametrize(
+    "recipe", [Float8BlockScaling(), MXFP8BlockScaling(emulate=True)], ids=["block", "mxfp8"]
+)
+def test_block_recipes_run_experts_with_an_ellipsis(rng, recipe):
+    x = jnp.asarray(rng.standard_normal((2, 2, 16, 128)).astype(np.float32))
+    w = jnp.asarray((rng.standard_normal((2, 128, 32)) * 0.2).astype(np.float32))
+    einsum = make_einsum_cls(recipe)()
+    y = jax.jit(lambda x, w: einsum.apply({}, "e...m,emh->e...h", x, w))(x, w)
+    exact = np.einsum("e...m,emh->e...h", np.asarray(x, np.float64), np.asarray(w, np.float64))
+    assert y.shape == exact.shape and 0 < ref.rel_err(y, exact) < 0.08
+
+
 class Attention(nn.Module):
     """Projections written with an injected einsum (jnp.einsum by default), as Flax's FP8
     guide injects Fp8Einsum: one instance (one state) per projection."""
@@ -187,7 +238,11 @@ def test_injected_into_a_module_keeps_a_state_per_instance(rng):
 @pytest.mark.parametrize(
     "eqn, shapes, match",
     [
-        ("...d,dh->...h", ((2, 32), (32, 16)), "ellipsis"),
+        ("..d,dh->..h", ((2, 32), (32, 16)), "one '...' at most"),
+        ("......d,dh->...h", ((2, 32), (32, 16)), "one '...' at most"),
+        ("...btd,dh->...bth", ((4, 32), (32, 16)), "names 3 dimensions of a 2-D input"),
+        ("...d,dh->h", ((2, 32), (32, 16)), r"read as Ad,dh->h\).*'A' is summed within one"),
+        ("...d,...dh->...h", ((3, 32), (2, 32, 16)), "differ in size"),
         ("btd,dh", ((2, 4, 32), (32, 16)), "output explicitly"),
         ("bd,dh,hk->bk", ((2, 32), (32, 16)), "3 operands"),
         ("bdd,dh->bh", ((2, 32, 32), (32, 16)), "repeats within 'bdd'"),
@@ -229,10 +284,8 @@ def test_bad_arguments_raise():
     "eqn, x_shape, w_shape, x_spec, w_spec, y_lead",
     [
         ("btd,dnh->btnh", (8, 4, 32), (32, 4, 16), P("dp", None, None), P(None, "tp", None), "dp"),
-        # A batch index runs as a loop of GEMMs: correct, its sharding not kept.
-        ("ecm,emh->ech", (4, 8, 32), (4, 32, 16), P("dp", None, None), P("dp", None, "tp"), None),
     ],
-    ids=["projection", "experts"],
+    ids=["projection"],
 )
 def test_sharded_equals_unsharded(mesh, rng, recipe, eqn, x_shape, w_shape, x_spec, w_spec, y_lead):
     x = jnp.asarray(rng.standard_normal(x_shape).astype(np.float32))
@@ -251,3 +304,48 @@ def test_sharded_equals_unsharded(mesh, rng, recipe, eqn, x_shape, w_shape, x_sp
         got = jax.jit(f)(v, put(x, x_spec), put(w, w_spec))
     assert got[0].sharding.spec[0] == y_lead
     ref.assert_trees_close(got, want)
+
+
+@pytest.mark.parametrize(
+    "recipe, eqn, x_shape",
+    [
+        (DelayedScaling(amax_history_len=4), "ecd,edf->ecf", (4, 8, 32)),
+        (Float8CurrentScaling(), "e...d,edf->e...f", (4, 2, 4, 32)),
+    ],
+    ids=["delayed", "current"],
+)
+def test_experts_split_over_ep_equal_unsharded_and_gather_nothing(rng, recipe, eqn, x_shape):
+    mesh = make_mesh((2, 2), ("ep", "tp"))
+    x = jnp.asarray(rng.standard_normal(x_shape).astype(np.float32))
+    w = jnp.asarray((rng.standard_normal((4, 32, 16)) / 6).astype(np.float32))
+    einsum = make_einsum_cls(recipe)()
+    v = einsum.init(jax.random.key(0), eqn, x, w)
+
+    def f(v, x, w):
+        loss = lambda v_, x_, w_: jnp.sum(einsum.apply(v_, eqn, x_, w_) ** 2)  # noqa: E731
+        return einsum.apply(v, eqn, x, w), jax.grad(loss, argnums=(0, 1, 2))(v, x, w)
+
+    want = jax.jit(f)(v, x, w)  # unsharded: a loop over all experts on one device
+    xs, ws = (jax.device_put(a, NamedSharding(mesh, P("ep"))) for a in (x, w))
+    resource = qj.MeshResource(ep_resource="ep")
+    with jax.set_mesh(mesh), qj.autocast(recipe=recipe, mesh_resource=resource):
+        compiled = jax.jit(f).lower(v, xs, ws).compile()
+        got = compiled(v, xs, ws)
+    # Each device multiplies its own experts: the same bits, nothing gathered (without
+    # ep_resource the loop gathers x and w whole), y and the gradients of x and w sharded
+    # along the experts.
+    jax.tree.map(np.testing.assert_array_equal, got, want)
+    assert "all-gather" not in compiled.as_text()
+    y, (_, dx, dw) = got
+    assert y.sharding.spec[0] == dx.sharding.spec[0] == dw.sharding.spec[0] == "ep"
+
+
+def test_experts_over_ep_need_the_mesh_and_a_multiple_of_its_size():
+    mesh = make_mesh((2, 2), ("ep", "tp"))
+    einsum = make_einsum_cls(Float8CurrentScaling())()
+    x, w = jnp.ones((3, 4, 32)), jnp.ones((3, 32, 16))
+    with qj.autocast(mesh_resource=qj.MeshResource(ep_resource="ep")):
+        with pytest.raises(ValueError, match=r"needs the mesh in context \(with jax.set_mesh"):
+            einsum.init(jax.random.key(0), "ecd,edf->ecf", x, w)
+        with jax.set_mesh(mesh), pytest.raises(ValueError, match="3.*not a multiple.*'ep'.*2"):
+            einsum.init(jax.random.key(0), "ecd,edf->ecf", x, w)

@@ -53,8 +53,8 @@ struct QMESH_API GemmOperand {
   // Activations and gradients: 1x128 blocks; weights: 128x128 tiles. The copy contiguous
   // along K is read (data_t where the flag says the rowwise data is not), with its own scales.
   static GemmOperand fp8_block(const BlockQuantizedTensorView& q);
-  // MXFP8: 1x32 blocks along K, read from the copy contiguous along K; the GEMM runs emulated
-  // where asked (qmesh/ops/gemm_emulation.h).
+  // MXFP8: 1x32 blocks along K, read from the copy contiguous along K; the GEMM runs natively
+  // on compute capability 10.0+, emulated elsewhere where asked (qmesh/ops/gemm_emulation.h).
   static GemmOperand mxfp8(const MxFp8TensorView& q);
   bool is_quantized() const { return !quantized.data.empty(); }
   bool is_block_scaled() const { return !block.data.empty(); }

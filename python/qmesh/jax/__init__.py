@@ -21,6 +21,7 @@ from qmesh.jax.collective_gemm import CollectiveGemm, all_gather_gemm, gemm_redu
 from qmesh.jax.delayed_state import combine_state_grads, keep_unused_state, share_state, split_state
 from qmesh.jax.dense import init_state
 from qmesh.jax.gemm import Epilogue
+from qmesh.jax.grouped_scaled_quantize import grouped_mxfp8_quantize, grouped_nvfp4_quantize
 from qmesh.jax.mxfp8 import mxfp8_dbias_quantize, mxfp8_dequantize, mxfp8_quantize
 from qmesh.jax.nvfp4 import nvfp4_dequantize, nvfp4_quantize
 from qmesh.jax.quantize import (
@@ -82,6 +83,8 @@ __all__ = [
     "gemm_reduce_scatter",
     "global_mesh_resource",
     "global_shard_guard",
+    "grouped_mxfp8_quantize",
+    "grouped_nvfp4_quantize",
     "grouped_quantize",
     "init_state",
     "nvfp4_dequantize",

@@ -36,6 +36,8 @@ HANDLERS = {
     "Mxfp8Dequantize": "qmesh_mxfp8_dequantize",
     "Nvfp4Quantize": "qmesh_nvfp4_quantize",
     "Nvfp4Dequantize": "qmesh_nvfp4_dequantize",
+    "GroupedMxfp8Quantize": "qmesh_grouped_mxfp8_quantize",
+    "GroupedNvfp4Quantize": "qmesh_grouped_nvfp4_quantize",
     "DelayedScalingUpdate": "qmesh_delayed_scaling_update",
     "Gemm": "qmesh_gemm",
     "LayerNormForward": "qmesh_layer_norm_forward",

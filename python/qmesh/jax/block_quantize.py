@@ -50,6 +50,7 @@ from qmesh.jax.common import (
     even_spec,
     named,
 )
+from qmesh.jax.operand_checks import check_group_sizes, check_matrix, check_whole_blocks
 from qmesh.jax.primitive import Op, register
 
 BLOCK = 128  # the block edge
@@ -93,14 +94,7 @@ def from_layout(scale_inv, shape, block):
 
 def _whole_blocks(mesh, axes, size, what):
     """Raises ValueError unless the shards of `size` over `axes` are multiples of 128."""
-    count = math.prod(dict(zip(mesh.axis_names, mesh.devices.shape))[a] for a in axes)
-    if axes and (size // count) % BLOCK:
-        raise ValueError(
-            f"{what} ({size}) is sharded over mesh axes {axes} into shards of {size // count}, "
-            f"which is not a multiple of {BLOCK}: a shard boundary would cut a scaling block. "
-            f"Shard it into multiples of {BLOCK} (fewer devices on those axes, or a size "
-            f"that is a multiple of {BLOCK} times their device count), or replicate it"
-        )
+    check_whole_blocks(mesh, axes, size, BLOCK, what, "a scaling block")
 
 
 def block_scale_spec(mesh, shape, block, row_axes, col_axes, what):
@@ -158,11 +152,7 @@ def expand_scales(scale_inv, rows: int, cols: int, block: int):
 
 def _check_x(x, what):
     check_wide(x.dtype, what)
-    if x.ndim != 2:
-        raise ValueError(
-            f"block quantize takes {what} as [rows, cols], not shape {tuple(x.shape)}: "
-            "reshape it to 2-D first"
-        )
+    check_matrix(x.shape, what, "block quantize")
 
 
 def _block_avals(x, *, out_dtype, block, columnwise, shape_of=block_scale_shape):
@@ -346,17 +336,8 @@ class GroupedBlockQuantize(Op):
     @classmethod
     def abstract(cls, x, group_sizes, *zeros, out_dtype, block, columnwise, **scaling):
         _check_x(x, "x")
-        if group_sizes.dtype != jnp.int32 or group_sizes.ndim != 1:
-            raise TypeError(
-                f"group_sizes must be int32 [G], not {group_sizes.dtype}{list(group_sizes.shape)}"
-            )
         rows, cols = x.shape
-        groups = group_sizes.shape[0]
-        if groups == 0 and rows > 0:
-            raise ValueError(
-                f"grouped block quantize: no groups for {rows} rows; group_sizes must cover "
-                "every row of x"
-            )
+        groups = check_group_sizes(group_sizes, rows, "grouped block quantize")
         out_dtype = check_fp8(out_dtype)
         size = grouped_scale_size(rows, cols, groups, block)
         outs = [jax.core.ShapedArray(x.shape, out_dtype), jax.core.ShapedArray((size,), F32)]

@@ -27,11 +27,12 @@ Two levels:
 - Ring primitives for shard_map users: `all_gather_gemm` and `gemm_reduce_scatter`, called
   per device inside a shard_map over every axis of the mesh.
 
-Communicators: the local backend (the CPU devices of one process run on threads of their own),
-one world per index combination of the other mesh axes, made once per (mesh, axis) by
-`communicator` and reused. Every wait is bounded by the communicator's timeout
-(QMESH_COMM_TIMEOUT_S, or timeout_s of `communicator`): a device that never reaches the ring
-makes the call fail with a timeout error, not hang.
+Communicators (comm_registry.py): one world per index combination of the other mesh axes,
+made once per (mesh, axis) by `communicator` and reused: the local backend when the axis lies
+inside each process (the CPU devices of a process run on threads of their own), UCX when it
+spans processes. Every wait is bounded by the communicator's timeout (QMESH_COMM_TIMEOUT_S, or
+timeout_s of `communicator`): a device that never reaches the ring makes the call fail with a
+timeout error, not hang.
 
 Bits: the three overlap modes give the same bits (the C++ contract): every mode runs the same
 per-chunk GEMMs and sums the partials in the same ring order. They are not the bits of XLA's
@@ -40,22 +41,19 @@ number of rows M (docs/design/overlap.md), and XLA's reduce-scatter sums in its 
 "none" (the rings' unoverlapped schedule through the same handlers) is the bitwise reference,
 and collective_gemm=None agrees within the GEMM's rounding (docs/jax.md).
 
-Several processes (jax.distributed on the CPU) work when the axis lies inside each process
-(e.g. dp across processes, tp across the devices of a process); an axis across processes
-needs MPI, UCX or NCCL communicators, which are not done: its ring times out with an error
-saying so.
+Several processes (jax.distributed on the CPU) work with the axis inside each process or
+across processes (UCX; run the step under jax.set_mesh(mesh), which names the devices).
 
 Refused: a token count that the batch axes times the axis do not divide (ValueError; pad the
 sequence), MXFP8 / NVFP4 and token operands in 128x128 tiles (check_recipe), block-scaled
-features that split into partial 128-blocks, GPUs (the handlers run the local backend on the
-CPU).
+features that split into partial 128-blocks, GPUs (the handlers take host buffers;
+comm_registry makes NCCL communicators, the GPU handlers are not done).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import threading
 
 import jax
 import jax.numpy as jnp
@@ -63,9 +61,10 @@ import numpy as np
 from jax import lax
 from jax.sharding import PartitionSpec as P
 
-from qmesh.jax import _ffi, sharding
+from qmesh.jax import sharding
 from qmesh.jax.autocast import current as autocast_setting
 from qmesh.jax.block_quantize import BLOCK, from_layout, layout_shape, to_layout
+from qmesh.jax.comm_registry import communicator
 
 F32 = jnp.float32
 OVERLAPS = {"none": 0, "ring": 1, "bidir": 2}
@@ -153,35 +152,6 @@ def check_quantized(ring, recipe) -> None:
         )
 
 
-_lock = threading.Lock()
-_comms: dict[tuple, int] = {}
-
-
-def communicator(mesh, axis: str, timeout_s: float | None = None) -> int:
-    """The id of the local-backend communicator of `axis` of `mesh` (made at the first call
-    for this (mesh shape, axis, timeout), reused afterwards): one world of mesh.shape[axis]
-    ranks per index combination of the other axes. timeout_s: the bound of every wait (None:
-    QMESH_COMM_TIMEOUT_S, else qmesh's default). With several processes (jax.distributed)
-    each process makes the same worlds and its devices use theirs: every group of `axis` must
-    lie inside one process (else the ring times out, saying so)."""
-    if axis not in mesh.axis_names:
-        raise ValueError(f"collective_gemm: the mesh has no axis {axis!r} ({mesh.axis_names})")
-    if timeout_s is not None and not timeout_s > 0:
-        raise ValueError(f"collective_gemm: timeout_s must be > 0, not {timeout_s}")
-    key = (tuple(mesh.axis_names), tuple(mesh.axis_sizes), axis, timeout_s)
-    with _lock:
-        if key not in _comms:
-            size = mesh.shape[axis]
-            groups = math.prod(mesh.shape[a] for a in mesh.axis_names if a != axis)
-            timeout_ms = 0 if timeout_s is None else max(1, round(timeout_s * 1000))
-            _ffi.cap_cpu_threads()
-            comm = _ffi.library.qmesh_jax_make_local_comm(groups, size, timeout_ms)
-            if comm < 0:
-                raise RuntimeError(f"collective_gemm: cannot make {groups} local worlds of {size}")
-            _comms[key] = comm
-        return _comms[key]
-
-
 def _coords(mesh, axis):
     """int32 [2]: this device's group (its index over the other axes) and rank on `axis`."""
     group = jnp.int32(0)
@@ -226,8 +196,9 @@ def _call(target, results, operands, options):
         )
     if jax.default_backend() != "cpu":
         raise NotImplementedError(
-            "collective_gemm: the rings from JAX run on CPU devices (the local backend); "
-            "NCCL communicators for GPUs are not done: use collective_gemm=None on GPUs"
+            "collective_gemm: the rings from JAX run on CPU devices; their GPU handlers are "
+            "not done (NCCL communicators are: comm_registry.communicator): use "
+            "collective_gemm=None on GPUs"
         )
     comm = communicator(mesh, axis, timeout_s)
     call = jax.ffi.ffi_call(target, results)

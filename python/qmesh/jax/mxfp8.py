@@ -15,14 +15,13 @@ No collective, except the bias gradient's sum over the axes of g's rows.
 
 from __future__ import annotations
 
-import math
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
 from qmesh.jax.common import F32, axes_of, check_fp8, check_wide, even_spec, named
+from qmesh.jax.operand_checks import check_matrix, check_whole_blocks
 from qmesh.jax.primitive import Op, register
 
 MX_BLOCK = 32  # elements per E8M0 scale
@@ -31,11 +30,7 @@ E8M0 = jnp.dtype(jnp.float8_e8m0fnu)
 
 def _check_x(x, what):
     check_wide(x.dtype, what)
-    if x.ndim != 2 or x.shape[0] % MX_BLOCK or x.shape[1] % MX_BLOCK:
-        raise ValueError(
-            f"MXFP8 quantize takes {what} as [rows, cols] with rows and cols multiples of "
-            f"{MX_BLOCK}, not shape {tuple(x.shape)}: reshape or pad it"
-        )
+    check_matrix(x.shape, what, "MXFP8 quantize", multiple=MX_BLOCK)
 
 
 def _avals(x, *, out_dtype, columnwise):
@@ -58,13 +53,7 @@ def _avals(x, *, out_dtype, columnwise):
 
 def _whole_blocks(mesh, axes, size, what):
     """Raises ValueError unless the shards of `size` over `axes` are multiples of 32."""
-    count = math.prod(dict(zip(mesh.axis_names, mesh.devices.shape))[a] for a in axes)
-    if axes and (size // count) % MX_BLOCK:
-        raise ValueError(
-            f"{what} ({size}) is sharded over {axes} into shards of {size // count}, which is "
-            f"not a multiple of {MX_BLOCK}: a shard boundary would cut an MXFP8 block. Shard it "
-            f"into multiples of {MX_BLOCK}, or replicate it"
-        )
+    check_whole_blocks(mesh, axes, size, MX_BLOCK, what, "an MXFP8 block")
 
 
 def _shardings(mesh, x_info, columnwise, what):
@@ -190,7 +179,8 @@ class Mxfp8Dequantize(Op):
 # ---- the functions users call -----------------------------------------------------------------
 
 
-def _params(out_dtype, columnwise, margin):
+def quantize_params(out_dtype, columnwise, margin):
+    """The static parameters of an MXFP8 quantize, checked."""
     if not (margin >= 0 and margin != float("inf")):
         raise ValueError(f"margin must be finite and >= 0, not {margin}")
     return dict(out_dtype=check_fp8(out_dtype), columnwise=bool(columnwise), margin=float(margin))
@@ -200,12 +190,12 @@ def mxfp8_quantize(x, out_dtype=jnp.float8_e4m3fn, *, columnwise=False, margin=0
     """MXFP8-quantizes x [R, C] -> (q, scale, q_t, scale_t): codes [R, C], float8_e8m0fnu
     scales [R, C/32], and if `columnwise` the copy q_t [C, R] with scales [C, R/32] (else two
     empty arrays)."""
-    return Mxfp8Quantize.bind(jnp.asarray(x), **_params(out_dtype, columnwise, margin))
+    return Mxfp8Quantize.bind(jnp.asarray(x), **quantize_params(out_dtype, columnwise, margin))
 
 
 def mxfp8_dbias_quantize(g, out_dtype=jnp.float8_e5m2, *, columnwise=False, margin=0.0):
     """mxfp8_quantize of g [R, C] plus dbias = g.sum(0) in float32 [C]."""
-    return Mxfp8DbiasQuantize.bind(jnp.asarray(g), **_params(out_dtype, columnwise, margin))
+    return Mxfp8DbiasQuantize.bind(jnp.asarray(g), **quantize_params(out_dtype, columnwise, margin))
 
 
 def mxfp8_dequantize(q, scale, *, out_dtype=jnp.float32):

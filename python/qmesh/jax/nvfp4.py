@@ -27,6 +27,7 @@ import numpy as np
 from jax import lax
 
 from qmesh.jax.common import F32, check_wide, named
+from qmesh.jax.operand_checks import check_matrix
 from qmesh.jax.primitive import Op, register
 
 BLOCK = 16  # elements per E4M3 scale
@@ -36,11 +37,7 @@ I32 = jnp.dtype(jnp.int32)
 
 
 def _check_shape(shape, what):
-    if len(shape) != 2 or shape[0] % BLOCK or shape[1] % BLOCK or 0 in shape:
-        raise ValueError(
-            f"nvfp4: {what} must be 2-D [rows, cols] with rows and cols positive multiples of "
-            f"{BLOCK}, not shape {tuple(shape)}: pad it to multiples of {BLOCK}"
-        )
+    check_matrix(shape, what, "nvfp4", multiple=BLOCK, positive=True)
 
 
 def _copy_avals(rows, cols):
@@ -150,19 +147,25 @@ def nvfp4_quantize(
     `key` (needed with stochastic_rounding) seeds stochastic rounding: seed = key[0] << 32 |
     key[1]. rht_signs: the 16-bit sign mask of the transform (bit j set: column j of the
     Hadamard matrix negated); RHT applies to the columnwise copy and excludes tiles_2d."""
+    words, params = quantize_options(
+        "nvfp4_quantize", key, columnwise, stochastic_rounding, tiles_2d, rht, rht_signs
+    )
+    return Nvfp4Quantize.bind(jnp.asarray(x), words, **params)
+
+
+def quantize_options(op, key, columnwise, stochastic_rounding, tiles_2d, rht, rht_signs):
+    """(the key words operand, the static parameters) of an NVFP4 quantize `op`, checked."""
     if stochastic_rounding and key is None:
-        raise ValueError("nvfp4_quantize: stochastic_rounding needs a key (jax.random.key(...))")
+        raise ValueError(f"{op}: stochastic_rounding needs a key (jax.random.key(...))")
     if not 0 <= int(rht_signs) < 1 << 16:
-        raise ValueError(f"nvfp4_quantize: rht_signs must be a 16-bit mask, not {rht_signs}")
+        raise ValueError(f"{op}: rht_signs must be a 16-bit mask, not {rht_signs}")
     if rht and tiles_2d:
         raise ValueError(
-            "nvfp4_quantize: the random Hadamard transform is for 1x16 blocks (wgrad operands), "
+            f"{op}: the random Hadamard transform is for 1x16 blocks (wgrad operands), "
             "not 16x16 tiles (weights): turn one of rht and tiles_2d off"
         )
     words = key_words(key) if key is not None else jnp.zeros((2,), jnp.int32)
-    return Nvfp4Quantize.bind(
-        jnp.asarray(x),
-        words,
+    return words, dict(
         columnwise=bool(columnwise),
         stochastic_rounding=bool(stochastic_rounding),
         tiles_2d=bool(tiles_2d),

@@ -32,6 +32,7 @@ from qmesh.jax.common import (
     even_spec,
     named,
 )
+from qmesh.jax.operand_checks import check_group_sizes, check_matrix
 from qmesh.jax.primitive import Op, register
 
 _DTYPE_CODE = {FP8_DTYPES[0]: 3, FP8_DTYPES[1]: 4}  # qmesh's DType values
@@ -325,23 +326,14 @@ class GroupedQuantize(Op):
     @classmethod
     def abstract(cls, x, group_sizes, scales, *, out_dtype, columnwise):
         check_wide(x.dtype, "x")
-        if x.ndim != 2:
-            raise ValueError(f"grouped quantize takes x as [rows, cols], not shape {x.shape}")
-        if group_sizes.dtype != jnp.int32 or group_sizes.ndim != 1:
-            raise TypeError(
-                f"group_sizes must be int32 [G], not {group_sizes.dtype}{list(group_sizes.shape)}"
-            )
+        check_matrix(x.shape, "x", "grouped quantize")
+        check_group_sizes(group_sizes, x.shape[0], "grouped quantize")
         if scales.dtype != F32 or scales.shape != group_sizes.shape:
             raise TypeError(
                 f"scales must be float32 {list(group_sizes.shape)} (one per group), "
                 f"not {scales.dtype}{list(scales.shape)}"
             )
         out_dtype = check_fp8(out_dtype)
-        if group_sizes.shape == (0,) and x.shape[0] > 0:
-            raise ValueError(
-                f"grouped quantize: no groups for {x.shape[0]} rows; group_sizes "
-                "must cover every row of x"
-            )
         g = group_sizes.shape
         q_t = (x.size,) if columnwise else (0,)
         return (

@@ -28,6 +28,7 @@ class MeshResource:
     tpsp_resource: str | None = None
     fsdp_resource: str | None = None
     pp_resource: str | None = None
+    ep_resource: str | None = None  # experts: the leading batch index of the drop-ins' GEMMs
 
     def axes(self) -> dict[str, str]:
         return {

@@ -171,14 +171,14 @@ float target_at(int step, int64_t i) {
 // Every parameter's tp-local values after training, per tp rank: "tp<t>:<name>" -> values.
 using Trained = std::map<std::string, std::vector<float>>;
 
-// The model's feature sizes.
+// The model's feature sizes and the tokens of each data rank.
 struct Sizes {
-  int64_t hidden = kHidden, ffn = kFfn;
+  int64_t hidden = kHidden, ffn = kFfn, tokens = kTokensPerRank;
 };
 
 Trained train(const Layout& l, Recipe recipe, FsdpOptions fsdp_options = {},
               std::shared_ptr<std::atomic<int64_t>> gather_bytes = nullptr, Sizes sizes = {}) {
-  const int64_t hidden = sizes.hidden;
+  const int64_t hidden = sizes.hidden, tokens = sizes.tokens;
   Trained result;
   std::mutex mu;
   run_local_ranks(l.dp * l.fsdp * l.tp, [&](Communicator& world) {
@@ -186,7 +186,9 @@ Trained train(const Layout& l, Recipe recipe, FsdpOptions fsdp_options = {},
     if (gather_bytes)
       base = std::make_shared<testing::CountingCommunicator>(base, true, gather_bytes);
     Mesh mesh(base, axes_of(l), roles_of(l));
-    LayerContext ctx(mesh, recipe, {.fsdp = fsdp_options});
+    MXFP8BlockScaling mxfp8;
+    mxfp8.emulate = true;  // the host runs MXFP8 GEMMs emulated only
+    LayerContext ctx(mesh, recipe, {.mxfp8 = mxfp8, .fsdp = fsdp_options});
     LayerNormMLPOptions block_options;
     block_options.sequence_parallel = l.sequence_parallel;
     std::vector<LayerNormMLP> blocks;
@@ -203,20 +205,20 @@ Trained train(const Layout& l, Recipe recipe, FsdpOptions fsdp_options = {},
     GradSync sync(fsdp.data_group(), replicated, 256, {}, GradSyncOrder::kRankOrder);
     auto optimizer = make_adamw(all, AdamWOptions{1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f});
     const int data_ranks = fsdp.data_size();
-    const int64_t rows = l.sequence_parallel ? kTokensPerRank / l.tp : kTokensPerRank;
+    const int64_t rows = l.sequence_parallel ? tokens / l.tp : tokens;
     Tensor x(DType::kFloat32, Shape{rows, hidden}), target(DType::kFloat32, Shape{rows, hidden});
     Tensor dy(DType::kFloat32, Shape{rows, hidden}), sum_sq(DType::kFloat64, Shape{1});
     for (int step = 0; step < kSteps; ++step) {
-      const int64_t first = (fsdp.data_rank() * kTokensPerRank +
-                             (l.sequence_parallel ? mesh.coord("tp") * rows : 0)) *
-                            hidden;
+      const int64_t first =
+          (fsdp.data_rank() * tokens + (l.sequence_parallel ? mesh.coord("tp") * rows : 0)) *
+          hidden;
       for (int64_t i = 0; i < rows * hidden; ++i) {
         x.data_as<float>()[i] = input_at(step, first + i);
         target.data_as<float>()[i] = target_at(step, first + i);
       }
       TensorView h = x;
       for (auto& b : blocks) h = b.forward(h);
-      mse_loss(h, target, double(data_ranks * kTokensPerRank * hidden), dy, sum_sq);
+      mse_loss(h, target, double(data_ranks * tokens * hidden), dy, sum_sq);
       TensorView g = dy;
       for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) {
         g = it->backward(g);
@@ -312,6 +314,17 @@ TEST(FsdpTraining, BlockRecipeGathersTileCodesAndScales) {
 
 // The weight gathers of block scaling with whole tile rows move the FP8 codes and one fp32 scale
 // per 128x128 tile: a quarter of fp32's bytes, plus the scales.
+// MXFP8 gathers the fp32 weight shards and casts the gathered weight, rowwise only in forward
+// (dgrad, in backward, reads the columnwise copy): fsdp trains to the bits of plain data
+// parallelism (sizes multiples of MXFP8's 32-element blocks, GEMMs emulated).
+TEST(FsdpTraining, Mxfp8RecipeGivesTheBitsOfDataParallelism) {
+  const Sizes sizes{64, 96, 32};
+  const Trained dp = train({2, 1, 1}, Recipe::kMxfp8, {}, nullptr, sizes);
+  expect_same_bits(dp, train({1, 2, 1}, Recipe::kMxfp8, {}, nullptr, sizes), "dp=2 vs fsdp=2");
+  expect_same_bits(dp, train({1, 2, 1}, Recipe::kMxfp8, FsdpOptions{true, 1}, nullptr, sizes),
+                   "dp=2 vs fsdp=2 keeping the gathered weights");
+}
+
 TEST(FsdpTraining, BlockTileGatherMovesAQuarterOfFp32) {
   const Sizes tiles{512, 512};
   auto bf16_bytes = std::make_shared<std::atomic<int64_t>>(0);

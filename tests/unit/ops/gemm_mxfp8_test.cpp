@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "expect_error.h"
+#include "gemm_layer_forms.h"
 #include "qmesh/fp8.h"
 #include "qmesh/ops/gemm.h"
 #include "qmesh/ops/gemm_emulation.h"
@@ -49,30 +50,17 @@ MxFp8TensorView k_rows(const MxFp8Tensor& q, bool rowwise) {
   return c;
 }
 
-struct Form {
-  const char* name;
-  GemmTranspose ta, tb;
-  int64_t a_rows, a_cols, b_rows, b_cols;
-};
-
 TEST(GemmMxfp8, EmulatedIsThePlainGemmOfTheDequantizedOperands) {
   const int64_t m = 64, n = 96, k = 128;
-  const Form forms[] = {{"fprop", kNo, kYes, m, k, n, k},
-                        {"dgrad", kNo, kNo, m, k, k, n},
-                        {"wgrad", kYes, kNo, k, m, k, n}};
-  for (const Form& f : forms) {
+  for (const test::GemmLayerForm& f : test::gemm_layer_forms(m, n, k)) {
     SCOPED_TRACE(f.name);
     const MxFp8Tensor a = quantized(DType::kFloat8E5M2, f.a_rows, f.a_cols, 1);
     const MxFp8Tensor b = quantized(DType::kFloat8E4M3, f.b_rows, f.b_cols, 2);
     Tensor bias(DType::kFloat32, Shape{n});
     for (int64_t i = 0; i < n; ++i) static_cast<float*>(bias.data())[i] = 0.125f * float(i % 5);
-    GemmArgs args;
-    args.a = GemmOperand::mxfp8(a.view());
-    args.b = GemmOperand::mxfp8(b.view());
-    args.trans_a = f.ta;
-    args.trans_b = f.tb;
     Tensor d(DType::kFloat32, Shape{m, n});
-    args.d = d.view();
+    GemmArgs args = test::layer_gemm_args(f, GemmOperand::mxfp8(a.view()),
+                                          GemmOperand::mxfp8(b.view()), d.view());
     args.epilogue = GemmEpilogue::kBias;
     args.bias = bias.view();
     args.emulate_microscaled = true;

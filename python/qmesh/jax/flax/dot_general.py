@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import math
 
-import jax
 import jax.numpy as jnp
 from jax import lax
 
 from qmesh.jax.dense import FALLBACKS, dense
+from qmesh.jax.flax.batch import map_batch
 from qmesh.jax.flax.state_module import States, wrap_function_in_state_module
 from qmesh.jax.recipe import check_recipe
 
@@ -43,9 +43,10 @@ def quantized_dot_general(
 ):
     """lax.dot_general(lhs, rhs, dimension_numbers) as qmesh's FP8 dense op: lhs's free
     dimensions become the GEMM's rows, the contracting dimensions its K (rhs is the kernel
-    [K, N], its free dimensions flattened to N). Batch dimensions map over one GEMM each
-    (jax.vmap; the state is shared: under delayed scaling the batch's amaxes combine by
-    maximum, current and block scaling scale each batch element on its own). The result has
+    [K, N], its free dimensions flattened to N). Batch dimensions (flattened) map over one GEMM
+    each (batch.map_batch: a loop, split over MeshResource.ep_resource; the state is shared:
+    under delayed scaling the batch's amaxes combine by maximum, current and block scaling
+    scale each batch element on its own). The result has
     dot_general's layout: batch, lhs free, rhs free. Under autocast(enabled=False) (states.recipe
     None): lax.dot_general itself, with `precision` (which the FP8 GEMM ignores)."""
     lhs, rhs = jnp.asarray(lhs), jnp.asarray(rhs)
@@ -79,7 +80,7 @@ def quantized_dot_general(
     w = jnp.transpose(rhs, rb + rc + rfree).reshape(math.prod(batch), k, -1)
     state = states()
 
-    def gemm(x, w):
+    def gemm(x, w, state):
         return dense(
             x,
             w.astype(x.dtype) if w.dtype != x.dtype else w,
@@ -90,7 +91,7 @@ def quantized_dot_general(
             fallback=fallback,
         )
 
-    y = jax.vmap(gemm)(x, w) if lb else gemm(x[0], w[0])
+    y = map_batch(gemm, x, w, state) if lb else gemm(x[0], w[0], state)
     return y.reshape(*batch, *(lhs.shape[d] for d in lfree), *(rhs.shape[d] for d in rfree))
 
 

@@ -16,14 +16,25 @@ columns N), indices of both operands and the output are batch dimensions (one GE
 element, see quantized_dot_general); operands are transposed as needed and the result is
 transposed to the output's order. Shardings of the operands' dimensions carry through the
 transposes and reshapes to qmesh's GEMM primitives, whose rules keep the rows' and columns'
-shardings and sum the partial products of a sharded K (a batch index runs as a loop, which
-does not keep its sharding). Refused, with the reason: ellipsis,
+shardings and sum the partial products of a sharded K; a batch index runs as a loop of GEMMs
+(flax/batch.py), split over MeshResource.ep_resource (expert parallelism: nothing gathered),
+else not keeping its sharding. Refused, with the reason:
 anything but two operands, an implicit output (no "->"), an index repeated within a term
 (diagonals, traces), an index summed within one operand only, an output index of neither
 operand, no contracted index (an outer product).
+
+Ellipsis: each '...' stands for the dimensions of its operand that the term does not name,
+right-aligned between the operands as in numpy (the last dimensions of two ellipses are the
+same indices, so they must have the same size: no broadcasting of size 1); the output's '...'
+stands for the longer one. "...d,df->...f" (a Dense on any leading dimensions),
+"...hd,hdf->...f" (an attention output projection) and "e...d,edf->e...f" (experts with any
+token dimensions) thus map as their spelled-out forms do; refusals quote the equation with
+the letters given to the ellipsis.
 """
 
 from __future__ import annotations
+
+import string
 
 from jax import numpy as jnp
 
@@ -37,6 +48,28 @@ def _refuse(eqn: str, why: str):
     raise ValueError(f"qmesh's einsum cannot map {eqn!r} onto one GEMM: {why}")
 
 
+def expand_ellipsis(eqn: str, lhs: str, rhs: str, out: str, lhs_ndim: int, rhs_ndim: int):
+    """(lhs, rhs, out) with each '...' replaced by letters of the equation's own, one per
+    dimension it stands for (the operand's rank less its named indices): right-aligned, so the
+    last dimensions of both operands' ellipses share letters (sized alike, or refused as
+    differing in size), and the output's '...' stands for the longer one."""
+    if "." not in lhs + rhs + out:
+        return lhs, rhs, out
+    for term in (lhs, rhs, out):
+        if "." in term.replace("...", "", 1):
+            _refuse(eqn, f"a term has one '...' at most and no other '.': {term!r}")
+    lengths = []
+    for term, ndim, what in ((lhs, lhs_ndim, "input"), (rhs, rhs_ndim, "kernel")):
+        named = len(term.replace("...", ""))
+        if "..." in term and named > ndim:
+            _refuse(eqn, f"the {what} term {term!r} names {named} dimensions of a {ndim}-D {what}")
+        lengths.append(ndim - named if "..." in term else 0)
+    free = [c for c in string.ascii_uppercase + string.ascii_lowercase if c not in lhs + rhs + out]
+    fresh = "".join(free[: max(lengths)])
+    lhs, rhs = (t.replace("...", fresh[len(fresh) - n :]) for t, n in zip((lhs, rhs), lengths))
+    return lhs, rhs, out.replace("...", fresh)
+
+
 def parse_equation(eqn: str, lhs_ndim: int, rhs_ndim: int):
     """(dimension_numbers, perm): the lax.dot_general dimension numbers of a two-operand
     einsum equation and the permutation taking dot_general's result (batch, lhs free, rhs
@@ -45,15 +78,15 @@ def parse_equation(eqn: str, lhs_ndim: int, rhs_ndim: int):
     if not isinstance(eqn, str):
         raise TypeError(f"einsum: the equation must be a str, not {type(eqn).__name__}")
     spec = eqn.replace(" ", "")
-    if "." in spec:
-        _refuse(eqn, "ellipsis ('...') is not supported; name every dimension")
     if spec.count("->") != 1:
         _refuse(eqn, "write the output explicitly, as in 'btd,dh->bth'")
     inputs, out = spec.split("->")
     terms = inputs.split(",")
     if len(terms) != 2:
         _refuse(eqn, f"it has {len(terms)} operands; the drop-in takes two (input, kernel)")
-    lhs, rhs = terms
+    lhs, rhs, out = expand_ellipsis(eqn, *terms, out, lhs_ndim, rhs_ndim)
+    if "..." in spec:  # name the letters the refusals below may speak of
+        eqn = f"{eqn} (read as {lhs},{rhs}->{out})"
     for term, ndim, what in ((lhs, lhs_ndim, "input"), (rhs, rhs_ndim, "kernel"), (out, None, "")):
         if not all(c.isalpha() for c in term):
             _refuse(eqn, f"indices are letters, not {term!r}")
