@@ -55,12 +55,16 @@ def main(argv=None):
     jax.config.update("jax_num_cpu_devices", devices)
     import jax.numpy as jnp
     import numpy as np
-    from jax.sharding import AxisType, NamedSharding
+    from jax.sharding import AxisType
     from jax.sharding import PartitionSpec as P
 
     import qmesh.jax as qj
     from qmesh.jax.dense import init_state
-    from qmesh.jax.mlp import layernorm_mlp
+
+    sys.path.insert(
+        0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "jax")
+    )
+    from sp_mlp import X_SPEC, place, place_layer, sp_layernorm_mlp
 
     mesh = jax.make_mesh((args.dp, args.tp), ("dp", "tp"), axis_types=(AxisType.Auto,) * 2)
     resource = qj.MeshResource(dp_resource="dp", tp_resource="tp", tpsp_resource="tp")
@@ -68,21 +72,10 @@ def main(argv=None):
     h, f = args.hidden, args.ffn
     recipe = qj.DelayedScaling()
 
-    def put(v, spec):
-        return jax.device_put(jnp.asarray(v, jnp.float32), NamedSharding(mesh, spec))
-
     def make_step(cg):
         def loss(x, gamma, beta, kernels, biases, states):
-            y, _ = layernorm_mlp(
-                x,
-                gamma,
-                beta,
-                kernels,
-                biases,
-                states,
-                recipe=recipe,
-                row_axes=(("dp",), ("dp",)),
-                collective_gemm=cg,
+            y, _ = sp_layernorm_mlp(
+                x, gamma, beta, kernels, biases, states, recipe=recipe, collective_gemm=cg
             )
             return jnp.mean(y * y)
 
@@ -90,13 +83,13 @@ def main(argv=None):
 
     results = []
     with jax.set_mesh(mesh), qj.global_shard_guard(resource):
-        x = put(rng.standard_normal((args.dp, args.seq, h)), P("dp", "tp", None))
-        gamma, beta = put(np.ones(h), P()), put(np.zeros(h), P())
+        x = place(mesh, rng.standard_normal((args.dp, args.seq, h)), X_SPEC)
+        gamma, beta = place(mesh, np.ones(h), P()), place(mesh, np.zeros(h), P())
         kernels = (
-            put(rng.standard_normal((h, f)) / np.sqrt(h), P(None, "tp")),
-            put(rng.standard_normal((f, h)) / np.sqrt(f), P("tp", None)),
+            rng.standard_normal((h, f)) / np.sqrt(h),
+            rng.standard_normal((f, h)) / np.sqrt(f),
         )
-        biases = (put(np.zeros(f), P("tp")), put(np.zeros(h), P()))
+        kernels, biases = place_layer(mesh, kernels, (np.zeros(f), np.zeros(h)))
         for variant in args.variants.split(","):
             cg = None if variant == "xla" else variant
             step = make_step(cg)

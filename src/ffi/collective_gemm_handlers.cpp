@@ -7,10 +7,15 @@
 // Operands of both handlers: a, b (2-D; b stored as trans_b says), a_scale_inv, b_scale_inv
 // (fp32 [1], read for FP8 operands only), coords (int32 [2]: the group of the device, its rank
 // on the axis; e.g. from jax.lax.axis_index inside shard_map). Attributes: comm (int64),
-// overlap (0 none, 1 ring, 2 bidir: qmesh::Overlap), trans_b, split_accumulator.
+// overlap (0 none, 1 ring, 2 bidir: qmesh::Overlap), trans_b, split_accumulator, a_block and
+// b_block (0 per tensor or plain, 1: 1x128 blocks, 2: 128x128 tiles; a block-scaled operand's
+// scale_inv is its scale tensor in the C++ layout, block_quantized_tensor.h; the rings take a
+// with 1x128 blocks only).
 //   QmeshAllGatherGemm:    a [T/tp, K] -> d f32 [T, N], gathered [T, K] (a's dtype, rank
-//                          order), gathered_scalars f32 [3] (scratch for gathered's scale,
-//                          scale_inv, amax).
+//                          order), gathered_scales: per-tensor FP8 a: f32 [3] (scratch for
+//                          gathered's scale, scale_inv, amax); block-scaled a: gathered's
+//                          scale tensor f32 [ceil(K/128), round_up(T, 4)] (padding not
+//                          written); otherwise unused.
 //   QmeshGemmReduceScatter: a [T, K] -> d f32 [T/tp, N] (rank `rank`'s chunk of the sum).
 // The calls have no side effect for XLA (jax.checkpoint may recompute them). Two rings of one
 // device run one after the other (a lock per rank); every device must run them in the same
@@ -54,12 +59,20 @@ void run_ring(const RingPlace& place, Ring&& ring) {
   }
 }
 
+// The blocks of the operands (a_block, b_block attributes).
+struct Blocks {
+  int32_t a = 0;
+  int32_t b = 0;
+};
+
 GemmArgs gemm_args(const Where& w, const AnyBuffer& a, const AnyBuffer& b,
-                   const AnyBuffer& a_scale_inv, const AnyBuffer& b_scale_inv, bool trans_b,
-                   bool split_accumulator, Result<AnyBuffer>& d) {
+                   const AnyBuffer& a_scale_inv, const AnyBuffer& b_scale_inv, Blocks blocks,
+                   bool trans_b, bool split_accumulator, Result<AnyBuffer>& d) {
   GemmArgs args;
-  args.a = gemm_operand(w, a, a_scale_inv, 0, "a", "a_scale_inv (the FP8 operand a's scale_inv)");
-  args.b = gemm_operand(w, b, b_scale_inv, 0, "b", "b_scale_inv (the FP8 operand b's scale_inv)");
+  args.a = gemm_operand(w, a, a_scale_inv, blocks.a, "a",
+                        "a_scale_inv (the FP8 operand a's scale_inv or scale tensor)");
+  args.b = gemm_operand(w, b, b_scale_inv, blocks.b, "b",
+                        "b_scale_inv (the FP8 operand b's scale_inv or scale tensor)");
   args.trans_b = trans_b ? GemmTranspose::kYes : GemmTranspose::kNo;
   args.accumulation = split_accumulator ? GemmAccumulation::kSplit : GemmAccumulation::kFast;
   require_dtype(*d, {DType::kFloat32}, "d (the collective GEMM's output)");
@@ -70,16 +83,25 @@ GemmArgs gemm_args(const Where& w, const AnyBuffer& a, const AnyBuffer& b,
 
 void all_gather_gemm_impl(const Where& w, AnyBuffer a, AnyBuffer b, AnyBuffer a_scale_inv,
                           AnyBuffer b_scale_inv, AnyBuffer coords, Result<AnyBuffer> d,
-                          Result<AnyBuffer> gathered, Result<AnyBuffer> gathered_scalars,
-                          int64_t comm, int32_t overlap, bool trans_b, bool split_accumulator) {
-  GemmArgs args = gemm_args(w, a, b, a_scale_inv, b_scale_inv, trans_b, split_accumulator, d);
+                          Result<AnyBuffer> gathered, Result<AnyBuffer> gathered_scales,
+                          int64_t comm, int32_t overlap, bool trans_b, bool split_accumulator,
+                          int32_t a_block, int32_t b_block) {
+  GemmArgs args = gemm_args(w, a, b, a_scale_inv, b_scale_inv, Blocks{a_block, b_block}, trans_b,
+                            split_accumulator, d);
   require_rank(*gathered, 2, "gathered");
   const TensorView g = view(gathered, w, "gathered");
   GemmOperand out = GemmOperand::plain(g);
-  if (args.a.is_quantized()) {
-    require_dtype(*gathered_scalars, {DType::kFloat32}, "gathered_scalars");
-    require_count(*gathered_scalars, 3, "gathered_scalars");
-    auto* s = static_cast<float*>(gathered_scalars->untyped_data());
+  if (args.a.is_block_scaled()) {
+    require_dtype(*gathered_scales, {DType::kFloat32}, "gathered_scales");
+    BlockQuantizedTensorView q;
+    q.block = args.a.block.block;
+    q.data = g;
+    q.scale_inv = view(gathered_scales, w, "gathered_scales (gathered's scale tensor)");
+    out = GemmOperand::fp8_block(q);
+  } else if (args.a.is_quantized()) {
+    require_dtype(*gathered_scales, {DType::kFloat32}, "gathered_scales");
+    require_count(*gathered_scales, 3, "gathered_scales");
+    auto* s = static_cast<float*>(gathered_scales->untyped_data());
     QuantizedTensorView q;
     q.data = g;
     q.scale = s;
@@ -94,8 +116,10 @@ void all_gather_gemm_impl(const Where& w, AnyBuffer a, AnyBuffer b, AnyBuffer a_
 
 void gemm_reduce_scatter_impl(const Where& w, AnyBuffer a, AnyBuffer b, AnyBuffer a_scale_inv,
                               AnyBuffer b_scale_inv, AnyBuffer coords, Result<AnyBuffer> d,
-                              int64_t comm, int32_t overlap, bool trans_b, bool split_accumulator) {
-  const GemmArgs args = gemm_args(w, a, b, a_scale_inv, b_scale_inv, trans_b, split_accumulator, d);
+                              int64_t comm, int32_t overlap, bool trans_b, bool split_accumulator,
+                              int32_t a_block, int32_t b_block) {
+  const GemmArgs args = gemm_args(w, a, b, a_scale_inv, b_scale_inv, Blocks{a_block, b_block},
+                                  trans_b, split_accumulator, d);
   run_ring(ring_place(w, comm, coords), [&](Communicator& c, const CollectiveGemmStreams& s) {
     gemm_reduce_scatter(c, args, to_overlap(overlap), s);
   });
@@ -114,11 +138,13 @@ QMESH_FFI_HANDLER(QmeshAllGatherGemm, qmesh::ffi::all_gather_gemm_impl,
                       .Arg<AnyBuffer>()  // coords
                       .Ret<AnyBuffer>()  // d [T, N]
                       .Ret<AnyBuffer>()  // gathered [T, K]
-                      .Ret<AnyBuffer>()  // gathered_scalars [3]
+                      .Ret<AnyBuffer>()  // gathered_scales
                       .Attr<int64_t>("comm")
                       .Attr<int32_t>("overlap")
                       .Attr<bool>("trans_b")
-                      .Attr<bool>("split_accumulator"));
+                      .Attr<bool>("split_accumulator")
+                      .Attr<int32_t>("a_block")
+                      .Attr<int32_t>("b_block"));
 
 QMESH_FFI_HANDLER(QmeshGemmReduceScatter, qmesh::ffi::gemm_reduce_scatter_impl,
                   .Arg<AnyBuffer>()      // a [T, K]
@@ -130,4 +156,6 @@ QMESH_FFI_HANDLER(QmeshGemmReduceScatter, qmesh::ffi::gemm_reduce_scatter_impl,
                       .Attr<int64_t>("comm")
                       .Attr<int32_t>("overlap")
                       .Attr<bool>("trans_b")
-                      .Attr<bool>("split_accumulator"));
+                      .Attr<bool>("split_accumulator")
+                      .Attr<int32_t>("a_block")
+                      .Attr<int32_t>("b_block"));

@@ -27,12 +27,11 @@ if "JAX_NUM_PROCESSES" in os.environ:
 
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from jax.sharding import AxisType, Mesh, NamedSharding  # noqa: E402
-from jax.sharding import PartitionSpec as P  # noqa: E402
+from jax.sharding import AxisType, Mesh  # noqa: E402
+from sp_mlp import X_SPEC, place, place_layer, sp_layernorm_mlp  # noqa: E402
 
 import qmesh.jax as qj  # noqa: E402
 from qmesh.jax.dense import init_state  # noqa: E402
-from qmesh.jax.mlp import layernorm_mlp  # noqa: E402
 
 
 def make_mesh(layout):
@@ -61,36 +60,17 @@ def missing():
 
 rng = np.random.default_rng(7)
 b, s, h, f = 2, 32, 64, 128
-host = {
-    "x": rng.standard_normal((b, s, h)),
-    "k1": rng.standard_normal((h, f)) / 8,
-    "k2": rng.standard_normal((f, h)) / 8,
-    "b1": rng.standard_normal(f),
-    "b2": rng.standard_normal(h),
-}
-specs = {
-    "x": P("dp", "tp", None),
-    "k1": P(None, "tp"),
-    "k2": P("tp", None),
-    "b1": P("tp"),
-    "b2": P(),
-}
+x_host = rng.standard_normal((b, s, h))
+kernels_host = (rng.standard_normal((h, f)) / 8, rng.standard_normal((f, h)) / 8)
+biases_host = (rng.standard_normal(f), rng.standard_normal(h))
 recipe = qj.DelayedScaling()
 gamma, beta = jnp.ones(h), jnp.zeros(h)
 
 
 def step(cg):
     def loss(x, kernels, biases, states):
-        y, _ = layernorm_mlp(
-            x,
-            gamma,
-            beta,
-            kernels,
-            biases,
-            states,
-            recipe=recipe,
-            row_axes=(("dp",), ("dp",)),
-            collective_gemm=cg,
+        y, _ = sp_layernorm_mlp(
+            x, gamma, beta, kernels, biases, states, recipe=recipe, collective_gemm=cg
         )
         return jnp.mean(y * y)
 
@@ -115,18 +95,14 @@ for arg in sys.argv[1:] or ["dp_tp"]:
     if store == "files":
         os.environ["QMESH_JAX_STORE_DIR"] = os.environ["QMESH_TEST_STORE_DIR"]
     mesh = make_mesh(layout)
-    a = {
-        k: jax.make_array_from_callback(
-            v.shape, NamedSharding(mesh, specs[k]), lambda i, v=v: v[i].astype(np.float32)
-        )
-        for k, v in host.items()
-    }
+    x = place(mesh, x_host, X_SPEC)
+    kernels, biases = place_layer(mesh, kernels_host, biases_host)
     with jax.set_mesh(mesh), qj.global_shard_guard(resource):
         for cg in (None, "none", "ring", "bidir"):
             if only and str(cg) != only:
                 continue
             states = (init_state(recipe), init_state(recipe))
-            value, sums = step(cg)(a["x"], (a["k1"], a["k2"]), (a["b1"], a["b2"]), states)
+            value, sums = step(cg)(x, kernels, biases, states)
             record = [float(value).hex()] + [float(v).hex() for v in sums]
             if jax.process_index() == 0:
                 line = {"layout": arg, "variant": str(cg), "checksums": record}

@@ -17,13 +17,14 @@ import reference as ref
 from conftest import make_mesh
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
+from sp_mlp import X_SPEC, place, place_layer, sp_layernorm_mlp
 
 import qmesh.jax as qj
+from qmesh.jax.block_quantize import block_dequantize, block_quantize
 from qmesh.jax.collective_gemm import CollectiveGemm, all_gather_gemm, gemm_reduce_scatter
 from qmesh.jax.dense import dense, init_state
 from qmesh.jax.flax import DenseGeneral, LayerNormDenseGeneral, LayerNormMLP
 from qmesh.jax.layernorm_dense import layernorm_dense
-from qmesh.jax.mlp import layernorm_mlp
 
 MODES = ("none", "ring", "bidir")
 TPS = (2, 4, 8)
@@ -92,6 +93,43 @@ def test_ring_primitives(rng, tp, dtype):
         assert leaves_equal(got[mode], got["none"]), mode
 
 
+def test_block_ring_primitives(rng, tp=4):
+    """1x128-block a and 128x128-tile b through both rings per device: all_gather_gemm's
+    gathered codes and scales are bitwise the block cast of the whole input, both products
+    match float64 math on the decoded operands, and the modes agree bit for bit."""
+    mesh = mesh_for(tp)
+    k = 128 * tp  # row parallel shards K into whole 128-blocks
+    a = jnp.asarray(rng.standard_normal((8 * tp * 2, k)), jnp.float32)
+    b = jnp.asarray(rng.standard_normal((128, k)), jnp.float32)
+    qa, sa = block_quantize(a, block=1)[:2]
+    qb, sb = block_quantize(b, block=2)[:2]
+    a64 = np.asarray(block_dequantize(qa, sa, block=1), np.float64)
+    b64 = np.asarray(block_dequantize(qb, sb, block=2), np.float64)
+    blocks = dict(axis="tp", a_block=1, b_block=2)
+    got = {}
+    for mode in MODES:
+        ag = ring(
+            mesh,
+            lambda a, s, b, t: all_gather_gemm(a, b, s, t, overlap=mode, **blocks),
+            (P(("dp", "tp")), P(("dp", "tp")), P(), P()),
+            (P("dp"), P("dp"), P("dp")),
+        )
+        rs = ring(
+            mesh,
+            lambda a, s, b, t: gemm_reduce_scatter(a, b, s, t, overlap=mode, **blocks),
+            (P("dp", "tp"), P("dp", "tp"), P(None, "tp"), P(None, "tp")),
+            P(("dp", "tp")),
+        )
+        got[mode] = (ag(qa, sa, qb, sb), rs(qa, sa, qb, sb))
+    (d, gathered, gathered_s), reduced = got["none"]
+    assert np.array_equal(np.asarray(gathered).view(np.uint8), np.asarray(qa).view(np.uint8))
+    assert np.array_equal(np.asarray(gathered_s), np.asarray(sa))
+    assert ref.rel_err(d, a64 @ b64.T) < 1e-5
+    assert ref.rel_err(reduced, a64 @ b64.T) < 1e-5
+    for mode in ("ring", "bidir"):
+        assert leaves_equal(got[mode], got["none"]), mode
+
+
 def mlp_data(rng, b=2, s=32, h=64, f=128):
     x = rng.standard_normal((b, s, h)).astype(np.float32)
     kernels = (
@@ -105,20 +143,12 @@ def mlp_data(rng, b=2, s=32, h=64, f=128):
     return x, gamma, beta, kernels, biases, r
 
 
-def mlp_step(cg):
-    recipe = qj.DelayedScaling()
+def mlp_step(cg, recipe=None):
+    recipe = qj.DelayedScaling() if recipe is None else recipe
 
     def loss(x, gamma, beta, kernels, biases, states, r):
-        y, ln = layernorm_mlp(
-            x,
-            gamma,
-            beta,
-            kernels,
-            biases,
-            states,
-            recipe=recipe,
-            row_axes=(("dp",), ("dp",)),
-            collective_gemm=cg,
+        y, ln = sp_layernorm_mlp(
+            x, gamma, beta, kernels, biases, states, recipe=recipe, collective_gemm=cg
         )
         return jnp.sum(y * r) + jnp.sum(ln * r)
 
@@ -126,16 +156,9 @@ def mlp_step(cg):
 
 
 def sp_args(mesh, x, gamma, beta, kernels, biases, r):
-    """The arguments placed sequence parallel: tokens over (dp, tp), fc1 column parallel, fc2
-    row parallel."""
-    put = lambda v, spec: jax.device_put(v, NamedSharding(mesh, spec))  # noqa: E731
-    return (
-        put(x, P("dp", "tp", None)),
-        gamma,
-        beta,
-        (put(kernels[0], P(None, "tp")), put(kernels[1], P("tp", None))),
-        (put(biases[0], P("tp")), biases[1]),
-    ), put(r, P("dp", "tp", None))
+    """The arguments placed sequence parallel (sp_mlp's placement)."""
+    kernels, biases = place_layer(mesh, kernels, biases)
+    return (place(mesh, x, X_SPEC), gamma, beta, kernels, biases), place(mesh, r, X_SPEC)
 
 
 @pytest.mark.parametrize("tp", TPS)
@@ -159,6 +182,29 @@ def test_layernorm_mlp_modes_are_bitwise_equal(rng, tp):
     for mode in ("ring", "bidir"):
         assert leaves_equal(results[mode], results["none"]), mode
     ref.assert_trees_close(results["none"], results[None], tol=1e-5)
+
+
+@pytest.mark.parametrize("tp", (2, 4))
+def test_block_scaling_layernorm_mlp(rng, tp):
+    """Float8BlockScaling through the rings (1x128 token operands, 128x128 kernel tiles; the
+    wgrad columnwise copies cast from the all-gathered high-precision tokens), fwd + bwd on a
+    tp-device mesh: ring and bidir give the bits of "none", XLA's path (tokens replicated
+    there: its columnwise cast would cut the shards' 128-blocks; on tp = 4) within FP8-GEMM
+    rounding."""
+    mesh = make_mesh((1, tp))
+    x, gamma, beta, kernels, biases, r = mlp_data(rng, b=2, s=64, h=128, f=128 * tp)
+    recipe = qj.Float8BlockScaling()
+    results = {}
+    with jax.set_mesh(mesh), qj.global_shard_guard(SP):
+        for cg in (None, *MODES) if tp == 4 else MODES:
+            args, placed_r = sp_args(mesh, x, gamma, beta, kernels, biases, r)
+            if cg is None:
+                args = (place(mesh, x, P()), *args[1:])
+            results[cg] = mlp_step(cg, recipe)(*args, (None, None), placed_r)
+    for mode in ("ring", "bidir"):
+        assert leaves_equal(results[mode], results["none"]), mode
+    if tp == 4:
+        ref.assert_trees_close(results["none"], results[None], tol=1e-5)
 
 
 def column_then_row(rng, mesh, recipe, dtype, modes):
@@ -245,6 +291,57 @@ def test_hlo_has_no_all_gather_or_reduce_scatter(rng):
     assert texts["ring"].count('custom_call_target="qmesh_gemm_reduce_scatter"') == 2
 
 
+def test_autocast_sets_the_collective_gemm(rng):
+    """autocast(collective_gemm=...): the layers given none lower to the ring calls inside the
+    block (mlp: fc1 all-gather + GEMM, fc2 GEMM + reduce-scatter; the Flax modules in their own
+    roles), inner blocks inherit it or turn it off (False), an explicit argument wins, and
+    outside (and after) the block there are none."""
+    mesh = make_mesh((2, 2))
+    x, gamma, beta, kernels, biases, _ = mlp_data(rng, b=2)
+    recipe = qj.Float8CurrentScaling()
+
+    def rings(text):
+        return (
+            text.count("@qmesh_all_gather_gemm("),
+            text.count("@qmesh_gemm_reduce_scatter("),
+        )
+
+    def mlp(cg=None):
+        return jax.jit(
+            lambda x, k, b: sp_layernorm_mlp(
+                x, gamma, beta, k, b, (None, None), recipe=recipe, collective_gemm=cg
+            )[0]
+        )
+
+    with jax.set_mesh(mesh):
+        args = (place(mesh, x, X_SPEC), *place_layer(mesh, kernels, biases))
+        calls = lambda f: rings(f.lower(*args).as_text())  # noqa: E731
+        assert calls(mlp()) == (0, 0)
+        with qj.autocast(recipe=recipe, mesh_resource=SP, collective_gemm="ring"):
+            assert calls(mlp()) == (1, 1)
+            assert calls(mlp(False)) == (0, 0)
+            with qj.autocast(recipe=recipe):
+                assert calls(mlp()) == (1, 1)
+                with qj.autocast(recipe=recipe, collective_gemm=False):
+                    assert calls(mlp()) == (0, 0)
+                    assert calls(mlp("bidir")) == (1, 1)
+            assert calls(mlp()) == (1, 1)
+            h = jnp.zeros((2, 32, 128))
+            row = DenseGeneral(
+                features=64,
+                kernel_axes=("mlp", "embed"),
+                input_axes=("batch", None, "mlp"),
+                output_axes=("batch", "seq", "embed"),
+            )
+            v = row.init(jax.random.key(0), h)
+            assert rings(jax.jit(row.apply).lower(v, h).as_text()) == (0, 1)
+        with qj.global_shard_guard(SP):
+            assert calls(mlp()) == (0, 0)
+    with pytest.raises(ValueError, match="overlap must be one of"):
+        with qj.autocast(collective_gemm="rings"):
+            pass
+
+
 def test_flax_modules_modes_are_bitwise_equal(rng, tp=4):
     """LayerNormDenseGeneral (column) then DenseGeneral (row, sequence-sharded output) and
     LayerNormMLP, fwd + bwd on tp = 4 (2, 4 and 8 are covered by the functional tests): ring
@@ -302,7 +399,7 @@ def test_refusals(rng):
     with jax.set_mesh(mesh), qj.global_shard_guard(SP):
 
         def mlp(cg):
-            return layernorm_mlp(
+            return sp_layernorm_mlp(
                 x,
                 gamma,
                 beta,
@@ -317,9 +414,15 @@ def test_refusals(rng):
             mlp("ring")
         with pytest.raises(ValueError, match="overlap must be one of"):
             mlp("ringg")
-        with pytest.raises(NotImplementedError, match="Float8BlockScaling"):
+        for recipe, match in (
+            (qj.MXFP8BlockScaling(), "not MXFP8BlockScaling's microscaled"),
+            (qj.Float8BlockScaling(x_block_scaling_dim=2, w_block_scaling_dim=1), "1x128"),
+        ):
+            with pytest.raises(NotImplementedError, match=match):
+                dense(x, kernels[0], recipe=recipe, collective_gemm=CollectiveGemm("ring"))
+        with pytest.raises(ValueError, match="whole 128-blocks"):  # 128 features over 4
             dense(
-                x,
+                x[:, :16],
                 kernels[0],
                 recipe=qj.Float8BlockScaling(),
                 collective_gemm=CollectiveGemm("ring", "column"),
@@ -430,7 +533,7 @@ def test_remat_and_independent_rings(rng):
     states = (init_state(recipe), init_state(recipe))
 
     def layer(x, kernels, biases):
-        return layernorm_mlp(
+        return sp_layernorm_mlp(
             x, gamma, beta, kernels, biases, states, recipe=recipe, collective_gemm="ring"
         )[0]
 

@@ -18,7 +18,12 @@ Two levels:
   token layout of the Flax modules (flax/sharding.py, token_layout). Forward and
   backward: column parallel runs all-gather + GEMM forward and GEMM + reduce-scatter for the
   input gradient; row parallel the mirror image. The weight gradient reuses the gathered
-  operand (the FP8 codes the ring gathered), as the C++ layers do.
+  operand (the FP8 codes the ring gathered), as the C++ layers do. Float8BlockScaling: the
+  token operands travel in 1x128 blocks with their scale tensors, the kernel in 128x128
+  tiles; the weight gradient's columnwise copy of a sequence-sharded token operand is cast
+  from its all-gathered high-precision rows (gather_rows), as the C++ Dense does.
+- The shortcut: autocast(collective_gemm=...) sets the overlap of the layers given none
+  (in_force).
 - Ring primitives for shard_map users: `all_gather_gemm` and `gemm_reduce_scatter`, called
   per device inside a shard_map over every axis of the mesh.
 
@@ -44,8 +49,8 @@ jax.set_mesh(mesh)): GEMMs on XLA's stream, transfers on a stream of the rank's,
 (docs/jax.md "Collective GEMMs on GPUs").
 
 Refused: a token count that the batch axes times the axis do not divide (ValueError; pad the
-sequence), Float8BlockScaling (the rings take per-tensor FP8 or plain operands), other
-accelerators than CUDA GPUs.
+sequence), MXFP8 / NVFP4 and token operands in 128x128 tiles (check_recipe), block-scaled
+features that split into partial 128-blocks, accelerators other than CUDA GPUs.
 """
 
 from __future__ import annotations
@@ -60,6 +65,8 @@ from jax import lax
 from jax.sharding import PartitionSpec as P
 
 from qmesh.jax import sharding
+from qmesh.jax.autocast import current as autocast_setting
+from qmesh.jax.block_quantize import BLOCK, from_layout, layout_shape, to_layout
 from qmesh.jax.comm_registry import communicator
 
 F32 = jnp.float32
@@ -95,24 +102,45 @@ def check_overlap(overlap) -> str:
 
 
 def of(value, parallel: str) -> CollectiveGemm | None:
-    """A layer's CollectiveGemm from what users pass: None, an overlap name (then `parallel`
-    is the layer's role) or a CollectiveGemm."""
-    if value is None or isinstance(value, CollectiveGemm):
+    """A layer's CollectiveGemm from what users pass: None or False (passed through), an
+    overlap name (then `parallel` is the layer's role) or a CollectiveGemm."""
+    if value is None or value is False or isinstance(value, CollectiveGemm):
         return value
     return CollectiveGemm(check_overlap(value), parallel)
 
 
-def check_recipe(ring, recipe) -> None:
-    """Raises for a recipe the rings cannot take (block-scaled, MXFP8 or NVFP4 operands)."""
-    from qmesh.jax.recipe import Float8BlockScaling, MXFP8BlockScaling, NVFP4BlockScaling
+def in_force(value, recipe):
+    """What a layer given collective_gemm=`value` runs with `recipe`: `value` when given
+    (False: XLA's collectives, None returned); else, for an FP8 layer (recipe not None), the
+    overlap of the innermost autocast(collective_gemm=...); else None."""
+    if value is not None:
+        return None if value is False else value
+    setting = autocast_setting()
+    return None if recipe is None or setting is None else setting.collective_gemm
 
-    blocks = (Float8BlockScaling, MXFP8BlockScaling, NVFP4BlockScaling)
-    if ring is not None and isinstance(recipe, blocks):
-        name = type(recipe).__name__
+
+def check_recipe(ring, recipe) -> None:
+    """Raises NotImplementedError for a recipe whose operands the rings cannot take: the rings
+    take per-tensor FP8 (DelayedScaling, Float8CurrentScaling), plain operands, and
+    Float8BlockScaling with the token operands (x, the output gradient) in 1x128 blocks (a
+    chunk of token rows would cut 128x128 tiles); not MXFP8 or NVFP4 (1x32 / 1x16 scales
+    along K, no ring takes them)."""
+    from qmesh.jax.recipe import DelayedScaling, Float8BlockScaling, Float8CurrentScaling
+
+    if ring is None or recipe is None or isinstance(recipe, (DelayedScaling, Float8CurrentScaling)):
+        return
+    name = type(recipe).__name__
+    if not isinstance(recipe, Float8BlockScaling):
         raise NotImplementedError(
             "collective_gemm: the rings take per-tensor FP8 (DelayedScaling, "
-            f"Float8CurrentScaling) or plain operands, not {name}'s block-scaled ones; use "
-            f"collective_gemm=None with {name}"
+            "Float8CurrentScaling), Float8BlockScaling or plain operands, not "
+            f"{name}'s microscaled ones; use collective_gemm=None with {name}"
+        )
+    if recipe.x_block_scaling_dim != 1 or recipe.grad_block_scaling_dim != 1:
+        raise NotImplementedError(
+            "collective_gemm: the rings take the token operands (x, the output gradient) in "
+            "1x128 blocks (a chunk of token rows would cut 128x128 tiles): set "
+            "x_block_scaling_dim=1 and grad_block_scaling_dim=1, or use collective_gemm=None"
         )
 
 
@@ -136,15 +164,33 @@ def _coords(mesh, axis):
     return jnp.stack([group, lax.axis_index(axis)]).astype(jnp.int32)
 
 
-def _scale(s):
+def _scale(s, block):
+    """The handler's operand for a scale_inv: the scalar as float32 [1], a block scale tensor
+    in the C++ layout."""
+    if block:
+        return to_layout(s, block)
     return jnp.ones((1,), F32) if s is None else jnp.reshape(s, (1,)).astype(F32)
+
+
+def _check_blocks(a_block, b_block, a_scale_inv, b_scale_inv):
+    if (a_block, b_block) == (0, 0):
+        return
+    if a_block != 1 or b_block not in (1, 2):
+        raise ValueError(
+            "collective_gemm: a block-scaled ring takes a in 1x128 blocks (a_block=1; a chunk "
+            "of rows would cut 128x128 tiles) and b in 1x128 blocks or 128x128 tiles (b_block "
+            f"1 or 2), got a_block={a_block}, b_block={b_block}"
+        )
+    if a_scale_inv is None or b_scale_inv is None:
+        raise ValueError("collective_gemm: block-scaled operands need their scale tensors")
 
 
 def _call(target, results, operands, options):
     """The FFI call of one ring: operands (a, b, a_scale_inv, b_scale_inv), options (axis,
-    overlap, split_accumulator, timeout_s)."""
+    overlap, split_accumulator, timeout_s, a_block, b_block)."""
     a, b, a_scale_inv, b_scale_inv = operands
-    axis, overlap, split, timeout_s = options
+    axis, overlap, split, timeout_s, a_block, b_block = options
+    _check_blocks(a_block, b_block, a_scale_inv, b_scale_inv)
     mesh = jax.sharding.get_abstract_mesh()
     if mesh.empty or axis not in mesh.axis_names:
         raise ValueError(
@@ -161,13 +207,15 @@ def _call(target, results, operands, options):
     return call(
         a,
         b,
-        _scale(a_scale_inv),
-        _scale(b_scale_inv),
+        _scale(a_scale_inv, a_block),
+        _scale(b_scale_inv, b_block),
         _coords(mesh, axis),
         comm=np.int64(comm),
         overlap=np.int32(OVERLAPS[check_overlap(overlap)]),
         trans_b=True,
         split_accumulator=bool(split),
+        a_block=np.int32(a_block),
+        b_block=np.int32(b_block),
     )
 
 
@@ -189,24 +237,33 @@ def all_gather_gemm(
     overlap="ring",
     split_accumulator=False,
     timeout_s=None,
+    a_block=0,
+    b_block=0,
 ):
     """(d, gathered): d float32 [tp * T, N] = gather(a) @ b.T, gathered [tp * T, K] = the
     chunks a of the tp devices of `axis`, in rank order. Per device, inside a shard_map over
     every mesh axis. a: [T, K], b: [N, K], both FP8 with their float32 scalar scale_inv (every
-    device's a_scale_inv the same: an amax reduced over the axis) or both one plain dtype.
-    overlap: "none", "ring" or "bidir"; split_accumulator: as gemm(); timeout_s: as
+    device's a_scale_inv the same: an amax reduced over the axis) or both one plain dtype; or
+    block-scaled (a_block=1: a in 1x128 blocks; b_block 1 or 2) with their scale tensors in
+    block_quantize's shapes ([T, ceil(K/128)] for a): then (d, gathered, gathered_scale_inv
+    [tp * T, ceil(K/128)]), gathered and its scales bitwise the block cast of the gathered
+    input. overlap: "none", "ring" or "bidir"; split_accumulator: as gemm(); timeout_s: as
     communicator()."""
     _check_operands("all_gather_gemm", a, b)
     tp = jax.sharding.get_abstract_mesh().shape.get(axis, 1)
+    rows = tp * a.shape[0]
+    scales = layout_shape(rows, a.shape[1], a_block) if a_block else (3,)
     results = (
-        jax.ShapeDtypeStruct((tp * a.shape[0], b.shape[0]), F32),
-        jax.ShapeDtypeStruct((tp * a.shape[0], a.shape[1]), a.dtype),
-        jax.ShapeDtypeStruct((3,), F32),
+        jax.ShapeDtypeStruct((rows, b.shape[0]), F32),
+        jax.ShapeDtypeStruct((rows, a.shape[1]), a.dtype),
+        jax.ShapeDtypeStruct(scales, F32),
     )
-    options = (axis, overlap, split_accumulator, timeout_s)
-    d, gathered, _ = _call(
+    options = (axis, overlap, split_accumulator, timeout_s, a_block, b_block)
+    d, gathered, gathered_scales = _call(
         "qmesh_all_gather_gemm", results, (a, b, a_scale_inv, b_scale_inv), options
     )
+    if a_block:
+        return d, gathered, from_layout(gathered_scales, gathered.shape, a_block)
     return d, gathered
 
 
@@ -220,10 +277,13 @@ def gemm_reduce_scatter(
     overlap="ring",
     split_accumulator=False,
     timeout_s=None,
+    a_block=0,
+    b_block=0,
 ):
     """d float32 [T / tp, N]: this device's chunk (rank order on `axis`) of the sum over the
     devices of `axis` of a @ b.T. Per device, inside a shard_map over every mesh axis. a:
-    [T, K] (T divisible by tp), b: [N, K], operands as all_gather_gemm's."""
+    [T, K] (T divisible by tp), b: [N, K], operands (and a_block, b_block) as
+    all_gather_gemm's."""
     _check_operands("gemm_reduce_scatter", a, b)
     tp = jax.sharding.get_abstract_mesh().shape.get(axis, 1)
     if a.shape[0] % tp:
@@ -232,7 +292,7 @@ def gemm_reduce_scatter(
             f"(the size of axis {axis!r}); pad the sequence to a multiple of {tp}"
         )
     results = jax.ShapeDtypeStruct((a.shape[0] // tp, b.shape[0]), F32)
-    options = (axis, overlap, split_accumulator, timeout_s)
+    options = (axis, overlap, split_accumulator, timeout_s, a_block, b_block)
     return _call("qmesh_gemm_reduce_scatter", results, (a, b, a_scale_inv, b_scale_inv), options)
 
 
@@ -275,53 +335,90 @@ def _shard_map(f, layout, in_specs, out_specs):
     )
 
 
-def forward(ring: CollectiveGemm, a, a_scale_inv, b, b_scale_inv):
+def gather_rows(x):
+    """x [M, C] with its token rows (sequence shards over the layer's axis) all-gathered over
+    the axis: rows sharded over the batch axes only. Under Float8BlockScaling the columnwise
+    copy of a sequence-sharded token operand is cast from these rows (its 128-blocks run along
+    the tokens, across the shards), as the C++ Dense gathers the high-precision shard."""
+    lay = _layout(x.shape[0])
+
+    def body(x):
+        return lax.all_gather(x, lay.axis, axis=0, tiled=True)
+
+    return _shard_map(body, lay, (lay.rows,), lay.whole)(x)
+
+
+def _operand_specs(a_spec, b_spec, a_block, b_block):
+    """The in_specs of (a, a_scale_inv, b, b_scale_inv): a scalar scale_inv is replicated, a
+    block scale tensor is sharded as its operand (its rows and blocks follow the data's)."""
+    return a_spec, a_spec if a_block else P(), b_spec, b_spec if b_block else P()
+
+
+def _check_tiles(ring, n, lay, b_block):
+    """Raises unless the n features that the axis splits keep whole 128-blocks per device
+    (block-scaled operands: a shard boundary must not cut a block)."""
+    tp = lay.mesh.shape[lay.axis]
+    if b_block and (n % tp or (n // tp) % BLOCK):
+        raise ValueError(
+            f"collective_gemm ({ring.parallel} parallel) with block-scaled operands: the {n} "
+            f"features that axis {lay.axis!r} splits into {tp} shards must give shards of "
+            f"whole {BLOCK}-blocks (a multiple of {BLOCK * tp}); resize the layer or use "
+            "collective_gemm=None"
+        )
+
+
+def forward(ring: CollectiveGemm, a, a_scale_inv, b, b_scale_inv, a_block=0, b_block=0):
     """(out float32 [M, N], kept [M, K]) of the forward GEMM a [M, K] @ b.T (b [N, K], the
     kernel's columnwise copy): column parallel gathers a's token shards (kept: the gathered
     codes, for the weight gradient), row parallel reduce-scatters the product to token shards
-    (kept: a)."""
+    (kept: a). a_block, b_block: as all_gather_gemm's (block scale tensors in block_quantize's
+    shapes; kept is then the gathered codes without their scales)."""
     lay = _layout(a.shape[0])
     axis, whole = lay.axis, lay.whole[0]
-    scalar = P()
+    blocks = dict(axis=axis, overlap=ring.overlap, a_block=a_block, b_block=b_block)
     if ring.parallel == "column":
+        _check_tiles(ring, b.shape[0], lay, b_block)
 
         def body(a, s, b, t):
-            return all_gather_gemm(a, b, s, t, axis=axis, overlap=ring.overlap)
+            return all_gather_gemm(a, b, s, t, **blocks)[:2]
 
-        specs = (lay.rows, scalar, P(axis, None), scalar)
+        specs = _operand_specs(lay.rows, P(axis, None), a_block, b_block)
         out, kept = _shard_map(body, lay, specs, (P(whole, axis), lay.whole))(
             a, a_scale_inv, b, b_scale_inv
         )
         return out, kept
 
-    def body(a, s, b, t):
-        return gemm_reduce_scatter(a, b, s, t, axis=axis, overlap=ring.overlap)
+    _check_tiles(ring, b.shape[1], lay, b_block)
 
-    specs = (P(whole, axis), scalar, P(None, axis), scalar)
+    def body(a, s, b, t):
+        return gemm_reduce_scatter(a, b, s, t, **blocks)
+
+    specs = _operand_specs(P(whole, axis), P(None, axis), a_block, b_block)
     out = _shard_map(body, lay, specs, lay.rows)(a, a_scale_inv, b, b_scale_inv)
     return out, a
 
 
-def dgrad(ring: CollectiveGemm, g, g_scale_inv, w, w_scale_inv):
+def dgrad(ring: CollectiveGemm, g, g_scale_inv, w, w_scale_inv, a_block=0, b_block=0):
     """(dx float32 [M, K], g_rows [M, N]) of the input gradient g [M, N] @ w.T (w [K, N], the
     kernel's codes): column parallel reduce-scatters dx to token shards (g_rows: g), row
     parallel gathers g's token shards (g_rows: the gathered codes, for the weight
-    gradient)."""
+    gradient). a_block, b_block: g's and w's blocks, as forward()."""
     lay = _layout(g.shape[0])
     axis, whole = lay.axis, lay.whole[0]
-    scalar = P()
+    blocks = dict(axis=axis, overlap=ring.overlap, a_block=a_block, b_block=b_block)
     if ring.parallel == "column":
+        _check_tiles(ring, w.shape[1], lay, b_block)
 
         def body(g, s, w, t):
-            return gemm_reduce_scatter(
-                g, w, s, t, axis=axis, overlap=ring.overlap, split_accumulator=True
-            )
+            return gemm_reduce_scatter(g, w, s, t, split_accumulator=True, **blocks)
 
-        specs = (P(whole, axis), scalar, P(None, axis), scalar)
+        specs = _operand_specs(P(whole, axis), P(None, axis), a_block, b_block)
         return _shard_map(body, lay, specs, lay.rows)(g, g_scale_inv, w, w_scale_inv), g
 
-    def body(g, s, w, t):
-        return all_gather_gemm(g, w, s, t, axis=axis, overlap=ring.overlap, split_accumulator=True)
+    _check_tiles(ring, w.shape[0], lay, b_block)
 
-    specs = (lay.rows, scalar, P(axis, None), scalar)
+    def body(g, s, w, t):
+        return all_gather_gemm(g, w, s, t, split_accumulator=True, **blocks)[:2]
+
+    specs = _operand_specs(lay.rows, P(axis, None), a_block, b_block)
     return _shard_map(body, lay, specs, (P(whole, axis), lay.whole))(g, g_scale_inv, w, w_scale_inv)

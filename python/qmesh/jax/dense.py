@@ -41,7 +41,10 @@ gradient fused into the cast (block_dbias_quantize); the three GEMMs are block-s
 the TN form. No amax is reduced across devices: the only collectives are the sums of partial
 products over a sharded K and of the parameter gradients. Under row_axes the token operands
 are gathered with both copies (a transposed copy of block codes would have the wrong blocks).
-A sharded dimension must split into shards that keep whole blocks (block_quantize.py).
+A sharded dimension must split into shards that keep whole blocks (block_quantize.py). Under
+collective_gemm the token operands that arrive sequence-sharded are cast rowwise per shard
+(the rings gather those codes) and columnwise from their all-gathered high-precision rows
+(block_cast's seq_rows).
 """
 
 from __future__ import annotations
@@ -176,20 +179,35 @@ _BLOCK_ROLES = {
 }
 
 
-def block_cast(x, dtype, recipe, role, with_dbias=False):
+def block_cast(x, dtype, recipe, role, with_dbias=False, seq_rows=False):
     """x [rows, cols] block-quantized as `role` with its columnwise copy (and, with_dbias,
-    its column sums from the same pass: (BlockQuantized, dbias))."""
+    its column sums from the same pass: (BlockQuantized, dbias)). seq_rows: x's rows
+    arrive sequence-sharded at a collective GEMM (see sequence_rows()): the rowwise codes are
+    cast per shard (the ring gathers them), the columnwise copy from x's rows all-gathered in
+    high precision (its blocks run along the rows, across the shards): the rowwise cast of
+    the gathered x.T, whose 1x128 blocks are the columnwise copy's 128x1 blocks."""
     dim, qparams = (getattr(recipe, name) for name in _BLOCK_ROLES[role])
     cast = block_dbias_quantize if with_dbias else block_quantize
-    outs = cast(
-        x,
-        dtype,
-        block=dim,
-        columnwise=True,
-        power_2_scale=qparams.power_2_scale,
-        amax_epsilon=qparams.amax_epsilon,
+    scaling = dict(
+        block=dim, power_2_scale=qparams.power_2_scale, amax_epsilon=qparams.amax_epsilon
     )
+    if seq_rows:
+        # The ring that reads the rowwise codes starts after the all-gather on every device
+        # (a blocking collective each: in no fixed order, two devices could each wait in
+        # one for the other, when XLA's threads run out).
+        whole, x = lax.optimization_barrier((_cgemm.gather_rows(x), x))
+    outs = cast(x, dtype, columnwise=not seq_rows, **scaling)
+    if seq_rows:
+        outs = (*outs[:2], *block_quantize(whole.T, dtype, **scaling)[:2], *outs[4:])
     return (BlockQuantized(*outs[:4]), outs[4]) if with_dbias else BlockQuantized(*outs)
+
+
+def sequence_rows(cfg, role) -> bool:
+    """Whether the token rows of operand `role` ("x" or "grad") arrive sequence-sharded at a
+    collective GEMM: x of a column-parallel layer, the output gradient of a row-parallel one
+    (the others have every token of their batch shard)."""
+    ring = cfg.collective_gemm
+    return ring is not None and ring.parallel == ("column" if role == "x" else "row")
 
 
 def block_blocks(recipe, a_role, b_role) -> dict:
@@ -215,13 +233,13 @@ def amax_of(q):
     return jnp.zeros((), F32) if isinstance(q, BlockQuantized) else q.amax
 
 
-def _quantize(x, scale, dtype, recipe, columnwise=True, role="x"):
+def _quantize(x, scale, dtype, recipe, columnwise=True, role="x", seq_rows=False):
     """x [rows, cols] quantized with `scale` (delayed scaling), its own amax (current
     scaling) or its blocks' amaxes (block scaling, as operand `role`: "x", "kernel" or
-    "grad"); with `columnwise`, also the codes of x.T from the same fused pass (always under
-    block scaling)."""
+    "grad"; seq_rows: as block_cast's); with `columnwise`, also the codes of x.T
+    from the same fused pass (always under block scaling)."""
     if isinstance(recipe, Float8BlockScaling):
-        return block_cast(x, dtype, recipe, role)
+        return block_cast(x, dtype, recipe, role, seq_rows=seq_rows)
     if isinstance(recipe, DelayedScaling):
         return quantize(x, scale, dtype, columnwise=columnwise)
     return quantize_current(
@@ -286,7 +304,8 @@ def _forward(cfg, x, kernel, bias, step, xq=None):
     scales = (None,) * 3 if step is None else step[1]
     columnwise = tokens_columnwise(cfg)
     if xq is None:
-        xq = _quantize(x.reshape(-1, k), scales[0], fwd, recipe, columnwise)
+        seq_rows = sequence_rows(cfg, "x")
+        xq = _quantize(x.reshape(-1, k), scales[0], fwd, recipe, columnwise, seq_rows=seq_rows)
     xq = _pin_rows(xq, cfg.row_axes)
     wq = _quantize(kernel, scales[1], fwd, recipe, role="kernel")
     a, a_scale_inv = copy_of(xq, False)
@@ -326,7 +345,9 @@ def _forward(cfg, x, kernel, bias, step, xq=None):
                 **blocks,
             )
         else:
-            out, kept = _cgemm.forward(cfg.collective_gemm, a, a_scale_inv, b, b_scale_inv)
+            out, kept = _cgemm.forward(
+                cfg.collective_gemm, a, a_scale_inv, b, b_scale_inv, **blocks
+            )
             out, xq = out.astype(F32 if wide else cfg.out_dtype), xq._replace(q=kept)
         if cfg.has_bias:
             out = out + bias.astype(F32)
@@ -392,10 +413,11 @@ def backward(cfg, res: Residuals, g):
     columnwise = tokens_columnwise(cfg)
     dbias = None
     if isinstance(recipe, Float8BlockScaling):
+        seq_rows = sequence_rows(cfg, "grad")
         if cfg.has_bias:
-            gq, dbias = block_cast(g2, bwd, recipe, "grad", with_dbias=True)
+            gq, dbias = block_cast(g2, bwd, recipe, "grad", True, seq_rows)
         else:
-            gq = block_cast(g2, bwd, recipe, "grad")
+            gq = block_cast(g2, bwd, recipe, "grad", seq_rows=seq_rows)
     elif isinstance(recipe, DelayedScaling):
         if cfg.has_bias:
             gq, dbias = dbias_quantize(g2, scale, bwd, columnwise=columnwise)
@@ -422,6 +444,10 @@ def backward_quantized(cfg, res: Residuals, gq, dbias):
     fwd = recipe.fp8_format.fwd_dtype
     x_kept, w_q = (lax.bitcast_convert_type(b, fwd) for b in (res.x_bits, res.kernel_bits))
     gq = _pin_rows(gq, cfg.row_axes)
+    if cfg.collective_gemm is not None:
+        # The cast's reductions over the mesh (its amax, the bias gradient) finish before the
+        # ring starts, on every device (see block_cast).
+        gq, dbias = lax.optimization_barrier((gq, dbias))
     # TN form: dgrad reads g's codes [M, N] and the kernel's codes [K, N]; wgrad x's and g's
     # columnwise copies [K, M] and [N, M] (the gathered codes transposed, see
     # tokens_columnwise).
@@ -438,9 +464,18 @@ def backward_quantized(cfg, res: Residuals, gq, dbias):
             split_accumulator=True,
             **block_blocks(recipe, "grad", "kernel"),
         )
-    else:  # g_t: g's codes with the rows of x_kept (gathered by the ring for row parallel)
-        dx, g_t = _cgemm.dgrad(cfg.collective_gemm, g, g_scale_inv, w_q, res.kernel_scale_inv)
+    else:  # g_rows: g's codes with the rows of x_kept (gathered by the ring for row parallel)
+        dx, g_rows = _cgemm.dgrad(
+            cfg.collective_gemm,
+            g,
+            g_scale_inv,
+            w_q,
+            res.kernel_scale_inv,
+            **block_blocks(recipe, "grad", "kernel"),
+        )
         dx = dx.astype(res.x_like.dtype)
+        if not columnwise:  # per-tensor: wgrad transposes the codes (block: its own copy)
+            g_t = g_rows
     x_t, g_t = (x_kept, g_t) if columnwise else (x_kept.T, g_t.T)
     dw = gemm(
         x_t,
@@ -499,7 +534,7 @@ def dense(
     out_dtype=None,
     fallback: str | None = None,
     row_axes: tuple | None = None,
-    collective_gemm: _cgemm.CollectiveGemm | None = None,
+    collective_gemm: _cgemm.CollectiveGemm | str | bool | None = None,
     sr_key=None,
 ):
     """act(x @ kernel + bias) with FP8 GEMMs in forward and backward.
@@ -515,14 +550,18 @@ def dense(
     used) or "bf16" (run in bfloat16 then, counted in qmesh.jax.stats()); row_axes: None, or
     the mesh axes (a tuple, () for replicated) the rows of x's and the output gradient's FP8
     codes are constrained to before their GEMMs, under the mesh of the context (no effect
-    without one); collective_gemm: None, or a CollectiveGemm: under sequence parallelism the
-    GEMMs run through qmesh's all-gather/reduce-scatter rings (collective_gemm.py; row_axes is
-    then not used); sr_key: NVFP4BlockScaling's jax.random key for the stochastic rounding of
-    the output gradient (needed unless the recipe disables it; a new key each step; other
-    recipes do not use it).
+    without one); collective_gemm: a CollectiveGemm or an overlap name ("none", "ring",
+    "bidir": column parallel): under sequence parallelism the GEMMs run through qmesh's
+    all-gather/reduce-scatter rings (collective_gemm.py; row_axes is then not used); False:
+    XLA's collectives; None: the autocast's (autocast(collective_gemm=...), column parallel: a
+    row-parallel dense passes CollectiveGemm(overlap, "row")), else XLA's collectives; sr_key:
+    NVFP4BlockScaling's jax.random key for the stochastic rounding of the output gradient
+    (needed unless the recipe disables it; a new key each step; other recipes do not use it).
 
     Returns y [..., N]. Differentiate with respect to `state` to get the updated state."""
     recipe = recipe_in_force(recipe, DelayedScaling())
+    explicit = collective_gemm is not None  # else the autocast's, skipped by a fallback
+    collective_gemm = _cgemm.of(_cgemm.in_force(collective_gemm, recipe), "column")
     if activation not in ACTIVATIONS:
         raise ValueError(f"dense: activation must be one of {ACTIVATIONS}, not {activation!r}")
     if isinstance(recipe, (MXFP8BlockScaling, NVFP4BlockScaling)):
@@ -564,7 +603,7 @@ def dense(
     if reason is None and kernel.dtype not in WIDE_DTYPES:
         reason = f"dense: kernel must be float32, bfloat16 or float16 for FP8, not {kernel.dtype}"
     _cgemm.check_recipe(collective_gemm, recipe)
-    if reason is not None and collective_gemm is not None:
+    if reason is not None and collective_gemm is not None and explicit:
         raise ValueError(f"{reason}; collective_gemm needs the FP8 GEMMs")
     if reason is not None:
         if fallback is None:

@@ -60,7 +60,13 @@ def norm_forward(cfg, eps, x, gamma, beta, step):
         return norm_fwd_quantize(x2, gamma, beta, step[1][0], dtype, eps=eps, columnwise=columnwise)
     ln, amax, mean, rstd = norm_fwd_amax(x2, gamma, beta, eps=eps)
     if not isinstance(recipe, Float8CurrentScaling):  # block-scaled: the cast after the norm
-        return ln, _dense._quantize(ln, None, dtype, recipe, columnwise), mean, rstd
+        seq_rows = _dense.sequence_rows(cfg, "x")
+        return (
+            ln,
+            _dense._quantize(ln, None, dtype, recipe, columnwise, seq_rows=seq_rows),
+            mean,
+            rstd,
+        )
     scale = current_scale(
         amax,
         dtype,
@@ -119,7 +125,7 @@ def layernorm_dense(
     eps: float = 1e-6,
     activation: str | None = None,
     row_axes: tuple | None = None,
-    collective_gemm: _cgemm.CollectiveGemm | None = None,
+    collective_gemm: _cgemm.CollectiveGemm | str | bool | None = None,
     sr_key=None,
 ):
     """(act(norm(x) @ kernel + bias), norm(x)) with the norm and the FP8 cast of its output
@@ -146,6 +152,7 @@ def layernorm_dense(
         )
         return y, ln
     check_recipe(recipe)
+    collective_gemm = _cgemm.of(_cgemm.in_force(collective_gemm, recipe), "column")
     _cgemm.check_recipe(collective_gemm, recipe)
     if activation not in _dense.ACTIVATIONS:
         raise ValueError(

@@ -191,7 +191,7 @@ def mlp(
     *,
     recipe=None,
     row_axes=(None, None),
-    collective_gemm: str | None = None,
+    collective_gemm: str | bool | None = None,
     sr_key=None,
 ):
     """fc2(gelu(fc1(x))) with FP8 GEMMs and GELU fused into the casts. x: [..., H] (float32,
@@ -203,10 +203,12 @@ def mlp(
     effect); None: as dense(), the
     autocast's (high precision under autocast(enabled=False)); row_axes: (fc1's, fc2's), as
     dense(); collective_gemm: None or an overlap ("none", "ring", "bidir"): fc1 column parallel
-    and fc2 row parallel through qmesh's rings (collective_gemm.py); sr_key: NVFP4's key of
-    the stochastic rounding (as dense(); each layer gets a key split from it). Returns y
-    [..., H] in x's dtype. Differentiate with respect to `states` for the updated states."""
+    and fc2 row parallel through qmesh's rings (collective_gemm.py); None takes the autocast's
+    (autocast(collective_gemm=...)); False: XLA's collectives; sr_key: NVFP4's key of the
+    stochastic rounding (as dense(); each layer gets a key split from it). Returns y [..., H]
+    in x's dtype. Differentiate with respect to `states` for the updated states."""
     recipe = recipe_in_force(recipe, DelayedScaling())
+    collective_gemm = _cgemm.in_force(collective_gemm, recipe)
     if recipe is None:
         _cgemm.check_quantized(collective_gemm, recipe)
         h = _dense.dense(x, kernels[0], biases[0], states[0], activation="gelu")
@@ -238,7 +240,7 @@ def layernorm_mlp(
     recipe=None,
     eps: float = 1e-6,
     row_axes=(None, None),
-    collective_gemm: str | None = None,
+    collective_gemm: str | bool | None = None,
     sr_key=None,
 ):
     """(mlp(norm(x)), norm(x)) with the norm (LayerNorm, or RMSNorm when beta is None) fused
@@ -258,6 +260,7 @@ def layernorm_mlp(
             sr_key=sr_key,
         )
         return y, ln
+    collective_gemm = _cgemm.in_force(collective_gemm, recipe)
     x = jnp.asarray(x)
     if x.dtype not in (F32, jnp.bfloat16):
         raise TypeError(f"layernorm_mlp: x must be float32 or bfloat16, not {x.dtype}")

@@ -93,8 +93,9 @@ class QuantizedModule(nn.Module):
     """The fields and the dense computation every quantized module shares (keyword-only):
     kernel_init / bias_init (default: variance scaling, zeros), dtype (of the parameters and
     the computation), recipe (None: unquantised, the baseline), fallback (None or "bf16", as
-    dense()), collective_gemm (None, or "none", "ring", "bidir": the sequence-parallel GEMMs
-    through qmesh's rings, qmesh.jax.collective_gemm; needs an FP8 recipe)."""
+    dense()), collective_gemm ("none", "ring", "bidir": the sequence-parallel GEMMs through
+    qmesh's rings, qmesh.jax.collective_gemm, needs an FP8 recipe; False: XLA's collectives;
+    None: the autocast's, autocast(collective_gemm=...), else XLA's)."""
 
     _: dataclasses.KW_ONLY
     kernel_init: Callable | None = None
@@ -102,7 +103,7 @@ class QuantizedModule(nn.Module):
     dtype: Any = jnp.float32
     recipe: Any = None
     fallback: str | None = None
-    collective_gemm: str | None = None
+    collective_gemm: str | bool | None = None
 
     @property
     def lora_enabled(self) -> bool:
@@ -119,10 +120,13 @@ class QuantizedModule(nn.Module):
             check_recipe(self.recipe)
         if self.fallback not in FALLBACKS:
             raise ValueError(f"fallback must be None or 'bf16', not {self.fallback!r}")
-        if self.collective_gemm is not None:
+        if self.collective_gemm not in (None, False):
             _cgemm.check_overlap(self.collective_gemm)
-            if self.recipe is None:
-                raise ValueError("collective_gemm runs the FP8 GEMMs: set an FP8 recipe")
+            if self._recipe is None:
+                raise ValueError(
+                    "collective_gemm runs the FP8 GEMMs: set an FP8 recipe (the module's or "
+                    "an autocast's)"
+                )
 
     def _param(self, name, init, shape, dtype, axes):
         """The parameter `name`, partitioned by its logical axes (one per dimension, or ())."""
@@ -151,9 +155,16 @@ class QuantizedModule(nn.Module):
             activation=activation,
             fallback=self.fallback,
             row_axes=rows_of(input_spec),
-            collective_gemm=_cgemm.of(self.collective_gemm, parallel),
+            collective_gemm=self._ring(parallel),
             sr_key=sr_key(self, self._recipe),
         )
+
+    def _ring(self, parallel):
+        """The CollectiveGemm of this module's GEMM in role `parallel` ("column" or "row"):
+        the field's, else the autocast's; False (XLA's collectives) when none, so that dense()
+        does not take the autocast's in the column role."""
+        ring = _cgemm.of(_cgemm.in_force(self.collective_gemm, self._recipe), parallel)
+        return False if ring is None else ring
 
     def _dense_general(
         self,
@@ -310,7 +321,7 @@ class Norm(nn.Module):
                 eps=self.epsilon,
                 activation=activation,
                 row_axes=rows_of(dot_spec),
-                collective_gemm=_cgemm.of(self.collective_gemm, "column"),
+                collective_gemm=self._ring("column"),
             )
             return y, constrain_activation(ln, seq_spec)
         ln = constrain_activation(self._norm(x, params), seq_spec)
