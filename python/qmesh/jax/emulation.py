@@ -2,11 +2,11 @@
 they may run, the error when they may not, and their count and log.
 
 qmesh.jax drives no native MXFP8 or NVFP4 GEMM (they need compute capability 10.0; the C++
-library drives them there), so a GEMM of such operands runs emulated (dequantized, then a GEMM with float32
-accumulation) only when asked: the recipe's `emulate=True`, or QMESH_BLOCK_EMULATION=1.
-Otherwise the layer raises, naming the device and what it lacks. Every emulated GEMM is counted
-in qmesh.jax.stats()["emulated_gemms"] (at trace time); the first of each format is logged as a
-warning.
+library drives them there), so a GEMM of such operands runs emulated (dequantized, then a GEMM
+with float32 accumulation) only when asked: the recipe's `emulate=True`, or
+QMESH_BLOCK_EMULATION=1. Otherwise the layer raises, naming the device and what it lacks. Every
+emulated GEMM is counted in qmesh.jax.stats()["emulated_gemms"] (at trace time); the first of
+each format is logged as a warning.
 """
 
 from __future__ import annotations
