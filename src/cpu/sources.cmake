@@ -6,6 +6,7 @@ target_sources(qmesh PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/cpu_threads.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gelu.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gemm_cpu.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/gemm_device_scalars.cpp
   ${CMAKE_CURRENT_LIST_DIR}/mxfp8_cast.cpp
   ${CMAKE_CURRENT_LIST_DIR}/norm.cpp
   ${CMAKE_CURRENT_LIST_DIR}/nvfp4_cast.cpp

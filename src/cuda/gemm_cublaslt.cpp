@@ -62,13 +62,16 @@ cudaDataType_t cuda_type(DType t) {
       return CUDA_R_8F_E4M3;
     case DType::kFloat8E5M2:
       return CUDA_R_8F_E5M2;
+    case DType::kFloat4E2M1x2:  // cuBLASLt counts the elements, two per byte
+      return CUDA_R_4F_E2M1;
     default:
       QMESH_THROW("dtype ", dtype_name(t), " has no cuBLASLt GEMM type");
   }
 }
 
 // cuBLASLt's scale mode of an operand (qmesh's 1x128 / 128x128 block layouts are cuBLASLt's:
-// see qmesh/block_quantized_tensor.h; MXFP8 scales are swizzled first, ops/scale_swizzle.h).
+// see qmesh/block_quantized_tensor.h; MXFP8 and NVFP4 scales are swizzled first,
+// ops/scale_swizzle.h).
 int32_t cublaslt_scale_mode(GemmScaling s) {
   switch (s) {
     case GemmScaling::kTensor:
@@ -79,6 +82,8 @@ int32_t cublaslt_scale_mode(GemmScaling s) {
       return CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
     case GemmScaling::kVec32Ue8m0:
       return CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0;
+    case GemmScaling::kVec16Ue4m3:
+      return CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3;
   }
   QMESH_THROW("invalid GemmScaling ", int(s));
 }
@@ -226,8 +231,8 @@ struct CublasLtGemm::Impl {
   cublasLtMatrixLayout_t a_layout = nullptr, b_layout = nullptr, c_layout = nullptr,
                          d_layout = nullptr;
   cublasLtMatmulAlgo_t algo{};
-  float alpha = 1.0f;  // read by cuBLASLt from host memory at each launch
-  float beta = 0.0f;
+  float alpha = 1.0f;  // read by cuBLASLt from host memory at each launch, unless
+  float beta = 0.0f;   // c.device_alpha_beta holds them on the device
 
   // A scalar pointer attribute that is staged at each launch (see kStagedStride).
   struct StagedScalar {
@@ -253,18 +258,20 @@ struct CublasLtGemm::Impl {
     if (c.fp8_inputs())
       set_attr(desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM,
                int8_t(c.accumulation == GemmAccumulation::kFast ? 1 : 0));
+    if (c.device_alpha_beta)
+      set_attr(desc, CUBLASLT_MATMUL_DESC_POINTER_MODE, int32_t(CUBLASLT_POINTER_MODE_DEVICE));
     if (c.block_scaled()) {  // A' is our B and B' our A: their scale modes swap with them
       set_attr(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, cublaslt_scale_mode(c.b.scaling));
       set_attr(desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, cublaslt_scale_mode(c.a.scaling));
     }
     set_attr(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, uint32_t(cublaslt_epilogue(c.epilogue)));
-    // Bias and aux types default to D's; FP8 GEMMs name theirs (canonicalize checked that
-    // plain GEMMs use D's).
-    if (c.bias && c.fp8_inputs())
+    // Bias and aux types default to D's; FP8 and FP4 GEMMs name theirs (canonicalize checked
+    // that plain GEMMs use D's).
+    if (c.bias && c.quantized_inputs())
       set_attr(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, int32_t(cuda_type(c.bias_dtype)));
     if (c.aux) {
       set_attr(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, int64_t(cm.ldd));
-      if (c.fp8_inputs())
+      if (c.quantized_inputs())
         set_attr(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE,
                  int32_t(cuda_type(c.aux_dtype)));
     }
@@ -282,7 +289,7 @@ struct CublasLtGemm::Impl {
   // arguments of each launch.
   void set_pointers() {
     staged.clear();
-    if (c.fp8_inputs()) {
+    if (c.quantized_inputs()) {
       // A' is our B and B' our A. Block scale tensors are 16-byte aligned (canonicalize
       // checks it), so only per-tensor scalars are ever staged.
       set_scalar(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, const_cast<float*>(c.b.scale_inv));
@@ -345,7 +352,9 @@ struct CublasLtGemm::Impl {
 
   cublasStatus_t matmul(const cublasLtMatmulAlgo_t& a, cudaStream_t stream, void* workspace) {
     // A' = our B, B' = our A.
-    return cublasLtMatmul(handle, desc, &alpha, c.b.data, a_layout, c.a.data, b_layout, &beta,
+    const float* alpha_p = c.device_alpha_beta ? c.device_alpha_beta : &alpha;
+    const float* beta_p = c.device_alpha_beta ? c.device_alpha_beta + 1 : &beta;
+    return cublasLtMatmul(handle, desc, alpha_p, c.b.data, a_layout, c.a.data, b_layout, beta_p,
                           c_pointer(c), c_layout, c.d, d_layout, &a, workspace,
                           kCublasLtWorkspaceBytes, stream);
   }

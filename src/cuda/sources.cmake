@@ -11,6 +11,7 @@ target_sources(qmesh PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/device_scalar.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gemm_algo_cache.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gemm_cublaslt.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/gemm_device_scalars.cu
   ${CMAKE_CURRENT_LIST_DIR}/layer_ops.cu
   ${CMAKE_CURRENT_LIST_DIR}/loss.cu
   ${CMAKE_CURRENT_LIST_DIR}/mxfp8_cast.cu
@@ -27,13 +28,15 @@ target_sources(qmesh PRIVATE
 # links.
 target_link_libraries(qmesh PRIVATE CUDA::cublasLt)
 set_target_properties(qmesh PROPERTIES CUDA_RUNTIME_LIBRARY Shared)
-# The kernels the native Blackwell GEMMs need (the MXFP8 and NVFP4 casts, the scale swizzle)
+# The kernels the native Blackwell GEMMs need (the MXFP8 and NVFP4 casts, the scale swizzle,
+# the NVFP4 GEMM's device alpha)
 # compiled for sm_100a too, in every CUDA build, so that a change that breaks them there is
 # seen without a Blackwell GPU; never linked (a build for Blackwell names 100a in
 # CMAKE_CUDA_ARCHITECTURES, which makes this check redundant). docs/gpu.md "Blackwell".
 if(NOT "100a" IN_LIST CMAKE_CUDA_ARCHITECTURES)
-  add_library(qmesh_sm100a_check OBJECT ${CMAKE_CURRENT_LIST_DIR}/mxfp8_cast.cu
-              ${CMAKE_CURRENT_LIST_DIR}/nvfp4_cast.cu ${CMAKE_CURRENT_LIST_DIR}/scale_swizzle.cu)
+  add_library(qmesh_sm100a_check OBJECT ${CMAKE_CURRENT_LIST_DIR}/gemm_device_scalars.cu
+              ${CMAKE_CURRENT_LIST_DIR}/mxfp8_cast.cu ${CMAKE_CURRENT_LIST_DIR}/nvfp4_cast.cu
+              ${CMAKE_CURRENT_LIST_DIR}/scale_swizzle.cu)
   set_target_properties(qmesh_sm100a_check PROPERTIES CUDA_ARCHITECTURES 100a)
   target_include_directories(qmesh_sm100a_check PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
   target_link_libraries(qmesh_sm100a_check PRIVATE qmesh_core)

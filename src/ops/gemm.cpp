@@ -69,20 +69,8 @@ namespace {
 bool runs_natively(const GemmArgs& args) {
   const detail::MicroscaledCopies c = detail::checked_copies(args);
   const bool emulate = args.emulate_microscaled || block_emulation_from_env();
-  const detail::MicroscaledGemmTarget target = detail::microscaled_gemm_target(args.d.device);
-  if (c.a.is_nvfp4()) {
-    // The native NVFP4 GEMM (cuBLASLt's VEC16_UE4M3 scales) is not driven yet: this is where it
-    // plugs in. Until then compute capability 10.0+ emulates on request too.
-    QMESH_CHECK_KIND(ErrorKind::kUnsupported, emulate || !(target.cuda && target.major >= 10),
-                     "qmesh does not drive the native NVFP4 GEMM (cuBLASLt's VEC16_UE4M3 scale "
-                     "mode) yet; this is ",
-                     target.name, " (", target.major, ".", target.minor,
-                     "). Set NVFP4BlockScaling(emulate=True) (C++: the recipe's `emulate`, or "
-                     "GemmArgs::emulate_microscaled) or QMESH_BLOCK_EMULATION=1 to run them "
-                     "emulated");
-    if (target.cuda && target.major >= 10) return false;
-  }
-  return detail::choose_microscaled_gemm_path(target, c.a.is_nvfp4() ? "NVFP4" : "MXFP8",
+  return detail::choose_microscaled_gemm_path(detail::microscaled_gemm_target(args.d.device),
+                                              c.a.is_nvfp4() ? "NVFP4" : "MXFP8",
                                               emulate) == detail::MicroscaledGemmPath::kNative;
 }
 

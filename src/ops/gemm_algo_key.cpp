@@ -26,6 +26,7 @@ GemmProblem gemm_problem(const CanonicalGemm& c) {
   p.b_scaling = c.a.scaling;
   p.d = c.d_dtype;
   p.beta = c.beta;
+  p.device_alpha_beta = c.device_alpha_beta != nullptr;
   p.epilogue = c.epilogue;
   p.bias = c.bias_dtype;
   p.aux = c.aux_dtype;
@@ -50,7 +51,8 @@ std::string gemm_algo_key(const CanonicalGemm& c, std::string_view device_name,
                 "|scale", int(p.a_scaling), "x", int(p.b_scaling), "|beta", p.beta, "|epi",
                 int(p.epilogue), " bias ", dtype_name(p.bias), " aux ", dtype_name(p.aux), "|fast",
                 int(p.accumulation), "|amax", p.amax_d ? 1 : 0, "|align", align[0], " ", align[1],
-                " ", align[2], " ", align[3], " bias", align[4], " aux", align[5]);
+                " ", align[2], " ", align[3], " bias", align[4], " aux", align[5],
+                p.device_alpha_beta ? "|alpha device" : "");
 }
 
 }  // namespace qmesh::detail

@@ -34,6 +34,7 @@ struct QMESH_API GemmProblem {
   GemmScaling b_scaling = GemmScaling::kTensor;  // B' scale mode (our A's)
   DType d = DType::kFloat32;
   float beta = 0.0f;
+  bool device_alpha_beta = false;  // alpha and beta read from device memory
   GemmEpilogue epilogue = GemmEpilogue::kNone;
   DType bias = DType::kFloat32;  // the bias's dtype (kFloat32 without a bias)
   DType aux = DType::kFloat32;   // the aux's dtype (kFloat32 without an aux)
@@ -52,7 +53,8 @@ QMESH_API GemmProblem gemm_problem(const CanonicalGemm& c);
 
 // One tab-free line: device name, library version, shapes, layouts, dtypes, scale modes, beta,
 // epilogue with bias and aux dtypes, accumulation, whether amax of D is requested, and the
-// alignments of A', B', C, D, bias and aux: gemm_problem(c) but the device index and the staging.
+// alignments of A', B', C, D, bias and aux (then "|alpha device" when alpha and beta are read
+// from device memory): gemm_problem(c) but the device index and the staging.
 QMESH_API std::string gemm_algo_key(const CanonicalGemm& c, std::string_view device_name,
                                     size_t library_version);
 

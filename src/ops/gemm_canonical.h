@@ -16,13 +16,15 @@ enum class GemmScaling : uint8_t {
   kTensor,        // one fp32 scalar (per-tensor FP8), or none (plain operands)
   kBlock1x128,    // one fp32 per 128 consecutive elements along K (VEC128_32F)
   kBlock128x128,  // one fp32 per 128x128 tile (BLK128x128_32F)
-  kVec32Ue8m0     // MXFP8, CUDA only: one E8M0 byte per 32 elements along K, swizzled
+  kVec32Ue8m0,    // MXFP8, CUDA only: one E8M0 byte per 32 elements along K, swizzled
                   // (VEC32_UE8M0; ops/gemm_native_microscaled.h)
+  kVec16Ue4m3     // NVFP4, CUDA only: one E4M3 byte per 16 elements along K, swizzled
+                  // (VEC16_UE4M3; ops/gemm_native_microscaled.h)
 };
 
 // An operand as stored: a row-major rows × cols matrix (leading dimension cols) that holds
 // op(A) [M, K] (k_contiguous) or its transpose [K, M] for A, and op(B)ᵀ [N, K] (k_contiguous)
-// or op(B) [K, N] for B.
+// or op(B) [K, N] for B. rows and cols count elements (fp4e2m1x2: two per byte).
 struct GemmMatrix {
   const void* data = nullptr;
   DType dtype = DType::kFloat32;
@@ -31,8 +33,9 @@ struct GemmMatrix {
   bool k_contiguous = true;
   // FP8 only, on the GEMM's device: the dequantization factor (kTensor), or the block scale
   // tensor of the stored copy in the layout of qmesh/block_quantized_tensor.h (always
-  // k_contiguous then: its blocks run along K); kVec32Ue8m0: the address of the swizzled E8M0
-  // scales (bytes, not floats: cuBLASLt takes every scale pointer untyped).
+  // k_contiguous then: its blocks run along K); kVec32Ue8m0 / kVec16Ue4m3: the address of the
+  // swizzled E8M0 / E4M3 scales (bytes, not floats: cuBLASLt takes every scale pointer
+  // untyped).
   const float* scale_inv = nullptr;
   GemmScaling scaling = GemmScaling::kTensor;
 
@@ -68,6 +71,10 @@ struct CanonicalGemm {
   float* d_amax = nullptr;
   float alpha = 1.0f;
   float beta = 0.0f;  // 1 for GemmOutputMode::kAccumulate
+  // CUDA only: alpha at [0] and beta at [1] as fp32 in the device's memory, which cuBLASLt
+  // reads at each launch (CUBLASLT_POINTER_MODE_DEVICE) instead of alpha and beta above;
+  // the native NVFP4 GEMM's, whose alpha holds the operands' per-tensor decode scales.
+  const float* device_alpha_beta = nullptr;
 
   GemmEpilogue epilogue = GemmEpilogue::kNone;
   void* bias = nullptr;  // [N] input, or [M] output for kBiasGrad
@@ -77,6 +84,9 @@ struct CanonicalGemm {
   GemmAccumulation accumulation = GemmAccumulation::kFast;
 
   bool fp8_inputs() const { return is_fp8(a.dtype); }
+  bool fp4_inputs() const { return a.dtype == DType::kFloat4E2M1x2; }
+  // FP8 or FP4 codes, which cuBLASLt scales through A/B_SCALE_POINTER.
+  bool quantized_inputs() const { return fp8_inputs() || fp4_inputs(); }
   bool block_scaled() const { return a.block_scaled(); }
 };
 

@@ -6,6 +6,7 @@ target_sources(qmesh PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/gemm.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gemm_algo_key.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gemm_canonical.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/gemm_device_scalars.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gemm_emulation.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gemm_native_microscaled.cpp
   ${CMAKE_CURRENT_LIST_DIR}/grouped_scaled_quantize.cpp

@@ -2,10 +2,10 @@
 // "Recipe").
 //
 // A GEMM whose operands are in a microscaled format (MXFP8: GemmOperand::mxfp8; NVFP4:
-// GemmOperand::nvfp4) runs natively on compute capability 10.0 and later for MXFP8 (Blackwell;
-// docs/design/gemm.md "Native microscaled GEMMs"; qmesh drives no native NVFP4 GEMM yet).
-// Elsewhere it runs EMULATED, and only when asked (GemmArgs::emulate_microscaled, set by the
-// MXFP8BlockScaling / NVFP4BlockScaling recipe's `emulate`, or QMESH_BLOCK_EMULATION=1): each
+// GemmOperand::nvfp4) runs natively on compute capability 10.0 and later (Blackwell;
+// docs/design/gemm.md "Native microscaled GEMMs"). Elsewhere it runs EMULATED, and only when
+// asked (GemmArgs::emulate_microscaled, set by the MXFP8BlockScaling / NVFP4BlockScaling
+// recipe's `emulate`, or QMESH_BLOCK_EMULATION=1): each
 // operand's copy contiguous along K is dequantized as its format defines (MXFP8: code * block
 // scale, fp32 on the host and bf16 on CUDA, both exact; NVFP4: (code * E4M3 block scale) *
 // fp32 tensor scale, fp32 on the host and for an fp32 D on CUDA, bf16 for a 16-bit D there)

@@ -1,12 +1,12 @@
 """The emulated GEMMs of the MXFP8 and NVFP4 recipes (mxfp8_dense.py, nvfp4_dense.py): when
 they may run, the error when they may not, and their count and log.
 
-No device qmesh drives has a native MXFP8 or NVFP4 GEMM yet (they need compute capability
-10.0), so a GEMM of such operands runs emulated (dequantized, then a GEMM with float32
-accumulation) only when asked: the recipe's `emulate=True`, or QMESH_BLOCK_EMULATION=1.
-Otherwise the layer raises, naming the device and what it lacks. Every emulated GEMM is counted
-in qmesh.jax.stats()["emulated_gemms"] (at trace time); the first of each format is logged as a
-warning.
+qmesh.jax drives no native MXFP8 or NVFP4 GEMM (they need compute capability 10.0; the C++
+library drives them there), so a GEMM of such operands runs emulated (dequantized, then a GEMM
+with float32 accumulation) only when asked: the recipe's `emulate=True`, or
+QMESH_BLOCK_EMULATION=1. Otherwise the layer raises, naming the device and what it lacks. Every
+emulated GEMM is counted in qmesh.jax.stats()["emulated_gemms"] (at trace time); the first of
+each format is logged as a warning.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def _missing(device, fmt: str) -> str:
     cc = getattr(device, "compute_capability", "unknown")
     return (
         f"{fmt} GEMMs need compute capability 10.0 (Blackwell); this is {device.device_kind} "
-        f"({cc}), and qmesh does not drive the native {fmt} GEMM on any device yet"
+        f"({cc}), and qmesh.jax does not drive the native {fmt} GEMM on any device yet"
     )
 
 

@@ -62,6 +62,8 @@ std::vector<Change> choice_changes() {
       {"shape", [](CanonicalGemm& c) { c.cm.k = 256; }},
       {"accumulation", [](CanonicalGemm& c) { c.accumulation = GemmAccumulation::kSplit; }},
       {"beta", [](CanonicalGemm& c) { c.beta = 1.0f; }},
+      {"alpha and beta on the device",
+       [](CanonicalGemm& c) { c.device_alpha_beta = reinterpret_cast<float*>(g_memory); }},
       {"A scale mode", [](CanonicalGemm& c) { c.a.scaling = GemmScaling::kBlock1x128; }},
       {"B scale mode", [](CanonicalGemm& c) { c.b.scaling = GemmScaling::kBlock128x128; }},
       {"A and B scale modes swapped",

@@ -29,6 +29,8 @@ TEST(MicroscaledGemmPath, BlackwellAndLaterRunNativelyWithOrWithoutEmulation) {
   for (bool emulate : {false, true}) {
     EXPECT_EQ(choose_microscaled_gemm_path(gpu("NVIDIA B200", 10, 0), "MXFP8", emulate),
               MicroscaledGemmPath::kNative);
+    EXPECT_EQ(choose_microscaled_gemm_path(gpu("NVIDIA B200", 10, 0), "NVFP4", emulate),
+              MicroscaledGemmPath::kNative);
     EXPECT_EQ(choose_microscaled_gemm_path(gpu("NVIDIA GB300", 10, 3), "NVFP4", emulate),
               MicroscaledGemmPath::kNative);
     EXPECT_EQ(choose_microscaled_gemm_path(gpu("NVIDIA RTX PRO 6000", 12, 0), "MXFP8", emulate),
@@ -39,6 +41,11 @@ TEST(MicroscaledGemmPath, BlackwellAndLaterRunNativelyWithOrWithoutEmulation) {
 TEST(MicroscaledGemmPath, OlderGpusAndTheHostRunEmulatedOnlyWhenAsked) {
   EXPECT_EQ(choose_microscaled_gemm_path(gpu("NVIDIA H100", 9, 0), "MXFP8", true),
             MicroscaledGemmPath::kEmulated);
+  EXPECT_EQ(choose_microscaled_gemm_path(gpu("NVIDIA H100", 9, 0), "NVFP4", true),
+            MicroscaledGemmPath::kEmulated);
+  EXPECT_QMESH_ERROR(choose_microscaled_gemm_path(gpu("NVIDIA H100", 9, 0), "NVFP4", false),
+                     "NVFP4 GEMMs need compute capability 10.0 (Blackwell); this is NVIDIA H100 "
+                     "(9.0). Set NVFP4BlockScaling(emulate=True)");
   EXPECT_EQ(choose_microscaled_gemm_path(host(), "NVFP4", true), MicroscaledGemmPath::kEmulated);
   EXPECT_QMESH_ERROR(choose_microscaled_gemm_path(gpu("NVIDIA H100", 9, 0), "MXFP8", false),
                      "MXFP8 GEMMs need compute capability 10.0 (Blackwell); this is NVIDIA H100 "
