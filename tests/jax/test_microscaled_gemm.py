@@ -2,7 +2,7 @@
 buffers: equal to the Python emulation within float32 GEMM rounding (1e-6 relative) for the
 dense layer's fprop, dgrad and wgrad GEMMs of both formats, through the dense layer with the
 handler forced on the CPU (microscaled_gemm._HANDLER_ON_CPU) and called directly; its errors
-for bad operands and without emulation; and the emulated-GEMM count."""
+for bad operands and without emulation; under vmap; and the emulated-GEMM count."""
 
 import jax
 import jax.numpy as jnp
@@ -64,9 +64,9 @@ def test_dense_through_the_handler_equals_the_python_emulation(fmt, monkeypatch)
 SHAPES = {"fprop": (64, 32, 96), "dgrad": (64, 96, 32), "wgrad": (96, 32, 64)}
 
 
-def copies(fmt, m, n, k):
+def copies(fmt, m, n, k, seed=0):
     """The K-contiguous copies of A [M, K] and B [N, K] and the Python emulation's product."""
-    rng = np.random.default_rng(m + 2 * n + 3 * k)
+    rng = np.random.default_rng((seed, m, n, k))
     a = jnp.asarray(rng.standard_normal((m, k)) * 3, jnp.float32)
     b = jnp.asarray(rng.standard_normal((n, k)) / 5, jnp.float32)
     if fmt == "mxfp8":
@@ -89,6 +89,14 @@ def test_the_handler_equals_the_python_emulation(fmt, gemm):
     got = call(fmt, a, b)
     assert got.shape == (m, n) and got.dtype == jnp.float32
     assert rel(got, want) < 1e-6
+
+
+def test_the_handler_under_vmap_runs_each_element():
+    pairs = [copies("nvfp4", 32, 16, 64, seed)[:2] for seed in (1, 2)]
+    a, b = (jax.tree.map(lambda *xs: jnp.stack(xs), *side) for side in zip(*pairs))
+    got = jax.vmap(lambda a, b: call("nvfp4", a, b))(a, b)
+    for i, (a_i, b_i) in enumerate(pairs):
+        np.testing.assert_array_equal(got[i], call("nvfp4", a_i, b_i))
 
 
 def test_bad_operands_are_named():

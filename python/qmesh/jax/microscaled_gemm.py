@@ -36,12 +36,13 @@ def handler_gemm(a, a_scale, a_scale_inv, b, b_scale, b_scale_inv, *, emulate: b
     along K: MXFP8 codes [rows, K] with float8_e8m0fnu scales [rows, K / 32] (scale_inv None),
     or NVFP4 packed codes uint8 [rows, K / 2] with float8_e4m3fn scales [rows, K / 16] and the
     float32 [1] per-tensor scale_inv. emulate: run the C++ emulation where the device has no
-    native GEMM (without it, such a device raises qmesh's error)."""
+    native GEMM (without it, such a device raises qmesh's error). Under jax.vmap the GEMMs
+    of the batch run one after another (the drop-ins' batch dimensions, flax/batch.py)."""
     one = jnp.ones((1,), F32)
     a_scale_inv = one if a_scale_inv is None else a_scale_inv
     b_scale_inv = one if b_scale_inv is None else b_scale_inv
     d = jax.ShapeDtypeStruct((a.shape[0], b.shape[0]), F32)
-    call = jax.ffi.ffi_call("qmesh_microscaled_gemm", d)
+    call = jax.ffi.ffi_call("qmesh_microscaled_gemm", d, vmap_method="sequential")
     return call(a, a_scale, a_scale_inv, b, b_scale, b_scale_inv, emulate=bool(emulate))
 
 
