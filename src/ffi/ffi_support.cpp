@@ -52,6 +52,15 @@ GemmOperand gemm_operand(const Where& w, const AnyBuffer& x, const AnyBuffer& sc
   return GemmOperand::fp8(q);
 }
 
+TensorView packed_view(const AnyBuffer& buffer, const Where& w, int64_t rows, const char* what) {
+  QMESH_CHECK(buffer.element_type() == xffi::DataType::U8, what,
+              " must be uint8 (two float4_e2m1fn codes per byte)");
+  const int64_t n = element_count(buffer);
+  QMESH_CHECK(rows > 0 && n > 0 && n % rows == 0, what, " must be [", rows, ", cols / 2], got ", n,
+              " elements");
+  return TensorView(buffer.untyped_data(), DType::kFloat4E2M1x2, Shape{rows, n / rows}, w.device);
+}
+
 DType to_dtype(xffi::DataType type, const std::string& what) {
   switch (type) {
     case xffi::DataType::F32:

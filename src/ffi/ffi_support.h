@@ -50,6 +50,9 @@ int64_t element_count(const AnyBuffer& buffer);
 // Error naming `what` when the buffer is empty.
 TensorView view(const AnyBuffer& buffer, const Where& where, const std::string& what);
 TensorView view(Result<AnyBuffer>& buffer, const Where& where, const std::string& what);
+// NVFP4's packed codes of a copy with `rows` rows: uint8 [rows, cols / 2] read as
+// fp4e2m1x2 [rows, cols / 2]; Error naming `what` for another dtype or element count.
+TensorView packed_view(const AnyBuffer& buffer, const Where& w, int64_t rows, const char* what);
 
 // Error naming `what` unless the buffer has one of `allowed` dtypes.
 void require_dtype(const AnyBuffer& buffer, std::initializer_list<DType> allowed,

@@ -15,16 +15,6 @@
 namespace qmesh::ffi {
 namespace {
 
-// The packed codes of a copy with `rows` rows: uint8 [rows, cols / 2] read as fp4e2m1x2.
-TensorView packed_view(const AnyBuffer& buffer, const Where& w, int64_t rows, const char* what) {
-  QMESH_CHECK(buffer.element_type() == xffi::DataType::U8, what,
-              " must be uint8 (two float4_e2m1fn codes per byte)");
-  const int64_t n = element_count(buffer);
-  QMESH_CHECK(rows > 0 && n > 0 && n % rows == 0, what, " must be [", rows, ", cols / 2], got ", n,
-              " elements");
-  return TensorView(buffer.untyped_data(), DType::kFloat4E2M1x2, Shape{rows, n / rows}, w.device);
-}
-
 // x, seed_key -> data, scale, scale_inv (and data_t, scale_t, scale_inv_t): op nvfp4_quantize.
 void nvfp4_quantize_impl(const Where& w, AnyBuffer x, AnyBuffer seed_key, Result<AnyBuffer> data,
                          Result<AnyBuffer> scale, Result<AnyBuffer> scale_inv,

@@ -8,6 +8,7 @@ target_sources(qmesh_jax_ffi PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/jax_comm_registry.cpp
   ${CMAKE_CURRENT_LIST_DIR}/layer_norm_handlers.cpp
   ${CMAKE_CURRENT_LIST_DIR}/library_info.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/microscaled_gemm_handler.cpp
   ${CMAKE_CURRENT_LIST_DIR}/mxfp8_handlers.cpp
   ${CMAKE_CURRENT_LIST_DIR}/nvfp4_handlers.cpp
   ${CMAKE_CURRENT_LIST_DIR}/quantize_handlers.cpp

@@ -1,16 +1,20 @@
 """qmesh's CUDA handlers against its CPU handlers, on the same inputs: the FP8 casts bit for
 bit (both round to nearest even and saturate the same way), the GEMMs and the dense layer
-within the tolerances of docs/numerics.md. Skipped where JAX sees no GPU (CI); run on a GPU
-machine by launch/gpu_check.sh (step jax)."""
+within the tolerances of docs/numerics.md; the MXFP8 / NVFP4 GEMM handler against the Python
+emulation. Skipped where JAX sees no GPU (CI); run on a GPU machine by launch/gpu_check.sh
+(step jax)."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import reference as ref
+import test_microscaled_gemm as mgt
 
 import qmesh.jax as qj
 from qmesh.jax import dense as qdense
+from qmesh.jax import emulation
+from qmesh.jax import stats as qstats
 from qmesh.jax.activation_quantize import (
     dgelu_dbias_quantize,
     dgelu_dbias_quantize_current,
@@ -275,3 +279,25 @@ def test_fused_mlp_forward_and_backward(rng, recipe):
         assert ref.rel_err(g, c) < 5e-2
     for g, c in zip(jax.tree.leaves(gpu[1][3]), jax.tree.leaves(cpu[1][3])):
         np.testing.assert_allclose(g, c, rtol=2e-2)
+
+
+@pytest.mark.parametrize("gemm", mgt.SHAPES)
+@pytest.mark.parametrize("fmt", mgt.RECIPES)
+def test_microscaled_gemm_handler_equals_the_python_emulation(fmt, gemm):
+    # The handler on the GPU (native on compute capability 10.0+, the C++ emulation below it)
+    # against the Python emulation of the same codes (fp32 accumulation in another order).
+    a, b, want = mgt.copies(fmt, *mgt.SHAPES[gemm])
+    assert mgt.rel(mgt.call(fmt, a, b), want) < 1e-5
+
+
+@pytest.mark.parametrize("fmt", mgt.RECIPES)
+def test_microscaled_dense_runs_the_handler_and_counts_only_emulated_gemms(fmt):
+    x, k = jnp.ones((64, 32), jnp.float32), jnp.ones((32, 32), jnp.float32)
+
+    def f(x, k):
+        return qj.dense(x, k, None, recipe=mgt.RECIPES[fmt], sr_key=jax.random.key(0))
+
+    qstats.reset_stats()
+    assert "qmesh_microscaled_gemm" in jax.jit(f).lower(x, k).as_text()
+    counted = qstats.stats()["emulated_gemms"]
+    assert counted == (0 if emulation.runs_natively(GPU) else 1)

@@ -40,6 +40,7 @@ HANDLERS = {
     "GroupedNvfp4Quantize": "qmesh_grouped_nvfp4_quantize",
     "DelayedScalingUpdate": "qmesh_delayed_scaling_update",
     "Gemm": "qmesh_gemm",
+    "MicroscaledGemm": "qmesh_microscaled_gemm",
     "LayerNormForward": "qmesh_layer_norm_forward",
     "LayerNormBackward": "qmesh_layer_norm_backward",
     "NormForward": "qmesh_norm_forward",

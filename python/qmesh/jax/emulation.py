@@ -1,12 +1,13 @@
 """The emulated GEMMs of the MXFP8 and NVFP4 recipes (mxfp8_dense.py, nvfp4_dense.py): when
 they may run, the error when they may not, and their count and log.
 
-qmesh.jax drives no native MXFP8 or NVFP4 GEMM (they need compute capability 10.0; the C++
-library drives them there), so a GEMM of such operands runs emulated (dequantized, then a GEMM
-with float32 accumulation) only when asked: the recipe's `emulate=True`, or
-QMESH_BLOCK_EMULATION=1. Otherwise the layer raises, naming the device and what it lacks. Every
-emulated GEMM is counted in qmesh.jax.stats()["emulated_gemms"] (at trace time); the first of
-each format is logged as a warning.
+Such a GEMM runs natively on CUDA GPUs of compute capability 10.0+ (qmesh's C++ GEMM through
+its FFI handler, microscaled_gemm.py). Elsewhere it runs emulated (dequantized, then a GEMM with
+float32 accumulation: the C++ emulation on other GPUs, the Python one below on the CPU) only
+when asked: the recipe's `emulate=True`, or QMESH_BLOCK_EMULATION=1. Otherwise the layer
+raises, naming the device and what it lacks. Every emulated GEMM is counted in
+qmesh.jax.stats()["emulated_gemms"] (at trace time); the first of each format is logged as a
+warning.
 """
 
 from __future__ import annotations
@@ -33,30 +34,40 @@ def emulation_requested(recipe) -> bool:
     return recipe.emulate or env == "1"
 
 
+def runs_natively(device) -> bool:
+    """Whether `device` has the native MXFP8 / NVFP4 GEMM: a CUDA GPU of compute capability
+    10.0 or later."""
+    if device.platform != "gpu":
+        return False
+    cc = str(getattr(device, "compute_capability", "0"))
+    return int(cc.split(".")[0]) >= 10
+
+
 def _missing(device, fmt: str) -> str:
     if device.platform == "cpu":
         return f"the CPU backend has no native {fmt} GEMM"
     cc = getattr(device, "compute_capability", "unknown")
     return (
-        f"{fmt} GEMMs need compute capability 10.0 (Blackwell); this is {device.device_kind} "
-        f"({cc}), and qmesh.jax does not drive the native {fmt} GEMM on any device yet"
+        f"{fmt} GEMMs need compute capability 10.0 (Blackwell) to run natively; this is "
+        f"{device.device_kind} ({cc})"
     )
 
 
 def require_emulation(recipe, fmt: str) -> None:
-    """Raises ValueError naming the device unless emulation was requested; fmt: "MXFP8" or
-    "NVFP4"."""
-    if not emulation_requested(recipe):
+    """Raises ValueError naming the device unless it runs the GEMM natively or emulation was
+    requested; fmt: "MXFP8" or "NVFP4"."""
+    device = jax.devices()[0]
+    if not runs_natively(device) and not emulation_requested(recipe):
         raise ValueError(
-            f"{_missing(jax.devices()[0], fmt)}. Set {type(recipe).__name__}(emulate=True) or "
+            f"{_missing(device, fmt)}. Set {type(recipe).__name__}(emulate=True) or "
             "QMESH_BLOCK_EMULATION=1 to run them emulated (dequantized, then a GEMM with "
             "float32 accumulation)"
         )
 
 
 def wide_dtype():
-    """The dtype operands are dequantized to: float32 on the CPU, bfloat16 on GPUs (both hold
-    MXFP8 values and NVFP4's code times block scale exactly)."""
+    """The dtype the Python emulation dequantizes operands to: float32 on the CPU, bfloat16 on
+    GPUs (both hold MXFP8 values and NVFP4's code times block scale exactly)."""
     return F32 if jax.devices()[0].platform == "cpu" else jnp.bfloat16
 
 
@@ -66,10 +77,9 @@ def count(fmt: str) -> None:
     if fmt not in _logged:
         _logged.add(fmt)
         _log.warning(
-            "GEMMs with %s operands run EMULATED (operands dequantized to %s, then a GEMM "
-            "with float32 accumulation): the format's numerics, not its speed",
+            "GEMMs with %s operands run EMULATED (operands dequantized, then a GEMM with "
+            "float32 accumulation): the format's numerics, not its speed",
             fmt,
-            jnp.dtype(wide_dtype()).name,
         )
 
 

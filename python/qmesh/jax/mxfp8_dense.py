@@ -1,15 +1,14 @@
-"""The dense layer y = act(x @ kernel + bias) under MXFP8BlockScaling (docs/design/mxfp8.md),
-with its three GEMMs EMULATED: qmesh.jax.dense.dense calls it for that recipe.
+"""The dense layer y = act(x @ kernel + bias) under MXFP8BlockScaling (docs/design/mxfp8.md):
+qmesh.jax.dense.dense calls it for that recipe.
 
 Forward: x and the kernel are MXFP8-quantized (the recipe's forward dtype, both copies); the
-GEMM reads each operand from its copy whose rows run along K, dequantizes it (float32 on the
-CPU, bfloat16 on GPUs, both exact) and multiplies with float32 accumulation; bias and GELU
-follow in float32. Backward: the output gradient (times GELU's derivative) is quantized to the
-backward dtype with its bias gradient fused; dgrad = dy @ kernel^T and wgrad = x^T @ dy are
-emulated the same way from the codes the forward kept.
+GEMM reads each operand from its copy whose rows run along K and accumulates in float32; bias
+and GELU follow in float32. Backward: the output gradient (times GELU's derivative) is quantized
+to the backward dtype with its bias gradient fused; dgrad = dy @ kernel^T and wgrad = x^T @ dy
+read the codes the forward kept.
 
-The emulation runs only when asked (MXFP8BlockScaling(emulate=True) or
-QMESH_BLOCK_EMULATION=1), is counted and logged: emulation.py.
+Where the GEMMs run (native on compute capability 10.0+, emulated elsewhere only when asked,
+counted and logged): microscaled_gemm.py and emulation.py.
 """
 
 from __future__ import annotations
@@ -19,18 +18,22 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from qmesh.jax import emulation
+from qmesh.jax import emulation, microscaled_gemm
 from qmesh.jax.common import F32
 from qmesh.jax.gemm import dgelu, gelu
 from qmesh.jax.mxfp8 import MX_BLOCK, mxfp8_dbias_quantize, mxfp8_dequantize, mxfp8_quantize
 
 
-def emulated_gemm(a_q, a_s, b_q, b_s):
-    """A [M, K] @ B [N, K]^T for MXFP8 rowwise copies along K, in float32."""
-    emulation.count("MXFP8")
-    a = mxfp8_dequantize(a_q, a_s, out_dtype=emulation.wide_dtype())
-    b = mxfp8_dequantize(b_q, b_s, out_dtype=emulation.wide_dtype())
-    return jnp.dot(a, b.T, preferred_element_type=F32)
+def emulated_gemm(a, b):
+    """The Python emulation: A [M, K] @ B [N, K]^T for MXFP8 copies (codes, scales) along K,
+    dequantized, in float32."""
+    a_v = mxfp8_dequantize(*a, out_dtype=emulation.wide_dtype())
+    b_v = mxfp8_dequantize(*b, out_dtype=emulation.wide_dtype())
+    return jnp.dot(a_v, b_v.T, preferred_element_type=F32)
+
+
+def _gemm(cfg, a, b):
+    return microscaled_gemm.gemm("MXFP8", cfg.recipe, a, b, emulated_gemm)
 
 
 def _forward(cfg, x, kernel, bias):
@@ -38,7 +41,7 @@ def _forward(cfg, x, kernel, bias):
     fwd = recipe.fp8_format.fwd_dtype
     xq = mxfp8_quantize(x, fwd, columnwise=True, margin=recipe.margin)
     wq = mxfp8_quantize(kernel, fwd, columnwise=True, margin=recipe.margin)
-    pre = emulated_gemm(xq[0], xq[1], wq[2], wq[3])  # x [M, K] . (kernel^T [N, K])^T
+    pre = _gemm(cfg, xq[:2], wq[2:4])  # x [M, K] . (kernel^T [N, K])^T
     if bias is not None:
         pre = pre + bias.astype(F32)
     gelu_on = cfg.activation == "gelu"
@@ -59,8 +62,8 @@ def _backward(cfg, saved, g):
         g = g * dgelu(pre)
     margin = cfg.recipe.margin
     gq = mxfp8_dbias_quantize(g, cfg.recipe.fp8_format.bwd_dtype, columnwise=True, margin=margin)
-    dx = emulated_gemm(gq[0], gq[1], w, w_s)  # dy [M, N] . (kernel [K, N])^T
-    dw = emulated_gemm(x_t, x_t_s, gq[2], gq[3])  # x^T [K, M] . (dy^T [N, M])^T
+    dx = _gemm(cfg, gq[:2], (w, w_s))  # dy [M, N] . (kernel [K, N])^T
+    dw = _gemm(cfg, (x_t, x_t_s), gq[2:4])  # x^T [K, M] . (dy^T [N, M])^T
     db = None if cfg.bias_dtype is None else gq[4].astype(cfg.bias_dtype)
     return dx.astype(cfg.x_dtype), dw.astype(cfg.kernel_dtype), db
 

@@ -1,6 +1,5 @@
 """The dense layer y = act(x @ kernel + bias) under NVFP4BlockScaling (docs/design/nvfp4.md,
-"The recipe in JAX"), with its three GEMMs EMULATED: qmesh.jax.dense.dense calls it for that
-recipe.
+"The recipe in JAX"): qmesh.jax.dense.dense calls it for that recipe.
 
 Forward: x is quantized in 1x16 blocks (round to nearest even) with its columnwise copy (x^T,
 the random Hadamard transform applied unless disable_rht), the kernel in 16x16 tiles (1x16
@@ -11,10 +10,11 @@ x's, with the same sign mask RHT_SIGNS: the wgrad GEMM contracts the tokens, and
 orthogonal transform of both operands cancels). fprop = x @ kernel, dgrad = dy @ kernel^T
 and wgrad = x^T @ dy each read the copies whose rows run along their K.
 
-An emulated GEMM dequantizes each operand's codes times block scales (float32 on the CPU,
-bfloat16 on GPUs; both exact), multiplies with float32 accumulation and applies the two
-per-tensor scales to the product, as the native GEMM's alpha would. It runs only when asked,
-is counted and logged (emulation.py). The bias gradient is the float32 column sum of the
+The GEMMs run natively on compute capability 10.0+ and emulated elsewhere only when asked,
+counted and logged (microscaled_gemm.py, emulation.py). The Python emulation (the CPU's)
+dequantizes each operand's codes times block scales (float32 on the CPU; exact), multiplies
+with float32 accumulation and applies the two per-tensor scales to the product, as the native
+GEMM's alpha would. The bias gradient is the float32 column sum of the
 (unquantized) output gradient.
 
 The key (a jax.random key, or uint32 [2] key data) rides the custom_vjp to the backward's
@@ -29,7 +29,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from qmesh.jax import emulation
+from qmesh.jax import emulation, microscaled_gemm
 from qmesh.jax.common import F32
 from qmesh.jax.gemm import dgelu, gelu
 from qmesh.jax.nvfp4 import BLOCK, nvfp4_dequantize, nvfp4_quantize
@@ -59,8 +59,8 @@ def cast(x, recipe, role: str, key=None):
 
 
 def emulated_gemm(a, b):
-    """A [M, K] @ B [N, K]^T for NVFP4 copies (data, scale, scale_inv) along K, in float32."""
-    emulation.count("NVFP4")
+    """The Python emulation: A [M, K] @ B [N, K]^T for NVFP4 copies (data, scale, scale_inv)
+    along K, dequantized, in float32."""
     one = jnp.ones((1,), F32)
     wide = emulation.wide_dtype()
     a_v = nvfp4_dequantize(a[0], a[1], one, out_dtype=wide)
@@ -68,10 +68,14 @@ def emulated_gemm(a, b):
     return jnp.dot(a_v, b_v.T, preferred_element_type=F32) * (a[2][0] * b[2][0])
 
 
+def _gemm(cfg, a, b):
+    return microscaled_gemm.gemm("NVFP4", cfg.recipe, a, b, emulated_gemm)
+
+
 def _forward(cfg, x, kernel, bias, key):
     x_row, x_col = cast(x, cfg.recipe, "x")
     w_row, w_col = cast(kernel, cfg.recipe, "kernel")
-    pre = emulated_gemm(x_row, w_col)  # x [M, K] . (kernel^T [N, K])^T
+    pre = _gemm(cfg, x_row, w_col)  # x [M, K] . (kernel^T [N, K])^T
     if bias is not None:
         pre = pre + bias.astype(F32)
     gelu_on = cfg.activation == "gelu"
@@ -91,8 +95,8 @@ def _backward(cfg, saved, g):
     if cfg.activation == "gelu":
         g = g * dgelu(pre)
     g_row, g_col = cast(g, cfg.recipe, "grad", key)
-    dx = emulated_gemm(g_row, w_row)  # dy [M, N] . (kernel [K, N])^T
-    dw = emulated_gemm(x_col, g_col)  # x^T [K, M] . (dy^T [N, M])^T
+    dx = _gemm(cfg, g_row, w_row)  # dy [M, N] . (kernel [K, N])^T
+    dw = _gemm(cfg, x_col, g_col)  # x^T [K, M] . (dy^T [N, M])^T
     db = None if cfg.bias_dtype is None else jnp.sum(g, axis=0).astype(cfg.bias_dtype)
     return dx.astype(cfg.x_dtype), dw.astype(cfg.kernel_dtype), db, None
 
