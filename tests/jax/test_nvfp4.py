@@ -169,6 +169,9 @@ def test_sharded_input_gives_the_unsharded_result(rng, mesh, cast):
     run = jax.jit(lambda x, k: qj.nvfp4_quantize(x, k, columnwise=True, **options))
     for u, v in zip(run(sharded, key), run(x, key)):
         np.testing.assert_array_equal(u, v)
+    x[100, 70] = np.nan  # in one shard: every shard's per-tensor scale as the unsharded one's
+    for u, v in zip(run(jax.device_put(x, sharded.sharding), key), run(x, key)):
+        np.testing.assert_array_equal(u, v)
     hlo = run.lower(sharded, key).compile().as_text()
     assert ("all-gather" in hlo) != partitioned
     assert ("all-reduce" in hlo) == partitioned

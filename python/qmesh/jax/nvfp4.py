@@ -17,7 +17,7 @@ and on a GPU, and a Flax rng stream can feed it.
 
 Sharding. The per-tensor amax spans the whole tensor. A quantize without stochastic rounding
 and without the RHT is partitioned: each device quantizes its shard with the whole tensor's
-amax (its own amax all-reduced (max) over x's mesh axes, one float; the C++ op's
+amax (its own amax and a NaN flag all-reduced (max) over x's mesh axes; the C++ op's
 NvFp4Options::amax), so its codes and scales are its slice of the unsharded cast's; the
 copies keep x's sharding (the columnwise copy transposed) and a sharding whose shards are not
 whole 1x16 blocks (with the columnwise copy or 16x16 tiles: along both dimensions) is refused
@@ -103,8 +103,10 @@ class Nvfp4Quantize(Op):
     @classmethod
     def local(cls, plan, x, key, **params):
         """plan: the mesh axes x is sharded over (its amax is reduced over them), or None."""
-        if plan:
-            amax = lax.pmax(jnp.max(jnp.abs(x)).astype(F32), plan).reshape(1)
+        if plan:  # NaN propagates, as the op's own amax (XLA's max may drop it): flagged apart
+            local = jnp.stack([jnp.max(jnp.abs(x)).astype(F32), jnp.isnan(x).any().astype(F32)])
+            amax, nan = lax.pmax(local, plan)
+            amax = jnp.where(nan > 0, jnp.nan, amax).reshape(1)
         else:
             amax = jnp.zeros((0,), F32)
         return cls.inner.bind(x, key, amax, **params)
