@@ -5,7 +5,8 @@
 // (uint8 [rows, cols / 2]), the E4M3 scales (float8_e4m3fn [rows, cols / 16]) and the per-tensor
 // decode scale (float32 [1]); the columnwise copy's results are empty when it is not asked for.
 // The stochastic rounding seed is an operand, int32 [2] (jax.random key data, bitcast): read by
-// the cast where it runs.
+// the cast where it runs. The amax operand is float32 [1], the amax of the whole tensor of which
+// x is a shard (NvFp4Options::amax), or empty: x's own.
 #include <cstdint>
 
 #include "ffi/ffi_support.h"
@@ -15,12 +16,13 @@
 namespace qmesh::ffi {
 namespace {
 
-// x, seed_key -> data, scale, scale_inv (and data_t, scale_t, scale_inv_t): op nvfp4_quantize.
-void nvfp4_quantize_impl(const Where& w, AnyBuffer x, AnyBuffer seed_key, Result<AnyBuffer> data,
-                         Result<AnyBuffer> scale, Result<AnyBuffer> scale_inv,
-                         Result<AnyBuffer> data_t, Result<AnyBuffer> scale_t,
-                         Result<AnyBuffer> scale_inv_t, bool stochastic_rounding, bool tiles_2d,
-                         bool rht, int32_t rht_signs) {
+// x, seed_key, amax -> data, scale, scale_inv (and data_t, scale_t, scale_inv_t): op
+// nvfp4_quantize.
+void nvfp4_quantize_impl(const Where& w, AnyBuffer x, AnyBuffer seed_key, AnyBuffer amax,
+                         Result<AnyBuffer> data, Result<AnyBuffer> scale,
+                         Result<AnyBuffer> scale_inv, Result<AnyBuffer> data_t,
+                         Result<AnyBuffer> scale_t, Result<AnyBuffer> scale_inv_t,
+                         bool stochastic_rounding, bool tiles_2d, bool rht, int32_t rht_signs) {
   const TensorView v = view(x, w, "x");
   const TensorView input(v.data, v.dtype, Shape{v.shape.rows(), v.shape.cols()}, w.device);
   const int64_t rows = input.shape.rows(), cols = input.shape.cols();
@@ -41,6 +43,7 @@ void nvfp4_quantize_impl(const Where& w, AnyBuffer x, AnyBuffer seed_key, Result
   options.rht = rht;
   options.rht_signs = static_cast<uint16_t>(rht_signs);
   options.seed_key = view(seed_key, w, "seed_key");
+  if (element_count(amax) != 0) options.amax = view(amax, w, "amax");
   nvfp4_quantize(input, out, options, w.stream);
 }
 
@@ -63,6 +66,7 @@ using xla::ffi::AnyBuffer;
 QMESH_FFI_HANDLER(QmeshNvfp4Quantize, qmesh::ffi::nvfp4_quantize_impl,
                   .Arg<AnyBuffer>()      // x
                       .Arg<AnyBuffer>()  // seed_key
+                      .Arg<AnyBuffer>()  // amax
                       .Ret<AnyBuffer>()  // data
                       .Ret<AnyBuffer>()  // scale
                       .Ret<AnyBuffer>()  // scale_inv

@@ -2,12 +2,16 @@
 buffers: equal to the Python emulation within float32 GEMM rounding (1e-6 relative) for the
 dense layer's fprop, dgrad and wgrad GEMMs of both formats, through the dense layer with the
 handler forced on the CPU (microscaled_gemm._HANDLER_ON_CPU) and called directly; its errors
-for bad operands and without emulation; under vmap; and the emulated-GEMM count."""
+for bad operands and without emulation; under vmap; the emulated-GEMM count; and sharded
+operands (rows split, K gathered: the same bits as unsharded)."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import make_mesh
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 import qmesh.jax as qj
 from qmesh.jax import microscaled_gemm as mg
@@ -120,3 +124,81 @@ def test_without_emulation_the_cpp_error_names_the_device(monkeypatch):
     a, b, _ = copies("mxfp8", 32, 32, 64)
     with pytest.raises(jax.errors.JaxRuntimeError, match="no native MXFP8 GEMM. Set MXFP8Block"):
         call("mxfp8", a, b, emulate=False)
+
+
+# ---- sharding (a 2 x 2 mesh of host devices, the handler forced on the CPU) --------------------
+
+
+def _put(mesh, v, *spec):
+    return jax.device_put(v, NamedSharding(mesh, P(*spec)))
+
+
+def _bits(x):
+    return np.asarray(x).view(np.uint32 if np.asarray(x).dtype == np.float32 else np.uint8)
+
+
+SHARDED_RECIPES = {
+    **RECIPES,  # NVFP4's casts with stochastic rounding or RHT gather
+    "nvfp4_partitioned": NVFP4BlockScaling(
+        emulate=True, disable_rht=True, disable_stochastic_rounding=True
+    ),
+}
+
+
+@pytest.mark.parametrize("fmt", SHARDED_RECIPES)
+def test_sharded_dense_equals_unsharded(fmt, monkeypatch):
+    """x over dp (rows), the kernel over tp (N): forward and backward as unsharded, bit for bit
+    where only M splits (dx), within float32 rounding where N splits (the host BLAS sums in an
+    order that depends on N); the forward GEMM runs on each device's rows of x and columns of
+    the kernel: no all-gather where the casts are partitioned (MXFP8, NVFP4 without stochastic
+    rounding and RHT; nvfp4.py)."""
+    monkeypatch.setattr(mg, "_HANDLER_ON_CPU", True)
+    mesh = make_mesh((2, 2))
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((128, 96)).astype(np.float32)
+    k = (rng.standard_normal((96, 64)) / 10).astype(np.float32)
+    g = rng.standard_normal((128, 64)).astype(np.float32)
+    key = jax.random.key(5)
+
+    def f(x, k):
+        return qj.dense(x, k, None, recipe=SHARDED_RECIPES[fmt], activation="gelu", sr_key=key)
+
+    def fwd_bwd(x, k):
+        y, vjp = jax.vjp(f, x, k)
+        return (y, *vjp(g))
+
+    step = jax.jit(fwd_bwd)
+    want = step(x, k)
+    xs, ks = _put(mesh, x, "dp", None), _put(mesh, k, None, "tp")
+    y, dx, dk = step(xs, ks)
+    np.testing.assert_array_equal(_bits(dx), _bits(want[1]))
+    assert rel(y, want[0]) < 1e-6 and rel(dk, want[2]) < 1e-6
+    hlo = jax.jit(f).lower(xs, ks).compile().as_text()
+    assert "qmesh_microscaled_gemm" in hlo
+    assert ("all-gather" in hlo) == (fmt == "nvfp4")
+
+
+@pytest.mark.parametrize("fmt", RECIPES)
+def test_sharded_gemm_splits_rows_and_gathers_k(fmt, monkeypatch):
+    """The rows of A over dp and of B over tp: each device multiplies its rows and nothing
+    moves (bit for bit with only M split); K sharded, or rows that would cut a block: gathered,
+    the same bits."""
+    monkeypatch.setattr(mg, "_HANDLER_ON_CPU", True)
+    mesh = make_mesh((2, 2))
+    a, b, _ = copies(fmt, 64, 64, 128)
+    want = call(fmt, a, b)
+    f = jax.jit(lambda a, b: call(fmt, a, b))
+
+    def rows(x, axis):
+        return (_put(mesh, x[0], axis, None), _put(mesh, x[1], axis, None), *x[2:])
+
+    got = f(rows(a, "dp"), rows(b, "tp"))
+    assert got.sharding.spec == P("dp", "tp") and rel(got, want) < 1e-6
+    hlo = f.lower(rows(a, "dp"), rows(b, "tp")).compile().as_text()
+    assert not any(c in hlo for c in ("all-gather", "all-reduce", "all-to-all")), hlo
+    np.testing.assert_array_equal(_bits(f(rows(a, "dp"), b)), _bits(want))
+    a_k = (_put(mesh, a[0], None, "tp"), _put(mesh, a[1], None, "tp"), *a[2:])
+    np.testing.assert_array_equal(_bits(f(a_k, b)), _bits(want))
+    small_a, small_b, _ = copies(fmt, 64, 32, 96)  # 16-row shards of b: an MXFP8 block cut
+    got = f(rows(small_a, ("dp", "tp")), rows(small_b, "tp"))
+    assert rel(got, call(fmt, small_a, small_b)) < 1e-6

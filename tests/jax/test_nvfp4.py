@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
+from conftest import make_mesh
 
 import qmesh.jax as qj
 
@@ -148,15 +149,41 @@ def test_stochastic_rounding(rng):
     assert abs(nearest[mask].mean() - 2.6) > 0.3
 
 
-def test_sharded_input_gives_the_unsharded_result(rng, mesh):
-    x = rng.standard_normal((64, 128)).astype(np.float32)
+CASTS = {  # options -> whether the cast is partitioned
+    "sr_rht": (dict(stochastic_rounding=True, rht=True), False),
+    "blocks": (dict(), True),
+    "tiles": (dict(tiles_2d=True), True),
+}
+
+
+@pytest.mark.parametrize("cast", CASTS)
+def test_sharded_input_gives_the_unsharded_result(rng, mesh, cast):
+    """Partitioned casts (no stochastic rounding, no RHT) quantize each shard with the global
+    amax (one all-reduce) and gather nothing; the others gather x. Both: the unsharded bits."""
+    options, partitioned = CASTS[cast]
+    x = rng.standard_normal((128, 128)).astype(np.float32)  # 8 blocks each way: any mesh
     sharded = jax.device_put(
         x, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("dp", "tp"))
     )
     key = jax.random.key(3)
-    run = jax.jit(lambda x, k: qj.nvfp4_quantize(x, k, columnwise=True, stochastic_rounding=True))
+    run = jax.jit(lambda x, k: qj.nvfp4_quantize(x, k, columnwise=True, **options))
     for u, v in zip(run(sharded, key), run(x, key)):
         np.testing.assert_array_equal(u, v)
+    x[100, 70] = np.nan  # in one shard: every shard's per-tensor scale as the unsharded one's
+    for u, v in zip(run(jax.device_put(x, sharded.sharding), key), run(x, key)):
+        np.testing.assert_array_equal(u, v)
+    hlo = run.lower(sharded, key).compile().as_text()
+    assert ("all-gather" in hlo) != partitioned
+    assert ("all-reduce" in hlo) == partitioned
+
+
+def test_a_shard_that_cuts_a_block_is_refused(rng):
+    x = jax.device_put(
+        rng.standard_normal((64, 96)).astype(np.float32),
+        jax.sharding.NamedSharding(make_mesh((2, 4)), jax.sharding.PartitionSpec(None, "tp")),
+    )
+    with pytest.raises(Exception, match="shards of 24, which is not a multiple of 16"):
+        jax.jit(qj.nvfp4_quantize).lower(x).compile()
 
 
 def test_vmap_quantizes_each_element_alone(rng):

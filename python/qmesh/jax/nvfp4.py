@@ -15,19 +15,30 @@ tile's 16 rows). Stochastic rounding (`stochastic_rounding`) takes its seed from
 jax.random key (typed, or raw uint32 [2] key data): the same key gives the same bits on the host
 and on a GPU, and a Flax rng stream can feed it.
 
-The per-tensor amax spans the whole tensor, so these primitives run unpartitioned: a sharded x
-is gathered to every device (each computes the same result).
+Sharding. The per-tensor amax spans the whole tensor. A quantize without stochastic rounding
+and without the RHT is partitioned: each device quantizes its shard with the whole tensor's
+amax (its own amax and a NaN flag all-reduced (max) over x's mesh axes; the C++ op's
+NvFp4Options::amax), so its codes and scales are its slice of the unsharded cast's; the
+copies keep x's sharding (the columnwise copy transposed) and a sharding whose shards are not
+whole 1x16 blocks (with the columnwise copy or 16x16 tiles: along both dimensions) is refused
+with a ValueError. With stochastic rounding (its bits hash the element's index in the tensor,
+which a shard does not know) or the RHT (the transformed copy takes its own amax) the quantize
+runs unpartitioned: a sharded x is gathered to every device (each computes the same result).
+Dequantize runs unpartitioned.
 """
 
 from __future__ import annotations
+
+import math
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from qmesh.jax.common import F32, check_wide, named
-from qmesh.jax.operand_checks import check_matrix
+from qmesh.jax.block_quantize import sized
+from qmesh.jax.common import F32, axes_of, check_wide, even_spec, named
+from qmesh.jax.operand_checks import check_matrix, check_whole_blocks
 from qmesh.jax.primitive import Op, register
 
 BLOCK = 16  # elements per E4M3 scale
@@ -81,13 +92,67 @@ class Nvfp4Quantize(Op):
         )
 
     @classmethod
-    def shardings(cls, mesh, arg_infos, **params):
-        return _replicated(mesh, arg_infos, range(6))
+    def inner_abstract(cls, x, key, amax, **params):
+        """The handler also takes the whole tensor's amax, float32 [1] ([0]: x's own)."""
+        return cls.abstract(x, key, **params)
 
     @classmethod
-    def sharding_rule(cls, value_types, result_types, *, columnwise, **_):
-        t = "f g, h l, m" if columnwise else "f, h, m"
-        return (f"i j, k -> a b, c d, e, {t}", {"need_replication_factors": ("i", "j")})
+    def is_empty(cls, *avals, **params):
+        return False  # abstract refuses an x without elements
+
+    @classmethod
+    def local(cls, plan, x, key, **params):
+        """plan: the mesh axes x is sharded over (its amax is reduced over them), or None."""
+        if plan:  # NaN propagates, as the op's own amax (XLA's max may drop it): flagged apart
+            local = jnp.stack([jnp.max(jnp.abs(x)).astype(F32), jnp.isnan(x).any().astype(F32)])
+            amax, nan = lax.pmax(local, plan)
+            amax = jnp.where(nan > 0, jnp.nan, amax).reshape(1)
+        else:
+            amax = jnp.zeros((0,), F32)
+        return cls.inner.bind(x, key, amax, **params)
+
+    @classmethod
+    def shardings(cls, mesh, arg_infos, *, columnwise, tiles_2d, **params):
+        if not _partitioned(**params):
+            return _replicated(mesh, arg_infos, range(6))
+        x = arg_infos[0]
+        spec = even_spec(mesh, x)
+        rows, cols = x.shape
+        check_whole_blocks(
+            mesh, axes_of(spec[1]), cols, BLOCK, "nvfp4_quantize: x's columns", "a 1x16 block"
+        )
+        if columnwise or tiles_2d:
+            cut = "a 16x16 tile" if tiles_2d else "a 1x16 block of the columnwise copy"
+            check_whole_blocks(mesh, axes_of(spec[0]), rows, BLOCK, "nvfp4_quantize: x's rows", cut)
+        data, one = named(mesh, *spec), named(mesh)
+        copy_t = named(mesh, spec[1], spec[0]) if columnwise else one
+        axes = axes_of(spec[0]) + axes_of(spec[1])
+        return [data, one], [data, data, one, copy_t, copy_t, one], axes or None
+
+    @classmethod
+    def mesh_sharding_rule(cls, mesh, value_types, result_types, *, columnwise, **params):
+        if not _partitioned(**params):
+            t = "f g, h l, m" if columnwise else "f, h, m"
+            return (f"i j, k -> a b, c d, e, {t}", {"need_replication_factors": ("i", "j")})
+        devices = math.prod(mesh.shape.values())
+        dims, sizes = {}, {}
+        for name, size in zip("ij", value_types[0].shape):
+            blocks = size // BLOCK
+            if blocks > 1 and blocks % devices == 0:  # sharded in whole blocks, as the copies
+                dims[name] = (f"({name}b {name}e)", f"({name}b {name}p)", f"{name}b")
+                sizes.update({f"{name}b": blocks, f"{name}e": BLOCK, f"{name}p": BLOCK // 2})
+            else:  # the callbacks shard (or refuse to cut) the blocks; the partitioner moves
+                dims[name] = (name, f"{name}p", f"{name}b")
+        (i, i_packed, i_blocks), (j, j_packed, j_blocks) = dims["i"], dims["j"]
+        t = f"{j} {i_packed}, {j} {i_blocks}, f" if columnwise else "g, h, l"
+        return sized(f"{i} {j}, k -> {i} {j_packed}, {i} {j_blocks}, e, {t}", sizes)
+
+
+def _partitioned(*, stochastic_rounding, rht, **_) -> bool:
+    """Whether a cast is partitioned: each shard quantized with the whole tensor's amax. Not
+    with stochastic rounding (its bits hash the element's index in the shard) or the random
+    Hadamard transform (its copy takes its own amax)."""
+    return not (stochastic_rounding or rht)
 
 
 @register

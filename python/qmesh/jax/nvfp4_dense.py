@@ -19,7 +19,8 @@ GEMM's alpha would. The bias gradient is the float32 column sum of the
 
 The key (a jax.random key, or uint32 [2] key data) rides the custom_vjp to the backward's
 gradient cast: the same key gives the same bits (docs/design/nvfp4.md "Rounding"). Sharding:
-the NVFP4 casts run unpartitioned (nvfp4.py), so a sharded layer is gathered.
+the casts with stochastic rounding or the RHT run unpartitioned (nvfp4.py), gathering their
+operand; the others and the GEMMs are partitioned (microscaled_gemm.py).
 """
 
 from __future__ import annotations
