@@ -15,16 +15,18 @@ tile's 16 rows). Stochastic rounding (`stochastic_rounding`) takes its seed from
 jax.random key (typed, or raw uint32 [2] key data): the same key gives the same bits on the host
 and on a GPU, and a Flax rng stream can feed it.
 
-Sharding. The per-tensor amax spans the whole tensor. A quantize without stochastic rounding
-and without the RHT is partitioned: each device quantizes its shard with the whole tensor's
-amax (its own amax and a NaN flag all-reduced (max) over x's mesh axes; the C++ op's
-NvFp4Options::amax), so its codes and scales are its slice of the unsharded cast's; the
-copies keep x's sharding (the columnwise copy transposed) and a sharding whose shards are not
-whole 1x16 blocks (with the columnwise copy or 16x16 tiles: along both dimensions) is refused
-with a ValueError. With stochastic rounding (its bits hash the element's index in the tensor,
-which a shard does not know) or the RHT (the transformed copy takes its own amax) the quantize
-runs unpartitioned: a sharded x is gathered to every device (each computes the same result).
-Dequantize runs unpartitioned.
+Sharding. Every quantize is partitioned, stochastic rounding and the RHT included, so that
+each device's codes and scales are bit for bit its slice of the unsharded cast's
+(docs/design/nvfp4.md "Sharding"). Each device takes its shard's own amaxes (Nvfp4Amax, the C++
+nvfp4_amax: of x, and of the transformed columnwise copy with the RHT, by the cast's own
+arithmetic), all-reduces them (max, with a NaN flag apart) over x's mesh axes, and casts its
+shard with them (NvFp4Options::amax, columnwise_amax) at its place in the whole tensor
+(NvFp4Options::origin: lax.axis_index of the mesh axes of each dimension times the shard's
+extent; whole_rows, whole_cols: the global shape), so stochastic rounding draws the bits of
+each element's index in the whole tensor. The key is replicated. The copies keep x's sharding
+(the columnwise copy transposed) and a sharding whose shards are not whole 1x16 blocks (with
+the columnwise copy or 16x16 tiles: along both dimensions) is refused with a ValueError.
+Nothing of x is gathered. Dequantize runs unpartitioned.
 """
 
 from __future__ import annotations
