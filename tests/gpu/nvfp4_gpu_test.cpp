@@ -32,6 +32,16 @@ Tensor on(const Device& device, const Tensor& host) {
   return t;
 }
 
+// Both copies of two NVFP4 tensors hold the same bytes.
+void expect_same_bytes(const NvFp4Tensor& d, const NvFp4Tensor& h) {
+  EXPECT_EQ(bytes_of(d.data()), bytes_of(h.data()));
+  EXPECT_EQ(bytes_of(d.scale()), bytes_of(h.scale()));
+  EXPECT_EQ(bytes_of(d.scale_inv()), bytes_of(h.scale_inv()));
+  EXPECT_EQ(bytes_of(d.data_t()), bytes_of(h.data_t()));
+  EXPECT_EQ(bytes_of(d.scale_t()), bytes_of(h.scale_t()));
+  EXPECT_EQ(bytes_of(d.scale_inv_t()), bytes_of(h.scale_inv_t()));
+}
+
 // (input dtype, rows, cols, stochastic rounding, RHT, 16x16 tiles)
 using Param = std::tuple<DType, int64_t, int64_t, bool, bool, bool>;
 class NvFp4GpuTest : public ::testing::TestWithParam<Param> {};
@@ -58,12 +68,7 @@ TEST_P(NvFp4GpuTest, MatchesTheHostTwin) {
   nvfp4_quantize(x, h.view(), host_o);
   const Tensor xd = on(kGpu, x);
   nvfp4_quantize(xd, d.view(), gpu_o);
-  EXPECT_EQ(bytes_of(d.data()), bytes_of(h.data()));
-  EXPECT_EQ(bytes_of(d.scale()), bytes_of(h.scale()));
-  EXPECT_EQ(bytes_of(d.scale_inv()), bytes_of(h.scale_inv()));
-  EXPECT_EQ(bytes_of(d.data_t()), bytes_of(h.data_t()));
-  EXPECT_EQ(bytes_of(d.scale_t()), bytes_of(h.scale_t()));
-  EXPECT_EQ(bytes_of(d.scale_inv_t()), bytes_of(h.scale_inv_t()));
+  expect_same_bytes(d, h);
   for (bool columnwise : {false, true}) {
     const Shape shape = columnwise ? Shape{cols, rows} : Shape{rows, cols};
     Tensor out_h(dtype, shape), out_d(dtype, shape, kGpu);
@@ -117,12 +122,7 @@ TEST(NvFp4GpuShard, MatchesTheHostTwin) {
   NvFp4Tensor h(Shape{rows, cols}, Device::host(), true), d(Shape{rows, cols}, kGpu, true);
   nvfp4_quantize(x, h.view(), host_o);
   nvfp4_quantize(xd, d.view(), gpu_o);
-  EXPECT_EQ(bytes_of(d.data()), bytes_of(h.data()));
-  EXPECT_EQ(bytes_of(d.scale()), bytes_of(h.scale()));
-  EXPECT_EQ(bytes_of(d.scale_inv()), bytes_of(h.scale_inv()));
-  EXPECT_EQ(bytes_of(d.data_t()), bytes_of(h.data_t()));
-  EXPECT_EQ(bytes_of(d.scale_t()), bytes_of(h.scale_t()));
-  EXPECT_EQ(bytes_of(d.scale_inv_t()), bytes_of(h.scale_inv_t()));
+  expect_same_bytes(d, h);
 }
 
 }  // namespace
