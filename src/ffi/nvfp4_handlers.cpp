@@ -35,8 +35,8 @@ NvFp4Options transform(bool rht, int32_t rht_signs) {
   return options;
 }
 
-// x, seed_key, amax -> data, scale, scale_inv (and data_t, scale_t, scale_inv_t): op
-// nvfp4_quantize.
+// x, seed_key, amax, columnwise_amax, origin -> data, scale, scale_inv (and data_t, scale_t,
+// scale_inv_t): op nvfp4_quantize.
 void nvfp4_quantize_impl(const Where& w, AnyBuffer x, AnyBuffer seed_key, AnyBuffer amax,
                          AnyBuffer columnwise_amax, AnyBuffer origin, Result<AnyBuffer> data,
                          Result<AnyBuffer> scale, Result<AnyBuffer> scale_inv,
