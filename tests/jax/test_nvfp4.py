@@ -10,6 +10,7 @@ import pytest
 from conftest import make_mesh
 
 import qmesh.jax as qj
+from qmesh.jax.nvfp4 import Nvfp4Amax
 
 F4 = ml_dtypes.float4_e2m1fn
 E4M3 = ml_dtypes.float8_e4m3fn
@@ -128,6 +129,23 @@ def test_rht_copy_is_the_quantized_transform(rng):
     out = qj.nvfp4_quantize(x, columnwise=True, rht=True, rht_signs=0xB00F)
     check_copy(out[:3], reference(x))
     check_copy(out[3:], reference(hadamard16(x.T.copy(), 0xB00F)))
+
+
+def test_amax_is_each_copys_own(rng):
+    """Nvfp4Amax (what a sharded cast reduces): max |x|, and of the transformed columnwise copy
+    with the RHT, to the bit; a NaN propagates."""
+    x = rng.standard_normal((32, 48)).astype(np.float32)
+    x[3, 7] = 1e6
+
+    def amaxes(x, **options):
+        return np.asarray(Nvfp4Amax.bind(jnp.asarray(x), **options)[0])
+
+    transformed = np.abs(hadamard16(x.T.copy(), 0xB00F)).max()
+    np.testing.assert_array_equal(amaxes(x, rht=True, rht_signs=0xB00F), [1e6, transformed])
+    np.testing.assert_array_equal(amaxes(x, rht=False, rht_signs=0), [1e6, 1e6])
+    assert transformed != np.float32(1e6)
+    x[20, 40] = np.nan
+    assert np.isnan(amaxes(x, rht=True, rht_signs=1)).all()
 
 
 def test_stochastic_rounding(rng):
