@@ -141,9 +141,8 @@ class Nvfp4Quantize(Op):
         amaxes = jnp.where(reduced[2:] > 0, jnp.nan, reduced[:2])
         transformed = params["rht"] and params["columnwise"]
         # x's first row and column: its shard's index along each dimension times its size.
-        origin = jnp.stack(
-            [lax.axis_index(axes) * n if axes else 0 for axes, n in zip(plan[:2], x.shape)]
-        ).astype(I32)
+        dims = zip((plan.row_axes, plan.col_axes), x.shape)
+        origin = jnp.stack([lax.axis_index(a) * n if a else 0 for a, n in dims]).astype(I32)
         return cls.inner.bind(
             x,
             key,
