@@ -111,8 +111,8 @@ def test_line_plot_with_and_without_matplotlib(tmp_path, monkeypatch):
         ("--hidden", "40", "--hidden must be a multiple of 32"),
     ],
 )
-def test_train_mlp_refuses_bad_sizes_up_front(option, value, message, capsys):
+def test_train_mlp_refuses_bad_sizes_up_front(option, value, message, tmp_path, capsys):
     # --steps 0 printed "final loss nan"; --hidden 40 failed in the fifth recipe's first step.
     with pytest.raises(SystemExit):
-        load("train_mlp").main([option, value, "--out", "unused"])
+        load("train_mlp").main([option, value, "--out", str(tmp_path / "run")])
     assert message in capsys.readouterr().err
