@@ -127,31 +127,29 @@ static int parse_options(int argc, char** argv, options* o) {
       o->emulate = 1;
       continue;
     }
-    if (i + 1 >= argc) {
-      fprintf(stderr, "c_trainer: %s needs a value (see --help)\n", a);
-      return 2;
-    }
-    const char* v = argv[++i];
+    const int has_value = i + 1 < argc;
+    const char* v = has_value ? argv[i + 1] : "";
     char* end = NULL;
     const long long n = strtoll(v, &end, 10);
     const int is_int = *v != '\0' && *end == '\0';
+    const int is_count = is_int && n >= 1 && n <= INT32_MAX; /* sizes and counts */
     int ok = 1;
     if (strcmp(a, "--dp") == 0)
-      ok = is_int, o->dp = (int)n;
+      ok = is_count, o->dp = (int)n;
     else if (strcmp(a, "--tp") == 0)
-      ok = is_int, o->tp = (int)n;
+      ok = is_count, o->tp = (int)n;
     else if (strcmp(a, "--layers") == 0)
-      ok = is_int, o->layers = (int)n;
+      ok = is_count, o->layers = (int)n;
     else if (strcmp(a, "--hidden") == 0)
-      ok = is_int, o->hidden = n;
+      ok = is_count, o->hidden = n;
     else if (strcmp(a, "--ffn") == 0)
-      ok = is_int, o->ffn = n;
+      ok = is_count, o->ffn = n;
     else if (strcmp(a, "--seq") == 0)
-      ok = is_int, o->seq = n;
+      ok = is_count, o->seq = n;
     else if (strcmp(a, "--batch") == 0)
-      ok = is_int, o->batch = n;
+      ok = is_count, o->batch = n;
     else if (strcmp(a, "--steps") == 0)
-      ok = is_int, o->steps = (int)n;
+      ok = is_count, o->steps = (int)n;
     else if (strcmp(a, "--amax-history") == 0)
       ok = is_int, o->amax_history = (int)n;
     else if (strcmp(a, "--log-every") == 0)
@@ -176,6 +174,11 @@ static int parse_options(int argc, char** argv, options* o) {
       fprintf(stderr, "c_trainer: unknown option '%s' (see --help)\n", a);
       return 2;
     }
+    if (!has_value) {
+      fprintf(stderr, "c_trainer: %s needs a value (see --help)\n", a);
+      return 2;
+    }
+    ++i;
     if (!ok) {
       fprintf(stderr, "c_trainer: bad value '%s' for %s (see --help)\n", v, a);
       return 2;
@@ -210,7 +213,13 @@ static int run(const options* o, qmesh_world* world) {
   int rank = 0, size = 1;
   CHECK(qmesh_world_rank(world, &rank));
   CHECK(qmesh_world_size(world, &size));
-  const int dp = o->dp > 0 ? o->dp : size / (o->tp > 0 ? o->tp : 1);
+  if (o->dp == 0 && size % o->tp != 0) {
+    if (rank == 0)
+      fprintf(stderr, "c_trainer: --tp %d does not divide the number of ranks %d (see --help)\n",
+              o->tp, size);
+    return 2;
+  }
+  const int dp = o->dp > 0 ? o->dp : size / o->tp;
 
   /* The mesh {dp, tp} and the layers' context (recipe, delayed scaling; the host). */
   const qmesh_mesh_axis axes[2] = {{"dp", dp}, {"tp", o->tp}};

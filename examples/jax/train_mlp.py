@@ -105,6 +105,12 @@ def main(argv=None):
     p.add_argument("--log-every", type=int, default=50)
     p.add_argument("--out", default="train_mlp_jax", help="prefix of the CSV and PNG written")
     args = p.parse_args(argv)
+    for name in ("hidden", "ffn", "tokens", "steps", "log_every"):
+        value = getattr(args, name)
+        if value < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1, not {value}")
+        if name in ("hidden", "ffn", "tokens") and value % 32:  # MXFP8's blocks (NVFP4's: 16)
+            p.error(f"--{name} must be a multiple of 32 (the MXFP8 run's blocks), not {value}")
 
     teacher = Teacher(args.hidden, args.seed)
     runs = {

@@ -6,6 +6,7 @@
 #include "qmesh/config.h"
 #include "qmesh/device.h"
 #include "qmesh/error.h"
+#include "qmesh/ops/gemm_emulation.h"
 
 namespace train_mlp {
 
@@ -183,6 +184,13 @@ void validate(Options& o, int world, int ranks_per_node) {
               "; or use --device cpu");
   QMESH_CHECK(!o.rank_order || o.device == DeviceChoice::kCpu,
               "--rank-order sums host gradients: add --device cpu");
+  const bool microscaled = o.recipe == qmesh::Recipe::kMxfp8 || o.recipe == qmesh::Recipe::kNvfp4;
+  QMESH_CHECK(!microscaled || o.emulate || o.device != DeviceChoice::kCpu ||
+                  qmesh::block_emulation_from_env(),
+              "--recipe ", qmesh::recipe_name(o.recipe),
+              ": the CPU backend has no native GEMM of that format; add --emulate (or set "
+              "QMESH_BLOCK_EMULATION=1) to run its GEMMs emulated (dequantized, then a GEMM "
+              "with fp32 accumulation)");
 }
 
 }  // namespace train_mlp

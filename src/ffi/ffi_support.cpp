@@ -128,7 +128,8 @@ void require_count(const AnyBuffer& buffer, int64_t count, const std::string& wh
               element_count(buffer));
 }
 
-std::vector<int32_t> group_rows(const Where& where, const AnyBuffer& sizes, int64_t rows) {
+std::vector<int32_t> group_rows(const Where& where, const AnyBuffer& sizes, int64_t rows,
+                                int64_t row_block) {
   require_dtype(sizes, {DType::kInt32}, "group_sizes");
   std::vector<int32_t> counts(element_count(sizes));
   QMESH_CHECK(!counts.empty(), "group_sizes must list at least one group");
@@ -141,6 +142,11 @@ std::vector<int32_t> group_rows(const Where& where, const AnyBuffer& sizes, int6
     total += r;
   }
   QMESH_CHECK(total == rows, "group_sizes add up to ", total, " rows but x has ", rows, " rows");
+  for (size_t g = 0; g < counts.size(); ++g)
+    QMESH_CHECK(counts[g] % row_block == 0, "group ", g, " has ", counts[g],
+                " rows, not a multiple of ", row_block,
+                ": every group's rows must be whole blocks; pad each group to a multiple of ",
+                row_block, " rows");
   return counts;
 }
 

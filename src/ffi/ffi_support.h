@@ -71,9 +71,11 @@ GemmOperand gemm_operand(const Where& w, const AnyBuffer& x, const AnyBuffer& sc
                          int32_t block, const char* what, const char* scale_what);
 
 // The row counts of a group_sizes operand (int32 [G], G >= 1) as host integers (a device
-// operand is copied, stream-ordered, and waited for); Error unless each is >= 0 and they add
-// up to `rows`.
-std::vector<int32_t> group_rows(const Where& where, const AnyBuffer& sizes, int64_t rows);
+// operand is copied, stream-ordered, and waited for); Error unless each is >= 0 and a multiple
+// of `row_block` (the op's block edge along the rows; 1 for none; checked before a handler
+// views the groups' columnwise scales) and they add up to `rows`.
+std::vector<int32_t> group_rows(const Where& where, const AnyBuffer& sizes, int64_t rows,
+                                int64_t row_block = 1);
 
 // Bytes of the workspace result that the CUDA GEMM handler takes (cuBLASLt's workspace and
 // room to align it to 256 bytes; gemm_handlers.cpp).

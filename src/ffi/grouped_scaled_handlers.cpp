@@ -44,7 +44,7 @@ void grouped_mxfp8_quantize_impl(const Where& w, AnyBuffer x, AnyBuffer group_si
                                  Result<AnyBuffer> q_t, Result<AnyBuffer> scale_t, float margin) {
   const TensorView input = matrix_input(x, w);
   const int64_t cols = input.shape.cols(), blocks = cols / kMxBlock;
-  const std::vector<int32_t> rows = group_rows(w, group_sizes, input.shape.rows());
+  const std::vector<int32_t> rows = group_rows(w, group_sizes, input.shape.rows(), kMxBlock);
   require_count(*q, input.numel(), "q (the codes, shaped like x)");
   require_count(*scale, input.numel() / kMxBlock, "scale ([rows, cols / 32])");
   const DType fp8 = to_dtype(q->element_type(), "q"),
@@ -97,7 +97,7 @@ void grouped_nvfp4_quantize_impl(const Where& w, AnyBuffer x, AnyBuffer group_si
                                  bool tiles_2d, bool rht, int32_t rht_signs) {
   const TensorView input = matrix_input(x, w);
   const int64_t cols = input.shape.cols(), blocks = cols / kNvFp4Block;
-  const std::vector<int32_t> rows = group_rows(w, group_sizes, input.shape.rows());
+  const std::vector<int32_t> rows = group_rows(w, group_sizes, input.shape.rows(), kNvFp4Block);
   const auto groups = static_cast<int64_t>(rows.size());
   QMESH_CHECK(rht_signs >= 0 && rht_signs < 0x10000, "rht_signs must be a 16-bit mask, got ",
               rht_signs);

@@ -19,7 +19,8 @@ LayerContext::LayerContext(const Mesh& mesh, Recipe recipe, LayerContextOptions 
   if (recipe == Recipe::kFp8Block || recipe == Recipe::kMxfp8 || recipe == Recipe::kNvfp4) {
     QMESH_CHECK_KIND(ErrorKind::kUnsupported, !options_.fp8_stats,
                      "LayerContextOptions::fp8_stats: FP8 statistics are collected for per-tensor "
-                     "scaling only; unset it under the block-scaling recipe");
+                     "scaling only; unset it under the '",
+                     recipe_name(recipe), "' recipe");
   }
   QMESH_CHECK(options_.fsdp.prefetch >= 0,
               "FsdpOptions::prefetch must be >= 0 (layers gathered ahead), got ",

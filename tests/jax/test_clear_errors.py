@@ -87,3 +87,20 @@ def test_grouped_quantize_without_groups_for_rows():
         jnp.ones((0, 16)), jnp.zeros((0,), jnp.int32), jnp.zeros((0,), jnp.float32)
     )
     assert empty.q.shape == (0, 16)
+
+
+@pytest.mark.parametrize(
+    "recipe",
+    [
+        qj.MXFP8BlockScaling(emulate=True),
+        qj.NVFP4BlockScaling(emulate=True, disable_stochastic_rounding=True),
+        Float8CurrentScaling(),
+    ],
+    ids=lambda r: type(r).__name__,
+)
+def test_dense_refuses_a_bad_out_dtype_or_fallback_under_every_recipe(recipe):
+    x, k = jnp.ones((32, 32)), jnp.ones((32, 32))
+    with pytest.raises(TypeError, match="out_dtype must be a floating dtype"):
+        qj.dense(x, k, recipe=recipe, out_dtype=jnp.int32)
+    with pytest.raises(ValueError, match="fallback must be None or 'bf16'"):
+        qj.dense(x, k, recipe=recipe, fallback="fp4")

@@ -5,6 +5,8 @@ import importlib.util
 import os
 import sys
 
+import pytest
+
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "jax")
 
 
@@ -100,3 +102,17 @@ def test_line_plot_with_and_without_matplotlib(tmp_path, monkeypatch):
     # The plain drawing has nothing but white, the axes' black and grey and the curves.
     plain, _ = _colors_in_png(tmp_path / "plain.png")
     assert plain <= {(255, 255, 255), (0, 0, 0), (200, 200, 200), *png.COLORS[:2]}
+
+
+@pytest.mark.parametrize(
+    "option,value,message",
+    [
+        ("--steps", "0", "--steps must be >= 1"),
+        ("--hidden", "40", "--hidden must be a multiple of 32"),
+    ],
+)
+def test_train_mlp_refuses_bad_sizes_up_front(option, value, message, tmp_path, capsys):
+    # --steps 0 printed "final loss nan"; --hidden 40 failed in the fifth recipe's first step.
+    with pytest.raises(SystemExit):
+        load("train_mlp").main([option, value, "--out", str(tmp_path / "run")])
+    assert message in capsys.readouterr().err

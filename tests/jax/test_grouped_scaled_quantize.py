@@ -132,6 +132,16 @@ def test_grouped_scaled_quantize_clear_errors():
         mx(x, np.asarray([48, 16], np.int32))[0].block_until_ready()
     with pytest.raises(Exception, match="group 1 has 8 rows, not a multiple of 16"):
         nv(x, np.asarray([48, 8, 8], np.int32))[0].block_until_ready()
+    # With the columnwise copy too: a group of part of a block is named, not its scales' shape.
+    for quantize, sizes, block in (
+        (qj.grouped_mxfp8_quantize, [16, 48], 32),
+        (qj.grouped_nvfp4_quantize, [8, 56], 16),
+    ):
+        cast = jax.jit(lambda v, g, quantize=quantize: quantize(v, g, columnwise=True))
+        with pytest.raises(
+            Exception, match=f"group 0 has {sizes[0]} rows, not a multiple of {block}"
+        ):
+            cast(x, np.asarray(sizes, np.int32))[0].block_until_ready()
     with pytest.raises(Exception, match="group_sizes add up to 80 rows but x has 64 rows"):
         nv(x, np.asarray([48, 32], np.int32))[0].block_until_ready()
     with pytest.raises(ValueError, match="no groups for 64 rows"):

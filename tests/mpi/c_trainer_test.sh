@@ -64,11 +64,20 @@ done
 
 # Bad input: one clear message, a non-zero exit, no crash.
 run4 "$c_trainer" --tp 3 >"$work/bad.log" 2>&1 && fail "accepted --tp 3 on 4 ranks"
-grep -q "qmesh_mesh_create" "$work/bad.log" || { cat "$work/bad.log"; fail "no message for --tp 3"; }
+grep -q "tp 3 does not divide the number of ranks 4" "$work/bad.log" ||
+  { cat "$work/bad.log"; fail "no message for --tp 3"; }
 ! grep -q -e "terminate called" -e "Aborted" -e "core dumped" "$work/bad.log" || fail "crashed"
 "$c_trainer" --recipe fp9 >"$work/bad.log" 2>&1 && fail "accepted --recipe fp9"
 grep -q "bad value 'fp9' for --recipe" "$work/bad.log" || fail "no message for --recipe fp9"
 "$c_trainer" --help | grep -q "Usage:" || fail "no --help"
+"$c_trainer" --steps 0 >"$work/bad.log" 2>&1 && fail "accepted --steps 0"  # was 'final loss 0'
+grep -q "bad value '0' for --steps" "$work/bad.log" || fail "no message for --steps 0"
+"$c_trainer" --layers -1 >"$work/bad.log" 2>&1 && fail "accepted --layers -1"
+grep -q "bad value '-1' for --layers" "$work/bad.log" || fail "no message for --layers -1"
+"$c_trainer" --steps 2 --bogus >"$work/bad.log" 2>&1 && fail "accepted --bogus"
+grep -q "unknown option '--bogus'" "$work/bad.log" || fail "no message for --bogus"
+"$c_trainer" --steps >"$work/bad.log" 2>&1 && fail "accepted --steps without a value"
+grep -q -- "--steps needs a value" "$work/bad.log" || fail "no message for --steps alone"
 run4 "$c_trainer" "${small[@]}" --steps 6 --resume --checkpoint-dir "$work/none" >"$work/bad.log" 2>&1 &&
   fail "resumed from nothing"
 grep -q "no checkpoint to resume from" "$work/bad.log" || { cat "$work/bad.log"; fail "no message"; }

@@ -231,6 +231,8 @@ bad-input)
   expect "add --sequence-parallel" "${small[@]}" --regather-input
   expect "unrecognised option '--bogus'" --bogus
   expect "--device must be auto, cpu or cuda" "${small[@]}" --device gpu
+  expect "--recipe nvfp4: the CPU backend has no native GEMM of that format; add --emulate" \
+    "${small[@]}" --device cpu --recipe nvfp4
   if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" = 0 ]; then
     expect "this process sees no CUDA device" "${small[@]}" --device cuda
   fi

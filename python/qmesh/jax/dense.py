@@ -513,6 +513,15 @@ def _pass_state(y, state):
 _pass_state.defvjp(lambda y, state: (y, state), lambda state, g: (g, state))
 
 
+def _require_wide(dtype, what: str) -> None:
+    """TypeError naming `what` unless dtype is a floating dtype wider than FP8."""
+    if not jnp.issubdtype(dtype, jnp.floating) or dtype in FP8_DTYPES:
+        raise TypeError(
+            f"dense: {what} must be a floating dtype wider than FP8 (float32, "
+            f"bfloat16, float16; others run with fallback='bf16'), not {dtype}"
+        )
+
+
 def unquantized(x, kernel, bias, activation, out_dtype, dtype=jnp.bfloat16):
     """act(x @ kernel + bias) without FP8: operands in `dtype`, float32 accumulation."""
     y = jnp.matmul(x.astype(dtype), kernel.astype(dtype), preferred_element_type=F32)
@@ -564,6 +573,10 @@ def dense(
     collective_gemm = _cgemm.of(_cgemm.in_force(collective_gemm, recipe), "column")
     if activation not in ACTIVATIONS:
         raise ValueError(f"dense: activation must be one of {ACTIVATIONS}, not {activation!r}")
+    if fallback not in FALLBACKS:
+        raise ValueError(f"dense: fallback must be None or 'bf16', not {fallback!r}")
+    if out_dtype is not None:
+        _require_wide(jnp.dtype(out_dtype), "out_dtype")
     if isinstance(recipe, (MXFP8BlockScaling, NVFP4BlockScaling)):
         if state is not None:
             raise ValueError(f"dense: {type(recipe).__name__} keeps no state; pass state=None")
@@ -573,8 +586,6 @@ def dense(
         return mxfp8_dense.dense(x, kernel, bias, recipe, activation, out_dtype)
     if recipe is not None:
         check_recipe(recipe)
-    if fallback not in FALLBACKS:
-        raise ValueError(f"dense: fallback must be None or 'bf16', not {fallback!r}")
     x, kernel = jnp.asarray(x), jnp.asarray(kernel)
     if x.ndim < 1 or kernel.ndim != 2 or x.shape[-1] != kernel.shape[0]:
         raise ValueError(
@@ -589,11 +600,7 @@ def dense(
             )
     out_dtype = jnp.dtype(x.dtype if out_dtype is None else out_dtype)
     for dtype, what in ((x.dtype, "x"), (kernel.dtype, "kernel"), (out_dtype, "out_dtype")):
-        if not jnp.issubdtype(dtype, jnp.floating) or dtype in FP8_DTYPES:
-            raise TypeError(
-                f"dense: {what} must be a floating dtype wider than FP8 (float32, "
-                f"bfloat16, float16; others run with fallback='bf16'), not {dtype}"
-            )
+        _require_wide(dtype, what)
     if recipe is None:  # high precision (autocast(enabled=False))
         _cgemm.check_quantized(collective_gemm, recipe)
         y = unquantized(x, kernel, bias, activation, out_dtype, x.dtype)

@@ -132,7 +132,8 @@ def dense(x, kernel, bias, recipe, activation, out_dtype, sr_key):
         raise ValueError(
             "dense: NVFP4BlockScaling rounds the gradients stochastically and needs a key: pass "
             "sr_key=jax.random.key(...) (a new one each step; in Flax modules and drop-ins, "
-            "rngs={'sr_rng': key}), or NVFP4BlockScaling(disable_stochastic_rounding=True)"
+            "rngs={'sr_rng': key}; in a function of wrap_function_in_state_module, "
+            "sr_key=states.sr_key()), or NVFP4BlockScaling(disable_stochastic_rounding=True)"
         )
     key = key_data(sr_key) if uses_sr(recipe) else None
     return _dense(cfg, x2, kernel, bias, key).reshape(shape)

@@ -250,7 +250,7 @@ TEST(Nvfp4Recipe, RefusesWhatItDoesNotSupport) {
     const Mesh mesh(borrowed(comm), {{"tp", 1}});
     Fp8Stats stats;
     EXPECT_QMESH_ERROR(LayerContext(mesh, Recipe::kNvfp4, {.fp8_stats = &stats}),
-                       "per-tensor scaling only");
+                       "per-tensor scaling only; unset it under the 'nvfp4' recipe");
     NVFP4BlockScaling bad;
     bad.fp8_dpa = true;
     EXPECT_QMESH_ERROR(LayerContext(mesh, Recipe::kNvfp4, {.nvfp4 = bad}), "fp8_dpa");
