@@ -1,7 +1,8 @@
 // CPU backend of the NVFP4 casts: the host twin of cuda/nvfp4_cast.cu. Both run the steps of
 // ops/nvfp4_cast_job.h in the same order per copy: block amaxes, the per-tensor amax (their
-// max), tile amaxes with 16x16 tiles, then scales and codes; every value comes from the shared
-// rules of ops/nvfp4_rules.h, so the bits match the kernels'. Rows run on separate threads.
+// max; all an amax-only job computes), tile amaxes with 16x16 tiles, then scales and codes; every
+// value comes from the shared rules of ops/nvfp4_rules.h, so the bits match the kernels'. Rows run
+// on separate threads.
 #include "cpu/nvfp4_cast.h"
 
 #include <algorithm>
@@ -38,6 +39,10 @@ void cast_copy(const NvFp4CastJob& job, int copy) {
       }
   });
   const uint32_t global = *std::max_element(amax.begin(), amax.end());
+  if (job.amax_out) {
+    job.amax_out[copy] = nvfp4::float_of(global);
+    return;
+  }
   if (job.tiles_2d)
     for (int64_t i0 = 0; i0 < rows; i0 += kBlock)
       for (int64_t kb = 0; kb < blocks; ++kb) {
@@ -45,17 +50,18 @@ void cast_copy(const NvFp4CastJob& job, int copy) {
         for (int64_t i = i0; i < i0 + kBlock; ++i) tile = std::max(tile, amax[i * blocks + kb]);
         for (int64_t i = i0; i < i0 + kBlock; ++i) amax[i * blocks + kb] = tile;
       }
-  const float global_encode = nvfp4::global_encode_scale(job.tensor_amax(nvfp4::float_of(global)));
+  const float global_encode =
+      nvfp4::global_encode_scale(job.tensor_amax(copy, nvfp4::float_of(global)));
   const float global_decode = 1.0f / global_encode;
   *job.copies[copy].scale_inv = global_decode;
-  const uint64_t seed = job.rounding_seed();
+  const NvFp4Rounding rounding = job.rounding();
   parallel_for(rows, grain, [&](int64_t begin, int64_t end, int) {
     float v[kBlock];
     for (int64_t i = begin; i < end; ++i)
       for (int64_t kb = 0; kb < blocks; ++kb) {
         nvfp4::load_block(job, load, copy, i, kb, v);
         nvfp4::encode_block(job, copy, i, kb, v, nvfp4::float_of(amax[i * blocks + kb]),
-                            global_encode, global_decode, seed);
+                            global_encode, global_decode, rounding);
       }
   });
 }
@@ -63,7 +69,8 @@ void cast_copy(const NvFp4CastJob& job, int copy) {
 template <class Load>
 void cast(const NvFp4CastJob& job) {
   for (int copy = 0; copy < 2; ++copy)
-    if (job.copies[copy].data) cast_copy<Load>(job, copy);
+    if (job.has_copy(copy)) cast_copy<Load>(job, copy);
+  if (job.amax_out && !job.rht_columnwise) job.amax_out[1] = job.amax_out[0];
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 //   2. (nothing to launch: with 16x16 tiles, step 3 takes the max of the tile's 16 block
 //      amaxes);
 //   3. scales and codes, from the per-tensor amax read back on the device.
+// An amax-only job (nvfp4_amax) runs step 1 alone, into its output.
 // A straightforward first kernel: each block is read twice (columnwise: strided reads).
 #include <algorithm>
 #include <cstdint>
@@ -46,8 +47,9 @@ __global__ void block_amax_kernel(NvFp4CastJob job, int copy, uint32_t* block_am
        b += int64_t(gridDim.x) * blockDim.x) {
     float v[kBlock];
     nvfp4::load_block(job, load, copy, b / blocks, b % blocks, v);
-    block_amax[b] = nvfp4::amax_bits(v);
-    local = max(local, block_amax[b]);
+    const uint32_t a = nvfp4::amax_bits(v);
+    if (block_amax) block_amax[b] = a;
+    local = max(local, a);
   }
   atomicMax(global_amax, local);
 }
@@ -58,9 +60,9 @@ __global__ void encode_kernel(NvFp4CastJob job, int copy, const uint32_t* block_
   const int64_t blocks = job.copy_cols(copy) / kBlock, n = job.copy_rows(copy) * blocks;
   const DeviceLoad<T> load{static_cast<const T*>(job.in)};
   const float global_encode =
-      nvfp4::global_encode_scale(job.tensor_amax(__uint_as_float(*global_amax)));
+      nvfp4::global_encode_scale(job.tensor_amax(copy, __uint_as_float(*global_amax)));
   const float global_decode = 1.0f / global_encode;
-  const uint64_t seed = job.rounding_seed();
+  const NvFp4Rounding rounding = job.rounding();
   if (blockIdx.x == 0 && threadIdx.x == 0) *job.copies[copy].scale_inv = global_decode;
   for (int64_t b = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; b < n;
        b += int64_t(gridDim.x) * blockDim.x) {
@@ -73,7 +75,7 @@ __global__ void encode_kernel(NvFp4CastJob job, int copy, const uint32_t* block_
     float v[kBlock];
     nvfp4::load_block(job, load, copy, i, kb, v);
     nvfp4::encode_block(job, copy, i, kb, v, __uint_as_float(amax), global_encode, global_decode,
-                        seed);
+                        rounding);
   }
 }
 
@@ -102,19 +104,27 @@ void nvfp4_cast(int device, const NvFp4CastJob& job, Stream stream) {
   const DeviceGuard guard(device);
   const auto s = static_cast<cudaStream_t>(stream.handle);
   const int64_t n = job.rows * job.cols / kBlock;  // blocks per copy
-  StreamScratch<uint32_t> scratch(size_t(n + 1), s);
-  uint32_t* global_amax = scratch.get() + n;
+  // An amax-only job reduces straight into job.amax_out (a float's bits order as its
+  // magnitude's for a non-negative float) and keeps no block amaxes.
+  StreamScratch<uint32_t> scratch(job.amax_out ? 1 : size_t(n + 1), s);
+  uint32_t* block_amax = job.amax_out ? nullptr : scratch.get();
   dispatch_wide(job.in_dtype, [&](auto type) {
     using T = typename decltype(type)::type;
     for (int copy = 0; copy < 2; ++copy) {
-      if (!job.copies[copy].data) continue;
+      if (!job.has_copy(copy)) continue;
+      uint32_t* global_amax =
+          job.amax_out ? reinterpret_cast<uint32_t*>(job.amax_out + copy) : scratch.get() + n;
       QMESH_CHECK_CUDA(cudaMemsetAsync(global_amax, 0, sizeof(uint32_t), s));
-      block_amax_kernel<T><<<grid_for(n), kThreads, 0, s>>>(job, copy, scratch.get(), global_amax);
+      block_amax_kernel<T><<<grid_for(n), kThreads, 0, s>>>(job, copy, block_amax, global_amax);
       QMESH_CHECK_CUDA(cudaGetLastError());
-      encode_kernel<T><<<grid_for(n), kThreads, 0, s>>>(job, copy, scratch.get(), global_amax);
+      if (job.amax_out) continue;
+      encode_kernel<T><<<grid_for(n), kThreads, 0, s>>>(job, copy, block_amax, global_amax);
       QMESH_CHECK_CUDA(cudaGetLastError());
     }
   });
+  if (job.amax_out && !job.rht_columnwise)
+    QMESH_CHECK_CUDA(cudaMemcpyAsync(job.amax_out + 1, job.amax_out, sizeof(float),
+                                     cudaMemcpyDeviceToDevice, s));
 }
 
 void nvfp4_dequantize(int device, const uint8_t* data, const uint8_t* scale, const float* scale_inv,

@@ -5,8 +5,11 @@
 // (uint8 [rows, cols / 2]), the E4M3 scales (float8_e4m3fn [rows, cols / 16]) and the per-tensor
 // decode scale (float32 [1]); the columnwise copy's results are empty when it is not asked for.
 // The stochastic rounding seed is an operand, int32 [2] (jax.random key data, bitcast): read by
-// the cast where it runs. The amax operand is float32 [1], the amax of the whole tensor of which
-// x is a shard (NvFp4Options::amax), or empty: x's own.
+// the cast where it runs. When x is a shard of a whole [whole_rows, whole_cols] tensor (attributes;
+// 0, 0 when it is not) the cast takes three more operands, each empty when x is the whole
+// tensor: amax and columnwise_amax (float32 [1], the whole tensor's amaxes: NvFp4Options::amax,
+// columnwise_amax) and origin (int32 [2], x's first row and column in the whole tensor). The
+// amax handler gives x's own amaxes (float32 [2], nvfp4_amax) that a sharded cast all-reduces.
 #include <cstdint>
 
 #include "ffi/ffi_support.h"
@@ -16,18 +19,32 @@
 namespace qmesh::ffi {
 namespace {
 
-// x, seed_key, amax -> data, scale, scale_inv (and data_t, scale_t, scale_inv_t): op
-// nvfp4_quantize.
-void nvfp4_quantize_impl(const Where& w, AnyBuffer x, AnyBuffer seed_key, AnyBuffer amax,
-                         Result<AnyBuffer> data, Result<AnyBuffer> scale,
-                         Result<AnyBuffer> scale_inv, Result<AnyBuffer> data_t,
-                         Result<AnyBuffer> scale_t, Result<AnyBuffer> scale_inv_t,
-                         bool stochastic_rounding, bool tiles_2d, bool rht, int32_t rht_signs) {
+// x read as its row-major 2-D view [rows, cols].
+TensorView matrix_view(const AnyBuffer& x, const Where& w) {
   const TensorView v = view(x, w, "x");
-  const TensorView input(v.data, v.dtype, Shape{v.shape.rows(), v.shape.cols()}, w.device);
-  const int64_t rows = input.shape.rows(), cols = input.shape.cols();
+  return TensorView(v.data, v.dtype, Shape{v.shape.rows(), v.shape.cols()}, w.device);
+}
+
+// The options of the random Hadamard transform attributes.
+NvFp4Options transform(bool rht, int32_t rht_signs) {
   QMESH_CHECK(rht_signs >= 0 && rht_signs < 0x10000, "rht_signs must be a 16-bit mask, got ",
               rht_signs);
+  NvFp4Options options;
+  options.rht = rht;
+  options.rht_signs = static_cast<uint16_t>(rht_signs);
+  return options;
+}
+
+// x, seed_key, amax, columnwise_amax, origin -> data, scale, scale_inv (and data_t, scale_t,
+// scale_inv_t): op nvfp4_quantize.
+void nvfp4_quantize_impl(const Where& w, AnyBuffer x, AnyBuffer seed_key, AnyBuffer amax,
+                         AnyBuffer columnwise_amax, AnyBuffer origin, Result<AnyBuffer> data,
+                         Result<AnyBuffer> scale, Result<AnyBuffer> scale_inv,
+                         Result<AnyBuffer> data_t, Result<AnyBuffer> scale_t,
+                         Result<AnyBuffer> scale_inv_t, bool stochastic_rounding, bool tiles_2d,
+                         bool rht, int32_t rht_signs, int64_t whole_rows, int64_t whole_cols) {
+  const TensorView input = matrix_view(x, w);
+  const int64_t rows = input.shape.rows(), cols = input.shape.cols();
   NvFp4TensorView out;
   out.data = packed_view(*data, w, rows, "data");
   out.scale = view(scale, w, "scale");
@@ -37,14 +54,23 @@ void nvfp4_quantize_impl(const Where& w, AnyBuffer x, AnyBuffer seed_key, AnyBuf
     out.scale_t = view(scale_t, w, "scale_t");
     out.scale_inv_t = view(scale_inv_t, w, "scale_inv_t");
   }
-  NvFp4Options options;
+  NvFp4Options options = transform(rht, rht_signs);
   options.stochastic_rounding = stochastic_rounding;
   options.tiles_2d = tiles_2d;
-  options.rht = rht;
-  options.rht_signs = static_cast<uint16_t>(rht_signs);
   options.seed_key = view(seed_key, w, "seed_key");
   if (element_count(amax) != 0) options.amax = view(amax, w, "amax");
+  if (element_count(columnwise_amax) != 0)
+    options.columnwise_amax = view(columnwise_amax, w, "columnwise_amax");
+  if (element_count(origin) != 0) options.origin = view(origin, w, "origin");
+  options.whole_rows = whole_rows;
+  options.whole_cols = whole_cols;
   nvfp4_quantize(input, out, options, w.stream);
+}
+
+// x -> amax (float32 [2]): op nvfp4_amax.
+void nvfp4_amax_impl(const Where& w, AnyBuffer x, Result<AnyBuffer> amax, bool rht,
+                     int32_t rht_signs) {
+  nvfp4_amax(matrix_view(x, w), view(amax, w, "amax"), transform(rht, rht_signs), w.stream);
 }
 
 // data, scale, scale_inv -> out = the copy's values (fp32, bf16 or fp16, [rows, cols]).
@@ -67,6 +93,8 @@ QMESH_FFI_HANDLER(QmeshNvfp4Quantize, qmesh::ffi::nvfp4_quantize_impl,
                   .Arg<AnyBuffer>()      // x
                       .Arg<AnyBuffer>()  // seed_key
                       .Arg<AnyBuffer>()  // amax
+                      .Arg<AnyBuffer>()  // columnwise_amax
+                      .Arg<AnyBuffer>()  // origin
                       .Ret<AnyBuffer>()  // data
                       .Ret<AnyBuffer>()  // scale
                       .Ret<AnyBuffer>()  // scale_inv
@@ -75,6 +103,14 @@ QMESH_FFI_HANDLER(QmeshNvfp4Quantize, qmesh::ffi::nvfp4_quantize_impl,
                       .Ret<AnyBuffer>()  // scale_inv_t
                       .Attr<bool>("stochastic_rounding")
                       .Attr<bool>("tiles_2d")
+                      .Attr<bool>("rht")
+                      .Attr<int32_t>("rht_signs")
+                      .Attr<int64_t>("whole_rows")
+                      .Attr<int64_t>("whole_cols"));
+
+QMESH_FFI_HANDLER(QmeshNvfp4Amax, qmesh::ffi::nvfp4_amax_impl,
+                  .Arg<AnyBuffer>()      // x
+                      .Ret<AnyBuffer>()  // amax
                       .Attr<bool>("rht")
                       .Attr<int32_t>("rht_signs"));
 

@@ -31,6 +31,9 @@ void grouped_nvfp4_quantize(const TensorView& x, std::span<const NvFp4TensorView
   QMESH_CHECK(options.seed_key.empty(),
               "grouped_nvfp4_quantize takes its seed as options.seed (the groups' seeds are "
               "derived from it on the host), not options.seed_key");
+  QMESH_CHECK(options.amax.empty() && options.columnwise_amax.empty() && options.origin.empty(),
+              "grouped_nvfp4_quantize quantizes each group as a whole tensor with its own "
+              "amaxes: leave options.amax, columnwise_amax and origin empty");
   detail::for_each_group(
       x, outs, kNvFp4Block, "grouped_nvfp4_quantize",
       [](const NvFp4TensorView& out) {

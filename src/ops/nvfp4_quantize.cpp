@@ -23,6 +23,60 @@ detail::NvFp4CopyOut copy_out(const TensorView& data, const TensorView& scale,
           static_cast<float*>(scale_inv.data)};
 }
 
+// An fp32 [1] amax operand of nvfp4_quantize on x's device.
+void check_amax(const TensorView& amax, const TensorView& x, const char* what) {
+  check_dtype(amax, DType::kFloat32, what);
+  check_shape(amax, Shape{1}, what);
+  check_device(amax, x.device, what);
+}
+
+// NvFp4Options::origin and the whole shape (docs/design/nvfp4.md "Sharding"); a host origin's
+// values too.
+void check_origin(const NvFp4Options& o, const TensorView& x) {
+  const int64_t rows = x.shape.rows(), cols = x.shape.cols();
+  if (o.origin.empty()) {
+    QMESH_CHECK(o.whole_rows == 0 && o.whole_cols == 0,
+                "nvfp4_quantize: whole_rows and whole_cols are the shape of the whole tensor "
+                "of which x is a shard, given only with origin (its place in it)");
+    return;
+  }
+  check_dtype(o.origin, DType::kInt32, "nvfp4_quantize origin");
+  check_shape(o.origin, Shape{2}, "nvfp4_quantize origin (x's first row and column)");
+  check_device(o.origin, x.device, "nvfp4_quantize origin");
+  check_nvfp4_shape(o.whole_rows, o.whole_cols,
+                    "nvfp4_quantize whole tensor (of which x is a shard)");
+  QMESH_CHECK(rows <= o.whole_rows && cols <= o.whole_cols, "nvfp4_quantize: x ", x.shape.str(),
+              " is larger than the whole tensor [", o.whole_rows, ", ", o.whole_cols,
+              "] it is a shard of");
+  if (!x.device.is_host()) return;
+  const int32_t* at = static_cast<const int32_t*>(o.origin.data);
+  for (int d = 0; d < 2; ++d) {
+    const int64_t size = d == 0 ? rows : cols, whole = d == 0 ? o.whole_rows : o.whole_cols;
+    QMESH_CHECK(at[d] >= 0 && at[d] % detail::nvfp4::kBlock == 0 && at[d] + size <= whole,
+                "nvfp4_quantize origin: x's first ", d == 0 ? "row" : "column", " ", at[d],
+                " must be a multiple of 16 in [0, ", whole - size, "] (x spans ", size,
+                " of the whole tensor's ", whole, ")");
+  }
+}
+
+// The job's input and transform, shared by the cast and the amax.
+detail::NvFp4CastJob input_job(const TensorView& x, const NvFp4Options& options) {
+  detail::NvFp4CastJob job;
+  job.in_dtype = x.dtype;
+  job.in = x.data;
+  job.rows = job.whole_rows = x.shape.rows();
+  job.cols = job.whole_cols = x.shape.cols();
+  job.rht_columnwise = options.rht;
+  job.rht_signs = options.rht_signs;
+  return job;
+}
+
+void run(const detail::NvFp4CastJob& job, const Device& device, Stream stream) {
+  detail::dispatch(
+      device, [&] { detail::cpu::nvfp4_cast(job); },
+      [&](auto index) { detail::cuda::nvfp4_cast(index, job, stream); });
+}
+
 }  // namespace
 
 uint16_t nvfp4_rht_signs(uint64_t seed) { return uint16_t(detail::splitmix64(seed) >> 48); }
@@ -50,36 +104,50 @@ void nvfp4_quantize(const TensorView& x, const NvFp4TensorView& out, const NvFp4
   QMESH_CHECK(!(options.rht && options.tiles_2d),
               "nvfp4_quantize: the random Hadamard transform is for the 1x16 blocks of wgrad "
               "operands, not 16x16 tiles (weights); turn one of rht and tiles_2d off");
-  if (!options.amax.empty()) {
-    QMESH_CHECK(!options.rht,
-                "nvfp4_quantize: a given amax sets the per-tensor scale of untransformed copies; "
-                "the random Hadamard transform's copy takes its own (unset rht or amax)");
-    check_dtype(options.amax, DType::kFloat32, "nvfp4_quantize amax");
-    check_shape(options.amax, Shape{1}, "nvfp4_quantize amax");
-    check_device(options.amax, x.device, "nvfp4_quantize amax");
+  const bool transformed = options.rht && out.has_columnwise();
+  if (!options.amax.empty()) check_amax(options.amax, x, "nvfp4_quantize amax");
+  if (!options.columnwise_amax.empty()) {
+    QMESH_CHECK(transformed,
+                "nvfp4_quantize: columnwise_amax sets the per-tensor scale of the transformed "
+                "columnwise copy; without rht or without that copy, amax sets every copy's");
+    check_amax(options.columnwise_amax, x, "nvfp4_quantize columnwise_amax");
   }
+  QMESH_CHECK(!transformed || options.amax.empty() == options.columnwise_amax.empty(),
+              "nvfp4_quantize: with rht the transformed columnwise copy takes its own amax: give "
+              "columnwise_amax (the whole tensor's transformed amax) with amax, or neither");
+  check_origin(options, x);
   if (!options.seed_key.empty()) {
     check_dtype(options.seed_key, DType::kInt32, "nvfp4_quantize seed_key");
     check_shape(options.seed_key, Shape{2}, "nvfp4_quantize seed_key (two key words)");
     check_device(options.seed_key, x.device, "nvfp4_quantize seed_key");
   }
-  detail::NvFp4CastJob job;
-  job.in_dtype = x.dtype;
-  job.in = x.data;
-  job.rows = x.shape.rows();
-  job.cols = x.shape.cols();
+  detail::NvFp4CastJob job = input_job(x, options);
+  if (!options.origin.empty()) {
+    job.whole_rows = options.whole_rows;
+    job.whole_cols = options.whole_cols;
+    job.origin = static_cast<const int32_t*>(options.origin.data);
+  }
   job.stochastic_rounding = options.stochastic_rounding;
   job.tiles_2d = options.tiles_2d;
-  job.rht_columnwise = options.rht;
-  job.rht_signs = options.rht_signs;
   job.seed = options.seed;
   job.seed_key = static_cast<const uint32_t*>(options.seed_key.data);
   job.amax = static_cast<const float*>(options.amax.data);
+  job.columnwise_amax = static_cast<const float*>(options.columnwise_amax.data);
   job.copies[0] = copy_out(out.data, out.scale, out.scale_inv);
   if (out.has_columnwise()) job.copies[1] = copy_out(out.data_t, out.scale_t, out.scale_inv_t);
-  detail::dispatch(
-      x.device, [&] { detail::cpu::nvfp4_cast(job); },
-      [&](auto index) { detail::cuda::nvfp4_cast(index, job, stream); });
+  run(job, x.device, stream);
+}
+
+void nvfp4_amax(const TensorView& x, const TensorView& amax, const NvFp4Options& options,
+                Stream stream) {
+  check_wide(x, "nvfp4_amax input");
+  check_nvfp4_shape(x.shape.rows(), x.shape.cols(), "nvfp4_amax input");
+  check_dtype(amax, DType::kFloat32, "nvfp4_amax output");
+  check_shape(amax, Shape{2}, "nvfp4_amax output (the rowwise and columnwise amaxes)");
+  check_device(amax, x.device, "nvfp4_amax output");
+  detail::NvFp4CastJob job = input_job(x, options);
+  job.amax_out = static_cast<float*>(amax.data);
+  run(job, x.device, stream);
 }
 
 void nvfp4_dequantize(const NvFp4TensorView& in, const TensorView& out, bool columnwise,

@@ -137,21 +137,13 @@ def _bits(x):
     return np.asarray(x).view(np.uint32 if np.asarray(x).dtype == np.float32 else np.uint8)
 
 
-SHARDED_RECIPES = {
-    **RECIPES,  # NVFP4's casts with stochastic rounding or RHT gather
-    "nvfp4_partitioned": NVFP4BlockScaling(
-        emulate=True, disable_rht=True, disable_stochastic_rounding=True
-    ),
-}
-
-
-@pytest.mark.parametrize("fmt", SHARDED_RECIPES)
+@pytest.mark.parametrize("fmt", RECIPES)
 def test_sharded_dense_equals_unsharded(fmt, monkeypatch):
     """x over dp (rows), the kernel over tp (N): forward and backward as unsharded, bit for bit
     where only M splits (dx), within float32 rounding where N splits (the host BLAS sums in an
     order that depends on N); the forward GEMM runs on each device's rows of x and columns of
-    the kernel: no all-gather where the casts are partitioned (MXFP8, NVFP4 without stochastic
-    rounding and RHT; nvfp4.py)."""
+    the kernel: no all-gather (the casts are partitioned, NVFP4's with stochastic rounding and
+    RHT too; nvfp4.py)."""
     monkeypatch.setattr(mg, "_HANDLER_ON_CPU", True)
     mesh = make_mesh((2, 2))
     rng = np.random.default_rng(11)
@@ -161,7 +153,7 @@ def test_sharded_dense_equals_unsharded(fmt, monkeypatch):
     key = jax.random.key(5)
 
     def f(x, k):
-        return qj.dense(x, k, None, recipe=SHARDED_RECIPES[fmt], activation="gelu", sr_key=key)
+        return qj.dense(x, k, None, recipe=RECIPES[fmt], activation="gelu", sr_key=key)
 
     def fwd_bwd(x, k):
         y, vjp = jax.vjp(f, x, k)
@@ -175,7 +167,7 @@ def test_sharded_dense_equals_unsharded(fmt, monkeypatch):
     assert rel(y, want[0]) < 1e-6 and rel(dk, want[2]) < 1e-6
     hlo = jax.jit(f).lower(xs, ks).compile().as_text()
     assert "qmesh_microscaled_gemm" in hlo
-    assert ("all-gather" in hlo) == (fmt == "nvfp4")
+    assert "all-gather" not in hlo
 
 
 @pytest.mark.parametrize("fmt", RECIPES)

@@ -10,6 +10,7 @@ import pytest
 from conftest import make_mesh
 
 import qmesh.jax as qj
+from qmesh.jax.nvfp4 import Nvfp4Amax
 
 F4 = ml_dtypes.float4_e2m1fn
 E4M3 = ml_dtypes.float8_e4m3fn
@@ -130,6 +131,23 @@ def test_rht_copy_is_the_quantized_transform(rng):
     check_copy(out[3:], reference(hadamard16(x.T.copy(), 0xB00F)))
 
 
+def test_amax_is_each_copys_own(rng):
+    """Nvfp4Amax (what a sharded cast reduces): max |x|, and of the transformed columnwise copy
+    with the RHT, to the bit; a NaN propagates."""
+    x = rng.standard_normal((32, 48)).astype(np.float32)
+    x[3, 7] = 1e6
+
+    def amaxes(x, **options):
+        return np.asarray(Nvfp4Amax.bind(jnp.asarray(x), **options)[0])
+
+    transformed = np.abs(hadamard16(x.T.copy(), 0xB00F)).max()
+    np.testing.assert_array_equal(amaxes(x, rht=True, rht_signs=0xB00F), [1e6, transformed])
+    np.testing.assert_array_equal(amaxes(x, rht=False, rht_signs=0), [1e6, 1e6])
+    assert transformed != np.float32(1e6)
+    x[20, 40] = np.nan
+    assert np.isnan(amaxes(x, rht=True, rht_signs=1)).all()
+
+
 def test_stochastic_rounding(rng):
     x = np.full((256, 1024), 2.6, np.float32)
     x[:, ::16] = 6  # per-tensor and block scales 448: 2.6 lies between the codes of 2 and 3
@@ -149,32 +167,52 @@ def test_stochastic_rounding(rng):
     assert abs(nearest[mask].mean() - 2.6) > 0.3
 
 
-CASTS = {  # options -> whether the cast is partitioned
-    "sr_rht": (dict(stochastic_rounding=True, rht=True), False),
-    "blocks": (dict(), True),
-    "tiles": (dict(tiles_2d=True), True),
+CASTS = {
+    "blocks": dict(),
+    "tiles": dict(tiles_2d=True),
+    "sr": dict(stochastic_rounding=True),
+    "rht": dict(rht=True, rht_signs=0x5A3C),
+    "sr_rht": dict(stochastic_rounding=True, rht=True, rht_signs=0x5A3C),
 }
+
+
+def sharded_cast(x, spec, **options):
+    """(x placed by `spec`, the jitted cast with both copies)."""
+    sharded = jax.device_put(
+        x, jax.sharding.NamedSharding(spec[0], jax.sharding.PartitionSpec(*spec[1:]))
+    )
+    return sharded, jax.jit(lambda x, k: qj.nvfp4_quantize(x, k, columnwise=True, **options))
 
 
 @pytest.mark.parametrize("cast", CASTS)
 def test_sharded_input_gives_the_unsharded_result(rng, mesh, cast):
-    """Partitioned casts (no stochastic rounding, no RHT) quantize each shard with the global
-    amax (one all-reduce) and gather nothing; the others gather x. Both: the unsharded bits."""
-    options, partitioned = CASTS[cast]
+    """Every cast is partitioned: each shard is quantized with the whole tensor's amaxes (one
+    small all-reduce) at its place in the whole (stochastic rounding's bits), and nothing is
+    gathered: the unsharded bits, a NaN in one shard included."""
     x = rng.standard_normal((128, 128)).astype(np.float32)  # 8 blocks each way: any mesh
-    sharded = jax.device_put(
-        x, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("dp", "tp"))
-    )
+    sharded, run = sharded_cast(x, (mesh, "dp", "tp"), **CASTS[cast])
     key = jax.random.key(3)
-    run = jax.jit(lambda x, k: qj.nvfp4_quantize(x, k, columnwise=True, **options))
     for u, v in zip(run(sharded, key), run(x, key)):
         np.testing.assert_array_equal(u, v)
     x[100, 70] = np.nan  # in one shard: every shard's per-tensor scale as the unsharded one's
     for u, v in zip(run(jax.device_put(x, sharded.sharding), key), run(x, key)):
         np.testing.assert_array_equal(u, v)
     hlo = run.lower(sharded, key).compile().as_text()
-    assert ("all-gather" in hlo) != partitioned
-    assert ("all-reduce" in hlo) == partitioned
+    assert "all-gather" not in hlo and "all-reduce" in hlo
+
+
+@pytest.mark.parametrize(
+    "spec", [("dp", None), (None, "tp"), (("dp", "tp"), None), ("tp", "dp")], ids=str
+)
+def test_stochastic_rounding_and_rht_shards_sit_at_their_place(rng, spec):
+    """Shards over rows, columns, both, and rows over two mesh axes (first major) round as their
+    slices of the unsharded cast, in both copies."""
+    x = rng.standard_normal((256, 128)).astype(np.float32) * 4  # blocks: a multiple of 8
+    sharded, run = sharded_cast(x, (make_mesh((2, 4)), *spec), **CASTS["sr_rht"])
+    key = jax.random.key(11)
+    for u, v in zip(run(sharded, key), run(x, key)):
+        np.testing.assert_array_equal(u, v)
+    assert "all-gather" not in run.lower(sharded, key).compile().as_text()
 
 
 def test_a_shard_that_cuts_a_block_is_refused(rng):

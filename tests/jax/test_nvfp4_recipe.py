@@ -17,6 +17,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import qmesh.jax as qj
+from qmesh.jax import microscaled_gemm
 from qmesh.jax import stats as qstats
 from qmesh.jax.collective_gemm import CollectiveGemm
 from qmesh.jax.flax import (
@@ -241,6 +242,31 @@ def test_experts_over_ep_round_as_unsharded():
         got = jax.jit(f)(xs, ws)
     jax.tree.map(np.testing.assert_array_equal, got, want)
     assert got[0].sharding.spec[0] == "ep"
+
+
+def test_mlp_over_dp_rounds_as_unsharded(monkeypatch):
+    """Tokens over dp, weights replicated, the GEMMs through the handler (partitioned over
+    their rows): every cast of x, h and the gradients is partitioned (stochastic rounding and
+    RHT included, each shard at its place in the whole), nothing of them is gathered in float32,
+    and the gradients are the unsharded bits (the loss, a sum over shards, within rounding)."""
+    monkeypatch.setattr(microscaled_gemm, "_HANDLER_ON_CPU", True)
+    mesh = make_mesh((2, 2), ("dp", "tp"))
+    x, w1, b1, _ = operands(3, 64, 64, 96)
+    w2 = (np.random.default_rng(4).standard_normal((96, 64)) / 10).astype(np.float32)
+    key = jax.random.key(2)
+
+    def loss(x, w1, w2):
+        return jnp.sum(mlp(x, (w1, w2), (b1, None), recipe=RECIPE, sr_key=key) ** 2)
+
+    step = jax.jit(jax.value_and_grad(loss, (0, 1, 2)))
+    xs = jax.device_put(x, NamedSharding(mesh, P("dp")))
+    (got, got_grads), (want, want_grads) = step(xs, w1, w2), step(x, w1, w2)
+    jax.tree.map(np.testing.assert_array_equal, got_grads, want_grads)
+    assert abs(got - want) <= 1e-6 * abs(want)
+    hlo = step.lower(xs, w1, w2).compile().as_text()
+    calls = [line for line in hlo.splitlines() if "qmesh_nvfp4_quantize" in line]
+    assert sum("whole_rows = 64" in line for line in calls) == 4  # x, h, and their gradients
+    assert not [line for line in hlo.splitlines() if "f32[" in line and "all-gather(" in line]
 
 
 def test_sequence_parallel_module_rounds_as_well_as_unsharded():

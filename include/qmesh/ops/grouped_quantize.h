@@ -58,7 +58,8 @@ QMESH_API uint64_t nvfp4_group_seed(uint64_t seed, int64_t group);
 // own per-tensor scales from its own amax (outs[g].scale_inv, scale_inv_t), the same RHT
 // signs for every group. rows_g must be a multiple of 16 (Error otherwise, before anything
 // runs); a group with no rows has empty views and is skipped. options.seed_key is refused (the
-// per-group seeds are derived on the host: pass options.seed). Host: blocking. CUDA:
+// per-group seeds are derived on the host: pass options.seed), and so are the options of a
+// shard (amax, columnwise_amax, origin). Host: blocking. CUDA:
 // asynchronous on `stream`, one launch per group.
 QMESH_API void grouped_nvfp4_quantize(const TensorView& x, std::span<const NvFp4TensorView> outs,
                                       const NvFp4Options& options, Stream stream = {});

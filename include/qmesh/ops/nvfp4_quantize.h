@@ -27,11 +27,24 @@ struct NvFp4Options {
   // the columnwise copy (the wgrad GEMM operands; both operands need the same signs).
   bool rht = false;
   uint16_t rht_signs = 0;
-  // If not empty: fp32 [1] on x's device, the amax that sets the per-tensor scale of both
-  // copies instead of the tensor's own (the amax of a whole tensor of which x is a shard, so
-  // that every shard is quantized as its slice of the whole; at least x's own amax, else
-  // elements saturate). Not with rht (the transformed copy has its own amax).
+  // Quantizing a shard of a whole tensor as its slice of the whole tensor's quantization
+  // (docs/design/nvfp4.md "Sharding"). If not empty: fp32 [1] on x's device, the amax that sets
+  // the per-tensor scale of the rowwise copy and, without rht, of the columnwise copy instead of
+  // x's own (the whole tensor's amax; at least x's own, else elements saturate).
   TensorView amax;
+  // If not empty (only with rht and a columnwise copy, and then needed whenever `amax` is
+  // given): fp32 [1] on x's device, the amax of the whole tensor's transformed columnwise copy
+  // (nvfp4_amax's second value, all-reduced), which sets that copy's per-tensor scale.
+  TensorView columnwise_amax;
+  // If not empty: int32 [2] on x's device, read by the cast itself: (row, column) of x[0, 0] in
+  // the whole [whole_rows, whole_cols] tensor, each a multiple of 16 with x inside the whole.
+  // Stochastic rounding then draws the bits of each element's index in the whole tensor's copy
+  // (rowwise (row + i) * whole_cols + column + j; columnwise (column + j) * whole_rows + row +
+  // i), so that a shard rounds as its slice of the whole. Empty: x is the whole tensor. A host
+  // origin is checked; a device origin's values are the caller's to get right.
+  TensorView origin;
+  int64_t whole_rows = 0;  // with origin: the whole tensor's shape (multiples of 16)
+  int64_t whole_cols = 0;
 };
 
 // The switches of TransformerEngine's NVFP4 recipe.
@@ -66,6 +79,14 @@ QMESH_API NvFp4Options nvfp4_options(const NvFp4Config& config, NvFp4Role role, 
 // same options, stochastic rounding included.
 QMESH_API void nvfp4_quantize(const TensorView& x, const NvFp4TensorView& out,
                               const NvFp4Options& options, Stream stream = {});
+
+// amax = fp32 [2] on x's device: the per-tensor amaxes nvfp4_quantize takes of x's own values for
+// the rowwise copy and the columnwise copy (of the transformed values with options.rht, by the
+// cast's own arithmetic; without it the same value twice), NaN-propagating. Reads only rht and
+// rht_signs of `options`. A sharded cast all-reduces (max) these over the shards and passes them
+// as NvFp4Options::amax and columnwise_amax. Host: blocking. CUDA: asynchronous on `stream`.
+QMESH_API void nvfp4_amax(const TensorView& x, const TensorView& amax, const NvFp4Options& options,
+                          Stream stream = {});
 
 // out = (e2m1(code) * e4m3(scale of its block)) * scale_inv, rounded to out's dtype (fp32,
 // bf16 or fp16, read row-major): of the rowwise copy ([rows, cols] elements), or with

@@ -36,6 +36,7 @@ HANDLERS = {
     "Mxfp8Dequantize": "qmesh_mxfp8_dequantize",
     "Nvfp4Quantize": "qmesh_nvfp4_quantize",
     "Nvfp4Dequantize": "qmesh_nvfp4_dequantize",
+    "Nvfp4Amax": "qmesh_nvfp4_amax",
     "GroupedMxfp8Quantize": "qmesh_grouped_mxfp8_quantize",
     "GroupedNvfp4Quantize": "qmesh_grouped_nvfp4_quantize",
     "DelayedScalingUpdate": "qmesh_delayed_scaling_update",

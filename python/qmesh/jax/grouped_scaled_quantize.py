@@ -106,7 +106,7 @@ class GroupedNvfp4Quantize(Op):
             copy = [jax.core.ShapedArray((0,), a.dtype) for a in copy]
         return tuple(rowwise + copy)
 
-    attributes = nvfp4.Nvfp4Quantize.attributes
+    attributes = staticmethod(nvfp4.cast_attributes)
 
     @classmethod
     def is_empty(cls, x, group_sizes, *rest, **params):

@@ -15,21 +15,24 @@ tile's 16 rows). Stochastic rounding (`stochastic_rounding`) takes its seed from
 jax.random key (typed, or raw uint32 [2] key data): the same key gives the same bits on the host
 and on a GPU, and a Flax rng stream can feed it.
 
-Sharding. The per-tensor amax spans the whole tensor. A quantize without stochastic rounding
-and without the RHT is partitioned: each device quantizes its shard with the whole tensor's
-amax (its own amax and a NaN flag all-reduced (max) over x's mesh axes; the C++ op's
-NvFp4Options::amax), so its codes and scales are its slice of the unsharded cast's; the
-copies keep x's sharding (the columnwise copy transposed) and a sharding whose shards are not
-whole 1x16 blocks (with the columnwise copy or 16x16 tiles: along both dimensions) is refused
-with a ValueError. With stochastic rounding (its bits hash the element's index in the tensor,
-which a shard does not know) or the RHT (the transformed copy takes its own amax) the quantize
-runs unpartitioned: a sharded x is gathered to every device (each computes the same result).
-Dequantize runs unpartitioned.
+Sharding. Every quantize is partitioned, stochastic rounding and the RHT included, so that
+each device's codes and scales are bit for bit its slice of the unsharded cast's
+(docs/design/nvfp4.md "Sharding"). Each device takes its shard's own amaxes (Nvfp4Amax, the C++
+nvfp4_amax: of x, and of the transformed columnwise copy with the RHT, by the cast's own
+arithmetic), all-reduces them (max, with a NaN flag apart) over x's mesh axes, and casts its
+shard with them (NvFp4Options::amax, columnwise_amax) at its place in the whole tensor
+(NvFp4Options::origin: lax.axis_index of the mesh axes of each dimension times the shard's
+extent; whole_rows, whole_cols: the global shape), so stochastic rounding draws the bits of
+each element's index in the whole tensor. The key is replicated. The copies keep x's sharding
+(the columnwise copy transposed) and a sharding whose shards are not whole 1x16 blocks (with
+the columnwise copy or 16x16 tiles: along both dimensions) is refused with a ValueError.
+Nothing of x is gathered. Dequantize runs unpartitioned.
 """
 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -63,6 +66,25 @@ def _replicated(mesh, arg_infos, outs):
     return [named(mesh)] * len(arg_infos), [named(mesh)] * len(outs), None
 
 
+def cast_attributes(*, stochastic_rounding, tiles_2d, rht, rht_signs, **_):
+    """The FFI attributes of the cast options (the plain and the grouped quantize)."""
+    return dict(
+        stochastic_rounding=bool(stochastic_rounding),
+        tiles_2d=bool(tiles_2d),
+        rht=bool(rht),
+        rht_signs=np.int32(rht_signs),
+    )
+
+
+class Placement(NamedTuple):
+    """Where a device's shard of x sits: the mesh axes x's rows and columns are sharded over
+    (first axis major, as in a PartitionSpec) and x's whole shape."""
+
+    row_axes: tuple[str, ...]
+    col_axes: tuple[str, ...]
+    shape: tuple[int, int]
+
+
 @register
 class Nvfp4Quantize(Op):
     """(x, key words int32 [2]) -> (data, scale, scale_inv, data_t, scale_t, scale_inv_t)."""
@@ -83,17 +105,18 @@ class Nvfp4Quantize(Op):
         return tuple(outs + [jax.core.ShapedArray((0,), a.dtype) for a in outs])
 
     @classmethod
-    def attributes(cls, *, stochastic_rounding, tiles_2d, rht, rht_signs, **_):
+    def attributes(cls, *, whole_rows, whole_cols, **params):
         return dict(
-            stochastic_rounding=bool(stochastic_rounding),
-            tiles_2d=bool(tiles_2d),
-            rht=bool(rht),
-            rht_signs=np.int32(rht_signs),
+            cast_attributes(**params),
+            whole_rows=np.int64(whole_rows),
+            whole_cols=np.int64(whole_cols),
         )
 
     @classmethod
-    def inner_abstract(cls, x, key, amax, **params):
-        """The handler also takes the whole tensor's amax, float32 [1] ([0]: x's own)."""
+    def inner_abstract(cls, x, key, amax, columnwise_amax, origin, **params):
+        """The handler also takes, when x is a shard of a whole [whole_rows, whole_cols]
+        tensor, the whole tensor's amaxes (float32 [1]: rowwise, transformed columnwise) and
+        x's origin in it (int32 [2]); each [0] (and the shape 0, 0) when x is the whole."""
         return cls.abstract(x, key, **params)
 
     @classmethod
@@ -101,20 +124,38 @@ class Nvfp4Quantize(Op):
         return False  # abstract refuses an x without elements
 
     @classmethod
-    def local(cls, plan, x, key, **params):
-        """plan: the mesh axes x is sharded over (its amax is reduced over them), or None."""
-        if plan:  # NaN propagates, as the op's own amax (XLA's max may drop it): flagged apart
-            local = jnp.stack([jnp.max(jnp.abs(x)).astype(F32), jnp.isnan(x).any().astype(F32)])
-            amax, nan = lax.pmax(local, plan)
-            amax = jnp.where(nan > 0, jnp.nan, amax).reshape(1)
-        else:
-            amax = jnp.zeros((0,), F32)
-        return cls.inner.bind(x, key, amax, **params)
+    def local(cls, plan: Placement | None, x, key, **params):
+        """plan: where x's shard sits in the whole tensor, or None (x is the whole)."""
+        none = jnp.zeros((0,), F32)
+        if not plan:
+            origin = jnp.zeros((0,), I32)
+            return cls.inner.bind(x, key, none, none, origin, whole_rows=0, whole_cols=0, **params)
+        # The whole tensor's amaxes: the shards' own (nvfp4_amax, the cast's own arithmetic)
+        # reduced (max), with a NaN flag apart since XLA's max may drop a NaN.
+        (own,) = Nvfp4Amax.inner.bind(x, rht=params["rht"], rht_signs=params["rht_signs"])
+        nan = jnp.isnan(own)
+        reduced = lax.pmax(
+            jnp.concatenate([jnp.where(nan, 0.0, own), nan.astype(F32)]),
+            plan.row_axes + plan.col_axes,
+        )
+        amaxes = jnp.where(reduced[2:] > 0, jnp.nan, reduced[:2])
+        transformed = params["rht"] and params["columnwise"]
+        # x's first row and column: its shard's index along each dimension times its size.
+        dims = zip((plan.row_axes, plan.col_axes), x.shape)
+        origin = jnp.stack([lax.axis_index(a) * n if a else 0 for a, n in dims]).astype(I32)
+        return cls.inner.bind(
+            x,
+            key,
+            amaxes[:1],
+            amaxes[1:] if transformed else none,
+            origin,
+            whole_rows=plan.shape[0],
+            whole_cols=plan.shape[1],
+            **params,
+        )
 
     @classmethod
     def shardings(cls, mesh, arg_infos, *, columnwise, tiles_2d, **params):
-        if not _partitioned(**params):
-            return _replicated(mesh, arg_infos, range(6))
         x = arg_infos[0]
         spec = even_spec(mesh, x)
         rows, cols = x.shape
@@ -126,14 +167,12 @@ class Nvfp4Quantize(Op):
             check_whole_blocks(mesh, axes_of(spec[0]), rows, BLOCK, "nvfp4_quantize: x's rows", cut)
         data, one = named(mesh, *spec), named(mesh)
         copy_t = named(mesh, spec[1], spec[0]) if columnwise else one
-        axes = axes_of(spec[0]) + axes_of(spec[1])
-        return [data, one], [data, data, one, copy_t, copy_t, one], axes or None
+        plan = Placement(axes_of(spec[0]), axes_of(spec[1]), (rows, cols))
+        sharded = plan.row_axes or plan.col_axes
+        return [data, one], [data, data, one, copy_t, copy_t, one], plan if sharded else None
 
     @classmethod
     def mesh_sharding_rule(cls, mesh, value_types, result_types, *, columnwise, **params):
-        if not _partitioned(**params):
-            t = "f g, h l, m" if columnwise else "f, h, m"
-            return (f"i j, k -> a b, c d, e, {t}", {"need_replication_factors": ("i", "j")})
         devices = math.prod(mesh.shape.values())
         dims, sizes = {}, {}
         for name, size in zip("ij", value_types[0].shape):
@@ -148,11 +187,24 @@ class Nvfp4Quantize(Op):
         return sized(f"{i} {j}, k -> {i} {j_packed}, {i} {j_blocks}, e, {t}", sizes)
 
 
-def _partitioned(*, stochastic_rounding, rht, **_) -> bool:
-    """Whether a cast is partitioned: each shard quantized with the whole tensor's amax. Not
-    with stochastic rounding (its bits hash the element's index in the shard) or the random
-    Hadamard transform (its copy takes its own amax)."""
-    return not (stochastic_rounding or rht)
+@register
+class Nvfp4Amax(Op):
+    """x -> float32 [2]: the per-tensor amaxes the quantize takes of x's own values for the
+    rowwise and the columnwise copy (of the transformed values with `rht`), NaN-propagating
+    (the C++ op nvfp4_amax): what a partitioned quantize reduces over the shards."""
+
+    name, target, num_inputs = "qmesh_nvfp4_amax", "qmesh_nvfp4_amax", 1
+    static_params = ("rht", "rht_signs")
+
+    @classmethod
+    def abstract(cls, x, **_):
+        check_wide(x.dtype, "nvfp4_amax: x")
+        _check_shape(x.shape, "x")
+        return (jax.core.ShapedArray((2,), F32),)
+
+    @classmethod
+    def attributes(cls, *, rht, rht_signs):
+        return dict(rht=bool(rht), rht_signs=np.int32(rht_signs))
 
 
 @register

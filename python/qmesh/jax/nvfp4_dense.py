@@ -19,8 +19,8 @@ GEMM's alpha would. The bias gradient is the float32 column sum of the
 
 The key (a jax.random key, or uint32 [2] key data) rides the custom_vjp to the backward's
 gradient cast: the same key gives the same bits (docs/design/nvfp4.md "Rounding"). Sharding:
-the casts with stochastic rounding or the RHT run unpartitioned (nvfp4.py), gathering their
-operand; the others and the GEMMs are partitioned (microscaled_gemm.py).
+the casts (stochastic rounding and the RHT included: each shard at its place in the whole
+tensor, with its amaxes; nvfp4.py) and the GEMMs (microscaled_gemm.py) are partitioned.
 """
 
 from __future__ import annotations

@@ -106,6 +106,9 @@ TEST(GroupedScaledQuantize, BadSplitsAreClearErrors) {
   const Tensor key(DType::kInt32, Shape{2});
   keyed.seed_key = key.view();
   EXPECT_QMESH_ERROR(grouped_nvfp4_quantize(x, nv_split, keyed), "not options.seed_key");
+  NvFp4Options placed;
+  placed.origin = key.view();
+  EXPECT_QMESH_ERROR(grouped_nvfp4_quantize(x, nv_split, placed), "leave options.amax");
 }
 
 }  // namespace

@@ -459,7 +459,8 @@ TEST(NvFp4Options, RolesFollowTheRecipeSwitches) {
 
 // A given amax (the whole tensor's) makes each row shard of a 16x16-tiled tensor the slice of
 // the whole tensor's quantization: the same codes, tile scales and per-tensor scale. Without
-// it the shards' own amaxes give other scales. A given amax with the RHT is refused.
+// it the shards' own amaxes give other scales. A given amax with the RHT's copy needs that
+// copy's amax too (nvfp4_shard_test.cpp).
 TEST(NvFp4Options, AGivenAmaxQuantizesAShardAsItsSliceOfTheWhole) {
   const int64_t rows = 32, cols = 48, half = rows / 2;
   Tensor x = test::random_wide(DType::kFloat32, Shape{rows, cols}, 8);
@@ -496,7 +497,7 @@ TEST(NvFp4Options, AGivenAmaxQuantizesAShardAsItsSliceOfTheWhole) {
   rht.rht = true;
   rht.amax = amax.view();
   NvFp4Tensor c(Shape{rows, cols}, Device::host(), true);
-  EXPECT_QMESH_ERROR(nvfp4_quantize(x.view(), c.view(), rht), "unset rht or amax");
+  EXPECT_QMESH_ERROR(nvfp4_quantize(x.view(), c.view(), rht), "give columnwise_amax");
 }
 
 }  // namespace
