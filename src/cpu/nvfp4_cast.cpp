@@ -50,10 +50,10 @@ void cast_copy(const NvFp4CastJob& job, int copy) {
         for (int64_t i = i0; i < i0 + kBlock; ++i) tile = std::max(tile, amax[i * blocks + kb]);
         for (int64_t i = i0; i < i0 + kBlock; ++i) amax[i * blocks + kb] = tile;
       }
-  const float global_encode =
-      nvfp4::global_encode_scale(job.tensor_amax(copy, nvfp4::float_of(global)));
+  const float tensor_amax = job.tensor_amax(copy, nvfp4::float_of(global));
+  const float global_encode = nvfp4::global_encode_scale(tensor_amax);
   const float global_decode = 1.0f / global_encode;
-  *job.copies[copy].scale_inv = global_decode;
+  *job.copies[copy].scale_inv = nvfp4::stored_decode_scale(tensor_amax, global_encode);
   const NvFp4Rounding rounding = job.rounding();
   parallel_for(rows, grain, [&](int64_t begin, int64_t end, int) {
     float v[kBlock];

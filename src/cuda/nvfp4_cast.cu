@@ -59,11 +59,12 @@ __global__ void encode_kernel(NvFp4CastJob job, int copy, const uint32_t* block_
                               const uint32_t* global_amax) {
   const int64_t blocks = job.copy_cols(copy) / kBlock, n = job.copy_rows(copy) * blocks;
   const DeviceLoad<T> load{static_cast<const T*>(job.in)};
-  const float global_encode =
-      nvfp4::global_encode_scale(job.tensor_amax(copy, __uint_as_float(*global_amax)));
+  const float tensor_amax = job.tensor_amax(copy, __uint_as_float(*global_amax));
+  const float global_encode = nvfp4::global_encode_scale(tensor_amax);
   const float global_decode = 1.0f / global_encode;
   const NvFp4Rounding rounding = job.rounding();
-  if (blockIdx.x == 0 && threadIdx.x == 0) *job.copies[copy].scale_inv = global_decode;
+  if (blockIdx.x == 0 && threadIdx.x == 0)
+    *job.copies[copy].scale_inv = nvfp4::stored_decode_scale(tensor_amax, global_encode);
   for (int64_t b = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; b < n;
        b += int64_t(gridDim.x) * blockDim.x) {
     const int64_t i = b / blocks, kb = b % blocks;

@@ -97,6 +97,13 @@ QMESH_HOST_DEVICE inline float global_encode_scale(float amax) {
   return s <= FLT_MAX ? s : FLT_MAX;
 }
 
+// The per-tensor decode scale a copy stores (scale_inv): 1 / global_encode, or NaN when the
+// copy's amax is NaN or infinite, so that every decoded value and every GEMM product of a
+// non-finite tensor is NaN (E2M1 holds no NaN or infinity; the codes alone would be finite).
+QMESH_HOST_DEVICE inline float stored_decode_scale(float amax, float global_encode) {
+  return amax <= FLT_MAX ? 1.0f / global_encode : float_of(0x7FC00000u);
+}
+
 // The E4M3 decode scale of a block: block_amax * (global_encode / 6), at most FLT_MAX (NaN and
 // infinity included), rounded to E4M3 (saturating at 448).
 QMESH_HOST_DEVICE inline uint8_t block_scale_code(float block_amax, float global_encode) {

@@ -91,6 +91,21 @@ def test_dense_matches_float64_of_the_dequantized_operands(recipe):
     assert 0.01 < rel(y, x64 @ w64 + b) < 0.3 and 0.01 < rel(dx, g64 @ w64.T) < 0.3
 
 
+def test_a_nan_reaches_the_outputs_and_gradients():
+    """E2M1 holds no NaN: a copy whose amax is NaN stores a NaN per-tensor decode scale, so a
+    NaN in x or in the output gradient makes what it feeds NaN instead of finite garbage."""
+    x, w, b, g = operands(4)
+    f = jax.jit(lambda x, w, b: qj.dense(x, w, b, recipe=RECIPE, sr_key=jax.random.key(0)))
+    x[3, 5] = np.nan
+    y, vjp = jax.vjp(f, x, w, b)
+    assert np.isnan(np.asarray(y)).all() and np.isnan(np.asarray(vjp(g)[1])).all()
+    x[3, 5] = 1.0
+    g[7, 2] = np.nan
+    _, vjp = jax.vjp(f, x, w, b)
+    dx, dw, _ = vjp(g)
+    assert np.isnan(np.asarray(dx)).all() and np.isnan(np.asarray(dw)).all()
+
+
 def test_the_recipe_rules_of_each_operand():
     x, w, _, g = operands(2)
     key = jax.random.key_data(jax.random.key(0))

@@ -93,15 +93,15 @@ CopyRef reference(const std::vector<float>& v, int64_t rows, int64_t cols, bool 
         for (int64_t i = i0; i < i0 + 16; ++i) amax[i * nb + kb] = t;
       }
   CopyRef r;
-  const float enc = global_encode_ref(global);
-  r.scale_inv = f32(1.0 / double(enc));
+  const float enc = global_encode_ref(global), dec = f32(1.0 / double(enc));
+  r.scale_inv = global <= FLT_MAX ? dec : kNan;  // a non-finite tensor decodes to NaN
   r.codes.resize(v.size());
   r.scale.resize(amax.size());
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t kb = 0; kb < nb; ++kb) {
       const uint8_t s = block_scale_ref(amax[i * nb + kb], enc);
       r.scale[i * nb + kb] = s;
-      const float f = factor_ref(s, r.scale_inv);
+      const float f = factor_ref(s, dec);
       for (int64_t j = kb * 16; j < kb * 16 + 16; ++j)
         r.codes[i * cols + j] = e2m1_ref(f32(double(v[i * cols + j]) * f));
     }
@@ -246,9 +246,25 @@ TEST(NvFp4Quantize, NonFiniteValues) {
   const std::vector<float> v = as_floats(x);
   const CopyRef r = reference(v, 16, 32, false);
   expect_copy(r, q.data(), q.scale(), q.scale_inv(), "rowwise");
-  EXPECT_EQ(r.scale_inv, 1.0f);  // NaN amax: per-tensor scale 1
-  EXPECT_EQ(r.codes[5], 7);      // NaN -> +6
-  EXPECT_EQ(r.scale[0], 0x7E);   // NaN block amax: scale 448
+  EXPECT_TRUE(std::isnan(r.scale_inv));  // NaN amax: the stored decode scale is NaN
+  EXPECT_EQ(r.codes[5], 7);              // NaN -> +6
+  EXPECT_EQ(r.scale[0], 0x7E);           // NaN block amax: scale 448
+  // So every decoded value is NaN: the NaN is not lost in E2M1's finite codes.
+  Tensor back(DType::kFloat32, Shape{16, 32});
+  nvfp4_dequantize(q.view(), back);
+  for (int64_t i = 0; i < back.numel(); ++i) ASSERT_TRUE(std::isnan(back.data_as<float>()[i])) << i;
+}
+
+TEST(NvFp4Quantize, AnInfiniteTensorDecodesToNan) {
+  Tensor x(DType::kFloat32, Shape{16, 16});
+  for (int64_t i = 0; i < x.numel(); ++i) x.data_as<float>()[i] = 1.0f;
+  x.data_as<float>()[3] = -kInf;
+  NvFp4Tensor q(Shape{16, 16}, Device::host(), true);
+  nvfp4_quantize(x, q.view(), NvFp4Options{});
+  EXPECT_TRUE(std::isnan(*q.scale_inv().data_as<float>()));
+  EXPECT_TRUE(std::isnan(*q.scale_inv_t().data_as<float>()));
+  expect_copy(reference(as_floats(x), 16, 16, false), q.data(), q.scale(), q.scale_inv(),
+              "rowwise");
 }
 
 TEST(NvFp4Quantize, ShapesNotMultiplesOf16AreRefused) {
