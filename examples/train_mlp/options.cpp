@@ -185,6 +185,12 @@ void validate(Options& o, int world, int ranks_per_node) {
   QMESH_CHECK(!o.rank_order || o.device == DeviceChoice::kCpu,
               "--rank-order sums host gradients: add --device cpu");
   const bool microscaled = o.recipe == qmesh::Recipe::kMxfp8 || o.recipe == qmesh::Recipe::kNvfp4;
+  QMESH_CHECK(!microscaled || !o.sequence_parallel, "--recipe ", qmesh::recipe_name(o.recipe),
+              " runs without --sequence-parallel (the collective GEMMs take no MXFP8 or NVFP4 "
+              "operands): drop --sequence-parallel, or use --recipe block, delayed or current");
+  QMESH_CHECK(!o.fp8_stats || !(microscaled || o.recipe == qmesh::Recipe::kFp8Block),
+              "--fp8-stats measures per-tensor FP8 operands: ",
+              "use it with --recipe delayed or current, not ", qmesh::recipe_name(o.recipe));
   QMESH_CHECK(!microscaled || o.emulate || o.device != DeviceChoice::kCpu ||
                   qmesh::block_emulation_from_env(),
               "--recipe ", qmesh::recipe_name(o.recipe),

@@ -233,6 +233,10 @@ bad-input)
   expect "--device must be auto, cpu or cuda" "${small[@]}" --device gpu
   expect "--recipe nvfp4: the CPU backend has no native GEMM of that format; add --emulate" \
     "${small[@]}" --device cpu --recipe nvfp4
+  expect "--recipe mxfp8 runs without --sequence-parallel" "${small[@]}" --recipe mxfp8 \
+    --emulate --sequence-parallel
+  expect "use it with --recipe delayed or current, not nvfp4" "${small[@]}" --recipe nvfp4 \
+    --emulate --fp8-stats
   if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" = 0 ]; then
     expect "this process sees no CUDA device" "${small[@]}" --device cuda
   fi
