@@ -37,7 +37,9 @@ PRESETS = {
                 lr=3e-4, warmup=200, log_every=20, eval_every=250, eval_batches=16,
                 attention_dtype="bfloat16", attention="cudnn"),
 }
-RECIPES = ("bf16", "delayed", "current")
+RECIPES = ("bf16", "delayed", "current", "block", "mxfp8", "nvfp4")
+DEFAULT_RECIPES = RECIPES[:3]
+EMULATED = ("mxfp8", "nvfp4")  # no device qmesh drives has their GEMMs natively
 
 
 def parse(argv=None) -> argparse.Namespace:
@@ -45,10 +47,16 @@ def parse(argv=None) -> argparse.Namespace:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", choices=PRESETS, default="small",
                    help="model and run size (default small); the options below override it")
-    p.add_argument("--recipe", default=",".join(RECIPES),
+    p.add_argument("--recipe", default=",".join(DEFAULT_RECIPES),
                    help="comma-separated recipes to run one after the other: bf16 (GEMMs in "
                         "bfloat16), delayed (FP8 delayed scaling), current (FP8 current "
-                        "scaling); default all three")
+                        "scaling), block (FP8 in 1x128 blocks, weights in 128x128 tiles), "
+                        "mxfp8 (MXFP8: 32-element blocks, power-of-two scales), nvfp4 (NVFP4: "
+                        "4-bit codes in 16-element blocks, stochastically rounded gradients); "
+                        "default bf16,delayed,current. mxfp8 and nvfp4 need --emulate")
+    p.add_argument("--emulate", action="store_true",
+                   help="run the mxfp8 and nvfp4 GEMMs emulated (dequantized, float32 "
+                        "accumulation): no device qmesh drives has them natively")
     g = p.add_argument_group("model")
     g.add_argument("--layers", type=int)
     g.add_argument("--hidden", type=int)
@@ -106,6 +114,9 @@ def parse(argv=None) -> argparse.Namespace:
     for r in args.recipes:
         if r not in RECIPES:
             p.error(f"--recipe: unknown recipe {r!r}; choose from {', '.join(RECIPES)}")
+        if r in EMULATED and not args.emulate:
+            p.error(f"--recipe {r} needs --emulate: no device qmesh drives has native "
+                    f"{r.upper()} GEMMs, and without emulation they raise")
     for name in ("layers", "hidden", "heads", "ffn", "seq", "batch", "steps", "log_every",
                  "eval_every", "eval_batches", "dp", "fsdp", "tp", "microbatches"):
         if getattr(args, name) < 1:
