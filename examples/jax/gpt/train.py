@@ -1,16 +1,19 @@
-"""Trains a byte-level GPT on Shakespeare's plays with qmesh's Flax modules, in BF16 and in FP8
-(delayed and current scaling), on a dp x fsdp x tp mesh, in one process or several; prints a
-progress line (loss, tokens/s, elapsed) and the held-out loss, writes each recipe's losses
-(<out>/<recipe>.json) and PNGs of the loss curves (<out>/train_loss.png, <out>/held_out_loss.png;
-blue bf16, red delayed, green current).
+"""Trains a byte-level GPT on Shakespeare's plays with qmesh's Flax modules, in BF16, in FP8
+(delayed, current and block scaling), MXFP8 and NVFP4, on a dp x fsdp x tp mesh, in one process
+or several; prints a progress line (loss, tokens/s, elapsed) and the held-out loss, writes each
+recipe's losses (<out>/<recipe>.json) and PNGs of the loss curves (<out>/train_loss.png,
+<out>/held_out_loss.png; blue bf16, red delayed, green current, purple block, orange mxfp8,
+brown nvfp4).
 
     python examples/jax/gpt/train.py --preset small --out build/gpt      # CPU, minutes
+    python examples/jax/gpt/train.py --preset small --recipe block,mxfp8,nvfp4 --emulate
     python examples/jax/gpt/train.py --preset gpu --recipe bf16,delayed,current --out gpt_gpu
     launch/jaxrun -n 2 --cpu-devices 2 -- python examples/jax/gpt/train.py --preset tiny --dp 2 --tp 2
 
 Several processes: started by launch/jaxrun, mpirun or srun (docs/multinode.md), each calls
 jax.distributed.initialize; the mesh spans the devices of all of them. Checkpoints
-(--checkpoint-every, --stop-at, --resume) hold parameters, optimizer state and the FP8 state.
+(--checkpoint-every, --stop-at, --resume) hold parameters, optimizer state and the FP8 state;
+NVFP4's stochastic rounding takes a key of (seed, step), so a resumed run repeats its bits.
 Needs the qmesh package (pip install "./python[flax]", or PYTHONPATH=python with
 QMESH_JAX_LIBRARY_DIR set to the build directory of qmesh_jax_ffi). See README.md.
 """
@@ -38,6 +41,7 @@ PRESETS = {
                 attention_dtype="bfloat16", attention="cudnn"),
 }
 RECIPES = ("bf16", "delayed", "current", "block", "mxfp8", "nvfp4")
+COLOURS = "blue bf16, red delayed, green current, purple block, orange mxfp8, brown nvfp4"
 DEFAULT_RECIPES = RECIPES[:3]
 EMULATED = ("mxfp8", "nvfp4")  # no device qmesh drives has their GEMMs natively
 
@@ -158,7 +162,7 @@ def main(argv=None) -> dict:
     args = parse(argv)
     jax = start_jax(args)
     from run import Run  # imports JAX-dependent modules after start_jax
-    from png import line_plot
+    from png import COLORS, line_plot
 
     records = {}
     for recipe in args.recipes:
@@ -171,13 +175,14 @@ def main(argv=None) -> dict:
         curves = {r: rec[key] for r, rec in records.items()}
         if all(len(c) > 1 for c in curves.values()):
             line_plot(os.path.join(args.out, name + ".png"), curves, ylabel=what,
-                      title=f"GPT on Shakespeare ({args.preset}): {what}")
+                      title=f"GPT on Shakespeare ({args.preset}): {what}",
+                      colors={r: COLORS[RECIPES.index(r)] for r in curves})
     finals = {r: rec["held_out"][-1][1] for r, rec in records.items() if rec["held_out"]}
     for r, v in finals.items():
         vs = f"  ({(v / finals['bf16'] - 1) * 100:+.2f}% vs bf16)" if "bf16" in finals else ""
         print(f"final held-out loss {r:>8}: {v:.4f}{vs}")
-    print(f"wrote {args.out}/<recipe>.json, train_loss.png and held_out_loss.png "
-          "(blue bf16, red delayed, green current)", flush=True)
+    print(f"wrote {args.out}/<recipe>.json, train_loss.png and held_out_loss.png ({COLOURS})",
+          flush=True)
     return records
 
 
