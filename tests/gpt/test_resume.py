@@ -3,6 +3,8 @@ losses of the uninterrupted run, bit for bit (parameters, AdamW state and the FP
 histories and scales all restored; under NVFP4 the stochastic rounding's keys, a function of
 seed and step); a checkpoint without the FP8 state cannot resume a delayed-scaling run."""
 
+import re
+
 import jax
 import numpy as np
 import pytest
@@ -86,7 +88,12 @@ def test_nvfp4_resume_is_bitwise(tmp_path):
     assert len(set(whole["loss"])) == 4
 
 
-def test_nvfp4_without_emulate_is_an_error(capsys):
+@pytest.mark.parametrize("argv,message", [
+    (["--recipe", "bf16,nvfp4"], "--recipe nvfp4 needs --emulate"),
+    (["--recipe", "mxfp8", "--emulate", "--tp", "2"],  # hidden 32: tp shards of 16 < 32
+     r"--recipe mxfp8 with --tp 2: --hidden \(32\) must be a multiple of tp x 32 \(64\)"),
+])
+def test_recipe_option_errors(argv, message, capsys):
     with pytest.raises(SystemExit):
-        train.parse(["--preset", "tiny", "--recipe", "bf16,nvfp4"])
-    assert "--recipe nvfp4 needs --emulate" in capsys.readouterr().err
+        train.parse(["--preset", "tiny", *argv])
+    assert re.search(message, capsys.readouterr().err)

@@ -44,6 +44,7 @@ RECIPES = ("bf16", "delayed", "current", "block", "mxfp8", "nvfp4")
 COLOURS = "blue bf16, red delayed, green current, purple block, orange mxfp8, brown nvfp4"
 DEFAULT_RECIPES = RECIPES[:3]
 EMULATED = ("mxfp8", "nvfp4")  # no device qmesh drives has their GEMMs natively
+BLOCK = {"block": 128, "mxfp8": 32, "nvfp4": 16}  # elements per scaling block (and weight tile)
 
 
 def parse(argv=None) -> argparse.Namespace:
@@ -130,6 +131,14 @@ def parse(argv=None) -> argparse.Namespace:
                 f"({args.dp * args.fsdp * args.microbatches})")
     if args.stop_at is not None and not 1 <= args.stop_at <= args.steps:
         p.error(f"--stop-at must be between 1 and --steps ({args.steps}), not {args.stop_at}")
+    for r in args.recipes:  # a shard boundary must not cut a scaling block
+        for option, n, what, size in (("--tp", args.tp, "--hidden", args.hidden),
+                                      ("--tp", args.tp, "--ffn", args.ffn),
+                                      ("--fsdp", args.fsdp, "--hidden", args.hidden)):
+            if r in BLOCK and n > 1 and size % (n * BLOCK[r]):
+                p.error(f"--recipe {r} with {option} {n}: {what} ({size}) must be a multiple of "
+                        f"{option[2:]} x {BLOCK[r]} ({n * BLOCK[r]}), so that every shard holds "
+                        f"whole {BLOCK[r]}-element scaling blocks; change {what} or {option}")
     if args.sp and args.fsdp > 1:
         p.error("--sp with --fsdp > 1 is not supported: qmesh's activation layout maps the "
                 "batch to the dp axis only")
