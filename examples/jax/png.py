@@ -8,7 +8,9 @@ import math
 import struct
 import zlib
 
-COLORS = [(31, 119, 180), (214, 39, 40), (44, 160, 44), (148, 103, 189)]
+# blue, red, green, purple, orange, brown
+COLORS = [(31, 119, 180), (214, 39, 40), (44, 160, 44), (148, 103, 189), (255, 127, 14),
+          (140, 86, 75)]
 
 
 def _points(curve) -> list[tuple[float, float]]:
@@ -17,24 +19,28 @@ def _points(curve) -> list[tuple[float, float]]:
 
 
 def line_plot(path: str, curves: dict, width: int = 640, height: int = 400, log_y: bool = True,
-              xlabel: str = "step", ylabel: str = "loss", title: str | None = None) -> None:
+              xlabel: str = "step", ylabel: str = "loss", title: str | None = None,
+              colors: dict | None = None) -> None:
     """Writes the curves (name -> y values over steps, or (step, y) pairs) as a PNG of about
-    width x height pixels, one colour per curve in insertion order (blue, red, green, purple),
-    y on a log scale by default. Labels, title and legend need matplotlib."""
+    width x height pixels, one colour per curve: colors[name] (an RGB triple of 0..255) where
+    given, else COLORS in insertion order (blue, red, green, purple, orange, brown); y on a log
+    scale by default. Labels, title and legend need matplotlib."""
     points = {name: _points(c) for name, c in curves.items()}
+    colors = {name: (colors or {}).get(name, COLORS[k % len(COLORS)])
+              for k, name in enumerate(points)}
     try:
         import matplotlib
     except ImportError:
-        _plain_plot(path, points, width, height, log_y)
+        _plain_plot(path, points, colors, width, height, log_y)
         return
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import matplotlib.ticker
 
     fig, ax = plt.subplots(figsize=(width / 100, height / 100), dpi=100)
-    for k, (name, pts) in enumerate(points.items()):
+    for name, pts in points.items():
         ax.plot([x for x, _ in pts], [y for _, y in pts], label=name,
-                color=[c / 255 for c in COLORS[k % len(COLORS)]])
+                color=[c / 255 for c in colors[name]])
     if log_y:  # a log scale with plain numbers (2.5, not 2.5 x 10^0) at its ticks
         ax.set_yscale("log")
         ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
@@ -50,7 +56,8 @@ def line_plot(path: str, curves: dict, width: int = 640, height: int = 400, log_
     plt.close(fig)
 
 
-def _plain_plot(path: str, points: dict, width: int, height: int, log_y: bool) -> None:
+def _plain_plot(path: str, points: dict, colors: dict, width: int, height: int,
+                log_y: bool) -> None:
     pad = 30
     img = [[(255, 255, 255)] * width for _ in range(height)]
     f = (lambda y: math.log10(y)) if log_y else (lambda y: y)
@@ -72,8 +79,8 @@ def _plain_plot(path: str, points: dict, width: int, height: int, log_y: bool) -
     for py in range(pad, height - pad):
         put(pad, py, (0, 0, 0))
         put(width - pad, py, (200, 200, 200))
-    for k, p in enumerate(kept.values()):
-        color = COLORS[k % len(COLORS)]
+    for name, p in kept.items():
+        color = colors[name]
         prev = None
         for x, y in p:
             px = pad + int((width - 2 * pad) * (x - x0) / (x1 - x0))

@@ -64,6 +64,20 @@ def test_one_microbatch_is_the_plain_step(setup):
     assert all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(plain), jax.tree.leaves(one)))
 
 
+def test_microbatches_round_with_their_own_keys():
+    """Microbatch i draws its stochastic rounding from fold_in(key, i): a stand-in gradient
+    that is a random draw of its key sums to the draws of the three keys."""
+    def draw(variables, tokens, denominator, key):
+        return jax.numpy.zeros(()), {"params": {"w": jax.random.uniform(key, (2,))}}
+
+    key = jax.random.key(5)
+    _, grad = accumulated_grad(draw, {}, np.zeros((6, 4), np.int32), 3, key)
+    want = sum(jax.random.uniform(jax.random.fold_in(key, i), (2,)) for i in range(3))
+    np.testing.assert_allclose(grad["params"]["w"], want, rtol=1e-6)
+    _, one = accumulated_grad(draw, {}, np.zeros((6, 4), np.int32), 1, key)
+    np.testing.assert_array_equal(one["params"]["w"], jax.random.uniform(key, (2,)))
+
+
 def test_combine_rules():
     a = {"params": {"w": np.float32([1, 2])},
          OVERWRITE_WITH_GRADIENT: {"d": {"input_amax_history": np.float32([0, 3, 1]),

@@ -1,7 +1,9 @@
 """Checkpoint and resume (orbax): a run stopped after k steps and resumed continues with the
 losses of the uninterrupted run, bit for bit (parameters, AdamW state and the FP8 amax
-histories and scales all restored); a checkpoint without the FP8 state cannot resume a
-delayed-scaling run."""
+histories and scales all restored; under NVFP4 the stochastic rounding's keys, a function of
+seed and step); a checkpoint without the FP8 state cannot resume a delayed-scaling run."""
+
+import re
 
 import jax
 import numpy as np
@@ -64,3 +66,34 @@ def test_checkpoint_without_fp8_state_is_an_error(runs):
 def test_resume_without_checkpoint_is_an_error(tmp_path):
     with pytest.raises(ValueError, match="no checkpoint .* run without --resume"):
         train.main([*TINY, *STEPS, "--resume", "--out", str(tmp_path)])
+
+
+# NVFP4 (GEMMs emulated on the CPU) on one device, two microbatches a step: each microbatch
+# rounds its gradients stochastically with its own key of (seed, step).
+NVFP4 = ["--preset", "tiny", "--recipe", "nvfp4", "--emulate", "--microbatches", "2",
+         "--steps", "4", "--eval-every", "2"]
+
+
+def test_nvfp4_resume_is_bitwise(tmp_path):
+    """Uninterrupted, stopped after 2 steps, resumed: one Run, its steps compiled once."""
+    args = train.parse([*NVFP4, "--out", str(tmp_path)])
+    r = gpt_run.Run(args, "nvfp4")
+    whole = r.train()
+    args.stop_at = 2
+    first = r.train()
+    args.stop_at, args.resume = None, True
+    rest = r.train()
+    assert first["loss"] == whole["loss"][:2] and rest["first_step"] == 2
+    assert rest["loss"] == whole["loss"][2:] and rest["held_out"] == whole["held_out"][1:]
+    assert len(set(whole["loss"])) == 4
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--recipe", "bf16,nvfp4"], "--recipe nvfp4 needs --emulate"),
+    (["--recipe", "mxfp8", "--emulate", "--tp", "2"],  # hidden 32: tp shards of 16 < 32
+     r"--recipe mxfp8 with --tp 2: --hidden \(32\) must be a multiple of tp x 32 \(64\)"),
+])
+def test_recipe_option_errors(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        train.parse(["--preset", "tiny", *argv])
+    assert re.search(message, capsys.readouterr().err)

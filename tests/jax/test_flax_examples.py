@@ -102,6 +102,12 @@ def test_line_plot_with_and_without_matplotlib(tmp_path, monkeypatch):
     # The plain drawing has nothing but white, the axes' black and grey and the curves.
     plain, _ = _colors_in_png(tmp_path / "plain.png")
     assert plain <= {(255, 255, 255), (0, 0, 0), (200, 200, 200), *png.COLORS[:2]}
+    # A colour given by name replaces that curve's place in the order (brown, not red).
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    png.line_plot(str(tmp_path / "named.png"), curves, colors={"delayed": png.COLORS[5]})
+    monkeypatch.undo()
+    named, _ = _colors_in_png(tmp_path / "named.png")
+    assert {png.COLORS[0], png.COLORS[5]} <= named and png.COLORS[1] not in named
 
 
 @pytest.mark.parametrize(

@@ -57,19 +57,26 @@ def microbatches(tokens, count: int):
     return tokens.reshape(b // count, count, *tokens.shape[1:]).swapaxes(0, 1)
 
 
-def accumulated_grad(loss_and_grad, variables, tokens, count: int):
+def accumulated_grad(loss_and_grad, variables, tokens, count: int, key=None):
     """(loss, gradient) of the batch `tokens` over `count` microbatches, run one after the other
-    (lax.scan). loss_and_grad(variables, tokens, denominator) gives the summed loss of `tokens`
-    divided by `denominator` and its gradient: the denominator is the batch's token count, so
-    the losses and parameter gradients of the microbatches add up to the batch's."""
+    (lax.scan). loss_and_grad(variables, tokens, denominator, key) gives the summed loss of
+    `tokens` divided by `denominator` and its gradient: the denominator is the batch's token
+    count, so the losses and parameter gradients of the microbatches add up to the batch's.
+    `key` (None: none) is the step's stochastic-rounding key: one microbatch takes it as it
+    is, several take jax.random.fold_in(key, i), each its own."""
     denominator = tokens.shape[0] * (tokens.shape[1] - 1)
     if count == 1:
-        return loss_and_grad(variables, tokens, denominator)
-    parts = microbatches(tokens, count)
-    first = loss_and_grad(variables, parts[0], denominator)
+        return loss_and_grad(variables, tokens, denominator, key)
 
-    def body(carry, part):
-        loss, grad = loss_and_grad(variables, part, denominator)
+    def part_grad(part, i):
+        return loss_and_grad(variables, part, denominator,
+                             None if key is None else jax.random.fold_in(key, i))
+
+    parts = microbatches(tokens, count)
+    first = part_grad(parts[0], 0)
+
+    def body(carry, xs):
+        loss, grad = part_grad(*xs)
         return (carry[0] + loss, combine(carry[1], grad)), None
 
-    return jax.lax.scan(body, first, parts[1:])[0]
+    return jax.lax.scan(body, first, (parts[1:], jnp.arange(1, count)))[0]

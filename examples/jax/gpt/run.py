@@ -20,7 +20,8 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
 import qmesh.jax as qj
 from qmesh.jax.flax import logical_axis_rules
-from qmesh.jax.recipe import DelayedScaling, Float8CurrentScaling
+from qmesh.jax.recipe import (DelayedScaling, Float8BlockScaling, Float8CurrentScaling,
+                               MXFP8BlockScaling, NVFP4BlockScaling, uses_sr)
 
 import checkpoint
 import corpus
@@ -31,10 +32,13 @@ AXES = ("dp", "fsdp", "tp")
 BATCH_AXES = ("dp", "fsdp")
 
 
-def make_recipe(name: str, amax_history_len: int):
-    """The qmesh recipe of a --recipe name (None: the BF16 baseline)."""
+def make_recipe(name: str, amax_history_len: int, emulate: bool = False):
+    """The qmesh recipe of a --recipe name (None: the BF16 baseline); `emulate` runs the MXFP8
+    and NVFP4 GEMMs emulated (dequantized, float32 accumulation)."""
     return {"bf16": None, "delayed": DelayedScaling(amax_history_len=amax_history_len),
-            "current": Float8CurrentScaling()}[name]
+            "current": Float8CurrentScaling(), "block": Float8BlockScaling(),
+            "mxfp8": MXFP8BlockScaling(emulate=emulate),
+            "nvfp4": NVFP4BlockScaling(emulate=emulate)}[name]
 
 
 def make_mesh(args):
@@ -67,7 +71,8 @@ class Run:
     def __init__(self, args, recipe: str):
         self.args, self.recipe = args, recipe
         self.mesh, self.resource, rules = make_mesh(args)
-        block = BlockConfig(args.heads, args.ffn, make_recipe(recipe, args.amax_history_len),
+        block = BlockConfig(args.heads, args.ffn,
+                            make_recipe(recipe, args.amax_history_len, args.emulate),
                             jnp.bfloat16 if recipe == "bf16" else jnp.float32,
                             jnp.dtype(args.attention_dtype), args.attention)
         self.model = GPT(args.layers, args.hidden, args.seq, block)
@@ -86,9 +91,13 @@ class Run:
         # bfloat16 from them) and starts from the same values. Initialisation runs outside the
         # mesh context: the values do not depend on it, and the modules' activation layout
         # (sequence parallelism) would not take the one-sequence dummy batch.
-        init = self.model.clone(block=dataclasses.replace(self.model.block,
-                                                         gemm_dtype=jnp.float32)).init
-        boxed = jax.eval_shape(init, jax.random.key(0), dummy)
+        f32 = self.model.clone(block=dataclasses.replace(self.model.block,
+                                                        gemm_dtype=jnp.float32))
+
+        def init(key):  # (NVFP4's modules also want their stochastic-rounding stream here)
+            return f32.init(dict(_rngs(self.sr_key(0)), params=key), dummy)
+
+        boxed = jax.eval_shape(init, jax.random.key(0))
         var_shardings = nn.logical_to_mesh_sharding(nn.get_partition_spec(boxed), mesh, rules)
         params = nn.unbox(boxed)["params"]
         schedule = optax.warmup_cosine_decay_schedule(0.0, args.lr, args.warmup,
@@ -105,7 +114,7 @@ class Run:
         self.shardings = {"step": replicated, "variables": var_shardings, "opt": opt_shardings}
 
         def fresh(key):
-            variables = nn.unbox(init(key, dummy))
+            variables = nn.unbox(init(key))
             return {"step": jnp.zeros((), jnp.int32), "variables": variables,
                     "opt": self.tx.init(variables["params"])}
 
@@ -130,11 +139,20 @@ class Run:
 
     # -- steps ------------------------------------------------------------------------------
 
-    def loss_and_grad(self, variables, tokens, denominator):
+    def sr_key(self, step):
+        """The stochastic-rounding key of training step `step` (a function of the seed and the
+        step only, so that a resumed run rounds as the uninterrupted one); None where the
+        recipe does not round stochastically."""
+        if not uses_sr(self.model.block.recipe):
+            return None
+        return jax.random.fold_in(jax.random.key(self.args.seed), step)
+
+    def loss_and_grad(self, variables, tokens, denominator, key=None):
         """(sum of the cross-entropy over tokens / denominator, its gradient with respect to
-        all variables: the FP8 collection's is its updated state)."""
+        all variables: the FP8 collection's is its updated state); `key` feeds the rng stream
+        "sr_rng" (NVFP4's stochastic rounding of the gradients)."""
         def loss(v):
-            logits = self.model.apply(v, tokens[:, :-1])
+            logits = self.model.apply(v, tokens[:, :-1], rngs=_rngs(key))
             ce = optax.softmax_cross_entropy_with_integer_labels(logits, tokens[:, 1:])
             return jnp.sum(ce) / denominator
         return jax.value_and_grad(loss)(variables)
@@ -142,7 +160,7 @@ class Run:
     def _train_step(self, state, tokens):
         variables = state["variables"]
         loss, grads = accumulated_grad(self.loss_and_grad, variables, tokens,
-                                       self.args.microbatches)
+                                       self.args.microbatches, self.sr_key(state["step"]))
         updates, opt = self.tx.update(grads["params"], state["opt"], variables["params"])
         new = dict(variables, params=optax.apply_updates(variables["params"], updates))
         if OVERWRITE_WITH_GRADIENT in grads:
@@ -150,7 +168,8 @@ class Run:
         return {"step": state["step"] + 1, "variables": new, "opt": opt}, loss
 
     def _held_out_loss(self, variables, tokens):
-        logits = self.model.apply(variables, tokens[:, :-1])
+        # no gradient, hence no stochastic rounding: the modules still want a key (step 0's)
+        logits = self.model.apply(variables, tokens[:, :-1], rngs=_rngs(self.sr_key(0)))
         return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, tokens[:, 1:]))
 
     def _global(self, batch: np.ndarray):
@@ -223,6 +242,11 @@ class Run:
                 json.dump(record, f, indent=1)
         self.state = state
         return record
+
+
+def _rngs(sr_key) -> dict:
+    """The rng streams of init and apply: "sr_rng" where the recipe takes a key."""
+    return {} if sr_key is None else {"sr_rng": sr_key}
 
 
 def _value(x) -> float:

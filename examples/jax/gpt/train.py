@@ -1,16 +1,19 @@
-"""Trains a byte-level GPT on Shakespeare's plays with qmesh's Flax modules, in BF16 and in FP8
-(delayed and current scaling), on a dp x fsdp x tp mesh, in one process or several; prints a
-progress line (loss, tokens/s, elapsed) and the held-out loss, writes each recipe's losses
-(<out>/<recipe>.json) and PNGs of the loss curves (<out>/train_loss.png, <out>/held_out_loss.png;
-blue bf16, red delayed, green current).
+"""Trains a byte-level GPT on Shakespeare's plays with qmesh's Flax modules, in BF16, in FP8
+(delayed, current and block scaling), MXFP8 and NVFP4, on a dp x fsdp x tp mesh, in one process
+or several; prints a progress line (loss, tokens/s, elapsed) and the held-out loss, writes each
+recipe's losses (<out>/<recipe>.json) and PNGs of the loss curves (<out>/train_loss.png,
+<out>/held_out_loss.png; blue bf16, red delayed, green current, purple block, orange mxfp8,
+brown nvfp4).
 
     python examples/jax/gpt/train.py --preset small --out build/gpt      # CPU, minutes
+    python examples/jax/gpt/train.py --preset small --recipe block,mxfp8,nvfp4 --emulate
     python examples/jax/gpt/train.py --preset gpu --recipe bf16,delayed,current --out gpt_gpu
     launch/jaxrun -n 2 --cpu-devices 2 -- python examples/jax/gpt/train.py --preset tiny --dp 2 --tp 2
 
 Several processes: started by launch/jaxrun, mpirun or srun (docs/multinode.md), each calls
 jax.distributed.initialize; the mesh spans the devices of all of them. Checkpoints
-(--checkpoint-every, --stop-at, --resume) hold parameters, optimizer state and the FP8 state.
+(--checkpoint-every, --stop-at, --resume) hold parameters, optimizer state and the FP8 state;
+NVFP4's stochastic rounding takes a key of (seed, step), so a resumed run repeats its bits.
 Needs the qmesh package (pip install "./python[flax]", or PYTHONPATH=python with
 QMESH_JAX_LIBRARY_DIR set to the build directory of qmesh_jax_ffi). See README.md.
 """
@@ -37,7 +40,11 @@ PRESETS = {
                 lr=3e-4, warmup=200, log_every=20, eval_every=250, eval_batches=16,
                 attention_dtype="bfloat16", attention="cudnn"),
 }
-RECIPES = ("bf16", "delayed", "current")
+RECIPES = ("bf16", "delayed", "current", "block", "mxfp8", "nvfp4")
+COLOURS = "blue bf16, red delayed, green current, purple block, orange mxfp8, brown nvfp4"
+DEFAULT_RECIPES = RECIPES[:3]
+EMULATED = ("mxfp8", "nvfp4")  # no device qmesh drives has their GEMMs natively
+BLOCK = {"block": 128, "mxfp8": 32, "nvfp4": 16}  # elements per scaling block (and weight tile)
 
 
 def parse(argv=None) -> argparse.Namespace:
@@ -45,10 +52,16 @@ def parse(argv=None) -> argparse.Namespace:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", choices=PRESETS, default="small",
                    help="model and run size (default small); the options below override it")
-    p.add_argument("--recipe", default=",".join(RECIPES),
+    p.add_argument("--recipe", default=",".join(DEFAULT_RECIPES),
                    help="comma-separated recipes to run one after the other: bf16 (GEMMs in "
                         "bfloat16), delayed (FP8 delayed scaling), current (FP8 current "
-                        "scaling); default all three")
+                        "scaling), block (FP8 in 1x128 blocks, weights in 128x128 tiles), "
+                        "mxfp8 (MXFP8: 32-element blocks, power-of-two scales), nvfp4 (NVFP4: "
+                        "4-bit codes in 16-element blocks, stochastically rounded gradients); "
+                        "default bf16,delayed,current. mxfp8 and nvfp4 need --emulate")
+    p.add_argument("--emulate", action="store_true",
+                   help="run the mxfp8 and nvfp4 GEMMs emulated (dequantized, float32 "
+                        "accumulation): no device qmesh drives has them natively")
     g = p.add_argument_group("model")
     g.add_argument("--layers", type=int)
     g.add_argument("--hidden", type=int)
@@ -106,6 +119,9 @@ def parse(argv=None) -> argparse.Namespace:
     for r in args.recipes:
         if r not in RECIPES:
             p.error(f"--recipe: unknown recipe {r!r}; choose from {', '.join(RECIPES)}")
+        if r in EMULATED and not args.emulate:
+            p.error(f"--recipe {r} needs --emulate: no device qmesh drives has native "
+                    f"{r.upper()} GEMMs, and without emulation they raise")
     for name in ("layers", "hidden", "heads", "ffn", "seq", "batch", "steps", "log_every",
                  "eval_every", "eval_batches", "dp", "fsdp", "tp", "microbatches"):
         if getattr(args, name) < 1:
@@ -115,6 +131,14 @@ def parse(argv=None) -> argparse.Namespace:
                 f"({args.dp * args.fsdp * args.microbatches})")
     if args.stop_at is not None and not 1 <= args.stop_at <= args.steps:
         p.error(f"--stop-at must be between 1 and --steps ({args.steps}), not {args.stop_at}")
+    for r in args.recipes:  # a shard boundary must not cut a scaling block
+        for option, n, what, size in (("--tp", args.tp, "--hidden", args.hidden),
+                                      ("--tp", args.tp, "--ffn", args.ffn),
+                                      ("--fsdp", args.fsdp, "--hidden", args.hidden)):
+            if r in BLOCK and n > 1 and size % (n * BLOCK[r]):
+                p.error(f"--recipe {r} with {option} {n}: {what} ({size}) must be a multiple of "
+                        f"{option[2:]} x {BLOCK[r]} ({n * BLOCK[r]}), so that every shard holds "
+                        f"whole {BLOCK[r]}-element scaling blocks; change {what} or {option}")
     if args.sp and args.fsdp > 1:
         p.error("--sp with --fsdp > 1 is not supported: qmesh's activation layout maps the "
                 "batch to the dp axis only")
@@ -147,7 +171,7 @@ def main(argv=None) -> dict:
     args = parse(argv)
     jax = start_jax(args)
     from run import Run  # imports JAX-dependent modules after start_jax
-    from png import line_plot
+    from png import COLORS, line_plot
 
     records = {}
     for recipe in args.recipes:
@@ -160,13 +184,14 @@ def main(argv=None) -> dict:
         curves = {r: rec[key] for r, rec in records.items()}
         if all(len(c) > 1 for c in curves.values()):
             line_plot(os.path.join(args.out, name + ".png"), curves, ylabel=what,
-                      title=f"GPT on Shakespeare ({args.preset}): {what}")
+                      title=f"GPT on Shakespeare ({args.preset}): {what}",
+                      colors={r: COLORS[RECIPES.index(r)] for r in curves})
     finals = {r: rec["held_out"][-1][1] for r, rec in records.items() if rec["held_out"]}
     for r, v in finals.items():
         vs = f"  ({(v / finals['bf16'] - 1) * 100:+.2f}% vs bf16)" if "bf16" in finals else ""
         print(f"final held-out loss {r:>8}: {v:.4f}{vs}")
-    print(f"wrote {args.out}/<recipe>.json, train_loss.png and held_out_loss.png "
-          "(blue bf16, red delayed, green current)", flush=True)
+    print(f"wrote {args.out}/<recipe>.json, train_loss.png and held_out_loss.png ({COLOURS})",
+          flush=True)
     return records
 
 
