@@ -1,5 +1,6 @@
 """qmesh's CUDA handlers against its CPU handlers, on the same inputs: the FP8 casts bit for
-bit (both round to nearest even and saturate the same way), the GEMMs and the dense layer
+bit (both round to nearest even and saturate the same way), the MXFP8 and NVFP4 casts too
+(stochastic rounding, the RHT and a shard's cast at its origin included), the GEMMs and the dense layer
 within the tolerances of docs/numerics.md; the MXFP8 / NVFP4 GEMM handler against the Python
 emulation. Skipped where JAX sees no GPU (CI); run on a GPU machine by launch/gpu_check.sh
 (step jax)."""
@@ -24,6 +25,7 @@ from qmesh.jax.activation_quantize import (
 from qmesh.jax.gemm import Epilogue, gemm
 from qmesh.jax.layer_norm import layer_norm, norm_fwd_amax, norm_fwd_quantize
 from qmesh.jax.mlp import mlp
+from qmesh.jax.nvfp4 import Nvfp4Amax, Nvfp4Quantize, key_words
 from qmesh.jax.recipe import DelayedScaling, Float8BlockScaling, Float8CurrentScaling
 
 
@@ -102,6 +104,83 @@ def test_block_quantize_is_bitwise_equal(rng, in_dtype, block):
     )
     for g, c in zip(jax.tree.leaves(gpu), jax.tree.leaves(cpu)):
         np.testing.assert_array_equal(bits(g), bits(c))
+
+
+def assert_bitwise(gpu, cpu):
+    for g, c in zip(jax.tree.leaves(gpu), jax.tree.leaves(cpu), strict=True):
+        np.testing.assert_array_equal(bits(g), bits(c))
+
+
+@pytest.mark.parametrize("in_dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize("fp8", [E4M3, E5M2])
+def test_mxfp8_casts_are_bitwise_equal(rng, in_dtype, fp8):
+    """Codes, E8M0 scales, both copies, the bias gradient, the dequantized values; the grouped
+    cast (two groups) too."""
+    x = random(rng, (96, 128), in_dtype, scale=100.0).at[5, 7].set(jnp.inf)
+    gpu, cpu = on_both(
+        lambda x: (
+            qj.mxfp8_quantize(x, fp8, columnwise=True),
+            qj.mxfp8_dbias_quantize(x, fp8, columnwise=True)[0],
+            qj.mxfp8_dequantize(*qj.mxfp8_quantize(x, fp8)[:2]),
+            qj.grouped_mxfp8_quantize(x, jnp.array([32, 64], jnp.int32), fp8, columnwise=True),
+        ),
+        x,
+    )
+    assert_bitwise(gpu, cpu)
+
+
+NVFP4_CASTS = {
+    "blocks": dict(),
+    "tiles": dict(tiles_2d=True),
+    "sr": dict(stochastic_rounding=True),
+    "sr_rht": dict(stochastic_rounding=True, rht=True, rht_signs=0x5A3C),
+}
+
+
+@pytest.mark.parametrize("in_dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize("cast", NVFP4_CASTS)
+def test_nvfp4_casts_are_bitwise_equal(rng, in_dtype, cast):
+    """Both copies (stochastic rounding from the same key, the RHT), the dequantized values, the
+    grouped cast and the amaxes; then a NaN: the NaN decode scale on both."""
+    options = NVFP4_CASTS[cast]
+
+    def casts(x, key):
+        q = qj.nvfp4_quantize(x, key, columnwise=True, **options)
+        groups = jnp.array([32, 64], jnp.int32)
+        return (
+            q,
+            qj.nvfp4_dequantize(*q[:3]),
+            qj.grouped_nvfp4_quantize(x, groups, key, **options),
+            Nvfp4Amax.bind(x, rht=bool(options.get("rht")), rht_signs=options.get("rht_signs", 0)),
+        )
+
+    x = random(rng, (96, 128), in_dtype, scale=30.0)
+    key = jax.random.key_data(jax.random.key(7))
+    assert_bitwise(*on_both(casts, x, key))
+    assert_bitwise(*on_both(casts, x.at[40, 3].set(jnp.nan), key))
+
+
+def test_nvfp4_shard_cast_at_a_device_origin_is_bitwise_equal(rng):
+    """The cast of one shard at its place in a whole tensor (the origin read on the device),
+    with given amaxes, as each device of a sharded cast runs it."""
+    x = random(rng, (64, 96), jnp.float32, scale=5.0)
+    key = jax.random.key_data(jax.random.key(3))
+    params = dict(columnwise=True, stochastic_rounding=True, tiles_2d=False, rht=True, rht_signs=3)
+
+    def shard_cast(x, key, amaxes, origin):
+        return Nvfp4Quantize.inner.bind(
+            x,
+            key_words(key),
+            amaxes[:1],
+            amaxes[1:],
+            origin,
+            whole_rows=256,
+            whole_cols=192,
+            **params,
+        )
+
+    amaxes = jnp.array([7.5, 9.25], jnp.float32)
+    assert_bitwise(*on_both(shard_cast, x, key, amaxes, jnp.array([128, 64], jnp.int32)))
 
 
 @pytest.mark.parametrize("blocks", [(1, 2), (1, 1)], ids=["1Dx2D", "1Dx1D"])
