@@ -1,9 +1,9 @@
 """qmesh's CUDA handlers against its CPU handlers, on the same inputs: the FP8 casts bit for
 bit (both round to nearest even and saturate the same way), the MXFP8 and NVFP4 casts too
-(stochastic rounding, the RHT and a shard's cast at its origin included), the GEMMs and the dense layer
-within the tolerances of docs/numerics.md; the MXFP8 / NVFP4 GEMM handler against the Python
-emulation. Skipped where JAX sees no GPU (CI); run on a GPU machine by launch/gpu_check.sh
-(step jax)."""
+(stochastic rounding, the RHT and a shard's cast at its origin included), the GEMMs and the
+dense layer within the tolerances of docs/numerics.md; the MXFP8 / NVFP4 GEMM handler against
+the Python emulation. Skipped where JAX sees no GPU (CI); run on a GPU machine by
+launch/gpu_check.sh (step jax)."""
 
 import jax
 import jax.numpy as jnp
@@ -111,8 +111,7 @@ def assert_bitwise(gpu, cpu):
         np.testing.assert_array_equal(bits(g), bits(c))
 
 
-@pytest.mark.parametrize("in_dtype", [jnp.float32, jnp.bfloat16])
-@pytest.mark.parametrize("fp8", [E4M3, E5M2])
+@pytest.mark.parametrize(("in_dtype", "fp8"), [(jnp.float32, E4M3), (jnp.bfloat16, E5M2)])
 def test_mxfp8_casts_are_bitwise_equal(rng, in_dtype, fp8):
     """Codes, E8M0 scales, both copies, the bias gradient, the dequantized values; the grouped
     cast (two groups) too."""
@@ -129,20 +128,19 @@ def test_mxfp8_casts_are_bitwise_equal(rng, in_dtype, fp8):
     assert_bitwise(gpu, cpu)
 
 
-NVFP4_CASTS = {
-    "blocks": dict(),
-    "tiles": dict(tiles_2d=True),
-    "sr": dict(stochastic_rounding=True),
-    "sr_rht": dict(stochastic_rounding=True, rht=True, rht_signs=0x5A3C),
+NVFP4_CASTS = {  # (input dtype, options)
+    "blocks": (jnp.float32, dict()),
+    "tiles": (jnp.bfloat16, dict(tiles_2d=True)),
+    "sr": (jnp.float32, dict(stochastic_rounding=True)),
+    "sr_rht": (jnp.bfloat16, dict(stochastic_rounding=True, rht=True, rht_signs=0x5A3C)),
 }
 
 
-@pytest.mark.parametrize("in_dtype", [jnp.float32, jnp.bfloat16])
 @pytest.mark.parametrize("cast", NVFP4_CASTS)
-def test_nvfp4_casts_are_bitwise_equal(rng, in_dtype, cast):
+def test_nvfp4_casts_are_bitwise_equal(rng, cast):
     """Both copies (stochastic rounding from the same key, the RHT), the dequantized values, the
     grouped cast and the amaxes; then a NaN: the NaN decode scale on both."""
-    options = NVFP4_CASTS[cast]
+    in_dtype, options = NVFP4_CASTS[cast]
 
     def casts(x, key):
         q = qj.nvfp4_quantize(x, key, columnwise=True, **options)
