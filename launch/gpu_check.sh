@@ -292,7 +292,7 @@ print("python", sys.version.split()[0], "jax", jax.__version__, "jaxlib", jaxlib
       tee "$out/jax-build.log"
     [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "gpu_check: the JAX handler library did not build"; jax_status=1; }
     export QMESH_JAX_LIBRARY_DIR=$PWD/build-gpu/src PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
-    timeout "$(bounded 150 20)" python3 -m pytest -q -p no:cacheprovider --durations=5 \
+    timeout "$(bounded 180 20)" python3 -m pytest -q -p no:cacheprovider --durations=5 \
       tests/jax/test_cuda.py tests/jax/test_command_buffers.py \
       tests/jax/test_collective_gemm_gpu.py \
       tests/jax/test_collective_gemm_across.py::test_nccl_communicator_on_one_gpu 2>&1 |
