@@ -32,4 +32,5 @@ def test_jaxrun_stops_on_failure(tmp_path):
     script = "import os, sys, time; sys.exit(3) if os.environ['JAX_PROCESS_ID'] == '1' else time.sleep(60)"
     done = subprocess.run([os.path.join(ROOT, "launch", "jaxrun"), "-n", "2", sys.executable,
                            "-c", script], capture_output=True, text=True, timeout=30)
-    assert done.returncode == 3 and "stopping the others" in done.stderr
+    assert done.returncode == 3
+    assert "process 1 (JAX_PROCESS_ID) exited with status 3; stopping the others" in done.stderr
