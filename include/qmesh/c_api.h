@@ -6,7 +6,8 @@
  * - Every function returns a qmesh_status; QMESH_OK (0) is success. On failure,
  *   qmesh_last_error() gives this thread's message and the out-parameters are untouched.
  *   No C++ exception, abort or exit crosses this API.
- * - Objects are opaque handles with a create/destroy pair; destroy(NULL) is a no-op.
+ * - Objects are opaque handles with a create/destroy pair; destroy(NULL) is a no-op. A
+ *   destroyed handle must not be used or destroyed again (undefined, not detected).
  *   A handle must outlive every handle created from it (destroy in reverse order).
  * - Config structs start with their own size: set struct_size = sizeof(the struct) (the
  *   *_init functions do), so a program built against an older header keeps working.
