@@ -470,9 +470,10 @@ QMESH_C_EXPORT qmesh_status qmesh_checkpoint_save(qmesh_world* world, const char
  * <directory>/latest names) into the tensors (exactly these names, dtypes and shapes) and the
  * context (NULL: the checkpoint must hold no context); *loaded_step: its step. Every rank
  * reads and checks its part, then the ranks agree: either every rank loads, or none changes
- * anything and every rank returns FAILED with the same message, naming the first failing rank
- * and what is wrong there (no checkpoint, a missing or corrupted file, tensors that do not
- * match, a checkpoint of another recipe, a missing FP8 scaling state). */
+ * anything and every rank returns the first failing rank's status (INVALID_ARGUMENT for a
+ * checkpoint that is missing or does not match) with the same message, naming that rank and
+ * what is wrong there (no checkpoint, a missing or corrupted file, tensors that do not match,
+ * a checkpoint of another recipe or of more ranks, a missing FP8 scaling state). */
 QMESH_C_EXPORT qmesh_status qmesh_checkpoint_load(qmesh_world* world, const char* directory,
                                                   int step, const qmesh_named_tensor* tensors,
                                                   int ntensors, qmesh_context* context,
