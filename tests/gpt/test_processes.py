@@ -53,3 +53,11 @@ def test_error_in_one_process_ends_the_job_at_once():
     assert done.returncode == 1, done.stderr
     assert "RuntimeError: bad data in process 1" in done.stderr
     assert "process 1 (JAX_PROCESS_ID) exited with status 1; stopping the others" in done.stderr
+
+
+def test_jaxrun_option_without_its_value_is_one_clear_message():
+    for option in ["-n", "--cpu-devices", "--port"]:
+        done = subprocess.run([os.path.join(ROOT, "launch", "jaxrun"), option],
+                              capture_output=True, text=True, timeout=10)
+        assert done.returncode == 2
+        assert done.stderr == f"jaxrun: {option} needs a number (see --help)\n"
