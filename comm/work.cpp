@@ -15,9 +15,12 @@ namespace qmesh {
 
 std::chrono::milliseconds comm_timeout() {
   constexpr double kDefaultSeconds = 300.0;
+  // About 3 years: beyond, the milliseconds and the clock's deadlines would overflow.
+  constexpr int64_t kMaxSeconds = 100'000'000;
   const double seconds = param_double("COMM_TIMEOUT_S", kDefaultSeconds);
-  QMESH_CHECK(std::isfinite(seconds) && seconds > 0, "QMESH_COMM_TIMEOUT_S=", seconds,
-              " must be a positive number of seconds (default ", kDefaultSeconds, ")");
+  QMESH_CHECK(std::isfinite(seconds) && seconds > 0 && seconds <= double(kMaxSeconds),
+              "QMESH_COMM_TIMEOUT_S=", seconds, " must be a positive number of seconds, at most ",
+              kMaxSeconds, " (default ", kDefaultSeconds, ")");
   return std::chrono::milliseconds(static_cast<int64_t>(std::ceil(seconds * 1000.0)));
 }
 

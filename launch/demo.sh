@@ -8,6 +8,7 @@
 # --compare belong to the demo's two runs and cannot be given.
 # QMESH_DEMO_BUILD_DIR: build in this already configured tree (as it is configured)
 # instead of configuring build/ for Release; the tests use it.
+# -h, --help: this text (train_mlp's own options: build/examples/train_mlp/train_mlp --help).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,6 +26,10 @@ given() {
   return 1
 }
 extra=("$@")
+if given -h --help; then
+  sed -n '2,11p' launch/demo.sh | sed 's/^# \{0,1\}//'
+  exit 0
+fi
 for opt in --recipe --csv --plot --compare; do
   if given "$opt"; then
     echo "launch/demo.sh: $opt is set by the demo itself (an FP8 delayed-scaling run, then" \

@@ -14,6 +14,7 @@ Collectives follow the ring algorithm: an all-reduce of B bytes over n ranks cos
     python3 bench/scaling/model.py h100 [--json FILE] [--png FILE]   # the H100 predictions
 """
 import argparse
+import importlib.util
 import json
 import sys
 from dataclasses import dataclass, asdict
@@ -249,6 +250,9 @@ def main(argv):
     ap.add_argument("--json", help="also write the rows to this JSON file")
     ap.add_argument("--png", help="also draw the charts into this PNG (needs matplotlib)")
     args = ap.parse_args(argv)
+    if args.png and importlib.util.find_spec("matplotlib") is None:
+        ap.error("--png needs matplotlib (apt-get install python3-matplotlib, or pip install "
+                 "matplotlib); without --png the table and --json need nothing")
     rows = h100_table()
     comparison = megatron_comparison()
     print(f"{'model':20} {'gpus':>5} {'dp':>4} {'tp':>3} {'pp':>3} {'step bf16':>10} "

@@ -2,8 +2,11 @@
 
     python3 -m unittest discover -s bench/scaling -p 'test_*.py'
 """
+import contextlib
 import dataclasses
+import io
 import unittest
+from unittest import mock
 
 import model
 
@@ -98,6 +101,19 @@ class TrainMlp(unittest.TestCase):
         grads = 4.0 * 2 * (2 * 8 * 32 + 32 + 3 * 8)  # fp32 weights, biases, norm parameters
         self.assertAlmostEqual(two["comm_s"], 2 * 1e-4 + grads / 1e8)
         self.assertAlmostEqual(two["compute_s"], 12.0 * 16 * 8 * 32 * 2 * 1e-10)
+
+
+class CommandLine(unittest.TestCase):
+    def test_png_without_matplotlib_is_one_clear_error(self):
+        """Refused before any output (before: the table, the JSON, then an ImportError)."""
+        err = io.StringIO()
+        with mock.patch("importlib.util.find_spec", return_value=None), \
+                contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()) as out:
+            with self.assertRaises(SystemExit) as exit_:
+                model.main(["h100", "--png", "never-written.png"])
+        self.assertEqual(exit_.exception.code, 2)
+        self.assertIn("--png needs matplotlib", err.getvalue())
+        self.assertEqual(out.getvalue(), "")
 
 
 if __name__ == "__main__":

@@ -24,14 +24,16 @@ typedef struct options {
   uint64_t seed;
 } options;
 
-static int rank_of_process = -1;
+static int rank_of_process = -1; /* -1 until the world exists */
 
 /* Every failure ends here: the status, the library's message, exit status 1. The other ranks
  * fail in their next collective (comm timeout). */
 static void check(qmesh_status status, const char* call) {
   if (status == QMESH_OK) return;
-  fprintf(stderr, "c_trainer: rank %d: %s failed (%s): %s\n", rank_of_process, call,
-          qmesh_status_name(status), qmesh_last_error());
+  char rank[32] = "";
+  if (rank_of_process >= 0) snprintf(rank, sizeof rank, "rank %d: ", rank_of_process);
+  fprintf(stderr, "c_trainer: %s%s failed (%s): %s\n", rank, call, qmesh_status_name(status),
+          qmesh_last_error());
   fflush(stderr);
   exit(1);
 }

@@ -6,7 +6,8 @@
  * - Every function returns a qmesh_status; QMESH_OK (0) is success. On failure,
  *   qmesh_last_error() gives this thread's message and the out-parameters are untouched.
  *   No C++ exception, abort or exit crosses this API.
- * - Objects are opaque handles with a create/destroy pair; destroy(NULL) is a no-op.
+ * - Objects are opaque handles with a create/destroy pair; destroy(NULL) is a no-op. A
+ *   destroyed handle must not be used or destroyed again (undefined, not detected).
  *   A handle must outlive every handle created from it (destroy in reverse order).
  * - Config structs start with their own size: set struct_size = sizeof(the struct) (the
  *   *_init functions do), so a program built against an older header keeps working.
@@ -469,9 +470,10 @@ QMESH_C_EXPORT qmesh_status qmesh_checkpoint_save(qmesh_world* world, const char
  * <directory>/latest names) into the tensors (exactly these names, dtypes and shapes) and the
  * context (NULL: the checkpoint must hold no context); *loaded_step: its step. Every rank
  * reads and checks its part, then the ranks agree: either every rank loads, or none changes
- * anything and every rank returns FAILED with the same message, naming the first failing rank
- * and what is wrong there (no checkpoint, a missing or corrupted file, tensors that do not
- * match, a checkpoint of another recipe, a missing FP8 scaling state). */
+ * anything and every rank returns the first failing rank's status (INVALID_ARGUMENT for a
+ * checkpoint that is missing or does not match) with the same message, naming that rank and
+ * what is wrong there (no checkpoint, a missing or corrupted file, tensors that do not match,
+ * a checkpoint of another recipe or of more ranks, a missing FP8 scaling state). */
 QMESH_C_EXPORT qmesh_status qmesh_checkpoint_load(qmesh_world* world, const char* directory,
                                                   int step, const qmesh_named_tensor* tensors,
                                                   int ntensors, qmesh_context* context,

@@ -268,7 +268,8 @@ std::string steps_in(const fs::path& dir) {
 }
 
 // Reads and checks this rank's part of checkpoint `step` (or the latest); writes nothing.
-Staged stage(const fs::path& dir, int step, const CheckpointContent& content, int rank) {
+Staged stage(const fs::path& dir, int step, const CheckpointContent& content, int rank,
+             int world_size) {
   check_names_free_of_prefix(content);
   const fs::path step_dir = dir / ("step-" + std::to_string(step));
   QMESH_CHECK(fs::is_directory(step_dir), "no checkpoint of step ", step, " in ", dir.string(),
@@ -278,6 +279,12 @@ Staged stage(const fs::path& dir, int step, const CheckpointContent& content, in
     const MeshLayout old = load_layout(step_dir, *content.layout);
     if (!(old == *content.layout))
       return stage_resharded(step_dir, old, *content.layout, content, rank);
+  } else {
+    // Without a layout nothing is resharded: the ranks beyond this world would be dropped.
+    const std::string extra = rank_file(step_dir, world_size);
+    QMESH_CHECK(!fs::exists(extra), "the checkpoint in ", step_dir.string(),
+                " was written by more ranks than this world's ", world_size, " (it has ", extra,
+                "); a checkpoint without a mesh layout loads only on the world size that wrote it");
   }
   return stage_direct(step_dir, content, rank);
 }
@@ -391,6 +398,9 @@ void save_checkpoint(const std::string& dir, int step, const CheckpointContent& 
           }
           save_tensors(rank_file(step_dir, rank), tensors);
           if (rank == 0 && content.layout) save_layout(step_dir, *content.layout);
+          // The files of ranks beyond this world, left by an earlier save of a larger one.
+          for (int r = world.size(); rank == 0 && fs::exists(rank_file(step_dir, r)); ++r)
+            fs::remove(rank_file(step_dir, r), ec);
         }),
         what, outcome);
   agree(world, error_of([&] {
@@ -410,7 +420,7 @@ int load_checkpoint(const std::string& dir, const CheckpointContent& content, Co
   agree(world, error_of([&] {
           QMESH_CHECK(!step || *step >= 0, "checkpoint step ", *step, " is negative");
           found = step ? *step : latest_step(dir);
-          staged = stage(dir, found, content, world.rank());
+          staged = stage(dir, found, content, world.rank(), world.size());
         }),
         "loading the checkpoint in " + dir, "no rank changed its state");
   // Every rank read the same step (one shared directory, no save in between).

@@ -32,4 +32,32 @@ def test_jaxrun_stops_on_failure(tmp_path):
     script = "import os, sys, time; sys.exit(3) if os.environ['JAX_PROCESS_ID'] == '1' else time.sleep(60)"
     done = subprocess.run([os.path.join(ROOT, "launch", "jaxrun"), "-n", "2", sys.executable,
                            "-c", script], capture_output=True, text=True, timeout=30)
-    assert done.returncode == 3 and "stopping the others" in done.stderr
+    assert done.returncode == 3
+    assert "process 1 (JAX_PROCESS_ID) exited with status 3; stopping the others" in done.stderr
+
+
+def test_error_in_one_process_ends_the_job_at_once():
+    """A process that raises exits at once (not after jax.distributed's shutdown barrier, which
+    would wait for the other process's 60 s of work), and jaxrun names it."""
+    script = ("import os, sys, time; sys.path.insert(0, sys.argv[1]); import jax, train\n"
+              "jax.config.update('jax_cpu_collectives_implementation', 'gloo')\n"
+              "e = os.environ\n"
+              "jax.distributed.initialize(e['JAX_COORDINATOR_ADDRESS'],"
+              " int(e['JAX_NUM_PROCESSES']), int(e['JAX_PROCESS_ID']))\n"
+              "def run():\n"
+              "    if jax.process_index() == 1: raise RuntimeError('bad data in process 1')\n"
+              "    time.sleep(60)\n"
+              "train.exit_at_once_on_error(run)\n")
+    done = subprocess.run([os.path.join(ROOT, "launch", "jaxrun"), "-n", "2", sys.executable,
+                           "-c", script, EXAMPLE], capture_output=True, text=True, timeout=40)
+    assert done.returncode == 1, done.stderr
+    assert "RuntimeError: bad data in process 1" in done.stderr
+    assert "process 1 (JAX_PROCESS_ID) exited with status 1; stopping the others" in done.stderr
+
+
+def test_jaxrun_option_without_its_value_is_one_clear_message():
+    for option in ["-n", "--cpu-devices", "--port"]:
+        done = subprocess.run([os.path.join(ROOT, "launch", "jaxrun"), option],
+                              capture_output=True, text=True, timeout=10)
+        assert done.returncode == 2
+        assert done.stderr == f"jaxrun: {option} needs a number (see --help)\n"

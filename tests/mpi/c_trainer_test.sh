@@ -81,4 +81,9 @@ grep -q -- "--steps needs a value" "$work/bad.log" || fail "no message for --ste
 run4 "$c_trainer" "${small[@]}" --steps 6 --resume --checkpoint-dir "$work/none" >"$work/bad.log" 2>&1 &&
   fail "resumed from nothing"
 grep -q "no checkpoint to resume from" "$work/bad.log" || { cat "$work/bad.log"; fail "no message"; }
+# A failure before the world exists names no rank (it said "rank -1").
+QMESH_COMM_TIMEOUT_S=soon "$c_trainer" --steps 2 >"$work/bad.log" 2>&1 &&
+  fail "accepted QMESH_COMM_TIMEOUT_S=soon"
+grep -q "^c_trainer: qmesh_world_create_mpi(.*QMESH_COMM_TIMEOUT_S='soon' is not a number" \
+  "$work/bad.log" || { cat "$work/bad.log"; fail "no message without a rank"; }
 echo "PASS"

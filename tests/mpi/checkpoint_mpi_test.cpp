@@ -172,6 +172,27 @@ TEST_F(CheckpointMpi, AFileCorruptedOnOneRankFailsOnEveryRank) {
   expect_fails_everywhere(fresh, "checksum");
 }
 
+// A checkpoint without a layout is not resharded: one written by more ranks is an error on
+// every rank (before, each rank loaded its own file and the others' were silently dropped), and
+// a save by fewer ranks removes the files an earlier, larger save left in its step.
+TEST_F(CheckpointMpi, ACheckpointOfMoreRanksWithoutALayoutIsAnError) {
+  float v[2] = {float(world()->rank()), 1.0f};
+  CheckpointContent content;
+  content.tensors = {{"v", TensorView(v, DType::kFloat32, Shape{2})}};
+  save_checkpoint(dir_, 1, content, *world());
+  if (world()->rank() == 0) fs::copy_file(rank_file(1, 1), rank_file(1, 2));  // as rank 2's
+  world()->barrier();
+  try {
+    load_checkpoint(dir_, content, *world());
+    ADD_FAILURE() << "rank " << world()->rank() << ": the load succeeded";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.message(), HasSubstr("written by more ranks than this world's 2"));
+  }
+  save_checkpoint(dir_, 1, content, *world());
+  EXPECT_FALSE(fs::exists(rank_file(1, 2)));
+  EXPECT_EQ(load_checkpoint(dir_, content, *world()), 1);
+}
+
 // A rank that cannot write its file (a directory is in the way) stops every rank's save with
 // the same message; `latest` still names the previous checkpoint, which loads.
 TEST_F(CheckpointMpi, ASaveThatFailsOnOneRankFailsOnEveryRank) {

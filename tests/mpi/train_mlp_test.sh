@@ -223,6 +223,14 @@ bad-input)
     echo "ok: $* -> $msg"
   }
   expect "does not divide the number of ranks 4" --tp 3
+  # qmeshrun: a malformed count is mpirun's one clear message (no shell error before it); a
+  # program's own -n does not change the ranks' binding (4 ranks on fewer cores still run).
+  "$run" -np four "$train" >"$work/out.log" 2>&1 && fail "qmeshrun accepted -np four"
+  grep -q "Param: *four" "$work/out.log" && ! grep -q "expression expected" "$work/out.log" ||
+    { cat "$work/out.log"; fail "qmeshrun -np four: not one clear message"; }
+  train4 "${small[@]}" --steps 1 -n 1 >"$work/out.log" 2>&1
+  ! grep -q "not enough slots" "$work/out.log" ||
+    { cat "$work/out.log"; fail "qmeshrun read the program's -n 1 as the rank count"; }
   expect "must be a positive multiple of --tp 4" --tp 4 --hidden 66
   expect "--fsdp 3 x --tp 1 does not divide the number of ranks 4" --fsdp 3
   expect "unknown recipe 'fp9'" --recipe fp9

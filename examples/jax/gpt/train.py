@@ -166,6 +166,25 @@ def start_jax(args):
     return jax
 
 
+def exit_at_once_on_error(run):
+    """Returns run(). In a job of several processes, an exception is printed and ends this
+    process at once (os._exit(1)): a normal exit would wait in jax.distributed's shutdown
+    barrier for the other processes (up to its shutdown_timeout_seconds, 300 s), which keep
+    training or wait in a collective for this one, so the launcher would stop the job only
+    minutes later."""
+    try:
+        return run()
+    except Exception:
+        import jax
+        if not jax.distributed.is_initialized():
+            raise
+        import traceback
+        traceback.print_exc()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
+
+
 def main(argv=None) -> dict:
     """Runs every recipe of --recipe; returns {recipe: its record (the JSON written)}."""
     args = parse(argv)
@@ -196,4 +215,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    exit_at_once_on_error(main)

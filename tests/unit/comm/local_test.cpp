@@ -258,6 +258,10 @@ TEST(Local, TimeoutVariableIsValidated) {
   EXPECT_QMESH_ERROR(comm_timeout(), "QMESH_COMM_TIMEOUT_S=0 must be a positive number");
   setenv("QMESH_COMM_TIMEOUT_S", "soon", 1);
   EXPECT_QMESH_ERROR(comm_timeout(), "QMESH_COMM_TIMEOUT_S='soon' is not a number");
+  setenv("QMESH_COMM_TIMEOUT_S", "1e99", 1);  // before: a negative, already expired timeout
+  EXPECT_QMESH_ERROR(comm_timeout(), "at most 100000000");
+  setenv("QMESH_COMM_TIMEOUT_S", "100000000", 1);
+  EXPECT_EQ(comm_timeout(), std::chrono::seconds(100'000'000));
   setenv("QMESH_COMM_TIMEOUT_S", "2.5", 1);
   EXPECT_EQ(comm_timeout(), std::chrono::milliseconds(2500));
   unsetenv("QMESH_COMM_TIMEOUT_S");
