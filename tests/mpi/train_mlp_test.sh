@@ -223,6 +223,10 @@ bad-input)
     echo "ok: $* -> $msg"
   }
   expect "does not divide the number of ranks 4" --tp 3
+  # The Slurm batch script run outside a Slurm job says how to submit it.
+  env -u SLURM_JOB_ID bash "$(dirname "$run")/slurm/train_mlp.sbatch" >"$work/out.log" 2>&1 &&
+    fail "train_mlp.sbatch ran outside a Slurm job"
+  grep -q "submit it with sbatch" "$work/out.log" || { cat "$work/out.log"; fail "sbatch hint"; }
   # qmeshrun: a malformed count is mpirun's one clear message (no shell error before it); a
   # program's own -n does not change the ranks' binding (4 ranks on fewer cores still run).
   "$run" -np four "$train" >"$work/out.log" 2>&1 && fail "qmeshrun accepted -np four"
