@@ -26,11 +26,6 @@ BlockShape to_block(int32_t value) {
   return value == 1 ? BlockShape::k1x128 : BlockShape::k128x128;
 }
 
-TensorView matrix_view(const AnyBuffer& x, const Where& w, const char* what) {
-  const TensorView v = view(x, w, what);
-  return TensorView(v.data, v.dtype, Shape{v.shape.rows(), v.shape.cols()}, w.device);
-}
-
 // The block-scaled output of quantizing a [rows, cols] input: codes q, scale_inv, and (when
 // q_t is not empty) the columnwise copy q_t [cols, rows] with scale_inv_t. Shapes and dtypes
 // are checked by BlockQuantizedTensorView::validate inside the op.

@@ -112,6 +112,20 @@ TensorView view(Result<AnyBuffer>& buffer, const Where& where, const std::string
                    what);
 }
 
+NvFp4Options nvfp4_transform(bool rht, int32_t rht_signs) {
+  QMESH_CHECK(rht_signs >= 0 && rht_signs < 0x10000, "rht_signs must be a 16-bit mask, got ",
+              rht_signs);
+  NvFp4Options options;
+  options.rht = rht;
+  options.rht_signs = static_cast<uint16_t>(rht_signs);
+  return options;
+}
+
+TensorView matrix_view(const AnyBuffer& x, const Where& where, const std::string& what) {
+  const TensorView v = view(x, where, what);
+  return TensorView(v.data, v.dtype, Shape{v.shape.rows(), v.shape.cols()}, where.device);
+}
+
 void require_dtype(const AnyBuffer& buffer, std::initializer_list<DType> allowed,
                    const std::string& what) {
   const DType d = to_dtype(buffer.element_type(), what);

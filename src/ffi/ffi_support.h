@@ -19,6 +19,7 @@
 #include "qmesh/error.h"
 #include "qmesh/export.h"
 #include "qmesh/ops/gemm.h"
+#include "qmesh/ops/nvfp4_quantize.h"
 #include "qmesh/shape.h"
 #include "qmesh/stream.h"
 #include "qmesh/tensor.h"
@@ -50,6 +51,11 @@ int64_t element_count(const AnyBuffer& buffer);
 // Error naming `what` when the buffer is empty.
 TensorView view(const AnyBuffer& buffer, const Where& where, const std::string& what);
 TensorView view(Result<AnyBuffer>& buffer, const Where& where, const std::string& what);
+// view() of x read as its row-major 2-D view [rows, cols] (Shape::rows / cols).
+TensorView matrix_view(const AnyBuffer& x, const Where& where, const std::string& what);
+// NvFp4Options with the random Hadamard transform of the rht / rht_signs attributes (Error
+// unless rht_signs is a 16-bit mask); the other options at their defaults.
+NvFp4Options nvfp4_transform(bool rht, int32_t rht_signs);
 // NVFP4's packed codes of a copy with `rows` rows: uint8 [rows, cols / 2] read as
 // fp4e2m1x2 [rows, cols / 2]; Error naming `what` for another dtype or element count.
 TensorView packed_view(const AnyBuffer& buffer, const Where& w, int64_t rows, const char* what);

@@ -19,12 +19,6 @@
 namespace qmesh::ffi {
 namespace {
 
-// x as its row-major 2-D view.
-TensorView matrix_input(const AnyBuffer& x, const Where& w) {
-  const TensorView v = view(x, w, "x");
-  return TensorView(v.data, v.dtype, Shape{v.shape.rows(), v.shape.cols()}, w.device);
-}
-
 // Error naming `what` unless the buffer is uint8 (packed float4_e2m1fn codes, two per byte).
 void require_packed(const AnyBuffer& buffer, const char* what) {
   QMESH_CHECK(buffer.element_type() == xffi::DataType::U8, what,
@@ -42,7 +36,7 @@ TensorView part(void* base, DType type, int64_t bytes, int64_t at, const Shape& 
 void grouped_mxfp8_quantize_impl(const Where& w, AnyBuffer x, AnyBuffer group_sizes,
                                  Result<AnyBuffer> q, Result<AnyBuffer> scale,
                                  Result<AnyBuffer> q_t, Result<AnyBuffer> scale_t, float margin) {
-  const TensorView input = matrix_input(x, w);
+  const TensorView input = matrix_view(x, w, "x");
   const int64_t cols = input.shape.cols(), blocks = cols / kMxBlock;
   const std::vector<int32_t> rows = group_rows(w, group_sizes, input.shape.rows(), kMxBlock);
   require_count(*q, input.numel(), "q (the codes, shaped like x)");
@@ -95,12 +89,10 @@ void grouped_nvfp4_quantize_impl(const Where& w, AnyBuffer x, AnyBuffer group_si
                                  Result<AnyBuffer> data_t, Result<AnyBuffer> scale_t,
                                  Result<AnyBuffer> scale_inv_t, bool stochastic_rounding,
                                  bool tiles_2d, bool rht, int32_t rht_signs) {
-  const TensorView input = matrix_input(x, w);
+  const TensorView input = matrix_view(x, w, "x");
   const int64_t cols = input.shape.cols(), blocks = cols / kNvFp4Block;
   const std::vector<int32_t> rows = group_rows(w, group_sizes, input.shape.rows(), kNvFp4Block);
   const auto groups = static_cast<int64_t>(rows.size());
-  QMESH_CHECK(rht_signs >= 0 && rht_signs < 0x10000, "rht_signs must be a 16-bit mask, got ",
-              rht_signs);
   constexpr DType kPacked = DType::kFloat4E2M1x2, kF32 = DType::kFloat32;
   require_packed(*data, "data");
   require_count(*data, input.numel() / 2, "data ([rows, cols / 2])");
@@ -136,12 +128,10 @@ void grouped_nvfp4_quantize_impl(const Where& w, AnyBuffer x, AnyBuffer group_si
     }
     row += rows[g];
   }
-  NvFp4Options options;
+  NvFp4Options options = nvfp4_transform(rht, rht_signs);
   options.stochastic_rounding = stochastic_rounding;
   options.seed = stochastic_rounding ? host_seed(seed_key, w) : 0;
   options.tiles_2d = tiles_2d;
-  options.rht = rht;
-  options.rht_signs = static_cast<uint16_t>(rht_signs);
   grouped_nvfp4_quantize(input, outs, options, w.stream);
 }
 

@@ -14,11 +14,6 @@
 namespace qmesh::ffi {
 namespace {
 
-TensorView matrix_view(const AnyBuffer& x, const Where& w, const char* what) {
-  const TensorView v = view(x, w, what);
-  return TensorView(v.data, v.dtype, Shape{v.shape.rows(), v.shape.cols()}, w.device);
-}
-
 // The MXFP8 output of quantizing a [rows, cols] input; shapes and dtypes are checked by
 // MxFp8TensorView::validate inside the op.
 MxFp8TensorView mx_output(const Where& w, const Shape& matrix, Result<AnyBuffer>& q,

@@ -19,22 +19,6 @@
 namespace qmesh::ffi {
 namespace {
 
-// x read as its row-major 2-D view [rows, cols].
-TensorView matrix_view(const AnyBuffer& x, const Where& w) {
-  const TensorView v = view(x, w, "x");
-  return TensorView(v.data, v.dtype, Shape{v.shape.rows(), v.shape.cols()}, w.device);
-}
-
-// The options of the random Hadamard transform attributes.
-NvFp4Options transform(bool rht, int32_t rht_signs) {
-  QMESH_CHECK(rht_signs >= 0 && rht_signs < 0x10000, "rht_signs must be a 16-bit mask, got ",
-              rht_signs);
-  NvFp4Options options;
-  options.rht = rht;
-  options.rht_signs = static_cast<uint16_t>(rht_signs);
-  return options;
-}
-
 // x, seed_key, amax, columnwise_amax, origin -> data, scale, scale_inv (and data_t, scale_t,
 // scale_inv_t): op nvfp4_quantize.
 void nvfp4_quantize_impl(const Where& w, AnyBuffer x, AnyBuffer seed_key, AnyBuffer amax,
@@ -43,7 +27,7 @@ void nvfp4_quantize_impl(const Where& w, AnyBuffer x, AnyBuffer seed_key, AnyBuf
                          Result<AnyBuffer> data_t, Result<AnyBuffer> scale_t,
                          Result<AnyBuffer> scale_inv_t, bool stochastic_rounding, bool tiles_2d,
                          bool rht, int32_t rht_signs, int64_t whole_rows, int64_t whole_cols) {
-  const TensorView input = matrix_view(x, w);
+  const TensorView input = matrix_view(x, w, "x");
   const int64_t rows = input.shape.rows(), cols = input.shape.cols();
   NvFp4TensorView out;
   out.data = packed_view(*data, w, rows, "data");
@@ -54,7 +38,7 @@ void nvfp4_quantize_impl(const Where& w, AnyBuffer x, AnyBuffer seed_key, AnyBuf
     out.scale_t = view(scale_t, w, "scale_t");
     out.scale_inv_t = view(scale_inv_t, w, "scale_inv_t");
   }
-  NvFp4Options options = transform(rht, rht_signs);
+  NvFp4Options options = nvfp4_transform(rht, rht_signs);
   options.stochastic_rounding = stochastic_rounding;
   options.tiles_2d = tiles_2d;
   options.seed_key = view(seed_key, w, "seed_key");
@@ -70,7 +54,8 @@ void nvfp4_quantize_impl(const Where& w, AnyBuffer x, AnyBuffer seed_key, AnyBuf
 // x -> amax (float32 [2]): op nvfp4_amax.
 void nvfp4_amax_impl(const Where& w, AnyBuffer x, Result<AnyBuffer> amax, bool rht,
                      int32_t rht_signs) {
-  nvfp4_amax(matrix_view(x, w), view(amax, w, "amax"), transform(rht, rht_signs), w.stream);
+  nvfp4_amax(matrix_view(x, w, "x"), view(amax, w, "amax"), nvfp4_transform(rht, rht_signs),
+             w.stream);
 }
 
 // data, scale, scale_inv -> out = the copy's values (fp32, bf16 or fp16, [rows, cols]).

@@ -57,6 +57,12 @@ def bits(a):
     return a.view(np.uint8) if a.dtype.itemsize == 1 else a.view(f"u{a.dtype.itemsize}")
 
 
+def assert_bitwise(gpu, cpu):
+    """Every leaf of two result trees equal bit for bit."""
+    for g, c in zip(jax.tree.leaves(gpu), jax.tree.leaves(cpu), strict=True):
+        np.testing.assert_array_equal(bits(g), bits(c))
+
+
 def random(rng, shape, dtype=jnp.float32, scale=1.0):
     return jnp.asarray(rng.standard_normal(shape) * scale, dtype)
 
@@ -67,15 +73,13 @@ def test_quantize_is_bitwise_equal(rng, in_dtype, fp8):
     # Large values too, so that saturation is part of the comparison.
     x = random(rng, (96, 80), in_dtype, scale=100.0)
     gpu, cpu = on_both(lambda x, s: qj.quantize(x, s, fp8, columnwise=True), x, jnp.float32(3.0))
-    for g, c in zip(gpu, cpu):
-        np.testing.assert_array_equal(bits(g), bits(c))
+    assert_bitwise(gpu, cpu)
 
 
 def test_current_scaling_and_amax_are_bitwise_equal(rng):
     x = random(rng, (64, 48), jnp.bfloat16, scale=7.0)
     gpu, cpu = on_both(lambda x: (qj.quantize_current(x, E4M3, columnwise=True), qj.amax(x)), x)
-    for g, c in zip(jax.tree.leaves(gpu), jax.tree.leaves(cpu)):
-        np.testing.assert_array_equal(bits(g), bits(c))
+    assert_bitwise(gpu, cpu)
 
 
 def test_dbias_quantize(rng):
@@ -83,8 +87,7 @@ def test_dbias_quantize(rng):
     (qg, dbg), (qc, dbc) = on_both(
         lambda g, s: qj.dbias_quantize(g, s, E5M2, columnwise=True), g, jnp.float32(2.0)
     )
-    for a, b in zip(qg, qc):
-        np.testing.assert_array_equal(bits(a), bits(b))
+    assert_bitwise(qg, qc)
     # The row sums differ only in summation order.
     assert ref.rel_err(dbg, dbc) < 1e-5
 
@@ -102,13 +105,7 @@ def test_block_quantize_is_bitwise_equal(rng, in_dtype, block):
         ),
         x,
     )
-    for g, c in zip(jax.tree.leaves(gpu), jax.tree.leaves(cpu)):
-        np.testing.assert_array_equal(bits(g), bits(c))
-
-
-def assert_bitwise(gpu, cpu):
-    for g, c in zip(jax.tree.leaves(gpu), jax.tree.leaves(cpu), strict=True):
-        np.testing.assert_array_equal(bits(g), bits(c))
+    assert_bitwise(gpu, cpu)
 
 
 @pytest.mark.parametrize(("in_dtype", "fp8"), [(jnp.float32, E4M3), (jnp.bfloat16, E5M2)])
@@ -284,8 +281,7 @@ def test_fused_norm_is_bitwise_equal(rng, x_dtype, rms):
         )
 
     gpu, cpu = on_both(fused, x, gamma)
-    for g, c in zip(jax.tree.leaves(gpu), jax.tree.leaves(cpu)):
-        np.testing.assert_array_equal(bits(g), bits(c))
+    assert_bitwise(gpu, cpu)
 
 
 @pytest.mark.parametrize("x_dtype", [jnp.bfloat16, jnp.float32])
