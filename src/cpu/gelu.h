@@ -37,6 +37,12 @@ inline float from_bits(uint32_t b) {
 }
 #endif
 
+// The canonical NaN 0x7FFFFFFF for any NaN, so that both backends write one value (x86
+// arithmetic keeps an input NaN's payload, the GPU's does not).
+QMESH_HOST_DEVICE inline float canonical_nan(float v) {
+  return v == v ? v : from_bits(0x7FFFFFFFu);
+}
+
 }  // namespace gelu_detail
 
 // e^x for x in [-87, 88], relative error ~2e-7: x = n·ln2 + r, e^r by its Taylor polynomial.

@@ -14,8 +14,8 @@ QMESH_HOST_DEVICE inline float activate(float x, [[maybe_unused]] float pre) {
   if constexpr (kAct == CastActivation::kNone) {
     return x;
   } else {
-    const float v = kAct == CastActivation::kGelu ? gelu(x) : gelu_detail::mul(x, dgelu(pre));
-    return v == v ? v : gelu_detail::from_bits(0x7FFFFFFFu);
+    return gelu_detail::canonical_nan(
+        kAct == CastActivation::kGelu ? gelu(x) : gelu_detail::mul(x, dgelu(pre)));
   }
 }
 

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "cpu/gelu.h"
 #include "ops/nvfp4_rules.h"
 #include "qmesh/dtype.h"
 
@@ -123,11 +124,13 @@ QMESH_HOST_DEVICE inline void encode_block(const NvFp4CastJob& job, int copy, in
   out.scale[i * (cols / kBlock) + kb] = scale;
 }
 
-// Element j of a packed row with its block scale `scale` and per-tensor decode scale.
+// Element j of a packed row with its block scale `scale` and per-tensor decode scale; a NaN
+// (a NaN decode scale, stored_decode_scale) is the canonical NaN on both backends.
 QMESH_HOST_DEVICE inline float decode_element(const uint8_t* packed_row, const uint8_t* scale_row,
                                               int64_t j, float global_decode) {
   const uint8_t code = uint8_t((packed_row[j / 2] >> ((j & 1) * 4)) & 0xFu);
-  return (decode_e2m1(code) * decode_e4m3_scale(scale_row[j / kBlock])) * global_decode;
+  return gelu_detail::canonical_nan((decode_e2m1(code) * decode_e4m3_scale(scale_row[j / kBlock])) *
+                                    global_decode);
 }
 
 }  // namespace nvfp4

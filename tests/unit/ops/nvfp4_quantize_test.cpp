@@ -249,10 +249,18 @@ TEST(NvFp4Quantize, NonFiniteValues) {
   EXPECT_TRUE(std::isnan(r.scale_inv));  // NaN amax: the stored decode scale is NaN
   EXPECT_EQ(r.codes[5], 7);              // NaN -> +6
   EXPECT_EQ(r.scale[0], 0x7E);           // NaN block amax: scale 448
-  // So every decoded value is NaN: the NaN is not lost in E2M1's finite codes.
+  // So every decoded value is NaN, the canonical one (the GPU's bits): the NaN is not lost in
+  // E2M1's finite codes.
   Tensor back(DType::kFloat32, Shape{16, 32});
   nvfp4_dequantize(q.view(), back);
-  for (int64_t i = 0; i < back.numel(); ++i) ASSERT_TRUE(std::isnan(back.data_as<float>()[i])) << i;
+  for (int64_t i = 0; i < back.numel(); ++i)
+    ASSERT_EQ(std::bit_cast<uint32_t>(back.data_as<float>()[i]), 0x7FFFFFFFu) << i;
+  for (DType wide : {DType::kBFloat16, DType::kFloat16}) {
+    Tensor back16(wide, Shape{16, 32});
+    nvfp4_dequantize(q.view(), back16);
+    for (int64_t i = 0; i < back16.numel(); ++i)
+      ASSERT_EQ(static_cast<const uint16_t*>(back16.data())[i], 0x7FFFu) << dtype_name(wide) << i;
+  }
 }
 
 TEST(NvFp4Quantize, AnInfiniteTensorDecodesToNan) {
