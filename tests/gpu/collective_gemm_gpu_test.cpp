@@ -77,7 +77,7 @@ TEST_F(CollectiveGemmGpuErrors, BadArgumentsAreErrors) {
     const Tensor host_gathered(DType::kFloat32, Shape{32, 32});
     EXPECT_QMESH_ERROR(all_gather_gemm(comm, args, GemmOperand::plain(host_gathered),
                                        Overlap::kBidirectional, streams.get()),
-                       "gathered must be on A's device");
+                       "both must be on one device");
     // D on the host while A is on the GPU.
     const Tensor host_d(DType::kFloat32, Shape{32, 16});
     GemmArgs mixed = args;
