@@ -3,6 +3,8 @@ quantize / dequantize primitives against a numpy (ml_dtypes, float64) reference,
 block-scaled GEMM against float64 from codes and scales, dense and mlp forward and backward
 against float64, and sharded == unsharded with no amax collective."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import ml_dtypes
@@ -15,8 +17,15 @@ from jax.sharding import PartitionSpec as P
 
 import qmesh.jax as qj
 from qmesh.jax.block_quantize import block_scale_shape, grouped_scale_size
+from qmesh.jax.gemm import Epilogue
 from qmesh.jax.mlp import mlp
-from qmesh.jax.recipe import Float8BlockScaling, MMParams, QParams, check_recipe
+from qmesh.jax.recipe import (
+    Float8BlockScaling,
+    Float8CurrentScaling,
+    MMParams,
+    QParams,
+    check_recipe,
+)
 
 E4M3 = ml_dtypes.float8_e4m3fn
 
@@ -469,3 +478,25 @@ def test_mlp_with_the_block_recipe_against_float64(rng):
     assert abs(float(got[0]) - want[0]) / want[0] < 0.03
     for g, wv in zip(got[1], want[1]):
         assert ref.rel_err(g, wv) < 0.08
+
+
+def _gemm_epilogues(recipe, rng):
+    """The epilogue of every qmesh GEMM in a bf16 dense step with bias and GELU."""
+    x = jnp.asarray(rng.standard_normal((128, K)), jnp.bfloat16)
+    w = jnp.asarray(rng.standard_normal((K, N)) * 0.1, jnp.float32)
+    b = jnp.asarray(rng.standard_normal(N) * 0.1, jnp.float32)
+
+    def loss(x, w, b):
+        y = qj.dense(x, w, b, recipe=recipe, activation="gelu")
+        return jnp.sum(jnp.square(y.astype(jnp.float32)))
+
+    text = jax.jit(jax.grad(loss, argnums=(0, 1, 2))).lower(x, w, b).as_text()
+    return [int(m) for m in re.findall(r"epilogue = (\d+) : i32", text)]
+
+
+def test_block_scaled_dense_asks_no_gemm_for_bias_gelu_with_aux(rng):
+    """cuBLASLt (Hopper) refuses a block-scaled GEMM with bias + GELU and the aux: dense adds
+    them after the GEMM instead, where per-tensor FP8 fuses them."""
+    assert int(Epilogue.BIAS_GELU_AUX) in _gemm_epilogues(Float8CurrentScaling(), rng)
+    block = _gemm_epilogues(Float8BlockScaling(), rng)
+    assert len(block) == 3 and int(Epilogue.BIAS_GELU_AUX) not in block

@@ -319,8 +319,11 @@ def _forward(cfg, x, kernel, bias, step, xq=None):
     # (and the GELU's aux) in D's type; with a float32 D they run after the GEMM, in float32
     # (XLA fuses them into one elementwise pass). The host GEMM follows the same rule, so both
     # platforms compute the same function.
-    # The rings write float32 and take no epilogue: bias and GELU follow in float32.
+    # The rings write float32 and take no epilogue: bias and GELU follow in float32. A
+    # block-scaled GEMM takes the bias or the GELU but not both with the aux (cuBLASLt 13 on
+    # Hopper refuses it, docs/design/gemm.md), so bias and GELU then follow in float32 too.
     fused = cfg.has_bias and cfg.out_dtype in (jnp.bfloat16, jnp.float16)
+    fused = fused and not (gelu_on and blocks)
     if fused and cfg.collective_gemm is None:
         out = gemm(
             a,
