@@ -83,6 +83,8 @@ def test_a_communicator_without_nccl_rank_is_refused(rng):
             overlap=np.int32(1),
             trans_b=True,
             split_accumulator=False,
+            a_block=np.int32(0),
+            b_block=np.int32(0),
         )
     )
     with pytest.raises(Exception, match="has no NCCL rank on CUDA device .*jax.set_mesh"):
