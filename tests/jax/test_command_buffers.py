@@ -4,7 +4,9 @@ workspace as an XLA-allocated result and is declared command-buffer compatible
 backward: the three GEMMs, the casts, the delayed-scaling update) run several times on new
 inputs gives bit for bit the same results with command buffers forced on as with them off.
 The CPU case runs everywhere (the GPU flags are then inert); the GPU case skips where JAX sees
-no GPU and also checks that XLA did put a qmesh GEMM into a command buffer."""
+no GPU and also checks that XLA did put a qmesh GEMM into a command buffer: in a command-buffer
+computation of the optimized HLO, or, where XLA forms command buffers from the thunk sequence
+(jax 0.11), in a command-buffer thunk of the sequence it dumps."""
 
 import json
 import os
@@ -66,8 +68,9 @@ OFF = "--xla_gpu_enable_command_buffer="
 
 
 def run_step(platform, flags, tmp_path, name):
-    out = tmp_path / f"{name}.json"
-    env = dict(os.environ, XLA_FLAGS=flags)
+    """The step's results and optimized HLO, and its thunk sequences as XLA dumped them."""
+    out, dump = tmp_path / f"{name}.json", tmp_path / f"{name}-dump"
+    env = dict(os.environ, XLA_FLAGS=f"{flags} --xla_dump_to={dump}")
     done = subprocess.run(
         [sys.executable, "-c", STEP, platform, str(out)],
         env=env,
@@ -76,11 +79,15 @@ def run_step(platform, flags, tmp_path, name):
         timeout=600,
     )
     assert done.returncode == 0, done.stderr[-4000:]
-    return json.loads(out.read_text())
+    result = json.loads(out.read_text())
+    thunks = sorted(dump.glob("*jit_step*thunk_sequence_after_thunk_passes*.txt"))
+    result["thunks"] = "\n".join(t.read_text() for t in thunks)
+    return result
 
 
 def command_buffer_targets(hlo: str) -> set:
-    """Custom-call targets inside the computations XLA made command buffers of."""
+    """Custom-call targets inside the computations XLA made command buffers of (XLA that
+    forms command buffers from HLO computations)."""
     targets, current = set(), None
     for line in hlo.splitlines():
         if line and not line[0].isspace():
@@ -89,6 +96,28 @@ def command_buffer_targets(hlo: str) -> set:
         elif current and "command_buffer" in current:
             targets.update(re.findall(r'custom_call_target="([^"]+)"', line))
     return targets
+
+
+def command_buffer_thunks(thunks: str) -> list:
+    """The lines of the thunks nested in a command-buffer thunk (XLA that forms command
+    buffers from the thunk sequence, dumped as thunk_sequence_after_thunk_passes.txt: one
+    thunk a line, nested thunks indented deeper than their parent)."""
+    nested, parent_indent = [], None
+    for line in thunks.splitlines():
+        if not line.strip():
+            continue
+        indent = len(line) - len(line.lstrip())
+        if parent_indent is not None and indent > parent_indent:
+            nested.append(line.strip())
+            continue
+        parent_indent = indent if line.strip().startswith("kCommandBuffer") else None
+    return nested
+
+
+def qmesh_gemm_captured(result: dict) -> bool:
+    return "qmesh_gemm" in command_buffer_targets(result["hlo"]) or any(
+        "qmesh_gemm" in line for line in command_buffer_thunks(result["thunks"])
+    )
 
 
 def _gpu_seen() -> bool:
@@ -113,10 +142,11 @@ def test_step_with_command_buffers_equals_without(platform, tmp_path):
     # The results move with the inputs (a graph replayed on stale buffers would repeat them).
     assert on["results"][0][-1] != on["results"][1][-1]
     if platform == "gpu":
-        assert "qmesh_gemm" in command_buffer_targets(on["hlo"]), (
-            "XLA put no qmesh GEMM into a command buffer: is the handler declared compatible?"
+        assert qmesh_gemm_captured(on), (
+            "XLA put no qmesh GEMM into a command buffer: is the handler declared compatible?\n"
+            + on["thunks"][-3000:]
         )
-        assert "qmesh_gemm" not in command_buffer_targets(off["hlo"])
+        assert not qmesh_gemm_captured(off)
 
 
 def test_cuda_lowering_gives_the_gemm_a_workspace_result():
@@ -145,3 +175,16 @@ def test_command_buffer_targets_reads_the_computations():
         '  %d = f32[2] custom-call(%p), custom_call_target="qmesh_quantize"\n}\n'
     )
     assert command_buffer_targets(hlo) == {"qmesh_gemm"}
+    thunks = (
+        "kKernel\tloop_convert_fusion\n"
+        "kCommandBuffer\t\n"
+        "  kCustomCall\tqmesh_gemm_ffi.23\n"
+        "  kKernel\tloop_add_fusion\n"
+        "kCustomCall\tqmesh_quantize_ffi.2\n"
+    )
+    assert command_buffer_thunks(thunks) == [
+        "kCustomCall\tqmesh_gemm_ffi.23",
+        "kKernel\tloop_add_fusion",
+    ]
+    assert qmesh_gemm_captured({"hlo": "", "thunks": thunks})
+    assert not qmesh_gemm_captured({"hlo": "", "thunks": thunks.replace("  kCustom", "kCustom")})
