@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Forward + backward of a sequence-parallel LayerNormMLP (qmesh.jax.mlp.layernorm_mlp,
-DelayedScaling, float32) on a dp x tp mesh of CPU devices in one process, with and without
-the collective GEMM option:
+DelayedScaling, float32) on a dp x tp mesh of CPU devices in one process (or, with
+--platform gpu, of this process's first dp x tp GPUs: the rings then run on NCCL), with and
+without the collective GEMM option:
 
   xla    collective_gemm=None: XLA all-gathers fc1's input codes and reduce-scatters fc2's
          product (and the mirror images in backward)
@@ -18,6 +19,8 @@ the ring calls.
 
     PYTHONPATH=python QMESH_JAX_LIBRARY_DIR=build/src python bench/collective_gemm_bench.py \\
         --tp 4 --dp 2 --json out.json
+    ... bench/collective_gemm_bench.py --platform gpu --tp 1 --seq 8192 --hidden 4096 \
+        --ffn 16384        # one GPU: the one-rank NCCL path against XLA's
 """
 
 from __future__ import annotations
@@ -34,6 +37,12 @@ def parse(argv=None):
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    p.add_argument(
+        "--platform",
+        choices=("cpu", "gpu"),
+        default="cpu",
+        help="the devices of the mesh (gpu: the first dp x tp GPUs)",
+    )
     p.add_argument("--tp", type=int, default=4, help="tensor/sequence-parallel axis size")
     p.add_argument("--dp", type=int, default=1, help="data-parallel axis size")
     p.add_argument("--seq", type=int, default=512, help="tokens per sequence")
@@ -49,10 +58,23 @@ def parse(argv=None):
 def main(argv=None):
     args = parse(argv)
     devices = args.dp * args.tp
-    os.environ.setdefault("XLA_FLAGS", f"--xla_force_host_platform_device_count={devices}")
+    if args.platform == "cpu":
+        os.environ.setdefault("XLA_FLAGS", f"--xla_force_host_platform_device_count={devices}")
     import jax
 
-    jax.config.update("jax_num_cpu_devices", devices)
+    if args.platform == "cpu":
+        jax.config.update("jax_num_cpu_devices", devices)
+    try:
+        mesh_devices = jax.devices(args.platform)
+    except RuntimeError:
+        mesh_devices = []
+    if len(mesh_devices) < devices:
+        print(
+            f"collective_gemm_bench: dp x tp = {devices} {args.platform} devices needed, "
+            f"{len(mesh_devices)} seen: lower --dp/--tp",
+            file=sys.stderr,
+        )
+        return 2
     import jax.numpy as jnp
     import numpy as np
     from jax.sharding import AxisType
@@ -66,7 +88,12 @@ def main(argv=None):
     )
     from sp_mlp import X_SPEC, place, place_layer, sp_layernorm_mlp
 
-    mesh = jax.make_mesh((args.dp, args.tp), ("dp", "tp"), axis_types=(AxisType.Auto,) * 2)
+    mesh = jax.make_mesh(
+        (args.dp, args.tp),
+        ("dp", "tp"),
+        axis_types=(AxisType.Auto,) * 2,
+        devices=mesh_devices[:devices],
+    )
     resource = qj.MeshResource(dp_resource="dp", tp_resource="tp", tpsp_resource="tp")
     rng = np.random.default_rng(0)
     h, f = args.hidden, args.ffn
@@ -116,7 +143,8 @@ def main(argv=None):
     base = next((r["median_ms"] for r in results if r["variant"] == "xla"), None)
     print(
         f"LayerNormMLP fwd+bwd, dp={args.dp} tp={args.tp}, x [{args.dp}, {args.seq}, {h}], "
-        f"ffn {f}, {args.steps} steps, {platform.node()} ({os.cpu_count()} cores)"
+        f"ffn {f}, {args.steps} steps, {platform.node()} ({os.cpu_count()} cores), "
+        f"{mesh_devices[0].device_kind}"
     )
     print("| variant | median ms | min ms | vs xla | all-gather | reduce-scatter | ring calls |")
     print("|---|---:|---:|---:|---:|---:|---:|")
@@ -128,7 +156,7 @@ def main(argv=None):
         )
     if args.json:
         meta = {k: v for k, v in vars(args).items() if k != "json"}
-        meta.update(jax=jax.__version__, cores=os.cpu_count())
+        meta.update(jax=jax.__version__, cores=os.cpu_count(), device=mesh_devices[0].device_kind)
         with open(args.json, "w") as out:
             json.dump({"config": meta, "results": results}, out, indent=1)
     return 0
