@@ -1,10 +1,11 @@
 // The CUDA norm_forward kernel against its host twin (cpu/norm.cpp), bit for bit: y, mean,
 // rstd, the rowwise and columnwise codes, scale_inv and amax, for LayerNorm and RMSNorm, fp32
 // and bf16 input and output, widths below, at and above the kernel's 256 lanes and not
-// multiples of 16, row counts that fill the kernel's 32-row tiles or leave a partial one
-// (with and without whole 16-byte stores of the columnwise copy), a columnwise copy that is not
-// 16-byte aligned, rows with a NaN, and the amax-only pass of current scaling; an empty input
-// is an error. Skips without a CUDA device.
+// multiples of 16, rows at and above the 8192 columns a block holds in registers (wider rows
+// are re-read, and write their columnwise copy without staging it), row counts that fill the
+// kernel's 16-row tiles or leave a partial one (with and without whole 16-byte stores of the
+// columnwise copy), a columnwise copy that is not 16-byte aligned, rows with a NaN, and the
+// amax-only pass of current scaling; an empty input is an error. Skips without a CUDA device.
 #include <gtest/gtest.h>
 
 #include <limits>
@@ -74,13 +75,26 @@ struct NormRun {
   }
 };
 
+// Every output of the two runs is the same, bit for bit.
+void expect_same(const NormRun& gpu, const NormRun& host, NormType type) {
+  EXPECT_EQ(bytes_of(gpu.y), bytes_of(host.y));
+  if (type == NormType::kLayerNorm) {
+    EXPECT_EQ(bytes_of(gpu.mean), bytes_of(host.mean));
+  }
+  EXPECT_EQ(bytes_of(gpu.rstd), bytes_of(host.rstd));
+  EXPECT_EQ(bytes_of(gpu.q.data()), bytes_of(host.q.data()));
+  EXPECT_EQ(bytes_of(gpu.codes_t), bytes_of(host.codes_t));
+  EXPECT_EQ(bytes_of(gpu.q.scalars()), bytes_of(host.q.scalars()));
+  EXPECT_EQ(bytes_of(gpu.pass1_amax), bytes_of(host.pass1_amax));
+}
+
 TEST(NormGpu, MatchesTheHostTwinBitForBit) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   for (const NormType type : {NormType::kLayerNorm, NormType::kRmsNorm})
     for (const DType x_dtype : {DType::kFloat32, DType::kBFloat16})
       for (const DType y_dtype : {DType::kFloat32, DType::kBFloat16})
         for (const int64_t cols : {1, 37, 256, 300, 4096, 5000})
-          // 96: whole tiles; 48: a last tile of 16 rows; 67: rows % 16 != 0.
+          // 96 and 48: whole tiles; 67: a partial last tile, rows % 16 != 0.
           for (const int64_t rows : {96, 48, 67}) {
             Tensor x = test::random_wide(x_dtype, Shape{rows, cols}, 3);
             // NaN rows, one in the first tile and one in the last (elsewhere the amax stays finite)
@@ -95,16 +109,27 @@ TEST(NormGpu, MatchesTheHostTwinBitForBit) {
             SCOPED_TRACE(testing::Message()
                          << "rows " << rows << " cols " << cols << " rms " << int(type) << " x "
                          << dtype_name(x_dtype) << " y " << dtype_name(y_dtype));
-            EXPECT_EQ(bytes_of(gpu.y), bytes_of(host.y));
-            if (type == NormType::kLayerNorm) {
-              EXPECT_EQ(bytes_of(gpu.mean), bytes_of(host.mean));
-            }
-            EXPECT_EQ(bytes_of(gpu.rstd), bytes_of(host.rstd));
-            EXPECT_EQ(bytes_of(gpu.q.data()), bytes_of(host.q.data()));
-            EXPECT_EQ(bytes_of(gpu.codes_t), bytes_of(host.codes_t));
-            EXPECT_EQ(bytes_of(gpu.q.scalars()), bytes_of(host.q.scalars()));
-            EXPECT_EQ(bytes_of(gpu.pass1_amax), bytes_of(host.pass1_amax));
+            expect_same(gpu, host, type);
           }
+}
+
+TEST(NormGpu, WideRowsMatchTheHostTwin) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  // 8192: the widest row held in registers and staged; 8193 and 16700: rows re-read chunk by
+  // chunk, the last chunk partial, the columnwise copy written without staging.
+  for (const NormType type : {NormType::kLayerNorm, NormType::kRmsNorm})
+    for (const DType dtype : {DType::kFloat32, DType::kBFloat16})
+      for (const int64_t cols : {8192, 8193, 16700})
+        for (const int64_t rows : {32, 19}) {
+          const Tensor x = test::random_wide(dtype, Shape{rows, cols}, 9);
+          const Tensor gamma = test::random_wide(DType::kFloat32, Shape{cols}, 10);
+          const Tensor beta = test::random_wide(DType::kFloat32, Shape{cols}, 11);
+          const NormRun host(x, gamma, beta, type, dtype, Device::host());
+          const NormRun gpu(x, gamma, beta, type, dtype, kGpu);
+          SCOPED_TRACE(testing::Message() << "rows " << rows << " cols " << cols << " rms "
+                                          << int(type) << " " << dtype_name(dtype));
+          expect_same(gpu, host, type);
+        }
 }
 
 TEST(NormGpu, UnalignedColumnwiseCopyMatchesTheHostTwin) {

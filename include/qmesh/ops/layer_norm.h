@@ -12,7 +12,7 @@ namespace qmesh {
 // x, y: fp32 [rows, cols] (any shape, read as rows x last dimension); gamma, beta: fp32 [cols];
 // mean, rstd: fp32 [rows] (written: the row's mean and 1 / sqrt(var + eps), kept for
 // backward). eps > 0. All on one device. Host: blocking. CUDA: asynchronous on `stream`
-// (norm_forward's kernel: 32 rows per block).
+// (norm_forward's kernel: x read once).
 QMESH_API void layer_norm_forward(const TensorView& x, const TensorView& gamma,
                                   const TensorView& beta, float eps, const TensorView& y,
                                   const TensorView& mean, const TensorView& rstd,
