@@ -15,7 +15,8 @@ whose rule its name matches (ncu prints demangled names, parameters included):
     qmesh       qmesh's own kernels (namespace qmesh::, mangled 5qmesh)
     attention   fused attention and softmax kernels (fmha, flash, sdpa, softmax, attention);
                 XLA's unfused attention is GEMMs and fusions and is counted there
-    gemm        GEMMs: cuBLAS/cuBLASLt, CUTLASS, XLA's Triton GEMM fusions (ncu_summary.GEMM)
+    gemm        GEMMs: cuBLAS/cuBLASLt (with their split-K and epilogue helper kernels),
+                CUTLASS, XLA's Triton GEMM fusions (ncu_summary.GEMM, and cublas)
     copy        copies and transposes (copy, transpose, memcpy)
     xla_fusion  XLA's other generated kernels (loop_/input_ fusions, wrapped_ ops, triton)
     other       the rest
@@ -35,7 +36,7 @@ from ncu_summary import GEMM, kernel_times
 CATEGORIES = (
     ("qmesh", re.compile(r"qmesh::|5qmesh")),
     ("attention", re.compile(r"fmha|flash|sdpa|softmax|attention", re.IGNORECASE)),
-    ("gemm", GEMM),
+    ("gemm", re.compile(GEMM.pattern + "|cublas", re.IGNORECASE)),
     ("copy", re.compile(r"copy|transpose|memcpy", re.IGNORECASE)),
     ("xla_fusion", re.compile(r"fusion|^loop_|^input_|^wrapped_|triton", re.IGNORECASE)),
     ("other", re.compile("")),

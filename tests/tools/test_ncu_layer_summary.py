@@ -42,6 +42,7 @@ class CategoryTest(unittest.TestCase):
             "gemm_fusion_dot_12": "gemm",
             "void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm>(Params)": "gemm",
             "splitKreduce_kernel": "gemm",
+            "void cublasLt::epilogue::impl::globalKernel<8, 32, float>(float const*, int)": "gemm",
             "copy_fusion_4": "copy",
             "input_transpose_fusion_2": "copy",
             "loop_convert_fusion": "xla_fusion",
