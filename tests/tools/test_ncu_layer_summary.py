@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "launch"))
 import ncu_layer_summary as summary  # noqa: E402
 
 SAMPLE = os.path.join(HERE, "data", "ncu-flax-sample.csv")
-QMESH_CAST = "qmesh::detail::cuda::(anonymous namespace)::cast_tiled_kernel<__nv_bfloat16, 4>"
+QMESH_CAST = "qmesh::<unnamed>::cast_tiled_kernel<qmesh::Bf16, 1, 2>"  # as ncu prints it
 # One step of the sample, by hand: ms per category.
 EXPECTED_MS = {
     "qmesh": 0.010,  # cast_tiled_kernel 10,000 ns
@@ -42,7 +42,8 @@ class CategoryTest(unittest.TestCase):
             "gemm_fusion_dot_12": "gemm",
             "void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm>(Params)": "gemm",
             "splitKreduce_kernel": "gemm",
-            "void cublasLt::epilogue::impl::globalKernel<8, 32, float>(float const*, int)": "gemm",
+            "void cublasLt::globalKernel<8, 32, float, float, float, 1, 0, 4>(float*)": "gemm",
+            "qmesh::<unnamed>::layer_norm_dx_kernel(qmesh::<unnamed>::DxJob)": "qmesh",
             "copy_fusion_4": "copy",
             "input_transpose_fusion_2": "copy",
             "loop_convert_fusion": "xla_fusion",
