@@ -23,6 +23,15 @@ with FP8 operands. The comparison with Flax's FP8 is only fair when its count is
     PYTHONPATH=python QMESH_JAX_LIBRARY_DIR=build/src python bench/flax_layer_bench.py \\
         --json layer.json              # on a GPU
     ... bench/flax_layer_bench.py --scale 32 --steps 3 --warmup 1   # a tiny CPU run
+
+--profile-steps N runs N more steps of each variant between cudaProfilerStart and
+cudaProfilerStop (bench/cuda_profiler.py), for a profiler that starts with profiling off;
+where JAX runs on no CUDA GPU it says so and profiles nothing; on a GPU without a CUDA runtime
+library to load it stops at once, naming the libraries it tried:
+
+    ncu --profile-from-start off --metrics gpu__time_duration.sum --csv \\
+        python3 bench/flax_layer_bench.py --variants bf16 --warmup 1 --steps 1 \\
+        --profile-steps 1 >ncu-flax-bf16.csv       # then launch/ncu_layer_summary.py
 """
 
 from __future__ import annotations
@@ -41,6 +50,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax.linen import fp8_ops
 
+from cuda_profiler import load_cudart, profiled
 from hlo_gemms import fp8_gemm_counts
 from qmesh.jax.flax import DenseGeneral, LayerNormDenseGeneral, LayerNormMLP, make_dot_general_cls
 from qmesh.jax.recipe import DelayedScaling, Float8CurrentScaling
@@ -138,7 +148,10 @@ def state_advanced(before, after) -> bool | None:
     return bool(pairs) and all(not np.array_equal(np.asarray(b), np.asarray(a)) for b, a in pairs)
 
 
-def run(variant: str, x, hidden, ffn, heads, warmup, steps, hlo_dir=None) -> dict:
+def run(variant: str, x, hidden, ffn, heads, warmup, steps, hlo_dir=None, cudart=None,
+        profile_steps=0) -> dict:
+    """Compiles, warms up and times one variant; then, given a CUDA runtime (load_cudart),
+    runs profile_steps more steps between its cudaProfilerStart and cudaProfilerStop."""
     model = make_layer(variant, hidden, ffn, heads)
     v = model.init(jax.random.key(0), x)
     step = make_step(model).lower(v, x).compile()  # compiled once: its HLO is the one timed
@@ -155,9 +168,14 @@ def run(variant: str, x, hidden, ffn, heads, warmup, steps, hlo_dir=None) -> dic
         start = time.perf_counter()
         loss, _, v = jax.block_until_ready(step(v, x))
         times.append(time.perf_counter() - start)
+    if cudart is not None and profile_steps:
+        with profiled(cudart):
+            for _ in range(profile_steps):
+                loss, _, v = jax.block_until_ready(step(v, x))
     return dict(variant=variant, mean_ms=1e3 * float(np.mean(times)),
                 median_ms=1e3 * float(np.median(times)), min_ms=1e3 * float(np.min(times)),
-                steps=steps, loss=float(loss), state_advanced=state_advanced(first, v),
+                steps=steps, profiled_steps=profile_steps if cudart is not None else 0,
+                loss=float(loss), state_advanced=state_advanced(first, v),
                 **fp8_gemm_counts(hlo))
 
 
@@ -174,11 +192,16 @@ def main(argv=None):
                    help=f"comma-separated subset of {','.join(VARIANTS)}")
     p.add_argument("--json", help="write the results to this file")
     p.add_argument("--hlo-dir", help="write each variant's optimized HLO into this folder")
+    p.add_argument("--profile-steps", type=int, default=0,
+                   help="after the timed steps, run this many more between cudaProfilerStart "
+                        "and cudaProfilerStop (for ncu --profile-from-start off); nothing is "
+                        "profiled where JAX runs on no CUDA GPU")
     p.add_argument("--require-state", action="store_true",
                    help="exit 1 unless every stateful variant's amax histories advanced")
     args = p.parse_args(argv)
-    if args.scale < 1 or args.batch < 1 or args.steps < 1 or args.warmup < 0:
-        p.error("--scale, --batch and --steps must be >= 1, --warmup >= 0")
+    if (args.scale < 1 or args.batch < 1 or args.steps < 1 or args.warmup < 0
+            or args.profile_steps < 0):
+        p.error("--scale, --batch and --steps must be >= 1, --warmup and --profile-steps >= 0")
     variants = [s for s in args.variants.split(",") if s]
     unknown = sorted(set(variants) - set(VARIANTS))
     if unknown:
@@ -193,9 +216,19 @@ def main(argv=None):
     print(f"Flax transformer layer fwd+bwd, jit on {device.platform} ({device.device_kind}), "
           f"jax {jax.__version__}: batch {args.batch}, seq {seq}, hidden {hidden}, ffn {ffn}, "
           f"heads {heads}, bf16; {args.steps} steps after {args.warmup} warm-up")
+    cudart = None
+    if args.profile_steps and device.platform != "gpu":
+        print(f"--profile-steps: JAX runs on {device.platform}, which launches no CUDA kernels; "
+              "no steps profiled")
+    elif args.profile_steps:
+        try:
+            cudart = load_cudart()
+        except RuntimeError as e:
+            p.error(f"--profile-steps: {e}")
     results = []
     for variant in variants:
-        r = run(variant, x, hidden, ffn, heads, args.warmup, args.steps, args.hlo_dir)
+        r = run(variant, x, hidden, ffn, heads, args.warmup, args.steps, args.hlo_dir, cudart,
+                args.profile_steps)
         results.append(r)
         print(f"  {variant:14s} mean {r['mean_ms']:9.3f} ms  median {r['median_ms']:9.3f} ms  "
               f"FP8 GEMMs: XLA {r['xla_fp8_gemms']}, qmesh {r['qmesh_fp8_gemms']}  "
@@ -223,6 +256,7 @@ def main(argv=None):
         meta = dict(platform=device.platform, device_kind=device.device_kind, jax=jax.__version__,
                     machine=platform.machine(), batch=args.batch, seq=seq, hidden=hidden, ffn=ffn,
                     heads=heads, scale=s, warmup=args.warmup, steps=args.steps,
+                    profile_steps=args.profile_steps,
                     date=time.strftime("%Y-%m-%d"))
         with open(args.json, "w") as f:
             json.dump(dict(meta=meta, results=results), f, indent=1)

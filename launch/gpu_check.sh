@@ -21,11 +21,13 @@
 #           matching TEST_REGEX (all if none), 240 s each at most; not part of check or all
 #   jax     builds the XLA FFI handlers against the machine's jax (needs build's configure),
 #           runs tests/jax/test_{cuda,command_buffers,collective_gemm_gpu}.py and the NCCL
-#           communicator test, jax_ops_bench, flax_layer_bench
+#           communicator test, jax_ops_bench, flax_layer_bench, and with ncu the kernel time
+#           of one layer step per category (bf16, flax_fp8, qmesh_delayed: ncu-flax.json)
 #   all     (default) driver, build, tests, bench, profile, jax, in that order
 #   check   the same as all: the whole check (CUDA and JAX) in one call
 #   cuda    driver, build, tests, bench, profile (about 5.5 minutes on an H100); then `jax`
-#           as a second call (about 5.5 minutes) does the rest: two calls that each fit
+#           as a second call (about 5.5 minutes, up to 3 more for the layer profile, which
+#           the budget cuts short) does the rest: two calls that each fit
 # QMESH_GPU_CHECK_BUDGET_S (default 540) bounds the whole call: a step that would not fit in
 # what is left is skipped and says so, and the per-program timeouts shrink to fit.
 # Each step is one call, so that a machine lent for 10 minutes a call can run them one by
@@ -275,8 +277,9 @@ if has_step jax; then
   # handler library is built against its FFI headers and loaded from the build tree. Writes
   # jax-versions.txt, jax-tests.log (CUDA vs CPU handlers, command buffers, the collective
   # GEMMs over a one-rank NCCL communicator), pip-check.log,
-  # jax_ops_bench.{txt,json}, flax_layer_bench.{txt,json} and flax_layer_hlo/*.hlo.txt.gz
-  # (the optimized HLO of each layer variant). About 3 minutes on an H100 when `build` ran.
+  # jax_ops_bench.{txt,json}, flax_layer_bench.{txt,json}, flax_layer_hlo/*.hlo.txt.gz
+  # (the optimized HLO of each layer variant) and, with ncu, ncu-flax-*.{csv,log} and
+  # ncu-flax.{json,txt}. About 5 minutes on an H100 when `build` ran, then the profile.
   # Each program's timeout is bounded by what is left of the budget (a timeout of 0 would
   # mean none), so the step needs a few minutes; as its own call it has the whole budget.
   jax_status=0
@@ -320,10 +323,41 @@ print("python", sys.version.split()[0], "jax", jax.__version__, "jaxlib", jaxlib
       --json "$out/jax_ops_bench.json" 2>&1 | tee "$out/jax_ops_bench.txt"
     [ "${PIPESTATUS[0]}" -eq 0 ] || jax_status=1
     # The seed transformer layer: BF16, Flax FP8, qmesh drop-in (delayed, current), qmesh modules.
+    # Its executables go into JAX's persistent compilation cache (kept in build-gpu), so that
+    # the profile below loads the very executables timed here instead of compiling again.
+    export JAX_COMPILATION_CACHE_DIR=$PWD/build-gpu/jax-cache
     timeout "$(bounded 200 5)" python3 bench/flax_layer_bench.py --warmup 2 --steps 20 \
       --json "$out/flax_layer_bench.json" --hlo-dir "$out/flax_layer_hlo" 2>&1 |
       tee "$out/flax_layer_bench.txt"
     [ "${PIPESTATUS[0]}" -eq 0 ] || jax_status=1
+    # Where the layer step's kernel time goes: ncu records one step per variant (after the
+    # warm-up, between cudaProfilerStart and Stop: no compiling, no autotuning) into
+    # ncu-flax-VARIANT.csv; launch/ncu_layer_summary.py splits it into qmesh, attention, GEMM,
+    # copy, XLA fusion and other kernels (ncu-flax.json, ncu-flax.txt). Three variants, a
+    # process each (under a minute each): bf16, flax_fp8 and qmesh_delayed are the same
+    # layer with only the Dense GEMMs swapped (XLA's BF16; XLA's FP8 and qmesh's FP8, both
+    # under delayed scaling), so what differs between them is the FP8 path's own cost.
+    if ! command -v ncu >/dev/null; then
+      echo "gpu_check: no ncu (Nsight Compute) on PATH; the layer profile skipped"
+      record "jax profile" "skipped (no ncu)"
+    else
+      csvs=()
+      for v in bf16 flax_fp8 qmesh_delayed; do
+        [ "$(left)" -ge 60 ] || { record "jax profile $v" "skipped (budget)"; continue; }
+        echo "=== ncu: flax_layer_bench $v"
+        timeout "$(bounded 150 5)" ncu --profile-from-start off --metrics gpu__time_duration.sum \
+          --csv python3 bench/flax_layer_bench.py --variants "$v" --warmup 1 --steps 1 \
+          --profile-steps 1 >"$out/ncu-flax-$v.csv" 2>"$out/ncu-flax-$v.log"
+        rc=$?
+        record "jax profile $v" "$([ $rc -eq 0 ] && echo passed || echo "FAILED (exit status $rc)")"
+        [ $rc -eq 0 ] && csvs+=("$out/ncu-flax-$v.csv")
+      done
+      if [ ${#csvs[@]} -gt 0 ]; then
+        python3 launch/ncu_layer_summary.py --steps 1 --json "$out/ncu-flax.json" "${csvs[@]}" \
+          2>&1 | tee "$out/ncu-flax.txt"
+        [ "${PIPESTATUS[0]}" -eq 0 ] || jax_status=1
+      fi
+    fi
     gzip -f "$out"/flax_layer_hlo/*.hlo.txt 2>/dev/null
     record jax "$([ $jax_status -eq 0 ] && echo passed || echo FAILED)"
     [ $jax_status -eq 0 ] || status=1

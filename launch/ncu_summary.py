@@ -51,14 +51,18 @@ def cast_kernels(path):
     return list(launches.values())
 
 
+def kernel_times(path):
+    """(kernel name, ms) of every launch in a `--metrics gpu__time_duration.sum --csv` file."""
+    for r in rows(path):
+        value = number(r.get("Metric Value", ""))
+        if r.get("Metric Name") == "gpu__time_duration.sum" and isinstance(value, float):
+            yield r.get("Kernel Name", ""), value * TO_MS.get(r.get("Metric Unit", "nsecond"), 1e-6)
+
+
 def step_split(path):
     gemm = other = 0.0
     by_kernel = {}
-    for r in rows(path):
-        if r.get("Metric Name") != "gpu__time_duration.sum":
-            continue
-        ms = number(r["Metric Value"]) * TO_MS.get(r.get("Metric Unit", "nsecond"), 1e-6)
-        name = r.get("Kernel Name", "")
+    for name, ms in kernel_times(path):
         if GEMM.search(name):
             gemm += ms
         else:
