@@ -19,15 +19,17 @@
 #           LayerNormMLP step per recipe (skipped without ncu)
 #   sanitize compute-sanitizer (memcheck, racecheck, synccheck) over the GPU test programs
 #           matching TEST_REGEX (all if none), 240 s each at most; not part of check or all
-#   jax     builds the XLA FFI handlers against the machine's jax (needs build's configure),
+#   jaxtests builds the XLA FFI handlers against the machine's jax (needs build's configure),
 #           runs tests/jax/test_{cuda,command_buffers,collective_gemm_gpu}.py and the NCCL
-#           communicator test, jax_ops_bench, flax_layer_bench, and with ncu the kernel time
-#           of one layer step per category (bf16, flax_fp8, qmesh_delayed: ncu-flax.json)
-#   all     (default) driver, build, tests, bench, profile, jax, in that order
-#   check   the same as all: the whole check (CUDA and JAX) in one call
-#   cuda    driver, build, tests, bench, profile (about 5.5 minutes on an H100); then `jax`
-#           as a second call (about 5.5 minutes, up to 3 more for the layer profile, which
-#           the budget cuts short) does the rest: two calls that each fit
+#           communicator test, a process each, and pip's check of the package (1.5 minutes)
+#   jaxbench flax_layer_bench, with ncu the kernel time of one layer step per category (bf16,
+#           flax_fp8, qmesh_delayed: ncu-flax.json), jax_ops_bench, collective_gemm_bench on
+#           one GPU (about 7 minutes; what the budget leaves no room for is skipped)
+#   jax     jaxtests, then jaxbench
+#   all     (default) driver, build, tests, jaxtests, bench, profile, jaxbench, in that order
+#   check   the same as all: the whole check (CUDA and JAX), more than one call's budget
+#   part1   driver, build, tests, jaxtests, bench, profile (about 7 minutes on an H100) and
+#   part2   jaxbench (on the same machine, which keeps build-gpu): the check in two calls
 # QMESH_GPU_CHECK_BUDGET_S (default 540) bounds the whole call: a step that would not fit in
 # what is left is skipped and says so, and the per-program timeouts shrink to fit.
 # Each step is one call, so that a machine lent for 10 minutes a call can run them one by
@@ -47,13 +49,14 @@ case $step in
     ;;
   --tests-only) steps="driver build tests" ;;
   --bench-only) steps="driver build bench" ;;
-  driver | build | tests | bench | profile | sanitize | jax) steps=$step ;;
-  all) steps="driver build tests bench profile jax" ;;
-  check) steps="driver build tests bench profile jax" ;;
-  cuda) steps="driver build tests bench profile" ;;
+  driver | build | tests | bench | profile | sanitize | jaxtests | jaxbench) steps=$step ;;
+  jax) steps="jaxtests jaxbench" ;;
+  all | check) steps="driver build tests jaxtests bench profile jaxbench" ;;
+  part1) steps="driver build tests jaxtests bench profile" ;;
+  part2) steps="jaxbench" ;;
   *)
     echo "gpu_check: unknown step '$step'; expected driver, build, tests, bench, profile," \
-      "sanitize, jax, all, check or cuda (--help)" >&2
+      "sanitize, jaxtests, jaxbench, jax, all, check, part1 or part2 (--help)" >&2
     exit 2
     ;;
 esac
@@ -272,32 +275,42 @@ if has_step profile; then
     python3 launch/ncu_summary.py "$out" >"$out/ncu.json" || status=1
   fi
 fi
-if has_step jax; then
-  # The configure of `build` found the jax of the python3 on PATH (cmake/QmeshJax.cmake); the
-  # handler library is built against its FFI headers and loaded from the build tree. Writes
-  # jax-versions.txt, jax-tests.log (CUDA vs CPU handlers, command buffers, the collective
-  # GEMMs over a one-rank NCCL communicator), pip-check.log,
-  # jax_ops_bench.{txt,json}, flax_layer_bench.{txt,json}, flax_layer_hlo/*.hlo.txt.gz
-  # (the optimized HLO of each layer variant) and, with ncu, ncu-flax-*.{csv,log} and
-  # ncu-flax.{json,txt}. About 5 minutes on an H100 when `build` ran, then the profile.
-  # Each program's timeout is bounded by what is left of the budget (a timeout of 0 would
-  # mean none), so the step needs a few minutes; as its own call it has the whole budget.
-  jax_status=0
-  if [ "$(left)" -lt 120 ]; then
-    echo "gpu_check: jax skipped (time budget spent; run 'launch/gpu_check.sh jax' as a call of its own)"
-    record jax "skipped (budget)"
-  elif ! grep -q '^QMESH_WITH_JAX:BOOL=ON' build-gpu/CMakeCache.txt 2>/dev/null; then
+# The JAX steps. The configure of `build` found the jax of the python3 on PATH
+# (cmake/QmeshJax.cmake); the handler library is built against its FFI headers and loaded
+# from the build tree. jax_ready builds it once per call (jax-versions.txt, jax-build.log) and
+# says whether the JAX steps can run.
+jax_prepared=""
+jax_ready() {
+  if [ -n "$jax_prepared" ]; then [ "$jax_prepared" = yes ]; return; fi
+  jax_prepared=no
+  if ! grep -q '^QMESH_WITH_JAX:BOOL=ON' build-gpu/CMakeCache.txt 2>/dev/null; then
     echo "gpu_check: no JAX build (run the build step first, with a python3 that has jax)"
-    record jax FAILED
-    status=1
-  else
-    python3 -c 'import sys, jax, jaxlib, flax
+    return 1
+  fi
+  python3 -c 'import sys, jax, jaxlib, flax
 print("python", sys.version.split()[0], "jax", jax.__version__, "jaxlib", jaxlib.__version__,
       "flax", flax.__version__); print(jax.devices())' 2>&1 | tee "$out/jax-versions.txt"
-    cmake --build build-gpu --target qmesh_jax_ffi -j "$(nproc)" 2>&1 | tail -n 5 |
-      tee "$out/jax-build.log"
-    [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "gpu_check: the JAX handler library did not build"; jax_status=1; }
-    export QMESH_JAX_LIBRARY_DIR=$PWD/build-gpu/src PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
+  cmake --build build-gpu --target qmesh_jax_ffi -j "$(nproc)" 2>&1 | tail -n 5 |
+    tee "$out/jax-build.log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "gpu_check: the JAX handler library did not build"; return 1; }
+  export QMESH_JAX_LIBRARY_DIR=$PWD/build-gpu/src PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
+  # The layer benchmark's executables go into JAX's persistent compilation cache (kept in
+  # build-gpu), so that its profile loads the very executables timed instead of compiling.
+  export JAX_COMPILATION_CACHE_DIR=$PWD/build-gpu/jax-cache
+  jax_prepared=yes
+}
+
+if has_step jaxtests; then
+  # CUDA vs CPU handlers, command buffers, the collective GEMMs over a one-rank NCCL
+  # communicator (jax-tests.log), and pip's check of the package against this jax
+  # (pip-check.log). About a minute and a half on an H100 with the handler library's build.
+  if [ "$(left)" -lt 60 ]; then
+    record jaxtests "skipped (budget)"
+  elif ! jax_ready; then
+    record jaxtests FAILED
+    status=1
+  else
+    jax_status=0
     # Each file in its own process, so that a crash in one does not hide the others' verdicts.
     : >"$out/jax-tests.log"
     for f in tests/jax/test_cuda.py tests/jax/test_command_buffers.py \
@@ -316,20 +329,31 @@ print("python", sys.version.split()[0], "jax", jax.__version__, "jaxlib", jaxlib
     timeout "$(bounded 60 20)" python3 -m pip install --dry-run --no-index --no-build-isolation ./python 2>&1 |
       tail -n 5 | tee "$out/pip-check.log"
     [ "${PIPESTATUS[0]}" -eq 0 ] || jax_status=1
-    # Handlers vs plain JAX at a size that fills the GPU; the GEMMs also at two of
-    # gemm_gpu_bench's shapes, with its bf16 D (FFI vs C++ at the same shape and output).
-    timeout "$(bounded 120 20)" python3 bench/jax_ops_bench.py --rows 16384 --cols 8192 --n 8192 --iters 3 \
-      --reps 10 --gemm 8192x8192x8192 --gemm 8192x16384x4096 \
-      --json "$out/jax_ops_bench.json" 2>&1 | tee "$out/jax_ops_bench.txt"
-    [ "${PIPESTATUS[0]}" -eq 0 ] || jax_status=1
+    record jaxtests "$([ $jax_status -eq 0 ] && echo passed || echo FAILED)"
+    [ $jax_status -eq 0 ] || status=1
+  fi
+fi
+
+if has_step jaxbench; then
+  # In the order of what matters most: the seed layer (flax_layer_bench.{txt,json},
+  # flax_layer_hlo/*.hlo.txt.gz), its kernel profile (ncu-flax-*.{csv,log},
+  # ncu-flax.{json,txt}), the handlers against plain JAX (jax_ops_bench.{txt,json}), the
+  # collective GEMMs on one GPU (collective_gemm_bench.{txt,json}). About 7 minutes on an H100;
+  # each program's timeout is bounded by what is left of the budget, so what does not fit is
+  # cut off or skipped (recorded).
+  if [ "$(left)" -lt 60 ]; then
+    record jaxbench "skipped (budget)"
+  elif ! jax_ready; then
+    record jaxbench FAILED
+    status=1
+  else
+    jax_status=0
     # The seed transformer layer: BF16, Flax FP8, qmesh drop-in (delayed, current), qmesh modules.
-    # Its executables go into JAX's persistent compilation cache (kept in build-gpu), so that
-    # the profile below loads the very executables timed here instead of compiling again.
-    export JAX_COMPILATION_CACHE_DIR=$PWD/build-gpu/jax-cache
     timeout "$(bounded 200 5)" python3 bench/flax_layer_bench.py --warmup 2 --steps 20 \
       --json "$out/flax_layer_bench.json" --hlo-dir "$out/flax_layer_hlo" 2>&1 |
       tee "$out/flax_layer_bench.txt"
     [ "${PIPESTATUS[0]}" -eq 0 ] || jax_status=1
+    gzip -f "$out"/flax_layer_hlo/*.hlo.txt 2>/dev/null
     # Where the layer step's kernel time goes: ncu records one step per variant (after the
     # warm-up, between cudaProfilerStart and Stop: no compiling, no autotuning) into
     # ncu-flax-VARIANT.csv; launch/ncu_layer_summary.py splits it into qmesh, attention, GEMM,
@@ -358,8 +382,27 @@ print("python", sys.version.split()[0], "jax", jax.__version__, "jaxlib", jaxlib
         [ "${PIPESTATUS[0]}" -eq 0 ] || jax_status=1
       fi
     fi
-    gzip -f "$out"/flax_layer_hlo/*.hlo.txt 2>/dev/null
-    record jax "$([ $jax_status -eq 0 ] && echo passed || echo FAILED)"
+    # Handlers vs plain JAX at a size that fills the GPU; the GEMMs also at two of
+    # gemm_gpu_bench's shapes, with its bf16 D (FFI vs C++ at the same shape and output).
+    if [ "$(left)" -ge 40 ]; then
+      timeout "$(bounded 120 10)" python3 bench/jax_ops_bench.py --rows 16384 --cols 8192 --n 8192 \
+        --iters 3 --reps 10 --gemm 8192x8192x8192 --gemm 8192x16384x4096 \
+        --json "$out/jax_ops_bench.json" 2>&1 | tee "$out/jax_ops_bench.txt"
+      [ "${PIPESTATUS[0]}" -eq 0 ] || jax_status=1
+    else
+      record "jax_ops_bench" "skipped (budget)"
+    fi
+    # The sequence-parallel LayerNormMLP on one GPU: XLA's collectives against the one-rank
+    # NCCL rings (the overlap of several GPUs needs several GPUs).
+    if [ "$(left)" -ge 40 ]; then
+      timeout "$(bounded 90 5)" python3 bench/collective_gemm_bench.py --platform gpu --tp 1 \
+        --seq 8192 --hidden 4096 --ffn 16384 --steps 10 --warmup 2 \
+        --json "$out/collective_gemm_bench.json" 2>&1 | tee "$out/collective_gemm_bench.txt"
+      [ "${PIPESTATUS[0]}" -eq 0 ] || jax_status=1
+    else
+      record "collective_gemm_bench" "skipped (budget)"
+    fi
+    record jaxbench "$([ $jax_status -eq 0 ] && echo passed || echo FAILED)"
     [ $jax_status -eq 0 ] || status=1
   fi
 fi
