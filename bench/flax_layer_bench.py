@@ -10,6 +10,9 @@ device, in five variants:
   qmesh_current  nn.Dense(dot_general_cls=make_dot_general_cls(Float8CurrentScaling()))
   qmesh_modules  the same layer from qmesh's modules: LayerNormDenseGeneral (QKV),
                  DenseGeneral (output), LayerNormMLP, with DelayedScaling
+  qmesh_delayed_quiet  qmesh_delayed traced with qmesh.jax.delayed_state.set_reporting(False):
+                 without the per-layer report condition, whose predicate XLA reads on the
+                 host on GPUs (the difference to qmesh_delayed is what reporting costs)
 
 Each variant runs warm-up steps, then --steps steps each waited for (block_until_ready); the
 table gives the mean and median step time and the speed-ups against bf16 and flax_fp8. The
@@ -48,15 +51,17 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax.linen import fp8_ops
-
 from cuda_profiler import load_cudart, profiled
+from flax.linen import fp8_ops
 from hlo_gemms import fp8_gemm_counts
+
+from qmesh.jax import delayed_state
 from qmesh.jax.flax import DenseGeneral, LayerNormDenseGeneral, LayerNormMLP, make_dot_general_cls
 from qmesh.jax.recipe import DelayedScaling, Float8CurrentScaling
 
 STATE = fp8_ops.OVERWRITE_WITH_GRADIENT
-VARIANTS = ("bf16", "flax_fp8", "qmesh_delayed", "qmesh_current", "qmesh_modules")
+VARIANTS = ("bf16", "flax_fp8", "qmesh_delayed", "qmesh_current", "qmesh_modules",
+            "qmesh_delayed_quiet")
 
 
 def _attention(qkv, heads):
@@ -112,7 +117,7 @@ def make_layer(variant: str, hidden: int, ffn: int, heads: int) -> nn.Module:
         return seed()
     if variant == "flax_fp8":
         return seed(dot_general_cls=fp8_ops.Fp8DotGeneral)
-    if variant == "qmesh_delayed":
+    if variant in ("qmesh_delayed", "qmesh_delayed_quiet"):
         return seed(dot_general_cls=make_dot_general_cls(DelayedScaling()))
     if variant == "qmesh_current":
         return seed(dot_general_cls=make_dot_general_cls(Float8CurrentScaling()))
@@ -154,7 +159,12 @@ def run(variant: str, x, hidden, ffn, heads, warmup, steps, hlo_dir=None, cudart
     runs profile_steps more steps between its cudaProfilerStart and cudaProfilerStop."""
     model = make_layer(variant, hidden, ffn, heads)
     v = model.init(jax.random.key(0), x)
-    step = make_step(model).lower(v, x).compile()  # compiled once: its HLO is the one timed
+    reporting = delayed_state.reporting()
+    delayed_state.set_reporting(reporting and variant != "qmesh_delayed_quiet")
+    try:
+        step = make_step(model).lower(v, x).compile()  # compiled once: its HLO is the one timed
+    finally:
+        delayed_state.set_reporting(reporting)
     hlo = step.as_text()
     if hlo_dir:
         os.makedirs(hlo_dir, exist_ok=True)
@@ -238,7 +248,7 @@ def main(argv=None):
         for base in ("bf16", "flax_fp8"):
             if base in by:
                 r[f"speedup_vs_{base}"] = by[base]["median_ms"] / r["median_ms"]
-    print(f"\n| variant | mean ms | median ms | vs bf16 | vs flax_fp8 | XLA FP8 GEMMs | qmesh FP8 GEMMs |")
+    print("\n| variant | mean ms | median ms | vs bf16 | vs flax_fp8 | XLA FP8 GEMMs | qmesh FP8 GEMMs |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for r in results:
         ratio = lambda k: f"{r[k]:.2f}x" if k in r else "-"  # noqa: E731
