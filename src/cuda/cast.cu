@@ -172,7 +172,7 @@ constexpr int kAmaxLoads = 4;
 template <class T>
 constexpr int kPerLoad = 16 / sizeof(T);
 template <class T>
-constexpr int64_t kAmaxChunk = int64_t{kThreads} * kPerLoad<T>* kAmaxLoads;
+constexpr int64_t kAmaxChunk = int64_t{kThreads} * kAmaxLoads* kPerLoad<T>;
 
 // m = max(m, |activate<kAct>(v[k], p[k])| bits) over k. With an activation, a warp evaluates
 // element k only when some lane's activation_bound exceeds that lane's m (a vote, so that the
