@@ -242,10 +242,15 @@ struct TileParams {
 // consecutive bytes of one row (8 words, each broadcast to 4 lanes); both are free of bank
 // conflicts. In the transposed phase thread (oc = tid % 64, part = tid / 64) writes bytes
 // part * 32.. of columnwise row c0 + oc: two 16-byte stores into one whole 32-byte sector.
+// The tile's codes and the column sums alternate between two shared buffers from tile to tile,
+// so one barrier per tile suffices (between writing a buffer and reading it): a buffer is
+// written again two tiles later, by threads that have passed the next tile's barrier, which
+// every thread reaches only after it has read the buffer. A warp that is done with a tile goes
+// on to the next tile's loads while others still store.
 template <class T, __nv_fp8_interpretation_t kFmt, CastActivation kAct>
 __global__ void __launch_bounds__(kThreads) cast_tiled_kernel(TileParams p) {
-  __shared__ alignas(16) uint8_t tile[kTileRows][kTileCols];
-  __shared__ float warp_sums[kWarps][kTileCols];
+  __shared__ alignas(16) uint8_t tiles_buf[2][kTileRows][kTileCols];
+  __shared__ float warp_sums_buf[2][kWarps][kTileCols];
   const T* in = static_cast<const T*>(p.in);
   const T* pre = static_cast<const T*>(p.pre);
   const float scale = *p.scale;
@@ -254,7 +259,10 @@ __global__ void __launch_bounds__(kThreads) cast_tiled_kernel(TileParams p) {
   const int lr = threadIdx.x / 4, seg = threadIdx.x % 4;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   uint32_t m = 0;
-  for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+  int buf = 0;
+  for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x, buf ^= 1) {
+    uint8_t(&tile)[kTileRows][kTileCols] = tiles_buf[buf];
+    float(&warp_sums)[kWarps][kTileCols] = warp_sums_buf[buf];
     const int64_t r0 = t / tiles_c * kTileRows, c0 = t % tiles_c * kTileCols;
     const int64_t c = c0 + seg * kVec;
     float v[kRowsPerThread][kVec];
@@ -313,7 +321,6 @@ __global__ void __launch_bounds__(kThreads) cast_tiled_kernel(TileParams p) {
       for (int w = 0; w < kWarps; ++w) s += warp_sums[w][threadIdx.x];
       p.partials[r0 / kTileRows * p.cols + c0 + threadIdx.x] = s;
     }
-    __syncthreads();
   }
   block_amax<kThreads>(m, p.amax);
   if (blockIdx.x == 0 && threadIdx.x == 0) *p.scale_inv = 1.0f / scale;

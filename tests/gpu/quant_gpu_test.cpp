@@ -294,6 +294,39 @@ TEST(GpuActivationCast, NanAndInfinitiesMatchHost) {
   EXPECT_EQ(bytes_of(dg.scalars()), bytes_of(hg.scalars()));
 }
 
+// Enough tiles that every block of the tiled kernel casts several (its shared buffers
+// alternate between tiles), with the rowwise and columnwise codes, the amax and the column
+// sums: a 16-byte-aligned shape with a partial column of tiles, and one with element accesses
+// and partial tiles on both sides.
+TEST(GpuTiledCast, ManyTilesPerBlockMatchHost) {
+  SKIP_WITHOUT_GPU();
+  for (const Shape& shape : {Shape{4096, 4112}, Shape{4200, 4136}}) {
+    const Tensor g = test::random_wide(DType::kBFloat16, shape, 21);
+    const Tensor dg = to_device(g);
+    QuantizedTensor h(DType::kFloat8E4M3, shape, Device::host(), true);
+    QuantizedTensor d(DType::kFloat8E4M3, shape, kGpu, true);
+    set_scale(h, 1.5f);
+    set_scale(d, 1.5f);
+    const int64_t cols = shape.cols();
+    Tensor hb(DType::kFloat32, Shape{cols}), db(DType::kFloat32, Shape{cols}, kGpu);
+    dbias_quantize(g, h.view(), hb);
+    dbias_quantize(dg, d.view(), db);
+    EXPECT_EQ(bytes_of(d.data()), bytes_of(h.data())) << shape.str();
+    EXPECT_EQ(bytes_of(d.data_t()), bytes_of(h.data_t())) << shape.str();
+    EXPECT_EQ(bytes_of(d.scalars()), bytes_of(h.scalars())) << shape.str();
+    std::vector<float> got(cols);
+    copy_bytes(got.data(), Device::host(), db.data(), kGpu, cols * sizeof(float));
+    for (int64_t c = 0; c < cols; ++c) {
+      double sum_abs = 0;
+      for (int64_t r = 0; r < shape.rows(); ++r)
+        sum_abs += std::fabs(test::wide_at(g, r * cols + c));
+      ASSERT_NEAR(got[c], hb.data_as<float>()[c],
+                  2.0 * shape.rows() * std::ldexp(1.0, -24) * sum_abs)
+          << shape.str() << " column " << c;
+    }
+  }
+}
+
 // The CUDA amax passes evaluate the activation only where activation_bound says an element may
 // raise the maximum: the same amax as the host's, bit for bit, where that skips little or
 // nothing (every element a new maximum; large gradients where gelu' is small; tiny values
