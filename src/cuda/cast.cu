@@ -172,7 +172,9 @@ constexpr int kAmaxLoads = 4;
 template <class T>
 constexpr int kPerLoad = 16 / sizeof(T);
 template <class T>
-constexpr int64_t kAmaxChunk = int64_t{kThreads} * kAmaxLoads* kPerLoad<T>;
+__host__ __device__ constexpr int64_t amax_chunk() {
+  return int64_t{kThreads} * kAmaxLoads * kPerLoad<T>;
+}
 
 // m = max(m, |activate<kAct>(v[k], p[k])| bits) over k. With an activation, a warp evaluates
 // element k only when some lane's activation_bound exceeds that lane's m (a vote, so that the
@@ -193,7 +195,7 @@ __device__ __forceinline__ void max_activated(const float (&v)[N], const float (
 }
 
 // A grid of resident blocks strides over in[0, n) (and pre for kDgelu) in steps of
-// kAmaxChunk<T> elements: each thread issues kAmaxLoads 16-byte loads of each input (lane-
+// amax_chunk<T>() elements: each thread issues kAmaxLoads 16-byte loads of each input (lane-
 // contiguous: a warp's load covers 512 consecutive bytes) before it uses them, then the warp
 // shares its running maximum, so that a lane skips what any lane of the warp has exceeded.
 // `vec`: in and pre are 16-byte aligned. One atomicMax per block.
@@ -202,8 +204,8 @@ __global__ void __launch_bounds__(kThreads)
     amax_kernel(const T* in, const T* pre, int64_t n, bool vec, float* amax) {
   uint32_t m = 0;
   // The loop's bounds are the same for the whole block, so the votes see every lane.
-  for (int64_t base = int64_t(blockIdx.x) * kAmaxChunk<T>; base < n;
-       base += int64_t(gridDim.x) * kAmaxChunk<T>) {
+  for (int64_t base = int64_t(blockIdx.x) * amax_chunk<T>(); base < n;
+       base += int64_t(gridDim.x) * amax_chunk<T>()) {
     float v[kAmaxLoads][kPerLoad<T>], p[kAmaxLoads][kPerLoad<T>] = {};
 #pragma unroll
     for (int u = 0; u < kAmaxLoads; ++u) {
@@ -432,7 +434,7 @@ void cast_amax(const CastSpec& spec, const CastJob& job, cudaStream_t stream) {
     using T = typename decltype(type)::type;
     const auto kernel = amax_kernel<T, decltype(act)::value>;
     const auto grid = static_cast<unsigned>(
-        std::min<int64_t>((n + kAmaxChunk<T> - 1) / kAmaxChunk<T>, resident_blocks(kernel)));
+        std::min<int64_t>((n + amax_chunk<T>() - 1) / amax_chunk<T>(), resident_blocks(kernel)));
     kernel<<<grid, kThreads, 0, stream>>>(static_cast<const T*>(job.in),
                                           static_cast<const T*>(job.pre), n, vec, job.amax);
   });
