@@ -3,14 +3,17 @@
 // bf16 and fp32 to e4m3 and e5m2, the GELU-fused casts of the LayerNormMLP step
 // (gelu_cast_transpose, dgelu_dbias_cast_transpose), LayerNorm fused with the cast
 // (norm_forward), the block-scaled casts with their columnwise copy (block_quantize, 1x128 and
-// 128x128 blocks); and the latency of the fused
+// 128x128 blocks), current scaling's amax passes (amax, gelu_amax, dgelu_amax: bytes read
+// only, on normally distributed data); and the latency of the fused
 // delayed-scaling update of 1000 tensors x history 1024. Prints a table, then one JSON object
 // (also to --json FILE). --case NAME runs only the casts whose name contains NAME, once each
 // after one warm-up (for a profiler: ncu). Without a GPU it says "no GPU" and exits 0.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -19,7 +22,9 @@
 #include "qmesh/copy.h"
 #include "qmesh/cuda_check.h"
 #include "qmesh/device.h"
+#include "qmesh/float16.h"
 #include "qmesh/ops/activation_cast.h"
+#include "qmesh/ops/amax.h"
 #include "qmesh/ops/block_quantize.h"
 #include "qmesh/ops/cast_transpose.h"
 #include "qmesh/ops/norm_forward.h"
@@ -53,7 +58,17 @@ double time_ms(Fn&& fn, int iters) {
   return ms / iters;
 }
 
-enum class Kind { kCastTranspose, kGelu, kDgelu, kBlock1x128, kBlock128x128, kLayerNorm };
+enum class Kind {
+  kCastTranspose,
+  kGelu,
+  kDgelu,
+  kBlock1x128,
+  kBlock128x128,
+  kLayerNorm,
+  kAmax,
+  kGeluAmax,
+  kDgeluAmax
+};
 
 struct Case {
   const char* name;
@@ -91,7 +106,39 @@ const Case kCases[] = {
      DType::kFloat8E4M3, 8192, 4096},
     {"norm_forward layernorm bf16->e4m3 8192x4096", Kind::kLayerNorm, DType::kBFloat16,
      DType::kFloat8E4M3, 8192, 4096},
+    // Current scaling's amax passes in the LayerNormMLP step (the FFN activation and its
+    // gradient; an fp32 tensor of the same size).
+    {"amax fp32 8192x16384", Kind::kAmax, DType::kFloat32, DType::kFloat8E4M3, 8192, 16384},
+    {"gelu_amax bf16 8192x16384", Kind::kGeluAmax, DType::kBFloat16, DType::kFloat8E4M3, 8192,
+     16384},
+    {"dgelu_amax bf16 8192x16384", Kind::kDgeluAmax, DType::kBFloat16, DType::kFloat8E4M3, 8192,
+     16384},
 };
+
+bool is_amax(Kind k) { return k == Kind::kAmax || k == Kind::kGeluAmax || k == Kind::kDgeluAmax; }
+
+// Fills t (fp32 or bf16, on GPU 0) with one block of 2^20 standard-normal values repeated: data
+// whose largest magnitudes are rare, like activations and gradients. (The amax passes skip the
+// activation of elements that cannot raise the maximum, so a constant fill would flatter them.)
+void fill_normal(const qmesh::Tensor& t, uint32_t seed) {
+  constexpr int64_t kBlock = int64_t{1} << 20;
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  std::vector<uint16_t> bf16(kBlock);
+  std::vector<float> fp32(kBlock);
+  for (int64_t i = 0; i < kBlock; ++i) {
+    fp32[i] = normal(rng);
+    bf16[i] = qmesh::float_to_bf16(fp32[i]);
+  }
+  const size_t elem = qmesh::dtype_size(t.dtype());
+  const void* src = t.dtype() == DType::kFloat32 ? static_cast<const void*>(fp32.data())
+                                                 : static_cast<const void*>(bf16.data());
+  for (int64_t i = 0; i < t.numel(); i += kBlock) {
+    const int64_t n = std::min(kBlock, t.numel() - i);
+    qmesh::copy_bytes(static_cast<char*>(t.data()) + i * elem, t.device(), src, Device::host(),
+                      size_t(n) * elem);
+  }
+}
 
 struct Row {
   const Case* c;
@@ -106,8 +153,9 @@ int main(int argc, char** argv) try {
     std::printf(
         "usage: quant_gpu_bench [--json FILE] [--case NAME]\n"
         "  the fused casts' throughput (cast_transpose bf16/fp32 -> e4m3/e5m2, the GELU-fused\n"
-        "  casts, block_quantize with 1x128 and 128x128 blocks) against the D2D copy\n"
-        "  bandwidth, and the fused delayed-scaling update of 1000 tensors x history 1024,\n"
+        "  casts, block_quantize with 1x128 and 128x128 blocks, the amax passes of current\n"
+        "  scaling: bytes read only) against the D2D copy bandwidth, and the fused\n"
+        "  delayed-scaling update of 1000 tensors x history 1024,\n"
         "  on GPU 0\n"
         "  --json: also write the JSON object to FILE\n"
         "  --case: only the casts whose name contains NAME (e.g. 'bf16->e4m3 8192x8192'), one\n"
@@ -145,6 +193,11 @@ int main(int argc, char** argv) try {
       QMESH_CHECK_CUDA(cudaMemset(beta.data(), 0, beta.nbytes()));
       QMESH_CHECK_CUDA(cudaMemset(x.data(), 0x3F, x.nbytes()));  // bf16 0x3F3F ~ 0.75
       QMESH_CHECK_CUDA(cudaMemset(pre.data(), 0x3E, pre.nbytes()));
+      if (is_amax(c.kind)) {
+        fill_normal(x, 1);
+        fill_normal(pre, 2);
+      }
+      qmesh::Tensor amax_out(DType::kFloat32, Shape{1}, gpu);
       qmesh::QuantizedTensor q(c.fp8, shape, gpu, true);
       const bool tiles = c.kind == Kind::kBlock128x128;
       const bool blocks = tiles || c.kind == Kind::kBlock1x128;
@@ -171,15 +224,22 @@ int main(int argc, char** argv) try {
             out.rstd = rstd;
             return qmesh::norm_forward(x, gamma, beta, {}, out);
           }
+          case Kind::kAmax:
+            return qmesh::amax(x, amax_out);
+          case Kind::kGeluAmax:
+            return qmesh::gelu_amax(x, amax_out);
+          case Kind::kDgeluAmax:
+            return qmesh::dgelu_amax(x, pre, amax_out);
         }
       };
       const double ms = time_ms(cast, iters);
-      const double reads = c.kind == Kind::kDgelu ? 2.0 : 1.0;
+      const double reads = c.kind == Kind::kDgelu || c.kind == Kind::kDgeluAmax ? 2.0 : 1.0;
+      const double writes = is_amax(c.kind) ? 0.0 : 2.0;  // codes, both layouts
       // Block scales: one fp32 per 128 elements in each layout (1x128), negligible (128x128).
       const double scales =
           blocks ? double(bq.scale_inv().nbytes() + bq.scale_inv_t().nbytes()) : 0.0;
       const double bytes =
-          double(c.rows) * double(c.cols) * (reads * double(qmesh::dtype_size(c.in)) + 2.0) +
+          double(c.rows) * double(c.cols) * (reads * double(qmesh::dtype_size(c.in)) + writes) +
           scales;
       const double gbps = bytes / (ms * 1e6);
       rows.push_back({&c, ms * 1e3, gbps, copy_gbps > 0 ? gbps / copy_gbps : 0.0});

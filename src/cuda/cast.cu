@@ -12,6 +12,11 @@
 // each loaded value first, with the host twin's operations. Loads and stores move 16 bytes per
 // instruction when the pointers and extents allow it, else the same kernel falls back to element
 // accesses.
+// A job without outputs (amax, gelu_amax, dgelu_amax: current scaling's pass before the cast)
+// runs the amax kernel, which only loads and reduces: with an activation it evaluates an
+// element only where activation_bound (ops/cast_activation.h) says that it may raise the
+// maximum found so far, which leaves the result unchanged and the pass bound by memory
+// rather than by GELU's arithmetic for most data (docs/benchmarks/cast-kernel-predictions.md).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -71,22 +76,24 @@ __device__ __forceinline__ void encode_vec(const float (&v)[kVec], float scale,
   }
 }
 
-// Loads kVec elements starting at in[i] (n elements in all) as floats; out-of-range
-// elements read as 0, which changes neither amax nor column sums.
-template <class T>
+// Loads N elements starting at in[i] (n elements in all) as floats, in 16-byte loads where
+// `vec` (in + i 16-byte aligned) and all of them are in range; out-of-range elements read as
+// 0, which changes neither amax nor column sums.
+template <class T, int N>
 __device__ __forceinline__ void load_vec(const T* in, int64_t i, int64_t n, bool vec,
-                                         float (&v)[kVec]) {
-  if (vec && i + kVec <= n) {
-    constexpr int kLoads = kVec * sizeof(T) / 16;
-    alignas(16) T raw[kVec];
+                                         float (&v)[N]) {
+  static_assert(N * sizeof(T) % 16 == 0, "whole 16-byte loads");
+  if (vec && i + N <= n) {
+    constexpr int kLoads = N * sizeof(T) / 16;
+    alignas(16) T raw[N];
     const uint4* src = reinterpret_cast<const uint4*>(in + i);
 #pragma unroll
     for (int k = 0; k < kLoads; ++k) reinterpret_cast<uint4*>(raw)[k] = src[k];
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) v[k] = load_float(raw[k]);
+    for (int k = 0; k < N; ++k) v[k] = load_float(raw[k]);
   } else {
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) v[k] = i + k < n ? load_float(in[i + k]) : 0.0f;
+    for (int k = 0; k < N; ++k) v[k] = i + k < n ? load_float(in[i + k]) : 0.0f;
   }
 }
 
@@ -108,7 +115,7 @@ __device__ __forceinline__ void activate_vec(const T* pre, int64_t row, int64_t 
 struct FlatGroup {
   const void* in;
   const void* pre;  // CastActivation::kDgelu
-  uint8_t* out;     // null: amax only
+  uint8_t* out;
   const float* scale;
   float* scale_inv;
   float* amax;
@@ -137,7 +144,7 @@ __global__ void __launch_bounds__(kThreads) cast_flat_kernel(FlatParams p) {
   const bool vec = reinterpret_cast<uintptr_t>(in) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(grp.out) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(pre) % 16 == 0;
-  const float scale = grp.out ? *grp.scale : 0.0f;
+  const float scale = *grp.scale;
   const int64_t base = (int64_t(blockIdx.x) - grp.first_block) * kFlatChunk;
   uint32_t m = 0;
 #pragma unroll 1
@@ -151,11 +158,66 @@ __global__ void __launch_bounds__(kThreads) cast_flat_kernel(FlatParams p) {
     encode_vec<kFmt>(v, scale, codes);
 #pragma unroll
     for (int k = 0; k < kVec; ++k) m = max(m, abs_bits(v[k]));
-    if (grp.out) store_vec(grp.out, i, grp.n, vec, codes);
+    store_vec(grp.out, i, grp.n, vec, codes);
   }
   block_amax<kThreads>(m, grp.amax);
-  if (grp.out && int64_t(blockIdx.x) == grp.first_block && threadIdx.x == 0)
-    *grp.scale_inv = 1.0f / scale;
+  if (int64_t(blockIdx.x) == grp.first_block && threadIdx.x == 0) *grp.scale_inv = 1.0f / scale;
+}
+
+// ---- amax kernel: max |activate(in)| alone (amax, gelu_amax, dgelu_amax) -------------------
+
+// 16-byte loads per input that a thread issues before it uses any.
+constexpr int kAmaxLoads = 4;
+// Elements of T per 16-byte load, and per block and step of the amax kernel.
+template <class T>
+constexpr int kPerLoad = 16 / sizeof(T);
+template <class T>
+__host__ __device__ constexpr int64_t amax_chunk() {
+  return int64_t{kThreads} * kAmaxLoads * kPerLoad<T>;
+}
+
+// m = max(m, |activate<kAct>(v[k], p[k])| bits) over k. With an activation, a warp evaluates
+// element k only when some lane's activation_bound exceeds that lane's m (a vote, so that the
+// whole warp skips the work); a skipped value is at most its lane's m, which is itself the
+// magnitude of an evaluated value, so the maximum is the same as with every value evaluated.
+// Every lane of the warp calls it.
+template <CastActivation kAct, int N>
+__device__ __forceinline__ void max_activated(const float (&v)[N], const float (&p)[N],
+                                              uint32_t& m) {
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    if constexpr (kAct == CastActivation::kNone) {
+      m = max(m, abs_bits(v[k]));
+    } else if (__any_sync(0xFFFFFFFFu, activation_bound<kAct>(v[k], p[k]) > m)) {
+      m = max(m, abs_bits(activate<kAct>(v[k], p[k])));
+    }
+  }
+}
+
+// A grid of resident blocks strides over in[0, n) (and pre for kDgelu) in steps of
+// amax_chunk<T>() elements: each thread issues kAmaxLoads 16-byte loads of each input (lane-
+// contiguous: a warp's load covers 512 consecutive bytes) before it uses them, then the warp
+// shares its running maximum, so that a lane skips what any lane of the warp has exceeded.
+// `vec`: in and pre are 16-byte aligned. One atomicMax per block.
+template <class T, CastActivation kAct>
+__global__ void __launch_bounds__(kThreads)
+    amax_kernel(const T* in, const T* pre, int64_t n, bool vec, float* amax) {
+  uint32_t m = 0;
+  // The loop's bounds are the same for the whole block, so the votes see every lane.
+  for (int64_t base = int64_t(blockIdx.x) * amax_chunk<T>(); base < n;
+       base += int64_t(gridDim.x) * amax_chunk<T>()) {
+    float v[kAmaxLoads][kPerLoad<T>], p[kAmaxLoads][kPerLoad<T>] = {};
+#pragma unroll
+    for (int u = 0; u < kAmaxLoads; ++u) {
+      const int64_t i = base + (int64_t{u} * kThreads + threadIdx.x) * kPerLoad<T>;
+      load_vec(in, i, n, vec, v[u]);
+      if constexpr (kAct == CastActivation::kDgelu) load_vec(pre, i, n, vec, p[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < kAmaxLoads; ++u) max_activated<kAct>(v[u], p[u], m);
+    if constexpr (kAct != CastActivation::kNone) m = __reduce_max_sync(0xFFFFFFFFu, m);
+  }
+  block_amax<kThreads>(m, amax);
 }
 
 // ---- tiled kernel: cast_transpose / dbias_quantize -----------------------------------------
@@ -182,10 +244,15 @@ struct TileParams {
 // consecutive bytes of one row (8 words, each broadcast to 4 lanes); both are free of bank
 // conflicts. In the transposed phase thread (oc = tid % 64, part = tid / 64) writes bytes
 // part * 32.. of columnwise row c0 + oc: two 16-byte stores into one whole 32-byte sector.
+// The tile's codes and the column sums alternate between two shared buffers from tile to tile,
+// so one barrier per tile suffices (between writing a buffer and reading it): a buffer is
+// written again two tiles later, by threads that have passed the next tile's barrier, which
+// every thread reaches only after it has read the buffer. A warp that is done with a tile goes
+// on to the next tile's loads while others still store.
 template <class T, __nv_fp8_interpretation_t kFmt, CastActivation kAct>
 __global__ void __launch_bounds__(kThreads) cast_tiled_kernel(TileParams p) {
-  __shared__ alignas(16) uint8_t tile[kTileRows][kTileCols];
-  __shared__ float warp_sums[kWarps][kTileCols];
+  __shared__ alignas(16) uint8_t tiles_buf[2][kTileRows][kTileCols];
+  __shared__ float warp_sums_buf[2][kWarps][kTileCols];
   const T* in = static_cast<const T*>(p.in);
   const T* pre = static_cast<const T*>(p.pre);
   const float scale = *p.scale;
@@ -194,7 +261,10 @@ __global__ void __launch_bounds__(kThreads) cast_tiled_kernel(TileParams p) {
   const int lr = threadIdx.x / 4, seg = threadIdx.x % 4;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   uint32_t m = 0;
-  for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+  int buf = 0;
+  for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x, buf ^= 1) {
+    uint8_t(&tile)[kTileRows][kTileCols] = tiles_buf[buf];
+    float(&warp_sums)[kWarps][kTileCols] = warp_sums_buf[buf];
     const int64_t r0 = t / tiles_c * kTileRows, c0 = t % tiles_c * kTileCols;
     const int64_t c = c0 + seg * kVec;
     float v[kRowsPerThread][kVec];
@@ -253,7 +323,6 @@ __global__ void __launch_bounds__(kThreads) cast_tiled_kernel(TileParams p) {
       for (int w = 0; w < kWarps; ++w) s += warp_sums[w][threadIdx.x];
       p.partials[r0 / kTileRows * p.cols + c0 + threadIdx.x] = s;
     }
-    __syncthreads();
   }
   block_amax<kThreads>(m, p.amax);
   if (blockIdx.x == 0 && threadIdx.x == 0) *p.scale_inv = 1.0f / scale;
@@ -352,6 +421,26 @@ void cast_flat(const CastSpec& spec, std::span<const CastJob> jobs, cudaStream_t
   QMESH_CHECK_CUDA(cudaGetLastError());
 }
 
+// A job without outputs: *amax = max |activate(in)| (replaced or running, per the job).
+void cast_amax(const CastSpec& spec, const CastJob& job, cudaStream_t stream) {
+  if (job.amax_update == AmaxUpdate::kReplace) {
+    zero_scalar_kernel<<<1, 1, 0, stream>>>(job.amax);
+    QMESH_CHECK_CUDA(cudaGetLastError());
+  }
+  const int64_t n = job.rows * job.cols;
+  if (n == 0) return;  // a grid of size 0 is an error
+  const bool vec = aligned16(job.in) && aligned16(job.pre);
+  dispatch(spec, [&](auto type, auto, auto act) {
+    using T = typename decltype(type)::type;
+    const auto kernel = amax_kernel<T, decltype(act)::value>;
+    const auto grid = static_cast<unsigned>(
+        std::min<int64_t>((n + amax_chunk<T>() - 1) / amax_chunk<T>(), resident_blocks(kernel)));
+    kernel<<<grid, kThreads, 0, stream>>>(static_cast<const T*>(job.in),
+                                          static_cast<const T*>(job.pre), n, vec, job.amax);
+  });
+  QMESH_CHECK_CUDA(cudaGetLastError());
+}
+
 void cast_tiled(const CastSpec& spec, const CastJob& job, cudaStream_t stream) {
   const int64_t row_tiles = (job.rows + kTileRows - 1) / kTileRows;
   const int64_t tiles = row_tiles * ((job.cols + kTileCols - 1) / kTileCols);
@@ -399,12 +488,15 @@ void cast(int device, const CastSpec& spec, std::span<const CastJob> jobs, Strea
     require_device_scalar(job.amax, device, "amax");
   }
   auto s = static_cast<cudaStream_t>(stream.handle);
-  // A transposed output or column sums need the 2-D tiles: one launch per such job. The
-  // others share flat launches, up to kMaxGroups jobs each.
+  // A transposed output or column sums need the 2-D tiles: one launch per such job. A job
+  // without outputs (an amax) runs the amax kernel. The others share flat launches, up to
+  // kMaxGroups jobs each.
   std::vector<CastJob> flat;
   for (const CastJob& job : jobs) {
     if (job.out_t || job.dbias)
       cast_tiled(spec, job, s);
+    else if (!job.out)
+      cast_amax(spec, job, s);
     else
       flat.push_back(job);
   }

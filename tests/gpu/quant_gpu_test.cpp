@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -291,6 +292,90 @@ TEST(GpuActivationCast, NanAndInfinitiesMatchHost) {
   EXPECT_EQ(bytes_of(dg.data()), bytes_of(hg.data()));
   EXPECT_EQ(bytes_of(dg.data_t()), bytes_of(hg.data_t()));
   EXPECT_EQ(bytes_of(dg.scalars()), bytes_of(hg.scalars()));
+}
+
+// Enough tiles that every block of the tiled kernel casts several (its shared buffers
+// alternate between tiles), with the rowwise and columnwise codes, the amax and the column
+// sums: a 16-byte-aligned shape with a partial column of tiles, and one with element accesses
+// and partial tiles on both sides.
+TEST(GpuTiledCast, ManyTilesPerBlockMatchHost) {
+  SKIP_WITHOUT_GPU();
+  for (const Shape& shape : {Shape{4096, 4112}, Shape{4200, 4136}}) {
+    const Tensor g = test::random_wide(DType::kBFloat16, shape, 21);
+    const Tensor dg = to_device(g);
+    QuantizedTensor h(DType::kFloat8E4M3, shape, Device::host(), true);
+    QuantizedTensor d(DType::kFloat8E4M3, shape, kGpu, true);
+    set_scale(h, 1.5f);
+    set_scale(d, 1.5f);
+    const int64_t cols = shape.cols();
+    Tensor hb(DType::kFloat32, Shape{cols}), db(DType::kFloat32, Shape{cols}, kGpu);
+    dbias_quantize(g, h.view(), hb);
+    dbias_quantize(dg, d.view(), db);
+    EXPECT_EQ(bytes_of(d.data()), bytes_of(h.data())) << shape.str();
+    EXPECT_EQ(bytes_of(d.data_t()), bytes_of(h.data_t())) << shape.str();
+    EXPECT_EQ(bytes_of(d.scalars()), bytes_of(h.scalars())) << shape.str();
+    std::vector<float> got(cols);
+    copy_bytes(got.data(), Device::host(), db.data(), kGpu, cols * sizeof(float));
+    for (int64_t c = 0; c < cols; ++c) {
+      double sum_abs = 0;
+      for (int64_t r = 0; r < shape.rows(); ++r)
+        sum_abs += std::fabs(test::wide_at(g, r * cols + c));
+      ASSERT_NEAR(got[c], hb.data_as<float>()[c],
+                  2.0 * shape.rows() * std::ldexp(1.0, -24) * sum_abs)
+          << shape.str() << " column " << c;
+    }
+  }
+}
+
+// The CUDA amax passes evaluate the activation only where activation_bound says an element may
+// raise the maximum: the same amax as the host's, bit for bit, where that skips little or
+// nothing (every element a new maximum; large gradients where gelu' is small; tiny values
+// only), with a NaN, -inf or a pre-activation past 2^32 (NaN from finite inputs) as the last
+// element, from an unaligned start (element accesses) and over a size that is not a multiple
+// of a block's step (70001 elements, several steps).
+TEST(GpuAmaxPass, MatchesHostWhereSkippingIsHard) {
+  SKIP_WITHOUT_GPU();
+  constexpr int64_t kN = 70001;
+  constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+    for (int pattern = 0; pattern < 6; ++pattern) {
+      Tensor x = test::random_wide(dtype, Shape{kN + 1}, 30 + pattern);
+      Tensor pre = test::random_wide(dtype, Shape{kN + 1}, 40 + pattern);
+      for (int64_t i = 0; i <= kN; ++i) {
+        if (pattern == 0) test::set_wide(x, i, 1e-3f * float(i));
+        if (pattern == 1) {
+          test::set_wide(x, i, -0.01f * float(i % 977));
+          test::set_wide(pre, i, -float(i % 13));
+        }
+        if (pattern == 2) test::set_wide(x, i, 1e-40f * float(i % 5));  // 0 in fp16
+      }
+      const float last[] = {0.0f, 0.0f, 0.0f, kNan, -kInf, 1.0f};
+      if (pattern >= 3) test::set_wide(x, kN, last[pattern]);
+      if (pattern == 5) test::set_wide(pre, kN, 1e30f);  // inf in fp16
+      const Tensor dx = to_device(x), dpre = to_device(pre);
+      for (int64_t offset : {0, 1}) {
+        const auto at = [&](const Tensor& t) {
+          return TensorView(static_cast<char*>(t.data()) + offset * dtype_size(dtype), dtype,
+                            Shape{kN}, t.device());
+        };
+        const std::string what = std::string(dtype_name(dtype)) + " pattern " +
+                                 std::to_string(pattern) + " offset " + std::to_string(offset);
+        Tensor ha(DType::kFloat32, Shape{1}), da(DType::kFloat32, Shape{1}, kGpu);
+        if (pattern != 3) {  // (a plain amax of NaN keeps the NaN's payload: not checked here)
+          amax(at(x), ha);
+          amax(at(dx), da);
+          EXPECT_EQ(bytes_of(da), bytes_of(ha)) << "amax " << what;
+        }
+        gelu_amax(at(x), ha);
+        gelu_amax(at(dx), da);
+        EXPECT_EQ(bytes_of(da), bytes_of(ha)) << "gelu_amax " << what;
+        dgelu_amax(at(x), at(pre), ha);
+        dgelu_amax(at(dx), at(dpre), da);
+        EXPECT_EQ(bytes_of(da), bytes_of(ha)) << "dgelu_amax " << what;
+      }
+    }
+  }
 }
 
 // Tensors on different devices are refused on the host, before anything is launched.
