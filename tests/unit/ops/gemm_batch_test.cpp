@@ -130,14 +130,6 @@ struct Problem {
   }
 };
 
-void expect_refused(const GemmArgs& args, const std::string& substring) {
-  const Status s = Gemm::can_implement(args);
-  EXPECT_FALSE(s.ok());
-  EXPECT_NE(s.reason().find(substring), std::string::npos) << "reason was: " << s.reason();
-  EXPECT_QMESH_ERROR(gemm(args), substring);
-  EXPECT_QMESH_ERROR(gemm_planned(args, nullptr, Stream{}), substring);
-}
-
 TEST(GemmBatchErrors, BatchBelowOne) {
   Problem p;
   GemmArgs g = p.args();
