@@ -168,3 +168,32 @@ def test_delayed_experts_over_ep_run_one_batched_gemm_per_device(rng):
     assert lines and all("while/body" not in ln and "[2," in ln for ln in lines), lines
     assert "all-gather" not in compiled.as_text()
     jax.tree.map(np.testing.assert_array_equal, got, want)
+
+
+@pytest.mark.parametrize(
+    "spec, tp_role, out_spec",
+    [
+        (P("dp", None, None), "tp_resource", P("dp")),
+        (P("dp", None, "tp"), "tp_resource", P("dp")),  # K summed over tp
+        (P("dp", None, "tp"), "tpsp_resource", P("dp", "tp")),  # reduce-scattered along M
+    ],
+    ids=["batch", "batch-and-k", "batch-and-k-sequence-parallel"],
+)
+def test_sharded_batch_equals_unsharded(rng, spec, tp_role, out_spec):
+    mesh = make_mesh((2, 2))
+    a, b = fp8(rng, (4, M, K), E4M3), fp8(rng, (4, N, K), E4M3)
+    scale = jnp.float32(0.5)
+    batched = jax.vmap(lambda a, b: gemm(a, b, scale, scale, epilogue=Epilogue.GELU))
+    want = jax.jit(batched)(a, b)
+    put = lambda x: jax.device_put(x, NamedSharding(mesh, spec))  # noqa: E731
+    f = jax.jit(batched, out_shardings=NamedSharding(mesh, out_spec))
+    with qj.global_shard_guard(qj.MeshResource(dp_resource="dp", **{tp_role: "tp"})):
+        compiled = f.lower(put(a), put(b)).compile()
+    got = compiled(put(a), put(b))
+    # the batch stays split over dp (nothing gathered); a split K is summed (or, sequence
+    # parallel, reduce-scattered) over tp
+    text = compiled.as_text()
+    assert "all-gather" not in text
+    assert ("all-reduce" in text) == (tp_role == "tp_resource" and spec[2] == "tp")
+    assert ("reduce-scatter" in text) == (tp_role == "tpsp_resource")
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-6)
