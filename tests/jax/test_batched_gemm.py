@@ -94,6 +94,9 @@ def test_batched_epilogues_and_blocks_are_refused(rng):
     a, b = jnp.ones((B, M, K)), jnp.ones((B, N, K))
     with pytest.raises(ValueError, match="takes epilogue NONE, BIAS or GELU, not BIAS_GRAD"):
         gemm(a, b, epilogue=Epilogue.BIAS_GRAD)
+    codes, s = jnp.ones((B, M, 128), E4M3), jnp.ones((1, 1), jnp.float32)
+    with pytest.raises(ValueError, match="per-tensor FP8 or plain operands, not block-scaled"):
+        gemm(codes, codes, s, s, a_block=1, b_block=1)
     with pytest.raises(ValueError, match="batches of different sizes"):
         gemm(a, jnp.ones((B + 1, N, K)))
     with pytest.raises(ValueError, match="must be 2-D"):

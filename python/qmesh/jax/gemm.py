@@ -235,8 +235,6 @@ def _check_blocks(
 
 def _check_operands(a, b, a_scale_inv, b_scale_inv, scale_shape, **layout):
     if layout.get("a_block") or layout.get("b_block"):
-        if _problem(a, b, layout["trans_a"], layout["trans_b"])[3] is not None:
-            _check_batched(Epilogue.NONE, layout["a_block"], layout["b_block"])
         return _check_blocks(a, b, a_scale_inv, b_scale_inv, scale_shape=scale_shape, **layout)
     fp8 = (a.dtype in FP8_DTYPES, b.dtype in FP8_DTYPES)
     if any(fp8):
@@ -279,6 +277,9 @@ def _avals(
     scale_shape=block_scale_shape,
 ):
     epilogue = Epilogue(epilogue)
+    m, _, n, batch = _problem(a, b, trans_a, trans_b)
+    if batch is not None:
+        _check_batched(epilogue, a_block, b_block)
     _check_operands(
         a,
         b,
@@ -290,9 +291,6 @@ def _avals(
         a_block=a_block,
         b_block=b_block,
     )
-    m, _, n, batch = _problem(a, b, trans_a, trans_b)
-    if batch is not None:
-        _check_batched(epilogue, a_block, b_block)
     out_dtype = check_wide(out_dtype, "gemm: out_dtype")
     wanted, result = EPILOGUES[epilogue]
     if (extra is None) != (wanted is None):
