@@ -287,6 +287,11 @@ std::vector<float> widened_bias(const CanonicalGemm& c) {
 size_t host_gemm_workspace_size(const CanonicalGemm& c) { return plan_host_gemm(c).bytes; }
 
 void host_gemm(const CanonicalGemm& c, void* workspace, size_t workspace_bytes) {
+  if (c.batch > 1) {  // the elements one after another, each as the 2-D GEMM (same plan)
+    for (int64_t i = 0; i < c.batch; ++i)
+      host_gemm(batch_element(c, i), workspace, workspace_bytes);
+    return;
+  }
   const HostPlan plan = plan_host_gemm(c);
   QMESH_CHECK(!workspace || workspace_bytes >= plan.bytes, "the GEMM workspace has ",
               workspace_bytes, " bytes but the host GEMM now needs ", plan.bytes,

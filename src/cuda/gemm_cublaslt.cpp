@@ -183,10 +183,20 @@ void set_attr(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, co
   QMESH_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof(value)));
 }
 
-cublasLtMatrixLayout_t make_layout(DType t, int64_t rows, int64_t cols, int64_t ld) {
+// A column-major layout; with batch > 1 a strided batch of `batch` matrices, `stride`
+// elements apart.
+cublasLtMatrixLayout_t make_layout(DType t, int64_t rows, int64_t cols, int64_t ld, int64_t batch,
+                                   int64_t stride) {
   cublasLtMatrixLayout_t layout = nullptr;
   QMESH_CHECK_CUBLAS(
       cublasLtMatrixLayoutCreate(&layout, cuda_type(t), uint64_t(rows), uint64_t(cols), ld));
+  if (batch > 1) {
+    const auto count = int32_t(batch);
+    QMESH_CHECK_CUBLAS(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                                                        &count, sizeof(count)));
+    QMESH_CHECK_CUBLAS(cublasLtMatrixLayoutSetAttribute(
+        layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
+  }
   return layout;
 }
 
@@ -277,12 +287,12 @@ struct CublasLtGemm::Impl {
     }
     set_pointers();
     // Column-major layouts of the stored matrices (see ColumnMajorGemm).
-    a_layout = cm.trans_a ? make_layout(c.b.dtype, cm.k, cm.m, cm.lda)
-                          : make_layout(c.b.dtype, cm.m, cm.k, cm.lda);
-    b_layout = cm.trans_b ? make_layout(c.a.dtype, cm.n, cm.k, cm.ldb)
-                          : make_layout(c.a.dtype, cm.k, cm.n, cm.ldb);
-    c_layout = make_layout(c_dtype(c), cm.m, cm.n, cm.ldd);
-    d_layout = make_layout(c.d_dtype, cm.m, cm.n, cm.ldd);
+    a_layout = cm.trans_a ? make_layout(c.b.dtype, cm.k, cm.m, cm.lda, cm.batch, cm.stride_a)
+                          : make_layout(c.b.dtype, cm.m, cm.k, cm.lda, cm.batch, cm.stride_a);
+    b_layout = cm.trans_b ? make_layout(c.a.dtype, cm.n, cm.k, cm.ldb, cm.batch, cm.stride_b)
+                          : make_layout(c.a.dtype, cm.k, cm.n, cm.ldb, cm.batch, cm.stride_b);
+    c_layout = make_layout(c_dtype(c), cm.m, cm.n, cm.ldd, cm.batch, cm.stride_d);
+    d_layout = make_layout(c.d_dtype, cm.m, cm.n, cm.ldd, cm.batch, cm.stride_d);
   }
 
   // The descriptor's pointer attributes (scalars, bias, aux) from `c`. A, B, C and D are

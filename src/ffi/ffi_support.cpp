@@ -24,8 +24,8 @@ void require_rank(const AnyBuffer& buffer, size_t rank, const std::string& what)
 }
 
 GemmOperand gemm_operand(const Where& w, const AnyBuffer& x, const AnyBuffer& scale_inv,
-                         int32_t block, const char* what, const char* scale_what) {
-  require_rank(x, 2, what);
+                         int32_t block, const char* what, const char* scale_what, size_t rank) {
+  require_rank(x, rank, what);
   const TensorView v = view(x, w, what);
   QMESH_CHECK(block >= 0 && block <= 2,
               "the block scaling of an operand must be 0 (per tensor), 1 (1x128) or 2 "

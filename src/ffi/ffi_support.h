@@ -69,12 +69,12 @@ void require_count(const AnyBuffer& buffer, int64_t count, const std::string& wh
 // Error naming `what` unless the buffer has `rank` dimensions.
 void require_rank(const AnyBuffer& buffer, size_t rank, const std::string& what);
 
-// One 2-D GEMM input: a plain tensor, FP8 codes with their fp32 scale_inv [1], or
-// block-scaled FP8 codes (`block` 1: 1x128, 2: 128x128) with their scale tensor. An FP8
-// operand's scale and amax point at its scale_inv (validate() wants them set; the GEMMs only
-// read scale_inv). Error naming `what` / `scale_what` for a bad operand.
+// One GEMM input of rank `rank` (2; 3 for a strided batch, [batch, rows, cols]): a plain tensor,
+// FP8 codes with their fp32 scale_inv [1], or block-scaled FP8 codes (`block` 1: 1x128, 2: 128x128)
+// with their scale tensor. An FP8 operand's scale and amax point at its scale_inv (validate() wants
+// them set; the GEMMs only read scale_inv). Error naming `what` / `scale_what` for a bad operand.
 GemmOperand gemm_operand(const Where& w, const AnyBuffer& x, const AnyBuffer& scale_inv,
-                         int32_t block, const char* what, const char* scale_what);
+                         int32_t block, const char* what, const char* scale_what, size_t rank = 2);
 
 // The row counts of a group_sizes operand (int32 [G], G >= 1) as host integers (a device
 // operand is copied, stream-ordered, and waited for); Error unless each is >= 0 and a multiple

@@ -3,12 +3,14 @@
 // plain dtype (f32, bf16, f16), and the epilogues of ops/gemm.h. No copies: the GEMM reads and
 // writes XLA's buffers.
 //
-// Operands: a, b (2-D, stored as trans_a / trans_b say), a_scale_inv, b_scale_inv (fp32 [1],
+// Operands: a, b (2-D, stored as trans_a / trans_b say; or, for a strided batch of GEMMs
+// (GemmArgs::batch), 3-D [batch, rows, cols] like d), a_scale_inv, b_scale_inv (fp32 [1],
 // read for FP8 operands only), then the epilogue's inputs. Attributes a_block / b_block say
 // how an FP8 operand is scaled: 0 per tensor (scale_inv [1]), 1 in 1x128 blocks, 2 in 128x128
 // tiles (scale_inv in the layout of qmesh/block_quantized_tensor.h for the operand as
 // stored; a block-scaled operand must be stored contiguous along K, i.e. the TN form). Results: d
-// [M, N], then the epilogue's outputs. Per epilogue (the GemmEpilogue value in attribute
+// [M, N] (batched: [batch, M, N]; its rank says whether the call is batched), then the
+// epilogue's outputs. Per epilogue (the GemmEpilogue value in attribute
 // `epilogue`):
 //   0 kNone         inputs: -              outputs: -
 //   1 kBias         inputs: bias [N]       outputs: -
@@ -120,16 +122,20 @@ void gemm_impl(const Where& w, AnyBuffer a, AnyBuffer b, AnyBuffer a_scale_inv,
     workspace = reinterpret_cast<void*>((start + align - 1) / align * align);
   }
 
-  args.a =
-      gemm_operand(w, a, a_scale_inv, a_block, "a", "a_scale_inv (the FP8 operand a's scale_inv)");
-  args.b =
-      gemm_operand(w, b, b_scale_inv, b_block, "b", "b_scale_inv (the FP8 operand b's scale_inv)");
+  // d [M, N], or [batch, M, N] for a strided batch; a and b then have d's rank.
+  const size_t rank = d->dimensions().size();
+  QMESH_CHECK(
+      rank == 2 || rank == 3,
+      "d (the GEMM output) must be [M, N], or [batch, M, N] for a batch of GEMMs, got rank ", rank);
+  require_dtype(*d, kWide, "d (the GEMM output)");
+  args.d = view(d, w, "d (the GEMM output)");
+  args.batch = rank == 3 ? d->dimensions()[0] : 1;
+  args.a = gemm_operand(w, a, a_scale_inv, a_block, "a",
+                        "a_scale_inv (the FP8 operand a's scale_inv)", rank);
+  args.b = gemm_operand(w, b, b_scale_inv, b_block, "b",
+                        "b_scale_inv (the FP8 operand b's scale_inv)", rank);
   args.trans_a = trans_a ? GemmTranspose::kYes : GemmTranspose::kNo;
   args.trans_b = trans_b ? GemmTranspose::kYes : GemmTranspose::kNo;
-
-  require_dtype(*d, kWide, "d (the GEMM output)");
-  require_rank(*d, 2, "d (the GEMM output)");
-  args.d = view(d, w, "d (the GEMM output)");
   args.alpha = alpha;
   args.accumulation = split_accumulator ? GemmAccumulation::kSplit : GemmAccumulation::kFast;
 

@@ -77,6 +77,7 @@ bool runs_natively(const GemmArgs& args) {
 // The canonical form of args, checked: microscaled operands take the native form or the
 // plain form of their emulation.
 detail::CanonicalGemm canonical_form(const GemmArgs& args) {
+  detail::check_batch(args);
   if (!detail::has_microscaled_operand(args)) return detail::canonicalize(args);
   if (runs_natively(args)) return detail::native_microscaled_probe(args);
   return detail::canonicalize(detail::emulated_probe(args));
@@ -120,6 +121,7 @@ size_t Gemm::workspace_size(const GemmArgs& args) {
 }
 
 void Gemm::initialize(const GemmArgs& args, void* workspace, Stream stream) {
+  detail::check_batch(args);
   auto impl = std::make_unique<Impl>();
   if (!detail::has_microscaled_operand(args)) {
     impl->c = detail::canonicalize(args);

@@ -52,6 +52,7 @@ std::string gemm_algo_key(const CanonicalGemm& c, std::string_view device_name,
                 int(p.epilogue), " bias ", dtype_name(p.bias), " aux ", dtype_name(p.aux), "|fast",
                 int(p.accumulation), "|amax", p.amax_d ? 1 : 0, "|align", align[0], " ", align[1],
                 " ", align[2], " ", align[3], " bias", align[4], " aux", align[5],
+                p.cm.batch > 1 ? concat("|batch", p.cm.batch) : std::string(),
                 p.device_alpha_beta ? "|alpha device" : "");
 }
 

@@ -53,8 +53,9 @@ QMESH_API GemmProblem gemm_problem(const CanonicalGemm& c);
 
 // One tab-free line: device name, library version, shapes, layouts, dtypes, scale modes, beta,
 // epilogue with bias and aux dtypes, accumulation, whether amax of D is requested, and the
-// alignments of A', B', C, D, bias and aux (then "|alpha device" when alpha and beta are read
-// from device memory): gemm_problem(c) but the device index and the staging.
+// alignments of A', B', C, D, bias and aux (then "|batch<count>" for a strided batch, and
+// "|alpha device" when alpha and beta are read from device memory): gemm_problem(c) but the device
+// index and the staging.
 QMESH_API std::string gemm_algo_key(const CanonicalGemm& c, std::string_view device_name,
                                     size_t library_version);
 

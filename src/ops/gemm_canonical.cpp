@@ -2,6 +2,8 @@
 
 #include <cstdint>
 #include <string>
+#include <tuple>
+#include <utility>
 
 #include "qmesh/config.h"
 #include "qmesh/error.h"
@@ -38,18 +40,37 @@ std::string operand_kind(const GemmOperand& op) {
   return concat("plain ", dtype_name(op.dtype()));
 }
 
+// One batch element's [rows, cols] of a stored matrix: the 2-D view's rows and columns for
+// batch 1 (leading dimensions flattened), else the last two dimensions of a [batch, rows,
+// cols] view.
+std::pair<int64_t, int64_t> element_dims(const TensorView& t, int64_t batch, const char* what) {
+  if (batch == 1) return {t.shape.rows(), t.shape.cols()};
+  QMESH_CHECK(t.shape.rank() == 3 && t.shape.dims()[0] == batch, "GemmArgs.", what,
+              " of a GEMM with batch = ", batch, " must be 3-D [batch, rows, cols] = [", batch,
+              ", ...], got shape ", t.shape.str());
+  return {t.shape.dims()[1], t.shape.dims()[2]};
+}
+
 // Chooses the stored copy of an operand. `k_contiguous` is whether the rowwise data is stored
 // with K as its contiguous (last) dimension. `need_k_contiguous` (the cuBLASLt FP8 GEMM, and
 // every block-scaled GEMM) takes that layout from the columnwise copy when the rowwise one is
 // the other way round.
 GemmMatrix choose_copy(const GemmOperand& op, bool k_contiguous, bool need_k_contiguous,
-                       const char* what, const char* trans_field, GemmTranspose trans) {
+                       const char* what, const char* trans_field, GemmTranspose trans,
+                       int64_t batch) {
   GemmMatrix m;
   const bool block = op.is_block_scaled();
   TensorView stored = op.stored();
   TensorView block_scales = op.block.scale_inv;
   m.k_contiguous = k_contiguous;
   if (need_k_contiguous && !k_contiguous) {
+    QMESH_CHECK(batch == 1, "GemmArgs.", what, " is FP8 with ", trans_field, " = ",
+                transpose_name(trans),
+                ", which the FP8 GEMM on CUDA (TN-only) serves from a columnwise copy, but a "
+                "GEMM with batch = ",
+                batch, " has none per element: store each element of ", what,
+                " contiguous along K (transpose each element) and pass trans_a = kNo, trans_b "
+                "= kYes");
     const bool has_columnwise = block ? op.block.has_columnwise() : op.quantized.has_columnwise();
     QMESH_CHECK(has_columnwise, "GemmArgs.", what, " is FP8 with ", trans_field, " = ",
                 transpose_name(trans),
@@ -65,8 +86,7 @@ GemmMatrix choose_copy(const GemmOperand& op, bool k_contiguous, bool need_k_con
   }
   m.data = stored.data;
   m.dtype = stored.dtype;
-  m.rows = stored.shape.rows();
-  m.cols = stored.shape.cols();
+  std::tie(m.rows, m.cols) = element_dims(stored, batch, what);
   if (op.is_quantized()) m.scale_inv = op.quantized.scale_inv;
   if (block) {
     m.scale_inv = static_cast<const float*>(block_scales.data);
@@ -155,6 +175,44 @@ void check_cublaslt_aux(const CanonicalGemm& c) {
 
 }  // namespace
 
+void check_batch(const GemmArgs& args) {
+  QMESH_CHECK(args.batch >= 1, "GemmArgs.batch must be >= 1 (1: a single GEMM), got ", args.batch);
+  if (args.batch == 1) return;
+  for (const auto& [op, what] : {std::pair{&args.a, "a"}, std::pair{&args.b, "b"}})
+    QMESH_CHECK_KIND(ErrorKind::kUnsupported, !op->is_block_scaled() && !op->is_microscaled(),
+                     "a GEMM with batch = ", args.batch,
+                     " takes per-tensor FP8 or plain operands only, but GemmArgs.", what, " is ",
+                     op->is_block_scaled() ? "block-scaled FP8"
+                     : op->is_nvfp4()      ? "NVFP4"
+                                           : "MXFP8",
+                     ": run one GEMM per batch element");
+  const GemmEpilogue e = args.epilogue;
+  QMESH_CHECK_KIND(ErrorKind::kUnsupported,
+                   e == GemmEpilogue::kNone || e == GemmEpilogue::kBias || e == GemmEpilogue::kGelu,
+                   "a GEMM with batch = ", args.batch,
+                   " takes epilogue kNone, kBias or kGelu, got ", gemm_epilogue_name(e),
+                   ": run one GEMM per batch element");
+  QMESH_CHECK_KIND(ErrorKind::kUnsupported, args.d_amax == nullptr,
+                   "a GEMM with batch = ", args.batch,
+                   " does not compute the amax of D: leave GemmArgs.d_amax nullptr (take the "
+                   "amax of D afterwards) or run one GEMM per batch element");
+}
+
+CanonicalGemm batch_element(const CanonicalGemm& c, int64_t i) {
+  // Byte offset of element i of a batch of rows × cols matrices of dtype t.
+  const auto offset = [i](DType t, int64_t rows, int64_t cols) {
+    return size_t(i) * size_t(rows) * size_t(cols) * dtype_size(t);
+  };
+  CanonicalGemm e = c;
+  e.batch = 1;
+  e.cm.batch = 1;
+  e.cm.stride_a = e.cm.stride_b = e.cm.stride_d = 0;
+  e.a.data = static_cast<const char*>(c.a.data) + offset(c.a.dtype, c.a.rows, c.a.cols);
+  e.b.data = static_cast<const char*>(c.b.data) + offset(c.b.dtype, c.b.rows, c.b.cols);
+  e.d = static_cast<char*>(c.d) + offset(c.d_dtype, c.m, c.n);
+  return e;
+}
+
 float GemmMatrix::block_scale_inv(int64_t r, int64_t c) const {
   const BlockShape shape =
       scaling == GemmScaling::kBlock1x128 ? BlockShape::k1x128 : BlockShape::k128x128;
@@ -164,11 +222,13 @@ float GemmMatrix::block_scale_inv(int64_t r, int64_t c) const {
 }
 
 CanonicalGemm canonicalize(const GemmArgs& args) {
+  check_batch(args);
   check_operand_form(args.a, "a");
   check_operand_form(args.b, "b");
   check_not_empty(args.d, "GemmArgs.d");
 
   CanonicalGemm c;
+  c.batch = args.batch;
   c.device = args.d.device;
   c.backend = c.device.is_host() ? GemmBackend::kHost : GemmBackend::kCublasLt;
   const DType ta = args.a.dtype();
@@ -206,16 +266,19 @@ CanonicalGemm canonicalize(const GemmArgs& args) {
   const TensorView& sb = args.b.stored();
   const bool a_k_contiguous = args.trans_a == GemmTranspose::kNo;
   const bool b_k_contiguous = args.trans_b == GemmTranspose::kYes;
-  c.m = a_k_contiguous ? sa.shape.rows() : sa.shape.cols();
-  c.k = a_k_contiguous ? sa.shape.cols() : sa.shape.rows();
-  c.n = b_k_contiguous ? sb.shape.rows() : sb.shape.cols();
-  const int64_t kb = b_k_contiguous ? sb.shape.cols() : sb.shape.rows();
+  const auto [a_rows, a_cols] = element_dims(sa, c.batch, "a");
+  const auto [b_rows, b_cols] = element_dims(sb, c.batch, "b");
+  const auto [d_rows, d_cols] = element_dims(args.d, c.batch, "d");
+  c.m = a_k_contiguous ? a_rows : a_cols;
+  c.k = a_k_contiguous ? a_cols : a_rows;
+  c.n = b_k_contiguous ? b_rows : b_cols;
+  const int64_t kb = b_k_contiguous ? b_cols : b_rows;
   QMESH_CHECK(c.k == kb, "GEMM inner dimensions differ: op(A) is [", c.m, ", ", c.k, "] (A shape ",
               sa.shape.str(), ", trans_a = ", transpose_name(args.trans_a), ") but op(B) is [", kb,
               ", ", c.n, "] (B shape ", sb.shape.str(),
               ", trans_b = ", transpose_name(args.trans_b), ")");
-  QMESH_CHECK(args.d.shape.rows() == c.m && args.d.shape.cols() == c.n, "GemmArgs.d must be [", c.m,
-              ", ", c.n, "] (op(A) rows × op(B) columns), got ", args.d.shape.str());
+  QMESH_CHECK(d_rows == c.m && d_cols == c.n, "GemmArgs.d must be ", c.batch > 1 ? "[batch, " : "[",
+              c.m, ", ", c.n, "] (op(A) rows × op(B) columns), got ", args.d.shape.str());
 
   // Output.
   c.d = args.d.data;
@@ -277,8 +340,8 @@ CanonicalGemm canonicalize(const GemmArgs& args) {
   // GEMM, and a block-scaled GEMM on every backend, need both operands K-contiguous.
   const bool need_tn =
       (c.backend == GemmBackend::kCublasLt && is_fp8(ta)) || args.a.is_block_scaled();
-  c.a = choose_copy(args.a, a_k_contiguous, need_tn, "a", "trans_a", args.trans_a);
-  c.b = choose_copy(args.b, b_k_contiguous, need_tn, "b", "trans_b", args.trans_b);
+  c.a = choose_copy(args.a, a_k_contiguous, need_tn, "a", "trans_a", args.trans_a, c.batch);
+  c.b = choose_copy(args.b, b_k_contiguous, need_tn, "b", "trans_b", args.trans_b, c.batch);
 
   c.cm.m = c.n;
   c.cm.n = c.m;
@@ -288,6 +351,12 @@ CanonicalGemm canonicalize(const GemmArgs& args) {
   c.cm.lda = c.b.cols;
   c.cm.ldb = c.a.cols;
   c.cm.ldd = c.n;
+  if (c.batch > 1) {
+    c.cm.batch = c.batch;
+    c.cm.stride_a = c.b.rows * c.b.cols;
+    c.cm.stride_b = c.a.rows * c.a.cols;
+    c.cm.stride_d = c.m * c.n;
+  }
 
   if (c.backend == GemmBackend::kCublasLt) {
     if (is_fp8(ta)) check_cublaslt_fp8(c);

@@ -53,6 +53,11 @@ struct ColumnMajorGemm {
   bool trans_b = false;  // op on B' (our A): false for the TN form
   int64_t m = 0, n = 0, k = 0;
   int64_t lda = 0, ldb = 0, ldd = 0;
+  // Strided batch: the element count and each matrix's element stride (elements; 0 when
+  // batch is 1), set on every layout as CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT and
+  // CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET (C shares D's).
+  int64_t batch = 1;
+  int64_t stride_a = 0, stride_b = 0, stride_d = 0;
 
   auto operator<=>(const ColumnMajorGemm&) const = default;
 };
@@ -61,7 +66,8 @@ struct CanonicalGemm {
   GemmBackend backend = GemmBackend::kHost;
   Device device;
   int64_t m = 0, n = 0, k = 0;
-  GemmMatrix a;
+  int64_t batch = 1;  // GemmArgs::batch: a, b and d hold that many matrices, one after another
+  GemmMatrix a;       // rows and cols: one batch element's
   GemmMatrix b;
   ColumnMajorGemm cm;
 
@@ -89,6 +95,15 @@ struct CanonicalGemm {
   bool quantized_inputs() const { return fp8_inputs() || fp4_inputs(); }
   bool block_scaled() const { return a.block_scaled(); }
 };
+
+// The rules of GemmArgs::batch that need no shapes (batch >= 1; with batch > 1: per-tensor
+// FP8 or plain operands, epilogue kNone, kBias or kGelu, no d_amax). canonicalize() checks
+// them; the microscaled paths, which canonicalize other arguments, call this first.
+void check_batch(const GemmArgs& args);
+
+// Element i of a batched GEMM (c.batch > 1) as a GEMM of its own: a, b and d moved to the
+// element's matrices, batch 1.
+CanonicalGemm batch_element(const CanonicalGemm& c, int64_t i);
 
 // Checks `args` and returns the canonical form. Throws qmesh::Error naming the argument, the
 // expected and the actual value. The device's availability is checked last.

@@ -127,6 +127,17 @@ struct QMESH_API GemmArgs {
 
   GemmAccumulation accumulation = GemmAccumulation::kFast;
 
+  // Strided batch: batch > 1 runs `batch` independent GEMMs of one shape in one call (one
+  // cuBLASLt launch on CUDA). A's and B's stored copies and D are then 3-D, [batch, rows,
+  // cols] with each element's matrix as above (contiguous: element i starts i · rows · cols
+  // elements in). Everything else is shared by all elements: alpha, the per-tensor FP8
+  // scale_inv of A and of B, d_scale, and the bias of kBias ([N], added to every element).
+  // Allowed epilogues: kNone, kBias, kGelu; no d_amax; per-tensor FP8 or plain operands only
+  // (not block-scaled, MXFP8 or NVFP4); an FP8 operand on CUDA must be stored contiguous
+  // along K (its columnwise copy is one 2-D transpose of the whole batch, not per element).
+  // Equal, bit for bit on the host, to `batch` calls of the 2-D GEMM.
+  int64_t batch = 1;
+
   // Microscaled (MXFP8, NVFP4) operands: run the GEMM emulated where the device has no native one
   // (qmesh/ops/gemm_emulation.h); false: such a GEMM is an Error there, unless
   // QMESH_BLOCK_EMULATION=1.

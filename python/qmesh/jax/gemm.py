@@ -34,6 +34,16 @@ not divide is replicated instead.
 On CUDA the FP8 GEMM takes the TN form only: FP8 operands in another layout are transposed
 there (on the host the GEMM reads any layout).
 
+A batch of GEMMs: a and b both 3-D, [batch, ...] with each element stored as above, give D
+[batch, M, N] from one strided-batched GEMM call (one cuBLASLt launch on CUDA; on the host one
+2-D GEMM per element, the same bits). Every element shares the scalar scale_inv of a and of b,
+alpha and the bias [N]; the epilogue is NONE, BIAS or GELU (BATCHED_EPILOGUES), the operands
+per-tensor FP8 or plain. jax.vmap of gemm() emits that call where a and b are both batched and
+nothing else is (delayed scaling's one scale per operand, plain dtypes); where a scale_inv is
+batched too (current scaling: a scale per element), or one operand, block scales or another
+epilogue, it keeps a loop of 2-D GEMMs (lax.map). The batch dimension keeps a's sharding (its
+mesh axes then shard none of M, N, K); the Shardy rule gives it the factor e.
+
 Block-scaled operands (the Float8BlockScaling recipe; a_block / b_block = 1 for 1x128 blocks,
 2 for 128x128 tiles, 0 for a per-tensor scalar scale_inv): both operands are then FP8 and
 block-scaled, not both in 128x128 tiles, in the TN form (each stored contiguous along K: pass
@@ -146,26 +156,55 @@ def _dims(trans_a: bool, trans_b: bool):
 
 
 def _problem(a, b, trans_a, trans_b):
-    """(M, K, N) of the GEMM; raises for ranks or inner dimensions that do not fit."""
+    """(M, K, N, batch) of the GEMM (batch None for 2-D operands); raises for ranks or inner
+    dimensions that do not fit."""
+    batched = a.ndim == 3 and b.ndim == 3
     for x, name, flag, stored in (
         (a, "a", "trans_a", ("[M, K]", "[K, M]")),
         (b, "b", "trans_b", ("[K, N]", "[N, K]")),
     ):
-        if x.ndim != 2:
+        if x.ndim != 2 and not batched:
             trans = trans_a if name == "a" else trans_b
             raise ValueError(
-                f"gemm: {name} must be 2-D, {stored[int(trans)]} with {flag}={trans}, "
-                f"not shape {tuple(x.shape)}"
+                f"gemm: {name} must be 2-D, {stored[int(trans)]} with {flag}={trans} (or a and "
+                f"b both 3-D, a batch of GEMMs), not shape {tuple(x.shape)}"
             )
+    batch = None
+    if batched:
+        if a.shape[0] != b.shape[0]:
+            raise ValueError(
+                f"gemm: a {tuple(a.shape)} and b {tuple(b.shape)} are batches of different "
+                "sizes (dimension 0)"
+            )
+        batch = a.shape[0]
+    sa, sb = a.shape[a.ndim - 2 :], b.shape[b.ndim - 2 :]  # one element's
     (am, ak), (bk, bn) = _dims(trans_a, trans_b)
-    m, k, kb, n = a.shape[am], a.shape[ak], b.shape[bk], b.shape[bn]
+    m, k, kb, n = sa[am], sa[ak], sb[bk], sb[bn]
     if k != kb:
         raise ValueError(
             f"gemm: inner dimensions differ: op(a) is [{m}, {k}] (a {tuple(a.shape)}, "
             f"trans_a={trans_a}) but op(b) is [{kb}, {n}] (b {tuple(b.shape)}, "
             f"trans_b={trans_b})"
         )
-    return m, k, n
+    return m, k, n, batch
+
+
+# A batch of GEMMs (3-D operands: one strided-batched GEMM call) takes these epilogues, whose
+# operand (a bias [N]) every element shares and which give no extra result.
+BATCHED_EPILOGUES = (Epilogue.NONE, Epilogue.BIAS, Epilogue.GELU)
+
+
+def _check_batched(epilogue, a_block, b_block):
+    if a_block or b_block:
+        raise ValueError(
+            "gemm: a batch of GEMMs (3-D operands) takes per-tensor FP8 or plain operands, not "
+            "block-scaled ones: call one GEMM per element"
+        )
+    if Epilogue(epilogue) not in BATCHED_EPILOGUES:
+        raise ValueError(
+            f"gemm: a batch of GEMMs (3-D operands) takes epilogue NONE, BIAS or GELU, not "
+            f"{Epilogue(epilogue).name}: call one GEMM per element"
+        )
 
 
 def _check_blocks(
@@ -196,7 +235,6 @@ def _check_blocks(
 
 def _check_operands(a, b, a_scale_inv, b_scale_inv, scale_shape, **layout):
     if layout.get("a_block") or layout.get("b_block"):
-        _problem(a, b, layout["trans_a"], layout["trans_b"])
         return _check_blocks(a, b, a_scale_inv, b_scale_inv, scale_shape=scale_shape, **layout)
     fp8 = (a.dtype in FP8_DTYPES, b.dtype in FP8_DTYPES)
     if any(fp8):
@@ -239,6 +277,9 @@ def _avals(
     scale_shape=block_scale_shape,
 ):
     epilogue = Epilogue(epilogue)
+    m, _, n, batch = _problem(a, b, trans_a, trans_b)
+    if batch is not None:
+        _check_batched(epilogue, a_block, b_block)
     _check_operands(
         a,
         b,
@@ -250,7 +291,6 @@ def _avals(
         a_block=a_block,
         b_block=b_block,
     )
-    m, _, n = _problem(a, b, trans_a, trans_b)
     out_dtype = check_wide(out_dtype, "gemm: out_dtype")
     wanted, result = EPILOGUES[epilogue]
     if (extra is None) != (wanted is None):
@@ -259,7 +299,7 @@ def _avals(
             + (f"needs {wanted}" if wanted else "takes no bias or aux operand")
         )
     sizes = {"m": m, "n": n}
-    outs = [jax.core.ShapedArray((m, n), out_dtype)]
+    outs = [jax.core.ShapedArray(((batch,) if batch is not None else ()) + (m, n), out_dtype)]
     if wanted:
         check_wide(extra.dtype, f"gemm: {wanted}")
         dims = EXTRA_DIMS[wanted].split()
@@ -341,8 +381,8 @@ def _reference(
         return x.astype(F32) * (s if x.dtype in FP8_DTYPES else 1.0)
 
     fa, fb = decoded(a, a_scale_inv, a_block), decoded(b, b_scale_inv, b_block)
-    opa = fa.T if trans_a else fa
-    opb = fb.T if trans_b else fb
+    opa = jnp.swapaxes(fa, -1, -2) if trans_a else fa
+    opb = jnp.swapaxes(fb, -1, -2) if trans_b else fb
     r = alpha * jnp.matmul(opa, opb, precision=lax.Precision.HIGHEST)
     aux_dtype = extra.dtype if extra is not None else None
     d, aux = _finish(r, extra, epilogue=epilogue, out_dtype=out_dtype, aux_dtype=aux_dtype)
@@ -432,8 +472,8 @@ class Gemm(Op):
             return tuple(cls.inner.bind(*xs, **params))
 
         def as_tn(x, y, *rest):
-            x = x.T if params["trans_a"] else x
-            y = y if params["trans_b"] else y.T
+            x = jnp.swapaxes(x, -1, -2) if params["trans_a"] else x
+            y = y if params["trans_b"] else jnp.swapaxes(y, -1, -2)
             return tuple(cls.inner.bind(x, y, *rest, **tn))
 
         return lax.platform_dependent(*args, default=as_stored, **{p: as_tn for p in TN_PLATFORMS})
@@ -459,8 +499,12 @@ class Gemm(Op):
         summed_axes = tuple(x for x in k_axes if x != scatter_axis)
         summed = lax.psum(partial, summed_axes) if summed_axes else partial
         if scatter_axis:  # sequence parallel: each device keeps its M-slice of the sum
+            rows = a.ndim - 2  # M's dimension in D (after a batch's); dbias [M]: 0
             summed = tuple(
-                lax.psum_scatter(p, scatter_axis, scatter_dimension=0, tiled=True) for p in summed
+                lax.psum_scatter(
+                    p, scatter_axis, scatter_dimension=rows if p.ndim == a.ndim else 0, tiled=True
+                )
+                for p in summed
             )
         if epilogue == Epilogue.BIAS_GRAD:
             return summed[0].astype(params["out_dtype"]), summed[1].astype(params["dbias_dtype"])
@@ -474,26 +518,51 @@ class Gemm(Op):
         return (d,) if aux is None else (d, aux)
 
     @classmethod
+    def batch(cls, args, dims, **params):
+        """vmap: one strided-batched GEMM (3-D operands) where a and b are 2-D and both
+        batched and nothing else is: one scale_inv per operand for the whole batch (delayed
+        scaling, plain dtypes), an epilogue of BATCHED_EPILOGUES with its bias shared.
+        Otherwise (a scale per element: current scaling; block scales; one operand batched) a
+        loop of GEMMs (primitive.batch_by_map)."""
+        a, b = args[:2]  # with their batch dimension
+        one_call = (
+            dims[0] is not None
+            and dims[1] is not None
+            and a.ndim == b.ndim == 3
+            and all(d is None for d in dims[2:])
+            and not params["a_block"]
+            and not params["b_block"]
+            and Epilogue(params["epilogue"]) in BATCHED_EPILOGUES
+        )
+        if not one_call:
+            return primitive.batch_by_map(cls, args, dims, **params)
+        a, b = (jnp.moveaxis(x, d, 0) for x, d in zip(args[:2], dims[:2]))
+        outs = cls.outer.bind(a, b, *args[2:], **params)  # params carry the recorded resource
+        return outs, (0,) * len(outs)
+
+    @classmethod
     def shardings(cls, mesh, arg_infos, *, trans_a, trans_b, epilogue, a_block, b_block, **_):
         epilogue = Epilogue(epilogue)
         a, b = arg_infos[:2]
-        (am, ak), (bk, bn) = _dims(trans_a, trans_b)
+        lead = len(a.shape) - 2  # 1 for a batch of GEMMs: its dimension keeps a's sharding
+        (am, ak), (bk, bn) = ((d + lead for d in dims) for dims in _dims(trans_a, trans_b))
         sa, sb = spec_of(a), spec_of(b)
 
         def usable(axes, dim, taken):
             axes = tuple(x for x in axes if x not in taken)
             return axes if axes and divides(mesh, axes, dim) else ()
 
-        m = usable(axes_of(sa[am]), a.shape[am], ())
-        n = usable(axes_of(sb[bn]), b.shape[bn], m)
-        k = usable(axes_of(sa[ak]) or axes_of(sb[bk]), a.shape[ak], m + n)
+        batch = usable(axes_of(sa[0]), a.shape[0], ()) if lead else ()
+        m = usable(axes_of(sa[am]), a.shape[am], batch)
+        n = usable(axes_of(sb[bn]), b.shape[bn], batch + m)
+        k = usable(axes_of(sa[ak]) or axes_of(sb[bk]), a.shape[ak], batch + m + n)
         # Sequence parallelism: a K sharded over the tpsp axis is reduce-scattered along M.
         tpsp = sharding.global_mesh_resource().tpsp_resource
         scatter = tpsp if tpsp in k and divides(mesh, m + (tpsp,), a.shape[am]) else None
         m_out = m + ((scatter,) if scatter else ())
-        a_spec = [None, None]
+        a_spec = [entry(batch)] * lead + [None, None]
         a_spec[am], a_spec[ak] = entry(m), entry(k)
-        b_spec = [None, None]
+        b_spec = [entry(batch)] * lead + [None, None]
         b_spec[bk], b_spec[bn] = entry(k), entry(n)
         factors = {"m": entry(m_out), "n": entry(n)}
 
@@ -512,7 +581,8 @@ class Gemm(Op):
             ]
         args = [named(mesh, *a_spec), named(mesh, *b_spec), *scales]
         args.append(extra(operand) if operand else named(mesh))
-        outs = [named(mesh, factors["m"], factors["n"])] + ([extra(result)] if result else [])
+        d_spec = [entry(batch)] * lead + [factors["m"], factors["n"]]
+        outs = [named(mesh, *d_spec)] + ([extra(result)] if result else [])
         return args, outs, (k, scatter) if k else None
 
     @classmethod
@@ -535,9 +605,11 @@ class Gemm(Op):
         def factors(names):
             return " ".join(dims[d].dim for d in names.split())
 
+        lead = "e " if len(value_types[0].shape) == 3 else ""  # a batch of GEMMs: e
         operands = [factors("k m" if trans_a else "m k"), factors("n k" if trans_b else "k n")]
+        operands = [lead + o for o in operands]
         operands += [*scales, factors(EXTRA_DIMS[operand]) if operand else "z"]
-        results = [factors("m n")] + ([factors(EXTRA_DIMS[result])] if result else [])
+        results = [lead + factors("m n")] + ([factors(EXTRA_DIMS[result])] if result else [])
         rule, sizes = sized(f"{', '.join(operands)} -> {', '.join(results)}", sizes)
         return rule, {**sizes, "reduction_factors": reduce}
 
@@ -583,7 +655,8 @@ def gemm(
     """D = epilogue(alpha * op(a) @ op(b)) in `out_dtype` (float32, bfloat16 or float16).
 
     a, b: 2-D, both FP8 with their float32 scalar scale_inv (x ~= code * scale_inv), or both
-    one plain dtype (scale_inv not used). bias [N] for BIAS and BIAS_GELU_AUX; aux [M, N] (the
+    one plain dtype (scale_inv not used); or both 3-D, a batch of GEMMs in one call, D [batch,
+    M, N] (module docstring). bias [N] for BIAS and BIAS_GELU_AUX; aux [M, N] (the
     saved pre-activation) for DGELU. a_block / b_block: 1 (1x128) or 2 (128x128) for
     block-scaled operands, whose scale_inv are then their scale tensors (module docstring).
     split_accumulator: the FP8 GEMM on Hopper promotes its

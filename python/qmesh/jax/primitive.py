@@ -39,6 +39,9 @@ class Op:
     num_inputs: int = 0
     static_params: tuple[str, ...] = ()  # keyword parameters, in a fixed order (hashable values)
     output_aliases: dict[int, int] = {}  # input index -> output index that may reuse its buffer
+    # output index -> the input indices it is a function of alone (a quantize's scale_inv of
+    # its scale): under vmap such an output of unbatched inputs stays unbatched.
+    unbatched_outputs: dict[int, tuple[int, ...]] = {}
 
     @classmethod
     def abstract(cls, *avals, **params):
@@ -72,6 +75,12 @@ class Op:
         returned (the mesh axes to reduce over, ...), or None when the op is not partitioned.
         Default: the inner primitive."""
         return cls.inner.bind(*args, **params)
+
+    @classmethod
+    def batch(cls, args, dims, **params):
+        """The batching rule (jax.vmap): (outputs, their batch dimensions). Default: a loop over
+        the batch (batch_by_map)."""
+        return batch_by_map(cls, args, dims, **params)
 
     @classmethod
     def shardings(cls, mesh, arg_infos, **params):
@@ -121,9 +130,10 @@ def _lower_inner(op, ctx, *args, **params):
     return lowering(ctx, *args, **op.attributes(**params))
 
 
-def _batch_by_map(op, args, dims, **params):
+def batch_by_map(op, args, dims, **params):
     """vmap by a loop over the batch (lax.map): every op stays exact per batch element (each
-    element has its own amax and scale)."""
+    element has its own amax and scale). The op's unbatched_outputs of unbatched inputs are
+    equal in every element: element 0's, unbatched."""
     size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
     mapped = [i for i, d in enumerate(dims) if d is not None]
     moved = [jnp.moveaxis(args[i], dims[i], 0) for i in mapped]
@@ -146,7 +156,12 @@ def _batch_by_map(op, args, dims, **params):
             **{k: v for k, v in params.items() if k != "resource"},
         )
         outs = tuple(jnp.zeros((0,) + a.shape, a.dtype) for a in avals)
-    return outs, (0,) * len(outs)
+    out_dims = [0] * len(outs)
+    for out, inputs in op.unbatched_outputs.items():
+        if size and all(dims[i] is None for i in inputs):
+            outs = outs[:out] + (outs[out][0],) + outs[out + 1 :]
+            out_dims[out] = None
+    return outs, tuple(out_dims)
 
 
 def _single_device(axis_context) -> bool:
@@ -228,6 +243,6 @@ def register(op: type[Op]) -> type[Op]:
     mlir.register_lowering(outer, lower_outer)
     # custom_partitioning needs the devices when it is lowered (jit otherwise lowers without).
     dispatch.prim_requires_devices_during_lowering.add(outer)
-    batching.primitive_batchers[outer] = functools.partial(_batch_by_map, op)
+    batching.primitive_batchers[outer] = op.batch
     op.outer = outer
     return op

@@ -78,6 +78,7 @@ class Quantize(Op):
     """(x, scale) -> (q, q_t, amax, scale_inv): delayed scaling, the scale given."""
 
     name, target, num_inputs = "qmesh_quantize", "qmesh_quantize", 2
+    unbatched_outputs = {3: (1,)}  # scale_inv = 1 / scale
     static_params = ("out_dtype", "columnwise")
 
     @classmethod
@@ -255,6 +256,7 @@ class DbiasQuantize(Op):
     over its rows (the bias gradient, float32 [cols]) in the same pass."""
 
     name, target, num_inputs = "qmesh_dbias_quantize", "qmesh_dbias_quantize", 2
+    unbatched_outputs = {3: (1,)}  # scale_inv = 1 / scale
     static_params = ("out_dtype", "columnwise")
 
     @classmethod

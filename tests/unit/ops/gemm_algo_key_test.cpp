@@ -60,6 +60,13 @@ std::vector<Change> choice_changes() {
       {"epilogue", [](CanonicalGemm& c) { c.epilogue = GemmEpilogue::kBias; }},
       {"D dtype", [](CanonicalGemm& c) { c.d_dtype = DType::kBFloat16; }},
       {"shape", [](CanonicalGemm& c) { c.cm.k = 256; }},
+      {"strided batch",
+       [](CanonicalGemm& c) {
+         c.batch = c.cm.batch = 4;
+         c.cm.stride_a = 32 * 128;
+         c.cm.stride_b = 64 * 128;
+         c.cm.stride_d = 64 * 32;
+       }},
       {"accumulation", [](CanonicalGemm& c) { c.accumulation = GemmAccumulation::kSplit; }},
       {"beta", [](CanonicalGemm& c) { c.beta = 1.0f; }},
       {"alpha and beta on the device",

@@ -141,13 +141,6 @@ TEST(BlockGemm, BiasAndAccumulate) {
 
 // ---- errors --------------------------------------------------------------------------------
 
-void expect_refused(const GemmArgs& args, const std::string& substring) {
-  const Status s = Gemm::can_implement(args);
-  EXPECT_FALSE(s.ok());
-  EXPECT_NE(s.reason().find(substring), std::string::npos) << "reason was: " << s.reason();
-  EXPECT_QMESH_ERROR(gemm(args), substring);
-}
-
 TEST(BlockGemmErrors, BlockScaledPairsOnlyWithBlockScaled) {
   const BlockOperand x(kE4, k1D, 32, 128, 1);
   Matrix w_tensor = random_matrix(kE4, 16, 128, 2);

@@ -17,16 +17,6 @@ namespace {
 constexpr DType kE4 = DType::kFloat8E4M3, kE5 = DType::kFloat8E5M2, kF32 = DType::kFloat32,
                 kBf16 = DType::kBFloat16;
 
-// Expects can_implement to refuse with a reason containing `substring`, and gemm() and
-// gemm_planned() to throw the same.
-void expect_refused(const GemmArgs& args, const std::string& substring) {
-  const Status s = Gemm::can_implement(args);
-  EXPECT_FALSE(s.ok());
-  EXPECT_NE(s.reason().find(substring), std::string::npos) << "reason was: " << s.reason();
-  EXPECT_QMESH_ERROR(gemm(args), substring);
-  EXPECT_QMESH_ERROR(gemm_planned(args, nullptr, Stream{}), substring);
-}
-
 struct HostProblem {
   Matrix a = random_matrix(kE4, 8, 32, 1);
   Matrix b = random_matrix(kE4, 16, 32, 2);

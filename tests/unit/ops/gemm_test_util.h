@@ -9,8 +9,10 @@
 #include <cstring>
 #include <numbers>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "expect_error.h"
 #include "qmesh/float16.h"
 #include "qmesh/fp8.h"
 #include "qmesh/ops/gemm.h"
@@ -231,6 +233,16 @@ inline double output_tolerance(DType t) {
     default:
       return std::ldexp(1.0, -3) + 1e-5;
   }
+}
+
+// Expects can_implement to refuse with a reason containing `substring`, and gemm() and
+// gemm_planned() to throw the same.
+inline void expect_refused(const GemmArgs& args, const std::string& substring) {
+  const Status s = Gemm::can_implement(args);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.reason().find(substring), std::string::npos) << "reason was: " << s.reason();
+  EXPECT_QMESH_ERROR(gemm(args), substring);
+  EXPECT_QMESH_ERROR(gemm_planned(args, nullptr, Stream{}), substring);
 }
 
 }  // namespace qmesh::test
