@@ -299,17 +299,24 @@ print("python", sys.version.split()[0], "jax", jax.__version__, "jaxlib", jaxlib
   export JAX_COMPILATION_CACHE_DIR=$PWD/build-gpu/jax-cache
   jax_prepared=yes
 }
+# Whether the JAX step $1 can run; else it is recorded as skipped (too little of the budget
+# left) or failed (no JAX build).
+jax_step_runs() {
+  if [ "$(left)" -lt 60 ]; then
+    record "$1" "skipped (budget)"
+    return 1
+  fi
+  jax_ready && return 0
+  record "$1" FAILED
+  status=1
+  return 1
+}
 
 if has_step jaxtests; then
   # CUDA vs CPU handlers, command buffers, the collective GEMMs over a one-rank NCCL
   # communicator (jax-tests.log), and pip's check of the package against this jax
   # (pip-check.log). About a minute and a half on an H100 with the handler library's build.
-  if [ "$(left)" -lt 60 ]; then
-    record jaxtests "skipped (budget)"
-  elif ! jax_ready; then
-    record jaxtests FAILED
-    status=1
-  else
+  if jax_step_runs jaxtests; then
     jax_status=0
     # Each file in its own process, so that a crash in one does not hide the others' verdicts.
     : >"$out/jax-tests.log"
@@ -341,12 +348,7 @@ if has_step jaxbench; then
   # collective GEMMs on one GPU (collective_gemm_bench.{txt,json}). About 7 minutes on an H100;
   # each program's timeout is bounded by what is left of the budget, so what does not fit is
   # cut off or skipped (recorded).
-  if [ "$(left)" -lt 60 ]; then
-    record jaxbench "skipped (budget)"
-  elif ! jax_ready; then
-    record jaxbench FAILED
-    status=1
-  else
+  if jax_step_runs jaxbench; then
     jax_status=0
     # The seed transformer layer: BF16, Flax FP8, qmesh drop-in (delayed, current), qmesh
     # modules, the delayed drop-in without reporting.
