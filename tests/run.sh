@@ -51,7 +51,10 @@ configure_build_test() {
   run ctest --test-dir "$dir" --output-on-failure -j "$jobs" "${ctest_args[@]}"
 }
 
-configure_build_test build -- -DCMAKE_BUILD_TYPE=Release -DQMESH_PYTHON="$root/build/venv/bin/python"
+# A test that times out runs once more, its first output kept in the log: one CI run of the
+# JAX tests (of about ten) got stuck once and it could not be reproduced; stuck twice fails.
+configure_build_test build --repeat after-timeout:2 -- -DCMAKE_BUILD_TYPE=Release \
+  -DQMESH_PYTHON="$root/build/venv/bin/python"
 
 if [ $quick -eq 0 ]; then
   configure_build_test build-asan -LE "slow|mpi|multinode" -- -DCMAKE_BUILD_TYPE=RelWithDebInfo \
