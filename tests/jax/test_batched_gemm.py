@@ -10,13 +10,13 @@ import ml_dtypes
 import numpy as np
 import pytest
 from conftest import make_mesh
+from experts import expert_step
 from flax.linen.fp8_ops import OVERWRITE_WITH_GRADIENT as OWG
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import qmesh.jax as qj
 from qmesh.jax import _ffi
-from qmesh.jax.flax import make_einsum_cls
 from qmesh.jax.gemm import Epilogue, gemm
 from qmesh.jax.recipe import DelayedScaling, Float8CurrentScaling
 
@@ -116,25 +116,9 @@ def test_cuda_lowering_of_a_batch_keeps_the_workspace_result():
     assert f"tensor<{B}x{M}x{N}xf32>" in lines[0]
 
 
-EQN = "ecd,edf->ecf"
-
-
-def experts(rng, recipe):
-    x = jnp.asarray(rng.standard_normal((4, 8, 32)).astype(np.float32))
-    w = jnp.asarray((rng.standard_normal((4, 32, 16)) / 6).astype(np.float32))
-    einsum = make_einsum_cls(recipe)()
-    v = einsum.init(jax.random.key(0), EQN, x, w)
-
-    def f(v, x, w):
-        loss = lambda v_, x_, w_: jnp.sum(einsum.apply(v_, EQN, x_, w_) ** 2)  # noqa: E731
-        return einsum.apply(v, EQN, x, w), jax.grad(loss, argnums=(0, 1, 2))(v, x, w)
-
-    return x, w, v, f
-
-
 def test_delayed_experts_are_one_batched_gemm_each_way_equal_to_dense_per_expert(rng):
     recipe = DelayedScaling(amax_history_len=4)
-    x, w, v, f = experts(rng, recipe)
+    x, w, v, f = expert_step(rng, recipe)
     compiled = jax.jit(f).lower(v, x, w).compile()
     lines = gemm_lines(compiled.as_text())
     # forward, dgrad, wgrad (and the forward again inside grad): none in a loop, all batched
@@ -153,14 +137,14 @@ def test_delayed_experts_are_one_batched_gemm_each_way_equal_to_dense_per_expert
 
 
 def test_current_scaling_experts_keep_the_loop(rng):
-    x, w, v, f = experts(rng, Float8CurrentScaling())
+    x, w, v, f = expert_step(rng, Float8CurrentScaling())
     lines = gemm_lines(jax.jit(f).lower(v, x, w).compile().as_text())
     assert lines and all("while/body" in ln for ln in lines)
 
 
 def test_delayed_experts_over_ep_run_one_batched_gemm_per_device(rng):
     mesh = make_mesh((2,), ("ep",))
-    x, w, v, f = experts(rng, DelayedScaling(amax_history_len=4))
+    x, w, v, f = expert_step(rng, DelayedScaling(amax_history_len=4))
     want = jax.jit(f)(v, x, w)
     xs, ws = (jax.device_put(a, NamedSharding(mesh, P("ep"))) for a in (x, w))
     with jax.set_mesh(mesh), qj.autocast(mesh_resource=qj.MeshResource(ep_resource="ep")):

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import reference as ref
 from conftest import make_mesh
+from experts import expert_step
 from flax.linen.fp8_ops import OVERWRITE_WITH_GRADIENT as OWG
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -316,15 +317,7 @@ def test_sharded_equals_unsharded(mesh, rng, recipe, eqn, x_shape, w_shape, x_sp
 )
 def test_experts_split_over_ep_equal_unsharded_and_gather_nothing(rng, recipe, eqn, x_shape):
     mesh = make_mesh((2, 2), ("ep", "tp"))
-    x = jnp.asarray(rng.standard_normal(x_shape).astype(np.float32))
-    w = jnp.asarray((rng.standard_normal((4, 32, 16)) / 6).astype(np.float32))
-    einsum = make_einsum_cls(recipe)()
-    v = einsum.init(jax.random.key(0), eqn, x, w)
-
-    def f(v, x, w):
-        loss = lambda v_, x_, w_: jnp.sum(einsum.apply(v_, eqn, x_, w_) ** 2)  # noqa: E731
-        return einsum.apply(v, eqn, x, w), jax.grad(loss, argnums=(0, 1, 2))(v, x, w)
-
+    x, w, v, f = expert_step(rng, recipe, eqn, x_shape)
     want = jax.jit(f)(v, x, w)  # unsharded: a loop over all experts on one device
     xs, ws = (jax.device_put(a, NamedSharding(mesh, P("ep"))) for a in (x, w))
     resource = qj.MeshResource(ep_resource="ep")

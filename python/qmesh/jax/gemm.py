@@ -194,17 +194,13 @@ def _problem(a, b, trans_a, trans_b):
 BATCHED_EPILOGUES = (Epilogue.NONE, Epilogue.BIAS, Epilogue.GELU)
 
 
-def _check_batched(epilogue, a_block, b_block):
+def _batch_refusal(epilogue, a_block, b_block):
+    """Why a batch of GEMMs (one call) cannot take these parameters; None where it can."""
     if a_block or b_block:
-        raise ValueError(
-            "gemm: a batch of GEMMs (3-D operands) takes per-tensor FP8 or plain operands, not "
-            "block-scaled ones: call one GEMM per element"
-        )
+        return "takes per-tensor FP8 or plain operands, not block-scaled ones"
     if Epilogue(epilogue) not in BATCHED_EPILOGUES:
-        raise ValueError(
-            f"gemm: a batch of GEMMs (3-D operands) takes epilogue NONE, BIAS or GELU, not "
-            f"{Epilogue(epilogue).name}: call one GEMM per element"
-        )
+        return f"takes epilogue NONE, BIAS or GELU, not {Epilogue(epilogue).name}"
+    return None
 
 
 def _check_blocks(
@@ -278,8 +274,8 @@ def _avals(
 ):
     epilogue = Epilogue(epilogue)
     m, _, n, batch = _problem(a, b, trans_a, trans_b)
-    if batch is not None:
-        _check_batched(epilogue, a_block, b_block)
+    if batch is not None and (why := _batch_refusal(epilogue, a_block, b_block)):
+        raise ValueError(f"gemm: a batch of GEMMs (3-D operands) {why}: call one GEMM per element")
     _check_operands(
         a,
         b,
@@ -530,9 +526,7 @@ class Gemm(Op):
             and dims[1] is not None
             and a.ndim == b.ndim == 3
             and all(d is None for d in dims[2:])
-            and not params["a_block"]
-            and not params["b_block"]
-            and Epilogue(params["epilogue"]) in BATCHED_EPILOGUES
+            and _batch_refusal(params["epilogue"], params["a_block"], params["b_block"]) is None
         )
         if not one_call:
             return primitive.batch_by_map(cls, args, dims, **params)
