@@ -11,6 +11,7 @@
 
 #include "core/element_traits.h"
 #include "cpu/parallel.h"
+#include "ops/cast_activation.h"  // abs_bits
 #include "qmesh/error.h"
 #include "qmesh/float16.h"
 #include "qmesh/fp8.h"
@@ -23,8 +24,6 @@ namespace {
 constexpr int64_t kB = kScaleBlock;
 // Strips of 128 rows below this many elements stay on one thread.
 constexpr int64_t kGrainElements = int64_t{1} << 16;
-
-inline uint32_t abs_bits(float x) { return std::bit_cast<uint32_t>(x) & 0x7FFFFFFFu; }
 
 // A tile of x as fp32 (absent rows and columns 0) and the amaxes of its rows and columns.
 struct Tile {

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "ops/cast_activation.h"  // abs_bits
 #include "qmesh/dtype.h"
 #include "qmesh/error.h"
 
@@ -52,10 +53,6 @@ template <>
 __device__ __forceinline__ void store_float<Fp16>(Fp16* out, float x) {
   out->bits = __half_as_ushort(__float2half_rn(x));
 }
-
-// |x| as bits: non-negative floats order like their bit patterns and every NaN sorts above
-// +inf (the NaN-propagating amax of ops/amax.h).
-__device__ __forceinline__ uint32_t abs_bits(float x) { return __float_as_uint(x) & 0x7FFFFFFFu; }
 
 // The value of an FP8 code, exactly.
 template <__nv_fp8_interpretation_t kFmt>

@@ -22,12 +22,13 @@ QMESH_HOST_DEVICE inline float activate(float x, [[maybe_unused]] float pre) {
   }
 }
 
-// |v| as the bits of a float.
-QMESH_HOST_DEVICE inline uint32_t magnitude_bits(float v) {
+// |x| as bits: non-negative floats order like their bit patterns and every NaN sorts above
+// +inf (the NaN-propagating amax of ops/amax.h). Host and device.
+QMESH_HOST_DEVICE inline uint32_t abs_bits(float x) {
 #if defined(__CUDA_ARCH__)
-  return __float_as_uint(v) & 0x7FFFFFFFu;
+  return __float_as_uint(x) & 0x7FFFFFFFu;
 #else
-  return std::bit_cast<uint32_t>(v) & 0x7FFFFFFFu;
+  return std::bit_cast<uint32_t>(x) & 0x7FFFFFFFu;
 #endif
 }
 
@@ -50,7 +51,7 @@ template <CastActivation kAct>
 QMESH_HOST_DEVICE inline uint32_t activation_bound(float x, [[maybe_unused]] float pre) {
   constexpr uint32_t kInfBits = 0x7F800000u;
   constexpr uint32_t kUnknown = 0xFFFFFFFFu;
-  const uint32_t ax = magnitude_bits(x);
+  const uint32_t ax = abs_bits(x);
   if constexpr (kAct == CastActivation::kNone) {
     return ax;
   } else if constexpr (kAct == CastActivation::kGelu) {
@@ -58,8 +59,8 @@ QMESH_HOST_DEVICE inline uint32_t activation_bound(float x, [[maybe_unused]] flo
     return ax >= kInfBits ? kUnknown : (ax > kTinyBits ? ax : kTinyBits);
   } else {
     constexpr uint32_t kPreLimitBits = (127u + 32u) << 23;  // 2^32
-    if (ax >= kInfBits || magnitude_bits(pre) > kPreLimitBits) return kUnknown;
-    return magnitude_bits(gelu_detail::mul(1.25f, gelu_detail::from_bits(ax)));
+    if (ax >= kInfBits || abs_bits(pre) > kPreLimitBits) return kUnknown;
+    return abs_bits(gelu_detail::mul(1.25f, gelu_detail::from_bits(ax)));
   }
 }
 

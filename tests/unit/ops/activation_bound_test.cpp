@@ -31,10 +31,10 @@ std::vector<float> probe_values() {
 TEST(ActivationBound, BoundsGelu) {
   for (float x : probe_values()) {
     const uint32_t bound = activation_bound<CastActivation::kGelu>(x, 0.0f);
-    ASSERT_LE(magnitude_bits(activate<CastActivation::kGelu>(x, 0.0f)), bound) << "x " << x;
+    ASSERT_LE(abs_bits(activate<CastActivation::kGelu>(x, 0.0f)), bound) << "x " << x;
     // Tight where it matters: |x| itself for normal finite x from 2^-124 up.
     if (std::isfinite(x) && std::fabs(x) >= 0x1p-124f) {
-      ASSERT_EQ(bound, magnitude_bits(x)) << x;
+      ASSERT_EQ(bound, abs_bits(x)) << x;
     }
   }
 }
@@ -50,12 +50,12 @@ TEST(ActivationBound, BoundsGeluBackward) {
     // The property the bound rests on: |gelu'(pre)| <= 1.13 (< 1.25).
     ASSERT_LE(std::fabs(dgelu(pre)), 1.13f) << "pre " << pre;
     for (float x : xs) {
-      ASSERT_LE(magnitude_bits(activate<CastActivation::kDgelu>(x, pre)),
+      ASSERT_LE(abs_bits(activate<CastActivation::kDgelu>(x, pre)),
                 activation_bound<CastActivation::kDgelu>(x, pre))
           << "x " << x << " pre " << pre;
     }
   }
-  EXPECT_EQ(activation_bound<CastActivation::kDgelu>(2.0f, 1.0f), magnitude_bits(2.5f));
+  EXPECT_EQ(activation_bound<CastActivation::kDgelu>(2.0f, 1.0f), abs_bits(2.5f));
 }
 
 TEST(ActivationBound, NoBoundWhereTheActivationCanBeNan) {
@@ -72,7 +72,7 @@ TEST(ActivationBound, NoBoundWhereTheActivationCanBeNan) {
     EXPECT_EQ(activation_bound<CastActivation::kDgelu>(1.0f, x), 0xFFFFFFFFu) << x;
   }
   EXPECT_EQ(activation_bound<CastActivation::kDgelu>(1.0f, 0x1p33f), 0xFFFFFFFFu);
-  EXPECT_EQ(activation_bound<CastActivation::kNone>(-kInf, 0.0f), magnitude_bits(kInf));
+  EXPECT_EQ(activation_bound<CastActivation::kNone>(-kInf, 0.0f), abs_bits(kInf));
 }
 
 }  // namespace
