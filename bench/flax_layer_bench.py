@@ -2,7 +2,7 @@
 """Forward + backward of one Flax transformer layer (LayerNorm, fused QKV Dense, attention by
 nn.dot_product_attention, output Dense, LayerNorm, GELU MLP; residuals around both halves) at
 batch 4, seq 2048, hidden 4096, ffn 16384, 32 heads in bfloat16, under jax.jit on the default
-device, in five variants:
+device, in six variants:
 
   bf16           nn.Dense with XLA's dot (dot_general None)
   flax_fp8       nn.Dense(dot_general_cls=flax.linen.fp8_ops.Fp8DotGeneral)

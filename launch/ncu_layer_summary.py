@@ -69,8 +69,9 @@ def summarize(path, steps):
     launches = 0
     for name, ms in kernel_times(path):
         launches += 1
-        per_category[category(name)] += ms
-        entry = per_kernel.setdefault(short_name(name), [category(name), 0, 0.0])
+        kind = category(name)
+        per_category[kind] += ms
+        entry = per_kernel.setdefault(short_name(name), [kind, 0, 0.0])
         entry[1] += 1
         entry[2] += ms
     top = sorted(per_kernel.items(), key=lambda kv: -kv[1][2])[:TOP]
