@@ -32,7 +32,7 @@ import numpy as np
 
 import qmesh.jax as qj
 from hlo_gemms import fp8_gemm_counts
-from qmesh.jax.gemm import Epilogue, gemm
+from qmesh.jax.gemm import gemm
 from qmesh.jax.layer_norm import layer_norm_fwd, norm_fwd_quantize
 from qmesh.jax.recipe import DelayedScaling
 from qmesh.jax.scaling import update_delayed_scaling

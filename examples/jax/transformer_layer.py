@@ -74,7 +74,7 @@ def main(argv=None):
 
     t_plain = timed(step(plain), {"params": params}, x, repeat=args.repeat)
     t_fp8 = timed(step(fp8), variables, x, repeat=args.repeat)
-    (l0, g0), (l1, g1) = step(plain)({"params": params}, x), step(fp8)(variables, x)
+    (l0, _), (l1, g1) = step(plain)({"params": params}, x), step(fp8)(variables, x)
     y0, y1 = plain.apply({"params": params}, x), fp8.apply(variables, x)
     rel = float(jnp.linalg.norm(y1 - y0) / jnp.linalg.norm(y0))
     print(f"forward+backward ({jax.default_backend()}): plain {t_plain * 1e3:.1f} ms, "
